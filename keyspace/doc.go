@@ -1,0 +1,29 @@
+// Package keyspace is cellserver's in-memory store: numbered databases, each a
+// sharded hash map from key bytes to a typed Value with an absolute expiry.
+//
+// # Model
+//
+// A Keyspace holds Databases (16 by default, as Redis). A DB splits its keys
+// over a power-of-two number of shards chosen by a seeded hash of the key; each
+// shard is a plain Go map guarded by its own mutex. Callers take the shard lock
+// for a whole read -> decide -> write sequence (Shard.Lock, then Get/Put/Delete,
+// then Unlock), so a limiter decision is never split by another client.
+//
+// Every Value carries its Kind (a plain string, a CL.THROTTLE TAT, ...), its
+// scalar state and its absolute expiry in milliseconds since the Unix epoch
+// (0 means none). Expiry is lazy: Get reports an expired key as absent and
+// removes it. Sweep removes expired keys that nobody reads, a bounded number
+// per shard per call, so idle keys do not pin memory.
+//
+// # Concurrency
+//
+// Keyspace, DB and Shard are safe for concurrent use as long as the shard
+// methods documented "s.mu must be held" are called between Lock and Unlock.
+// Locks over several shards must be taken in increasing (database, shard
+// index) order (see LockAll), which rules out deadlocks.
+//
+// # Time
+//
+// The keyspace never reads a clock: every call that cares about expiry takes
+// now, in milliseconds since the Unix epoch.
+package keyspace
