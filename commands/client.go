@@ -1,0 +1,126 @@
+package commands
+
+import (
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/resp"
+	"github.com/tidwall/redcon"
+)
+
+// client is the per-connection state. Fields without a comment are used
+// only by the connection's own goroutine.
+type client struct {
+	conn *resp.Conn
+	x    ctx // reused for every command of this connection
+
+	db     atomic.Int32         // SELECTed database; read by CLIENT LIST
+	authed bool                 // AUTH done, or no password configured
+	lower  [32]byte             // scratch for lower-casing command names
+	lastCmd atomic.Pointer[Spec] // read by CLIENT LIST
+
+	inMulti   bool
+	multiBad  bool // a command failed to queue: EXEC aborts
+	queue     []queued
+	multiSeen atomic.Int32 // queued commands, -1 outside MULTI; read by CLIENT LIST
+
+	mu      sync.Mutex // guards name, libName, libVer
+	name    string
+	libName string
+	libVer  string
+}
+
+type queued struct {
+	spec *Spec
+	args [][]byte
+}
+
+func (cl *client) multiFailed() {
+	if cl.inMulti {
+		cl.multiBad = true
+	}
+}
+
+func (cl *client) resetMulti() {
+	cl.inMulti = false
+	cl.multiBad = false
+	cl.queue = nil
+}
+
+// ctx is the execution context of one command. Reply helpers append to the
+// connection's output buffer with redcon's appenders.
+type ctx struct {
+	s    *Server
+	c    *resp.Conn
+	cl   *client
+	spec *Spec
+	args [][]byte
+
+	nowNS   int64 // the command's clock reading, valid when haveNow
+	haveNow bool
+	locked bool  // every shard lock is held (inside EXEC)
+	failed bool  // an error reply was written
+}
+
+// clockNS returns the command's time in ns since the Unix epoch, reading the
+// clock at most once per command.
+func (x *ctx) clockNS() int64 {
+	if !x.haveNow {
+		x.nowNS = x.s.clock().UnixNano()
+		x.haveNow = true
+	}
+	return x.nowNS
+}
+
+// clockMS is clockNS in whole milliseconds (floor), the unit of expiries.
+func (x *ctx) clockMS() int64 { return floorDiv(x.clockNS(), 1e6) }
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+func (x *ctx) db() *keyspace.DB { return x.s.ks.DB(int(x.cl.db.Load())) }
+
+// lock takes the shard lock unless the whole keyspace is already held.
+func (x *ctx) lock(sh *keyspace.Shard) {
+	if !x.locked {
+		sh.Lock()
+	}
+}
+
+func (x *ctx) unlock(sh *keyspace.Shard) {
+	if !x.locked {
+		sh.Unlock()
+	}
+}
+
+// Reply helpers.
+
+func (x *ctx) errorReply(msg string) {
+	msg = sanitizeError(msg)
+	x.failed = true
+	x.s.countError(msg)
+	x.c.Out = append(x.c.Out, '-')
+	x.c.Out = append(x.c.Out, msg...)
+	x.c.Out = append(x.c.Out, '\r', '\n')
+}
+
+func (x *ctx) status(s string)  { x.c.Out = redcon.AppendString(x.c.Out, s) }
+func (x *ctx) ok()              { x.c.Out = redcon.AppendOK(x.c.Out) }
+func (x *ctx) int(n int64)      { x.c.Out = redcon.AppendInt(x.c.Out, n) }
+func (x *ctx) array(n int)      { x.c.Out = redcon.AppendArray(x.c.Out, n) }
+func (x *ctx) bulk(b []byte)    { x.c.Out = redcon.AppendBulk(x.c.Out, b) }
+func (x *ctx) bulkStr(s string) { x.c.Out = redcon.AppendBulkString(x.c.Out, s) }
+func (x *ctx) null()            { x.c.Out = redcon.AppendNull(x.c.Out) }
+func (x *ctx) nullArray()       { x.c.Out = append(x.c.Out, "*-1\r\n"...) }
+
+func (x *ctx) bulkInt(n int64) {
+	var b [20]byte
+	x.bulk(strconv.AppendInt(b[:0], n, 10))
+}

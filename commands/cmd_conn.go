@@ -1,0 +1,373 @@
+package commands
+
+import (
+	"crypto/subtle"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cellserver/cellserver/resp"
+)
+
+const (
+	msgNoAuth       = "NOAUTH Authentication required."
+	msgWrongPass    = "WRONGPASS invalid username-password pair or user is disabled."
+	msgNotInMulti   = "ERR Command not allowed inside a transaction"
+	msgPingArgs     = "ERR wrong number of arguments for 'ping' command"
+	redisCompatVers = "7.0.15" // the Redis version whose behaviour cellserver follows
+)
+
+func cmdPing(x *ctx) {
+	switch len(x.args) {
+	case 1:
+		x.status("PONG")
+	case 2:
+		x.bulk(x.args[1])
+	default:
+		x.errorReply(msgPingArgs)
+	}
+}
+
+func cmdEcho(x *ctx) { x.bulk(x.args[1]) }
+
+func cmdQuit(x *ctx) {
+	x.ok()
+	x.c.CloseAfterReply()
+}
+
+// RESET: leave MULTI, go back to database 0, drop the name, require AUTH
+// again if a password is set; reply +RESET.
+func cmdReset(x *ctx) {
+	cl := x.cl
+	cl.resetMulti()
+	cl.multiSeen.Store(-1)
+	cl.db.Store(0)
+	cl.mu.Lock()
+	cl.name = ""
+	cl.mu.Unlock()
+	cl.authed = x.s.password == ""
+	x.status("RESET")
+}
+
+// checkPassword compares in constant time.
+func (s *Server) checkPassword(user, pass []byte) bool {
+	if user != nil && string(user) != "default" {
+		return false
+	}
+	return subtle.ConstantTimeCompare(pass, []byte(s.password)) == 1
+}
+
+// AUTH [username] password
+func cmdAuth(x *ctx) {
+	var user, pass []byte
+	switch len(x.args) {
+	case 2:
+		pass = x.args[1]
+	case 3:
+		user, pass = x.args[1], x.args[2]
+	default:
+		x.errorReply(msgSyntax)
+		return
+	}
+	if x.s.password == "" {
+		if user == nil {
+			x.errorReply(msgNoAuthNeeded)
+			return
+		}
+		if string(user) == "default" {
+			x.ok()
+			return
+		}
+		x.errorReply(msgWrongPass)
+		return
+	}
+	if !x.s.checkPassword(user, pass) {
+		x.errorReply(msgWrongPass)
+		return
+	}
+	x.cl.authed = true
+	x.ok()
+}
+
+// HELLO [protover [AUTH username password] [SETNAME clientname]]
+// Only RESP2 is spoken; HELLO 3 gets -NOPROTO, so clients fall back.
+func cmdHello(x *ctx) {
+	args := x.args[1:]
+	if len(args) > 0 {
+		v, ok := parseRedisInt(args[0])
+		if !ok {
+			x.errorReply(msgProtoNotInt)
+			return
+		}
+		if v != 2 {
+			x.errorReply(msgNoProto)
+			return
+		}
+		args = args[1:]
+	}
+	var name []byte
+	var user, pass []byte
+	for len(args) > 0 {
+		switch {
+		case eqFold(args[0], "auth") && len(args) >= 3:
+			user, pass = args[1], args[2]
+			args = args[3:]
+		case eqFold(args[0], "setname") && len(args) >= 2:
+			name = args[1]
+			args = args[2:]
+		default:
+			x.errorReply("ERR Syntax error in HELLO option '" + string(args[0]) + "'")
+			return
+		}
+	}
+	if pass != nil {
+		if x.s.password == "" && string(user) != "default" || x.s.password != "" && !x.s.checkPassword(user, pass) {
+			x.errorReply(msgWrongPass)
+			return
+		}
+		x.cl.authed = true
+	}
+	if !x.cl.authed {
+		x.errorReply(msgNoAuth)
+		return
+	}
+	if name != nil {
+		if !validClientName(name) {
+			x.errorReply(msgClientName)
+			return
+		}
+		x.cl.mu.Lock()
+		x.cl.name = string(name)
+		x.cl.mu.Unlock()
+	}
+	x.array(14)
+	x.bulkStr("server")
+	x.bulkStr("redis")
+	x.bulkStr("version")
+	x.bulkStr(redisCompatVers)
+	x.bulkStr("proto")
+	x.int(2)
+	x.bulkStr("id")
+	x.int(x.c.ID())
+	x.bulkStr("mode")
+	x.bulkStr("standalone")
+	x.bulkStr("role")
+	x.bulkStr("master")
+	x.bulkStr("modules")
+	x.array(0)
+}
+
+// validClientName is Redis's rule: printable ASCII without spaces.
+func validClientName(b []byte) bool {
+	for _, c := range b {
+		if c < '!' || c > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+func cmdClientID(x *ctx) { x.int(x.c.ID()) }
+
+func cmdClientSetName(x *ctx) {
+	name := x.args[2]
+	if !validClientName(name) {
+		x.errorReply(msgClientName)
+		return
+	}
+	x.cl.mu.Lock()
+	x.cl.name = string(name)
+	x.cl.mu.Unlock()
+	x.ok()
+}
+
+func cmdClientGetName(x *ctx) {
+	x.cl.mu.Lock()
+	name := x.cl.name
+	x.cl.mu.Unlock()
+	if name == "" {
+		x.null()
+		return
+	}
+	x.bulkStr(name)
+}
+
+// CLIENT SETINFO LIB-NAME name | LIB-VER version
+func cmdClientSetInfo(x *ctx) {
+	attr, val := x.args[2], x.args[3]
+	var field *string
+	switch {
+	case eqFold(attr, "lib-name"):
+		field = &x.cl.libName
+	case eqFold(attr, "lib-ver"):
+		field = &x.cl.libVer
+	default:
+		x.errorReply("ERR Unrecognized option '" + string(attr) + "'")
+		return
+	}
+	if !validClientName(val) && len(val) > 0 {
+		x.errorReply(strings.Replace(msgClientInfoArg, "%s", strings.ToLower(string(attr)), 1))
+		return
+	}
+	x.cl.mu.Lock()
+	*field = string(val)
+	x.cl.mu.Unlock()
+	x.ok()
+}
+
+// CLIENT LIST [TYPE normal|master|replica|pubsub] [ID id ...]
+func cmdClientList(x *ctx) {
+	var ids map[int64]bool
+	args := x.args[2:]
+	for len(args) > 0 {
+		switch {
+		case eqFold(args[0], "type") && len(args) >= 2:
+			t := strings.ToLower(string(args[1]))
+			switch t {
+			case "normal":
+			case "master", "replica", "slave", "pubsub":
+				ids = map[int64]bool{} // cellserver has only normal clients
+			default:
+				x.errorReply("ERR Unknown client type '" + string(args[1]) + "'")
+				return
+			}
+			args = args[2:]
+		case eqFold(args[0], "id") && len(args) >= 2:
+			if ids == nil {
+				ids = map[int64]bool{}
+			}
+			for _, a := range args[1:] {
+				n, ok := parseRedisInt(a)
+				if !ok || n <= 0 {
+					x.errorReply("ERR Invalid client ID")
+					return
+				}
+				ids[n] = true
+			}
+			args = nil
+		default:
+			x.errorReply(msgSyntax)
+			return
+		}
+	}
+	var b strings.Builder
+	now := time.Now()
+	if n := x.s.net.Load(); n != nil {
+		n.Range(func(c *resp.Conn) bool {
+			if ids != nil && !ids[c.ID()] {
+				return true
+			}
+			writeClientInfo(&b, c, now)
+			return true
+		})
+	}
+	x.bulkStr(b.String())
+}
+
+func cmdClientInfo(x *ctx) {
+	var b strings.Builder
+	writeClientInfo(&b, x.c, time.Now())
+	x.bulkStr(b.String())
+}
+
+// writeClientInfo writes one CLIENT LIST line in Redis 7's field order.
+func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time) {
+	cl, _ := c.Context().(*client)
+	if cl == nil {
+		return
+	}
+	cl.mu.Lock()
+	name, libName, libVer := cl.name, cl.libName, cl.libVer
+	cl.mu.Unlock()
+	cmd := "NULL"
+	if sp := cl.lastCmd.Load(); sp != nil {
+		cmd = sp.Name
+	}
+	flags := "N"
+	multi := cl.multiSeen.Load()
+	if multi >= 0 {
+		flags = "x"
+	}
+	age := int64(now.Sub(c.Created()).Seconds())
+	idle := int64(now.Sub(c.LastActive()).Seconds())
+	if age < 0 {
+		age = 0
+	}
+	if idle < 0 {
+		idle = 0
+	}
+	fields := []string{
+		"id=" + strconv.FormatInt(c.ID(), 10),
+		"addr=" + c.RemoteAddr(),
+		"laddr=" + c.LocalAddr(),
+		"fd=-1",
+		"name=" + name,
+		"age=" + strconv.FormatInt(age, 10),
+		"idle=" + strconv.FormatInt(idle, 10),
+		"flags=" + flags,
+		"db=" + strconv.Itoa(int(cl.db.Load())),
+		"sub=0", "psub=0", "ssub=0",
+		"multi=" + strconv.Itoa(int(multi)),
+		"qbuf=" + strconv.Itoa(c.QueryBufLen()),
+		"qbuf-free=0", "argv-mem=0", "multi-mem=0", "rbs=0", "rbp=0",
+		"obl=0", "oll=0",
+		"omem=" + strconv.Itoa(c.OutLen()),
+		"tot-mem=0", "events=r",
+		"cmd=" + cmd,
+		"user=default", "redir=-1", "resp=2",
+		"lib-name=" + libName,
+		"lib-ver=" + libVer,
+	}
+	b.WriteString(strings.Join(fields, " "))
+	b.WriteByte('\n')
+}
+
+func cmdMulti(x *ctx) {
+	if x.cl.inMulti {
+		x.errorReply(msgNoMulti)
+		return
+	}
+	x.cl.inMulti = true
+	x.cl.multiSeen.Store(0)
+	x.ok()
+}
+
+func cmdDiscard(x *ctx) {
+	if !x.cl.inMulti {
+		x.errorReply(msgDiscardNoMult)
+		return
+	}
+	x.cl.resetMulti()
+	x.cl.multiSeen.Store(-1)
+	x.ok()
+}
+
+// EXEC runs the queued commands with every shard lock held, so no other
+// client's command can interleave with them.
+func cmdExec(x *ctx) {
+	cl := x.cl
+	if !cl.inMulti {
+		x.errorReply(msgExecNoMulti)
+		return
+	}
+	queue, bad := cl.queue, cl.multiBad
+	cl.resetMulti()
+	cl.multiSeen.Store(-1)
+	if bad {
+		x.errorReply(msgExecAbort)
+		return
+	}
+	x.array(len(queue))
+	if len(queue) == 0 {
+		return
+	}
+	x.s.ks.LockAll()
+	defer x.s.ks.UnlockAll()
+	outer := *x
+	for _, q := range queue {
+		x.args = q.args
+		x.locked = true
+		x.s.call(x, q.spec)
+	}
+	x.args, x.spec, x.failed, x.locked = outer.args, outer.spec, false, false
+}

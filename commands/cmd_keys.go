@@ -1,0 +1,470 @@
+package commands
+
+import (
+	"math"
+	"strconv"
+
+	"github.com/cellserver/cellserver/keyspace"
+)
+
+// typeName is what TYPE reports for a kind. CL.THROTTLE keys are strings, as
+// with redis-cell, which stores the TAT with RedisModule_StringSet.
+func typeName(k keyspace.Kind) string {
+	switch k {
+	case keyspace.KindString, keyspace.KindGCRA:
+		return "string"
+	}
+	return "none"
+}
+
+// stringValue returns the bytes GET shows for v, or false for a kind that
+// is not a string to Redis clients.
+func stringValue(v *keyspace.Value, scratch []byte) ([]byte, bool) {
+	switch v.Kind {
+	case keyspace.KindString:
+		return v.Obj.([]byte), true
+	case keyspace.KindGCRA:
+		return strconv.AppendUint(scratch, v.N, 10), true
+	}
+	return nil, false
+}
+
+func cmdGet(x *ctx) {
+	key := x.args[1]
+	sh := x.db().Shard(key)
+	x.lock(sh)
+	defer x.unlock(sh)
+	v := sh.Lookup(key, x.clockMS())
+	if v == nil {
+		x.null()
+		return
+	}
+	var scratch [20]byte
+	b, ok := stringValue(v, scratch[:0])
+	if !ok {
+		x.errorReply(msgWrongType)
+		return
+	}
+	x.bulk(b)
+}
+
+// SET key value [NX | XX] [GET] [EX seconds | PX milliseconds |
+// EXAT unix-time-seconds | PXAT unix-time-milliseconds | KEEPTTL]
+func cmdSet(x *ctx) {
+	var opt struct {
+		nx, xx, get, keepTTL bool
+		expUnit              string // "", "ex", "px", "exat", "pxat"
+		exp                  int64
+	}
+	args := x.args
+	for i := 3; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case eqFold(a, "nx") && !opt.xx:
+			opt.nx = true
+		case eqFold(a, "xx") && !opt.nx:
+			opt.xx = true
+		case eqFold(a, "get"):
+			opt.get = true
+		case eqFold(a, "keepttl") && opt.expUnit == "":
+			opt.keepTTL = true
+		case (eqFold(a, "ex") || eqFold(a, "px") || eqFold(a, "exat") || eqFold(a, "pxat")) &&
+			opt.expUnit == "" && !opt.keepTTL && i+1 < len(args):
+			opt.expUnit = string(lowerInto(x.cl.lower[:0], a))
+			n, ok := parseRedisInt(args[i+1])
+			if !ok {
+				x.errorReply(msgNotInt)
+				return
+			}
+			opt.exp = n
+			i++
+		default:
+			x.errorReply(msgSyntax)
+			return
+		}
+	}
+	now := x.clockMS()
+	var exp int64
+	if opt.expUnit != "" {
+		var ok bool
+		exp, ok = absoluteExpiry(opt.expUnit, opt.exp, now)
+		if !ok {
+			x.errorReply(errInvalidExpire("set"))
+			return
+		}
+	}
+	key := args[1]
+	sh := x.db().Shard(key)
+	x.lock(sh)
+	defer x.unlock(sh)
+	v := sh.Lookup(key, now)
+	var old []byte
+	if opt.get && v != nil {
+		b, ok := stringValue(v, nil)
+		if !ok {
+			x.errorReply(msgWrongType)
+			return
+		}
+		old = b
+	}
+	if (opt.nx && v != nil) || (opt.xx && v == nil) {
+		if opt.get {
+			x.bulkOrNull(old, v != nil)
+		} else {
+			x.null()
+		}
+		return
+	}
+	if opt.keepTTL && v != nil {
+		exp = v.Exp
+	}
+	val := append([]byte(nil), args[2]...)
+	sh.Set(key, keyspace.Value{Kind: keyspace.KindString, Obj: val, Exp: exp})
+	if opt.get {
+		x.bulkOrNull(old, v != nil)
+		return
+	}
+	x.ok()
+}
+
+func (x *ctx) bulkOrNull(b []byte, present bool) {
+	if !present {
+		x.null()
+		return
+	}
+	x.bulk(b)
+}
+
+// absoluteExpiry turns SET's or EXPIRE's argument into an absolute time in
+// ms, rejecting what Redis rejects: non-positive values for SET, and values
+// whose ms form overflows.
+func absoluteExpiry(unit string, n, now int64) (int64, bool) {
+	if n <= 0 {
+		return 0, false
+	}
+	switch unit {
+	case "ex", "exat":
+		if n > math.MaxInt64/1000 {
+			return 0, false
+		}
+		n *= 1000
+	}
+	switch unit {
+	case "ex", "px":
+		if n > math.MaxInt64-now {
+			return 0, false
+		}
+		n += now
+	}
+	return n, true
+}
+
+func cmdDel(x *ctx) {
+	now := x.clockMS()
+	db := x.db()
+	var n int64
+	for _, key := range x.args[1:] {
+		sh := db.Shard(key)
+		x.lock(sh)
+		if sh.Delete(key, now) {
+			n++
+		}
+		x.unlock(sh)
+	}
+	x.int(n)
+}
+
+func cmdExists(x *ctx) {
+	now := x.clockMS()
+	db := x.db()
+	var n int64
+	for _, key := range x.args[1:] {
+		sh := db.Shard(key)
+		x.lock(sh)
+		if sh.Lookup(key, now) != nil {
+			n++
+		}
+		x.unlock(sh)
+	}
+	x.int(n)
+}
+
+func cmdType(x *ctx) {
+	key := x.args[1]
+	sh := x.db().Shard(key)
+	x.lock(sh)
+	defer x.unlock(sh)
+	v := sh.Lookup(key, x.clockMS())
+	if v == nil {
+		x.status("none")
+		return
+	}
+	x.status(typeName(v.Kind))
+}
+
+func cmdTTL(x *ctx)  { ttlReply(x, false) }
+func cmdPTTL(x *ctx) { ttlReply(x, true) }
+
+func ttlReply(x *ctx, ms bool) {
+	key := x.args[1]
+	sh := x.db().Shard(key)
+	x.lock(sh)
+	defer x.unlock(sh)
+	now := x.clockMS()
+	v := sh.Lookup(key, now)
+	switch {
+	case v == nil:
+		x.int(-2)
+	case v.Exp == 0:
+		x.int(-1)
+	default:
+		left := v.Exp - now
+		if left < 0 {
+			left = 0
+		}
+		if !ms {
+			left = (left + 500) / 1000
+		}
+		x.int(left)
+	}
+}
+
+func cmdExpire(x *ctx)  { expireGeneric(x, "expire", 1000) }
+func cmdPExpire(x *ctx) { expireGeneric(x, "pexpire", 1) }
+
+// EXPIRE key seconds [NX | XX | GT | LT], and PEXPIRE in ms. A time in the
+// past deletes the key, as in Redis.
+func expireGeneric(x *ctx, name string, unit int64) {
+	n, ok := parseRedisInt(x.args[2])
+	if !ok {
+		x.errorReply(msgNotInt)
+		return
+	}
+	var nx, xx, gt, lt bool
+	for _, a := range x.args[3:] {
+		switch {
+		case eqFold(a, "nx"):
+			nx = true
+		case eqFold(a, "xx"):
+			xx = true
+		case eqFold(a, "gt"):
+			gt = true
+		case eqFold(a, "lt"):
+			lt = true
+		default:
+			x.errorReply("ERR Unsupported option " + string(a))
+			return
+		}
+	}
+	if nx && (xx || gt || lt) {
+		x.errorReply("ERR NX and XX, GT or LT options at the same time are not compatible")
+		return
+	}
+	if gt && lt {
+		x.errorReply("ERR GT and LT options at the same time are not compatible")
+		return
+	}
+	now := x.clockMS()
+	if (unit == 1000 && (n > math.MaxInt64/1000 || n < math.MinInt64/1000)) ||
+		(n*unit > 0 && n*unit > math.MaxInt64-now) {
+		x.errorReply(errInvalidExpire(name))
+		return
+	}
+	when := n*unit + now
+	key := x.args[1]
+	sh := x.db().Shard(key)
+	x.lock(sh)
+	defer x.unlock(sh)
+	v := sh.Lookup(key, now)
+	if v == nil {
+		x.int(0)
+		return
+	}
+	cur := v.Exp // 0: no expiry, which counts as +infinity for GT/LT
+	switch {
+	case nx && cur != 0, xx && cur == 0,
+		gt && (cur == 0 || when <= cur),
+		lt && cur != 0 && when >= cur:
+		x.int(0)
+		return
+	}
+	if when <= now {
+		sh.Delete(key, now)
+		x.int(1)
+		return
+	}
+	v.Exp = when
+	x.int(1)
+}
+
+func cmdPersist(x *ctx) {
+	key := x.args[1]
+	sh := x.db().Shard(key)
+	x.lock(sh)
+	defer x.unlock(sh)
+	v := sh.Lookup(key, x.clockMS())
+	if v == nil || v.Exp == 0 {
+		x.int(0)
+		return
+	}
+	v.Exp = 0
+	x.int(1)
+}
+
+func cmdDBSize(x *ctx) { x.int(int64(x.db().Size(x.locked))) }
+
+func cmdFlushDB(x *ctx) {
+	if !flushArgsOK(x) {
+		return
+	}
+	x.flush(x.db())
+	x.ok()
+}
+
+func cmdFlushAll(x *ctx) {
+	if !flushArgsOK(x) {
+		return
+	}
+	for i := 0; i < x.s.ks.NumDB(); i++ {
+		x.flush(x.s.ks.DB(i))
+	}
+	x.ok()
+}
+
+func flushArgsOK(x *ctx) bool {
+	if len(x.args) == 2 && (eqFold(x.args[1], "async") || eqFold(x.args[1], "sync")) {
+		return true
+	}
+	if len(x.args) > 1 {
+		x.errorReply(msgSyntax)
+		return false
+	}
+	return true
+}
+
+func (x *ctx) flush(db *keyspace.DB) {
+	for i := 0; i < db.NumShards(); i++ {
+		sh := db.ShardAt(i)
+		x.lock(sh)
+		sh.Clear()
+		x.unlock(sh)
+	}
+}
+
+// KEYS pattern
+func cmdKeys(x *ctx) {
+	pat := x.args[1]
+	now := x.clockMS()
+	db := x.db()
+	var keys []string
+	all := len(pat) == 1 && pat[0] == '*'
+	for i := 0; i < db.NumShards(); i++ {
+		sh := db.ShardAt(i)
+		x.lock(sh)
+		sh.Range(now, func(k string, _ *keyspace.Value) bool {
+			if all || globMatch(pat, []byte(k), false) {
+				keys = append(keys, k)
+			}
+			return true
+		})
+		x.unlock(sh)
+	}
+	x.array(len(keys))
+	for _, k := range keys {
+		x.bulkStr(k)
+	}
+}
+
+// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
+//
+// The cursor is the index of the next shard to visit. Each call returns
+// whole shards until at least COUNT keys were looked at, so every key that
+// exists for the whole iteration is returned exactly once, and keys added or
+// removed meanwhile at most once, which is stronger than Redis promises.
+func cmdScan(x *ctx) {
+	cursor, ok := parseUintCursor(x.args[1])
+	if !ok {
+		x.errorReply(msgInvalidCursor)
+		return
+	}
+	count := int64(10)
+	var pat, typ []byte
+	args := x.args[2:]
+	for len(args) > 0 {
+		if len(args) < 2 {
+			x.errorReply(msgSyntax)
+			return
+		}
+		switch {
+		case eqFold(args[0], "match"):
+			pat = args[1]
+		case eqFold(args[0], "count"):
+			n, ok := parseRedisInt(args[1])
+			if !ok {
+				x.errorReply(msgNotInt)
+				return
+			}
+			if n < 1 {
+				x.errorReply(msgSyntax)
+				return
+			}
+			count = n
+		case eqFold(args[0], "type"):
+			typ = args[1]
+		default:
+			x.errorReply(msgSyntax)
+			return
+		}
+		args = args[2:]
+	}
+	db := x.db()
+	now := x.clockMS()
+	var keys []string
+	seen := int64(0)
+	next := cursor
+	for next < uint64(db.NumShards()) && seen < count {
+		sh := db.ShardAt(int(next))
+		x.lock(sh)
+		sh.Range(now, func(k string, v *keyspace.Value) bool {
+			seen++
+			if pat != nil && !globMatch(pat, []byte(k), false) {
+				return true
+			}
+			if typ != nil && !eqFold(typ, typeName(v.Kind)) {
+				return true
+			}
+			keys = append(keys, k)
+			return true
+		})
+		x.unlock(sh)
+		next++
+	}
+	if next >= uint64(db.NumShards()) {
+		next = 0
+	}
+	x.array(2)
+	var b [20]byte
+	x.bulk(strconv.AppendUint(b[:0], next, 10))
+	x.array(len(keys))
+	for _, k := range keys {
+		x.bulkStr(k)
+	}
+}
+
+func parseUintCursor(b []byte) (uint64, bool) {
+	return parseDigits(b)
+}
+
+func cmdSelect(x *ctx) {
+	n, ok := parseRedisInt(x.args[1])
+	if !ok {
+		x.errorReply(msgNotInt)
+		return
+	}
+	if n < 0 || n >= int64(x.s.ks.NumDB()) {
+		x.errorReply(msgDBIndex)
+		return
+	}
+	x.cl.db.Store(int32(n))
+	x.ok()
+}

@@ -1,0 +1,573 @@
+package commands
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+)
+
+// COMMAND with no subcommand: the info of every top-level command.
+func cmdCommand(x *ctx) {
+	names := x.s.topNames()
+	x.array(len(names))
+	for _, n := range names {
+		x.commandInfo(x.s.table[n])
+	}
+}
+
+func (s *Server) topNames() []string {
+	names := make([]string, 0, len(s.table))
+	for n := range s.table {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func cmdCommandCount(x *ctx) { x.int(int64(len(x.s.table))) }
+
+// COMMAND INFO [command-name ...]
+func cmdCommandInfo(x *ctx) {
+	if len(x.args) == 2 {
+		cmdCommand(x)
+		return
+	}
+	x.array(len(x.args) - 2)
+	for _, a := range x.args[2:] {
+		sp := x.s.findSpec(a)
+		if sp == nil {
+			x.nullArray()
+			continue
+		}
+		x.commandInfo(sp)
+	}
+}
+
+// findSpec resolves "name" or "container|sub", ignoring case.
+func (s *Server) findSpec(name []byte) *Spec {
+	n := strings.ToLower(string(name))
+	if i := strings.IndexByte(n, '|'); i >= 0 {
+		parent := s.table[n[:i]]
+		if parent == nil || parent.subs == nil {
+			return nil
+		}
+		return parent.subs[n[i+1:]]
+	}
+	return s.table[n]
+}
+
+// commandInfo writes Redis 7's 10-element COMMAND INFO entry.
+func (x *ctx) commandInfo(sp *Spec) {
+	x.array(10)
+	x.bulkStr(sp.Name)
+	x.int(int64(sp.Arity))
+	var flags []string
+	for _, f := range flagNames {
+		if sp.Flags&f.f != 0 {
+			flags = append(flags, f.name)
+		}
+	}
+	x.array(len(flags))
+	for _, f := range flags {
+		x.status(f)
+	}
+	x.int(int64(sp.FirstKey))
+	x.int(int64(sp.LastKey))
+	x.int(int64(sp.Step))
+	x.array(len(sp.ACL))
+	for _, c := range sp.ACL {
+		x.status("@" + c)
+	}
+	x.array(0) // tips
+	x.keySpecs(sp)
+	x.array(len(sp.Subs))
+	for _, sub := range sp.Subs {
+		x.commandInfo(sub)
+	}
+}
+
+// keySpecs writes the key specs derived from the legacy key positions: one
+// spec of type index/range, as Redis reports for a command registered with
+// firstkey/lastkey/keystep.
+func (x *ctx) keySpecs(sp *Spec) {
+	if sp.FirstKey == 0 {
+		x.array(0)
+		return
+	}
+	x.array(1)
+	x.array(6)
+	x.bulkStr("flags")
+	x.array(len(sp.KeyFlags))
+	for _, f := range sp.KeyFlags {
+		x.status(f)
+	}
+	x.bulkStr("begin_search")
+	x.array(4)
+	x.bulkStr("type")
+	x.bulkStr("index")
+	x.bulkStr("spec")
+	x.array(2)
+	x.bulkStr("index")
+	x.int(int64(sp.FirstKey))
+	x.bulkStr("find_keys")
+	x.array(4)
+	x.bulkStr("type")
+	x.bulkStr("range")
+	x.bulkStr("spec")
+	x.array(6)
+	x.bulkStr("lastkey")
+	last := sp.LastKey
+	if last > 0 {
+		last -= sp.FirstKey
+	}
+	x.int(int64(last))
+	x.bulkStr("keystep")
+	x.int(int64(sp.Step))
+	x.bulkStr("limit")
+	x.int(0)
+}
+
+// COMMAND DOCS [command-name ...]
+func cmdCommandDocs(x *ctx) {
+	var specs []*Spec
+	if len(x.args) == 2 {
+		for _, n := range x.s.topNames() {
+			specs = append(specs, x.s.table[n])
+		}
+	} else {
+		for _, a := range x.args[2:] {
+			if sp := x.s.findSpec(a); sp != nil {
+				specs = append(specs, sp)
+			}
+		}
+	}
+	x.array(2 * len(specs))
+	for _, sp := range specs {
+		x.bulkStr(sp.Name)
+		x.commandDocs(sp)
+	}
+}
+
+func (x *ctx) commandDocs(sp *Spec) {
+	n := 1 // group is always there
+	for _, present := range []bool{sp.Summary != "", sp.Since != "", sp.Complex != "", sp.Module != "", len(sp.Args) > 0, len(sp.Subs) > 0} {
+		if present {
+			n++
+		}
+	}
+	x.array(2 * n)
+	if sp.Summary != "" {
+		x.bulkStr("summary")
+		x.bulkStr(sp.Summary)
+	}
+	if sp.Since != "" {
+		x.bulkStr("since")
+		x.bulkStr(sp.Since)
+	}
+	x.bulkStr("group")
+	x.bulkStr(sp.Group)
+	if sp.Complex != "" {
+		x.bulkStr("complexity")
+		x.bulkStr(sp.Complex)
+	}
+	if sp.Module != "" {
+		x.bulkStr("module")
+		x.bulkStr(sp.Module)
+	}
+	if len(sp.Args) > 0 {
+		x.bulkStr("arguments")
+		x.argDocs(sp.Args)
+	}
+	if len(sp.Subs) > 0 {
+		x.bulkStr("subcommands")
+		x.array(2 * len(sp.Subs))
+		for _, sub := range sp.Subs {
+			x.bulkStr(sub.Name)
+			x.commandDocs(sub)
+		}
+	}
+}
+
+func (x *ctx) argDocs(args []Arg) {
+	x.array(len(args))
+	for _, a := range args {
+		n := 2
+		var flags []string
+		if a.Optional {
+			flags = append(flags, "optional")
+		}
+		if a.Multiple {
+			flags = append(flags, "multiple")
+		}
+		if a.Type == "key" {
+			n++
+		}
+		if a.Token != "" {
+			n++
+		}
+		if len(flags) > 0 {
+			n++
+		}
+		if len(a.Args) > 0 {
+			n++
+		}
+		x.array(2 * n)
+		x.bulkStr("name")
+		x.bulkStr(a.Name)
+		x.bulkStr("type")
+		x.bulkStr(a.Type)
+		if a.Type == "key" {
+			x.bulkStr("key_spec_index")
+			x.int(int64(a.KeySpec))
+		}
+		if a.Token != "" {
+			x.bulkStr("token")
+			x.bulkStr(a.Token)
+		}
+		if len(flags) > 0 {
+			x.bulkStr("flags")
+			x.array(len(flags))
+			for _, f := range flags {
+				x.status(f)
+			}
+		}
+		if len(a.Args) > 0 {
+			x.bulkStr("arguments")
+			x.argDocs(a.Args)
+		}
+	}
+}
+
+// COMMAND GETKEYS command [arg ...]
+func cmdCommandGetKeys(x *ctx) {
+	args := x.args[2:]
+	sp := x.s.findSpec(args[0])
+	if sp != nil && sp.subs != nil && len(args) >= 2 {
+		sp = sp.subs[strings.ToLower(string(args[1]))]
+	}
+	switch {
+	case sp == nil:
+		x.errorReply(msgNoSuchCommand)
+		return
+	case sp.FirstKey == 0 && sp.Keys == nil:
+		x.errorReply(msgNoKeyArgs)
+		return
+	case !sp.arityOK(len(args)):
+		x.errorReply(msgGetKeysArity)
+		return
+	}
+	pos := sp.keyPositions(args)
+	if len(pos) == 0 {
+		x.errorReply(msgInvalidArgs)
+		return
+	}
+	x.array(len(pos))
+	for _, p := range pos {
+		x.bulk(args[p])
+	}
+}
+
+// COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern]
+func cmdCommandList(x *ctx) {
+	var filter func(sp *Spec) bool
+	switch len(x.args) {
+	case 2:
+	case 5:
+		if !eqFold(x.args[2], "filterby") {
+			x.errorReply(msgSyntax)
+			return
+		}
+		val := x.args[4]
+		switch {
+		case eqFold(x.args[3], "module"):
+			filter = func(sp *Spec) bool { return sp.Module != "" && strings.EqualFold(sp.Module, string(val)) }
+		case eqFold(x.args[3], "aclcat"):
+			filter = func(sp *Spec) bool {
+				for _, c := range sp.ACL {
+					if strings.EqualFold(c, string(val)) {
+						return true
+					}
+				}
+				return false
+			}
+		case eqFold(x.args[3], "pattern"):
+			filter = func(sp *Spec) bool { return globMatch(val, []byte(sp.Name), true) }
+		default:
+			x.errorReply(msgSyntax)
+			return
+		}
+	default:
+		x.errorReply(msgSyntax)
+		return
+	}
+	var names []string
+	for _, sp := range x.s.specs {
+		if filter == nil || filter(sp) {
+			names = append(names, sp.Name)
+		}
+	}
+	sort.Strings(names)
+	x.array(len(names))
+	for _, n := range names {
+		x.bulkStr(n)
+	}
+}
+
+// HELP subcommands of containers.
+func helpReply(x *ctx, lines ...string) {
+	x.array(len(lines))
+	for _, l := range lines {
+		x.status(l)
+	}
+}
+
+func cmdCommandHelp(x *ctx) {
+	helpReply(x,
+		"COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+		"(no subcommand)",
+		"    Return details about all commands.",
+		"COUNT",
+		"    Return the total number of commands in this server.",
+		"LIST [FILTERBY (MODULE <module-name>|ACLCAT <category>|PATTERN <pattern>)]",
+		"    Return a list of all commands in this server.",
+		"INFO [<command-name> ...]",
+		"    Return details about the given commands, or all commands if none is given.",
+		"GETKEYS <full-command>",
+		"    Return the keys from a full command.",
+		"DOCS [<command-name> ...]",
+		"    Return documentation details about the given commands, or all commands if none is given.",
+		"HELP",
+		"    Print this help.")
+}
+
+// CONFIG GET parameter [parameter ...]: a read-only view of the effective
+// configuration, as a flat list of name/value pairs.
+func cmdConfigGet(x *ctx) {
+	var out []Setting
+	seen := map[string]bool{}
+	for _, pat := range x.args[2:] {
+		for _, st := range x.s.settings {
+			if !seen[st.Name] && globMatch(pat, []byte(st.Name), true) {
+				seen[st.Name] = true
+				out = append(out, st)
+			}
+		}
+	}
+	x.array(2 * len(out))
+	for _, st := range out {
+		x.bulkStr(st.Name)
+		x.bulkStr(st.Value)
+	}
+}
+
+func cmdConfigSet(x *ctx) { x.errorReply(msgConfigSetRO) }
+
+func cmdConfigResetStat(x *ctx) {
+	for _, sp := range x.s.specs {
+		sp.stats.calls.Store(0)
+		sp.stats.usec.Store(0)
+		sp.stats.failed.Store(0)
+		sp.stats.rejected.Store(0)
+	}
+	x.s.errMu.Lock()
+	x.s.errStats = make(map[string]int64)
+	x.s.errMu.Unlock()
+	x.ok()
+}
+
+func cmdConfigHelp(x *ctx) {
+	helpReply(x,
+		"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+		"GET <pattern>",
+		"    Return parameters matching the glob-like <pattern> and their values.",
+		"SET <directive> <value>",
+		"    Not supported: the configuration is read-only at run time.",
+		"RESETSTAT",
+		"    Reset statistics reported by the INFO command.",
+		"HELP",
+		"    Print this help.")
+}
+
+func cmdClientHelp(x *ctx) {
+	helpReply(x,
+		"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+		"GETNAME",
+		"    Return the name of the current connection.",
+		"ID",
+		"    Return the ID of the current connection.",
+		"INFO",
+		"    Return information about the current client connection.",
+		"LIST [TYPE (NORMAL|MASTER|REPLICA|PUBSUB)] [ID <id> [<id> ...]]",
+		"    Return information about client connections.",
+		"SETINFO <option> <value>",
+		"    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
+		"SETNAME <name>",
+		"    Assign the name <name> to the current connection.",
+		"HELP",
+		"    Print this help.")
+}
+
+// INFO [section [section ...]]
+func cmdInfo(x *ctx) {
+	want := map[string]bool{}
+	for _, a := range x.args[1:] {
+		want[strings.ToLower(string(a))] = true
+	}
+	all := want["all"] || want["everything"]
+	deflt := len(want) == 0 || want["default"] || all
+	show := func(name string, inDefault bool) bool {
+		return want[name] || (inDefault && deflt) || (!inDefault && all)
+	}
+	var b strings.Builder
+	section := func(title string, lines ...string) {
+		if b.Len() > 0 {
+			b.WriteString("\r\n")
+		}
+		b.WriteString("# " + title + "\r\n")
+		for _, l := range lines {
+			b.WriteString(l + "\r\n")
+		}
+	}
+	s := x.s
+	now := time.Now()
+	uptime := int64(now.Sub(s.started).Seconds())
+	var st netStats
+	if n := s.net.Load(); n != nil {
+		rs := n.Stats()
+		st = netStats{rs.ConnectedClients, rs.TotalConnections, rs.RejectedConnections, rs.ProtocolErrors, rs.NetInputBytes, rs.NetOutputBytes}
+	}
+	if show("server", true) {
+		section("Server",
+			"redis_version:"+redisCompatVers,
+			"cellserver_version:"+s.version,
+			"redis_mode:standalone",
+			"os:"+runtime.GOOS,
+			"arch_bits:64",
+			"go_version:"+runtime.Version(),
+			fmt.Sprintf("process_id:%d", os.Getpid()),
+			"tcp_port:"+s.setting("port"),
+			fmt.Sprintf("uptime_in_seconds:%d", uptime),
+			fmt.Sprintf("uptime_in_days:%d", uptime/86400),
+			"executable:"+executable(),
+		)
+	}
+	if show("clients", true) {
+		section("Clients",
+			fmt.Sprintf("connected_clients:%d", st.connected),
+			"maxclients:"+s.setting("maxclients"),
+			"blocked_clients:0",
+		)
+	}
+	if show("memory", true) {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		section("Memory",
+			fmt.Sprintf("used_memory:%d", ms.HeapAlloc),
+			fmt.Sprintf("used_memory_rss:%d", ms.Sys),
+			fmt.Sprintf("used_memory_peak:%d", ms.HeapSys),
+			"maxmemory:0",
+			"maxmemory_policy:noeviction",
+			fmt.Sprintf("go_gc_cycles:%d", ms.NumGC),
+		)
+	}
+	if show("persistence", true) {
+		section("Persistence", "loading:0", "persistence_mode:none")
+	}
+	if show("stats", true) {
+		var expiredKeys = s.expired.Load()
+		section("Stats",
+			fmt.Sprintf("total_connections_received:%d", st.total),
+			fmt.Sprintf("total_commands_processed:%d", s.cmdsTotal.Load()),
+			fmt.Sprintf("total_net_input_bytes:%d", st.in),
+			fmt.Sprintf("total_net_output_bytes:%d", st.out),
+			fmt.Sprintf("rejected_connections:%d", st.rejected),
+			fmt.Sprintf("expired_keys:%d", expiredKeys),
+			"evicted_keys:0",
+			fmt.Sprintf("total_error_replies:%d", s.totalErrors()),
+			fmt.Sprintf("protocol_errors:%d", st.protoErrs),
+		)
+	}
+	if show("replication", true) {
+		section("Replication", "role:master", "connected_slaves:0")
+	}
+	if show("cpu", true) {
+		section("CPU", fmt.Sprintf("go_goroutines:%d", runtime.NumGoroutine()))
+	}
+	if show("modules", true) {
+		section("Modules", "module:name=redis-cell,ver=1,api=1,filters=0,usedby=[],using=[],options=[]")
+	}
+	if show("commandstats", false) {
+		var lines []string
+		for _, sp := range s.specs {
+			calls := sp.stats.calls.Load()
+			rejected := sp.stats.rejected.Load()
+			if calls == 0 && rejected == 0 {
+				continue
+			}
+			usec := sp.stats.usec.Load() / 1000
+			per := 0.0
+			if calls > 0 {
+				per = float64(sp.stats.usec.Load()) / 1000 / float64(calls)
+			}
+			lines = append(lines, fmt.Sprintf("cmdstat_%s:calls=%d,usec=%d,usec_per_call=%.2f,rejected_calls=%d,failed_calls=%d",
+				sp.Name, calls, usec, per, rejected, sp.stats.failed.Load()))
+		}
+		sort.Strings(lines)
+		section("Commandstats", lines...)
+	}
+	if show("errorstats", true) {
+		var lines []string
+		for _, e := range s.errorStats() {
+			lines = append(lines, fmt.Sprintf("errorstat_%s:count=%d", e.code, e.count))
+		}
+		section("Errorstats", lines...)
+	}
+	if show("cluster", true) {
+		section("Cluster", "cluster_enabled:0")
+	}
+	if show("keyspace", true) {
+		var lines []string
+		nowMS := x.clockMS()
+		for i := 0; i < s.ks.NumDB(); i++ {
+			ks := s.ks.DB(i).Stats(nowMS, x.locked)
+			if ks.Keys == 0 {
+				continue
+			}
+			lines = append(lines, fmt.Sprintf("db%d:keys=%d,expires=%d,avg_ttl=0", i, ks.Keys, ks.Expires))
+		}
+		section("Keyspace", lines...)
+	}
+	x.bulkStr(b.String())
+}
+
+type netStats struct {
+	connected, total, rejected, protoErrs, in, out int64
+}
+
+func (s *Server) totalErrors() int64 {
+	var n int64
+	for _, e := range s.errorStats() {
+		n += e.count
+	}
+	return n
+}
+
+func (s *Server) setting(name string) string {
+	for _, st := range s.settings {
+		if st.Name == name {
+			return st.Value
+		}
+	}
+	return ""
+}
+
+func executable() string {
+	p, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return p
+}

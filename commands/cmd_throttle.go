@@ -1,0 +1,112 @@
+package commands
+
+import (
+	"unicode/utf8"
+
+	"github.com/cellserver/cellserver/gcra"
+	"github.com/cellserver/cellserver/keyspace"
+	"github.com/tidwall/redcon"
+)
+
+// CL.THROTTLE <key> <max_burst> <count per period> <period> [<quantity>]
+//
+// Exactly redis-cell 0.5.0: checks run in the module's order (UTF-8 of every
+// argument, argument count, integers left to right, zero rate), then the key
+// is read, gcra.Decide runs at one clock reading, and an allowed request
+// stores the new TAT with the module's TTL rules. Where the module aborts
+// the server (non-UTF-8 arguments, a key of another type, a stored string
+// that is not a u64), cellserver replies with an error instead.
+func cmdThrottle(x *ctx) {
+	args := x.args
+	for _, a := range args {
+		if !utf8.Valid(a) {
+			x.errorReply(msgCellBadUTF8)
+			return
+		}
+	}
+	if len(args) != 5 && len(args) != 6 {
+		x.errorReply(msgCellUsage)
+		return
+	}
+	p, ok := x.throttleParams(args[2:])
+	if !ok {
+		return
+	}
+	if gcra.EmissionInterval(p.Count, p.Period) == 0 {
+		x.errorReply(msgCellZeroRate)
+		return
+	}
+	key := args[1]
+	sh := x.db().Shard(key)
+	x.lock(sh)
+	defer x.unlock(sh)
+
+	now := x.clockNS()
+	nowMS := floorDiv(now, 1e6)
+	v := sh.Lookup(key, nowMS)
+	var tat uint64
+	if v != nil {
+		switch v.Kind {
+		case keyspace.KindGCRA:
+			tat = v.N
+		case keyspace.KindString:
+			n, ok := parseRustU64(v.Obj.([]byte))
+			if !ok {
+				x.errorReply(msgCellBadStored)
+				return
+			}
+			tat = n
+		default:
+			x.errorReply(msgWrongType)
+			return
+		}
+	}
+	r, err := gcra.Decide(now, tat, v != nil, p)
+	if err != nil { // unreachable: the rate was checked above
+		x.errorReply(msgCellZeroRate)
+		return
+	}
+	if r.Store {
+		nv := keyspace.Value{Kind: keyspace.KindGCRA, N: r.NewTAT}
+		if r.TTLMillis >= 0 {
+			nv.Exp = nowMS + r.TTLMillis
+		}
+		if v != nil {
+			*v = nv
+		} else {
+			sh.Set(key, nv)
+		}
+		if r.TTLMillis < -1 {
+			// redis-cell has written the value already and SetExpire fails:
+			// the key stays, without a TTL, and the client gets an error.
+			x.errorReply(msgCellExpire)
+			return
+		}
+	}
+	out := redcon.AppendArray(x.c.Out, 5)
+	if r.Limited {
+		out = redcon.AppendInt(out, 1)
+	} else {
+		out = redcon.AppendInt(out, 0)
+	}
+	out = redcon.AppendInt(out, r.Limit)
+	out = redcon.AppendInt(out, r.Remaining)
+	out = redcon.AppendInt(out, r.RetryAfter)
+	x.c.Out = redcon.AppendInt(out, r.ResetAfter)
+}
+
+// throttleParams parses max_burst, count, period and the optional quantity
+// in that order; the first bad one is reported verbatim.
+func (x *ctx) throttleParams(nums [][]byte) (gcra.Params, bool) {
+	var v [4]int64
+	v[3] = 1
+	for i, a := range nums {
+		n, ok := parseRustI64(a)
+		if !ok {
+			x.errorReply(msgCellParseInt + string(a))
+			return gcra.Params{}, false
+		}
+		v[i] = n
+	}
+	return gcra.Params{MaxBurst: v[0], Count: v[1], Period: v[2], Quantity: v[3]}, true
+}

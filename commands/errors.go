@@ -1,0 +1,120 @@
+package commands
+
+import "strings"
+
+// Wire error texts. Every error cellserver sends is built here, so the exact
+// bytes clients see can be reviewed in one place. Each text carries its own
+// code word ("ERR", "WRONGTYPE", "Cell", ...) and is sent as it is after
+// sanitizeError.
+const (
+	msgWrongType     = "WRONGTYPE Operation against a key holding the wrong kind of value"
+	msgSyntax        = "ERR syntax error"
+	msgNotInt        = "ERR value is not an integer or out of range"
+	msgInvalidExpire = "ERR invalid expire time in '%s' command"
+	msgDBIndex       = "ERR DB index is out of range"
+	msgNoMulti       = "ERR MULTI calls can not be nested"
+	msgExecNoMulti   = "ERR EXEC without MULTI"
+	msgDiscardNoMult = "ERR DISCARD without MULTI"
+	msgExecAbort     = "EXECABORT Transaction discarded because of previous errors."
+	msgNoProto       = "NOPROTO unsupported protocol version"
+	msgProtoNotInt   = "ERR Protocol version is not an integer or out of range"
+	msgInvalidCursor = "ERR invalid cursor"
+	msgNoSuchCommand = "ERR Invalid command specified"
+	msgInvalidArgs   = "ERR Invalid arguments specified for command"
+	msgGetKeysArity  = "ERR Invalid number of arguments specified for command"
+	msgNoKeyArgs     = "ERR The command has no key arguments"
+	msgClientName    = "ERR Client names cannot contain spaces, newlines or special characters."
+	msgClientInfoArg = "ERR %s cannot contain spaces, newlines or special characters."
+	msgConfigSetRO   = "ERR CONFIG SET is not supported: cellserver's configuration is read-only at run time"
+	msgNoAuthNeeded  = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+
+	// CL.THROTTLE, exactly as redis-cell 0.5.0 sends them (no ERR code).
+	cellPrefix        = "Cell error: Store error: "
+	msgCellUsage      = cellPrefix + "Usage: cl.throttle <key> <max_burst> <count per period> <period> [<quantity>]"
+	msgCellParseInt   = cellPrefix + "Couldn't parse as integer: "
+	msgCellZeroRate   = cellPrefix + "Zero rates are not supported"
+	msgCellExpire     = cellPrefix + "Error while setting key expire"
+	msgCellBadUTF8    = cellPrefix + "Argument is not valid UTF-8"
+	msgCellBadStored  = cellPrefix + "Stored value is not an unsigned integer"
+	msgUnknownCommand = "ERR unknown command '%s', with args beginning with: %s"
+	msgUnknownSubcmd  = "ERR unknown subcommand '%s'. Try %s HELP."
+	msgWrongArity     = "ERR wrong number of arguments for '%s' command"
+)
+
+// errWrongArity is Redis 7's arity error; name is the command as the client
+// sent it, subcommands as "container|sub".
+func errWrongArity(name string) string {
+	return strings.Replace(msgWrongArity, "%s", name, 1)
+}
+
+// errUnknownCommand is Redis 7's text: the name is cut to 128 bytes and the
+// arguments are quoted, each cut to 128 bytes, the whole list to 128 bytes.
+func errUnknownCommand(args [][]byte) string {
+	name := cstr(args[0])
+	if len(name) > 128 {
+		name = name[:128]
+	}
+	var b strings.Builder
+	for _, a := range args[1:] {
+		if b.Len() >= 128 {
+			break
+		}
+		s := cstr(a)
+		if len(s) > 128-b.Len() {
+			s = s[:128-b.Len()]
+		}
+		b.WriteByte('\'')
+		b.WriteString(s)
+		b.WriteString("' ")
+	}
+	msg := strings.Replace(msgUnknownCommand, "%s", name, 1)
+	return strings.Replace(msg, "%s", b.String(), 1)
+}
+
+func errUnknownSubcommand(sub, container string) string {
+	msg := strings.Replace(msgUnknownSubcmd, "%s", sub, 1)
+	return strings.Replace(msg, "%s", strings.ToUpper(container), 1)
+}
+
+func errInvalidExpire(cmd string) string {
+	return strings.Replace(msgInvalidExpire, "%s", cmd, 1)
+}
+
+// sanitizeError applies what Redis does to every error text before it is
+// sent: cut at the first NUL, trim CR/LF at both ends, turn inner CR/LF
+// into spaces.
+func sanitizeError(s string) string {
+	if i := strings.IndexByte(s, 0); i >= 0 {
+		s = s[:i]
+	}
+	s = strings.Trim(s, "\r\n")
+	if strings.ContainsAny(s, "\r\n") {
+		b := []byte(s)
+		for i, c := range b {
+			if c == '\r' || c == '\n' {
+				b[i] = ' '
+			}
+		}
+		s = string(b)
+	}
+	return s
+}
+
+// cstr returns b as C's "%s" would print it: up to the first NUL.
+func cstr(b []byte) string {
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i])
+		}
+	}
+	return string(b)
+}
+
+// errorCode returns the code INFO errorstats counts an error text under:
+// its first word ("ERR", "WRONGTYPE", "Cell").
+func errorCode(msg string) string {
+	if i := strings.IndexByte(msg, ' '); i > 0 {
+		return msg[:i]
+	}
+	return msg
+}

@@ -1,0 +1,321 @@
+package commands
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/resp"
+)
+
+// Setting is one name/value pair shown by CONFIG GET.
+type Setting struct {
+	Name  string
+	Value string
+}
+
+// Config configures a Server. The zero value is valid except for Keyspace,
+// which New creates when nil.
+type Config struct {
+	// Keyspace is the store commands operate on. If nil, New creates one
+	// with keyspace defaults.
+	Keyspace *keyspace.Keyspace
+	// Clock returns the wall-clock time. It is read once per command.
+	// The default value is time.Now; tests inject their own.
+	Clock func() time.Time
+	// Settings are what CONFIG GET shows (the effective configuration).
+	Settings []Setting
+	// Version is cellserver's version, reported by INFO and HELLO.
+	// The default value is "dev".
+	Version string
+	// Password, when not empty, is required by AUTH before other commands.
+	Password string
+	// SweepInterval is the period of the active-expiry sweep.
+	// The default value is 100ms (Redis's hz 10).
+	SweepInterval time.Duration
+	// Logger receives the server's log lines. The default is slog.Default().
+	Logger *slog.Logger
+}
+
+// Network is what the connection layer tells the commands about itself
+// (CLIENT LIST, INFO clients and stats). *resp.Server implements it.
+type Network interface {
+	Stats() resp.Stats
+	Range(fn func(c *resp.Conn) bool)
+}
+
+// Server executes commands against a keyspace. It implements resp.Handler
+// and is safe for concurrent use: each connection's commands run on that
+// connection's goroutine, and keyspace access goes through shard locks.
+type Server struct {
+	ks       *keyspace.Keyspace
+	clock    func() time.Time
+	version  string
+	password string
+	settings []Setting
+	sweepInt time.Duration
+	log      *slog.Logger
+	started  time.Time
+
+	table map[string]*Spec // lower-case name -> spec
+	specs []*Spec          // every spec, subcommands included, by id
+
+	net atomic.Pointer[netHolder]
+
+	errMu     sync.Mutex // guards errStats
+	errStats  map[string]int64
+	expired   atomic.Int64 // keys removed by the active sweep
+	cmdsTotal atomic.Int64
+}
+
+type netHolder struct{ Network }
+
+// New returns a Server for cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Keyspace == nil {
+		ks, err := keyspace.New(keyspace.Config{})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Keyspace = ks
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = 100 * time.Millisecond
+	}
+	if cfg.SweepInterval < 0 {
+		return nil, errors.New("commands: sweep interval must not be negative")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	s := &Server{
+		ks:       cfg.Keyspace,
+		clock:    cfg.Clock,
+		version:  cfg.Version,
+		password: cfg.Password,
+		settings: cfg.Settings,
+		sweepInt: cfg.SweepInterval,
+		log:      cfg.Logger,
+		started:  cfg.Clock(),
+		errStats: make(map[string]int64),
+	}
+	s.buildTable(commandTable())
+	return s, nil
+}
+
+func (s *Server) buildTable(rows []*Spec) {
+	s.table = make(map[string]*Spec, len(rows))
+	add := func(sp *Spec) {
+		sp.id = len(s.specs)
+		s.specs = append(s.specs, sp)
+	}
+	for _, sp := range rows {
+		if _, dup := s.table[sp.Name]; dup {
+			panic("commands: duplicate command " + sp.Name)
+		}
+		s.table[sp.Name] = sp
+		add(sp)
+		if len(sp.Subs) > 0 {
+			sp.subs = make(map[string]*Spec, len(sp.Subs))
+			for _, sub := range sp.Subs {
+				short := sub.Name[len(sp.Name)+1:]
+				if _, dup := sp.subs[short]; dup {
+					panic("commands: duplicate subcommand " + sub.Name)
+				}
+				sp.subs[short] = sub
+				add(sub)
+			}
+		}
+	}
+}
+
+// SetNetwork tells the server about its connection layer. Until it is
+// called, CLIENT LIST shows no clients and INFO shows zero connections.
+func (s *Server) SetNetwork(n Network) { s.net.Store(&netHolder{n}) }
+
+// Keyspace returns the store the server operates on.
+func (s *Server) Keyspace() *keyspace.Keyspace { return s.ks }
+
+// Run performs background work (active expiry) until ctx is done.
+func (s *Server) Run(ctx context.Context) {
+	t := time.NewTicker(s.sweepInt)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.SweepOnce()
+		}
+	}
+}
+
+// SweepOnce runs one bounded active-expiry pass and returns the number of
+// keys it removed.
+func (s *Server) SweepOnce() int {
+	n := s.ks.Sweep(unixMilli(s.clock()), keyspace.SweepConfig{PerShard: 20, Rounds: 4})
+	s.expired.Add(int64(n))
+	return n
+}
+
+// Open implements resp.Handler.
+func (s *Server) Open(c *resp.Conn) {
+	cl := &client{conn: c, authed: s.password == ""}
+	cl.x.s = s
+	cl.x.c = c
+	cl.x.cl = cl
+	c.SetContext(cl)
+}
+
+// Close implements resp.Handler.
+func (s *Server) Close(c *resp.Conn) {}
+
+// ServeRESP implements resp.Handler: it finds the command, checks arity,
+// queues it inside MULTI, or runs it.
+func (s *Server) ServeRESP(c *resp.Conn, args [][]byte) {
+	cl := c.Context().(*client)
+	x := &cl.x
+	x.args = args
+	x.haveNow = false
+	x.locked = false
+	s.dispatch(x)
+	x.args = nil
+}
+
+func (s *Server) lookup(cl *client, name []byte) *Spec {
+	return s.table[string(lowerInto(cl.lower[:0], name))]
+}
+
+func (s *Server) dispatch(x *ctx) {
+	cl := x.cl
+	sp := s.lookup(cl, x.args[0])
+	if sp == nil {
+		cl.multiFailed()
+		x.errorReply(errUnknownCommand(x.args))
+		return
+	}
+	if !sp.arityOK(len(x.args)) {
+		cl.multiFailed()
+		sp.stats.rejected.Add(1)
+		x.errorReply(errWrongArity(sp.Name))
+		return
+	}
+	if sp.subs != nil && (len(x.args) >= 2 || sp.Run == nil) {
+		sub := sp.subs[string(lowerInto(cl.lower[:0], x.args[1]))]
+		if sub == nil {
+			cl.multiFailed()
+			sp.stats.rejected.Add(1)
+			x.errorReply(errUnknownSubcommand(cstr(x.args[1]), sp.Name))
+			return
+		}
+		if !sub.arityOK(len(x.args)) {
+			cl.multiFailed()
+			sub.stats.rejected.Add(1)
+			x.errorReply(errWrongArity(sub.Name))
+			return
+		}
+		sp = sub
+	}
+	if !cl.authed && sp.Flags&NoAuth == 0 {
+		sp.stats.rejected.Add(1)
+		x.errorReply(msgNoAuth)
+		return
+	}
+	if cl.inMulti && sp.Flags&RunsInMulti == 0 {
+		if sp.Flags&NoMulti != 0 {
+			cl.multiFailed()
+			sp.stats.rejected.Add(1)
+			x.errorReply(msgNotInMulti)
+			return
+		}
+		cl.queue = append(cl.queue, queued{spec: sp, args: copyArgs(x.args)})
+		cl.multiSeen.Store(int32(len(cl.queue)))
+		x.status("QUEUED")
+		return
+	}
+	s.call(x, sp)
+}
+
+// call runs sp with statistics. x.args must be set.
+func (s *Server) call(x *ctx, sp *Spec) {
+	x.spec = sp
+	x.failed = false
+	x.haveNow = false
+	start := time.Now()
+	sp.Run(x)
+	sp.stats.usec.Add(time.Since(start).Nanoseconds())
+	sp.stats.calls.Add(1)
+	if x.failed {
+		sp.stats.failed.Add(1)
+	}
+	x.cl.lastCmd.Store(sp)
+	s.cmdsTotal.Add(1)
+}
+
+func (s *Server) countError(msg string) {
+	code := errorCode(msg)
+	s.errMu.Lock()
+	s.errStats[code]++
+	s.errMu.Unlock()
+}
+
+func (s *Server) errorStats() []errStat {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	out := make([]errStat, 0, len(s.errStats))
+	for k, v := range s.errStats {
+		out = append(out, errStat{k, v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].code < out[j].code })
+	return out
+}
+
+type errStat struct {
+	code  string
+	count int64
+}
+
+type cmdStats struct {
+	calls, usec, failed, rejected atomic.Int64 // usec holds nanoseconds
+}
+
+func lowerInto(dst, src []byte) []byte {
+	if len(src) > cap(dst) {
+		return append(dst[:0], "\x00"...) // longer than any name: no match
+	}
+	dst = dst[:len(src)]
+	for i, ch := range src {
+		if 'A' <= ch && ch <= 'Z' {
+			ch += 'a' - 'A'
+		}
+		dst[i] = ch
+	}
+	return dst
+}
+
+func copyArgs(args [][]byte) [][]byte {
+	n := 0
+	for _, a := range args {
+		n += len(a)
+	}
+	buf := make([]byte, 0, n)
+	out := make([][]byte, len(args))
+	for i, a := range args {
+		buf = append(buf, a...)
+		out[i] = buf[len(buf)-len(a) : len(buf) : len(buf)]
+	}
+	return out
+}
+
+func unixMilli(t time.Time) int64 { return t.UnixMilli() }

@@ -1,0 +1,105 @@
+package commands
+
+// Flags are the facts about a command that the dispatcher, COMMAND and
+// (later) persistence act on. They live in the table row, never in a second
+// list of names.
+type Flags uint32
+
+// Command flags. The ones with a Redis name are reported by COMMAND INFO.
+const (
+	Write       Flags = 1 << iota // changes the keyspace ("write")
+	ReadOnly                      // reads the keyspace only ("readonly")
+	Fast                          // O(1) or O(log N) ("fast")
+	Admin                         // server administration ("admin")
+	NoScript                      // "noscript"
+	Loading                       // allowed while loading ("loading")
+	Stale                         // "stale"
+	NoAuth                        // allowed before AUTH ("no_auth")
+	Module                        // a redis-cell style module command ("module")
+	MovableKeys                   // keys are not at fixed positions ("movablekeys")
+	AllowBusy                     // "allow_busy"
+	NoMulti                       // "no_multi": refused inside MULTI
+	// RunsInMulti marks transaction control commands (MULTI, EXEC, DISCARD,
+	// QUIT, RESET) that run at once instead of being queued. Not reported.
+	RunsInMulti
+)
+
+// flagNames lists the reported flags in the order Redis 7 replies them.
+var flagNames = []struct {
+	f    Flags
+	name string
+}{
+	{Write, "write"}, {ReadOnly, "readonly"}, {Module, "module"},
+	{Admin, "admin"}, {NoScript, "noscript"}, {Loading, "loading"},
+	{Stale, "stale"}, {Fast, "fast"}, {NoAuth, "no_auth"},
+	{NoMulti, "no_multi"}, {MovableKeys, "movablekeys"}, {AllowBusy, "allow_busy"},
+}
+
+// Arg documents one argument for COMMAND DOCS, with Redis 7's fields.
+type Arg struct {
+	Name     string
+	Type     string // key, string, integer, double, pattern, unix-time, pure-token, oneof, block
+	Token    string // a literal word that introduces the argument, e.g. "EX"
+	KeySpec  int    // index into the command's key specs, for Type "key"
+	Optional bool
+	Multiple bool
+	Args     []Arg // members of a oneof or block
+}
+
+// Spec is one row of the command table.
+type Spec struct {
+	Name  string // lower-case; "container|sub" for subcommands
+	Arity int    // Redis convention: N exactly, -N at least N (the name counts)
+	Flags Flags
+	// FirstKey, LastKey, Step are Redis's legacy key positions (LastKey -1:
+	// the last argument). All zero for commands without keys.
+	FirstKey, LastKey, Step int
+	// KeyFlags describe the key spec for COMMAND INFO (e.g. "RW", "access",
+	// "update"); empty for commands without keys.
+	KeyFlags []string
+	ACL      []string // ACL categories without "@"
+	Group    string   // COMMAND DOCS group: generic, string, connection, server, transactions, module
+	Module   string   // COMMAND DOCS module name for module commands
+	Summary  string
+	Since    string
+	Complex  string
+	Args     []Arg
+	Subs     []*Spec // subcommands of a container command (CLIENT, COMMAND, CONFIG)
+
+	// Keys returns the key positions of a call whose keys are not at
+	// fixed positions (MovableKeys); nil means use FirstKey/LastKey/Step.
+	Keys func(args [][]byte) []int
+	// Run executes the command; nil for containers, whose subcommands run.
+	Run func(x *ctx)
+
+	id    int     // index in the flat list of specs, for statistics
+	subs  map[string]*Spec
+	stats cmdStats
+}
+
+// keyPositions returns the indexes of the key arguments in args.
+func (sp *Spec) keyPositions(args [][]byte) []int {
+	if sp.Keys != nil {
+		return sp.Keys(args)
+	}
+	if sp.FirstKey == 0 {
+		return nil
+	}
+	last := sp.LastKey
+	if last < 0 {
+		last = len(args) + last
+	}
+	var pos []int
+	for i := sp.FirstKey; i <= last && i < len(args); i += sp.Step {
+		pos = append(pos, i)
+	}
+	return pos
+}
+
+// arityOK reports whether n arguments (the name included) fit the arity.
+func (sp *Spec) arityOK(n int) bool {
+	if sp.Arity >= 0 {
+		return n == sp.Arity
+	}
+	return n >= -sp.Arity
+}

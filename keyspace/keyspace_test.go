@@ -1,0 +1,158 @@
+package keyspace
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+)
+
+func newKS(t *testing.T, shards int) *Keyspace {
+	t.Helper()
+	ks, err := New(Config{Shards: shards})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ks
+}
+
+func TestNewRoundsShardsToPowerOfTwo(t *testing.T) {
+	for _, tc := range []struct{ in, want int }{{1, 1}, {3, 4}, {256, 256}, {257, 512}} {
+		ks := newKS(t, tc.in)
+		if got := ks.DB(0).NumShards(); got != tc.want {
+			t.Errorf("Shards %d: got %d shards, want %d", tc.in, got, tc.want)
+		}
+	}
+	if ks := newKS(t, 0); ks.NumDB() != 16 || ks.DB(0).NumShards() != 256 {
+		t.Errorf("defaults: %d dbs, %d shards", ks.NumDB(), ks.DB(0).NumShards())
+	}
+	if _, err := New(Config{Databases: -1}); err == nil {
+		t.Error("negative databases accepted")
+	}
+}
+
+func TestLazyExpiry(t *testing.T) {
+	ks := newKS(t, 4)
+	db := ks.DB(0)
+	k := []byte("k")
+	sh := db.Shard(k)
+	sh.Lock()
+	defer sh.Unlock()
+	sh.Set(k, Value{Kind: KindGCRA, N: 7, Exp: 1000})
+	// Redis keeps a key alive during the millisecond of its expiry.
+	if v := sh.Lookup(k, 1000); v == nil || v.N != 7 {
+		t.Fatalf("at expiry: got %v, want live value", v)
+	}
+	if v := sh.Lookup(k, 1001); v != nil {
+		t.Fatalf("after expiry: got %v, want nil", v)
+	}
+	if sh.Len() != 0 {
+		t.Fatalf("expired entry not removed on access: len %d", sh.Len())
+	}
+	sh.Set(k, Value{Kind: KindString, Obj: []byte("x")})
+	if v := sh.Lookup(k, 1<<60); v == nil {
+		t.Fatal("value without expiry expired")
+	}
+	if !sh.Delete(k, 0) || sh.Delete(k, 0) {
+		t.Fatal("Delete should report true once")
+	}
+}
+
+func TestSetOverwritesInPlace(t *testing.T) {
+	ks := newKS(t, 1)
+	sh := ks.DB(0).Shard([]byte("a"))
+	sh.Lock()
+	defer sh.Unlock()
+	sh.Set([]byte("a"), Value{Kind: KindGCRA, N: 1})
+	p := sh.Lookup([]byte("a"), 0)
+	sh.Set([]byte("a"), Value{Kind: KindGCRA, N: 2})
+	if p.N != 2 || sh.Len() != 1 {
+		t.Fatalf("got N=%d len=%d, want 2 and 1", p.N, sh.Len())
+	}
+}
+
+func TestSweepRemovesExpiredOnly(t *testing.T) {
+	ks := newKS(t, 8)
+	const live, dead = 300, 700
+	for i := 0; i < live+dead; i++ {
+		k := []byte(fmt.Sprint("key:", i))
+		exp := int64(0)
+		if i >= live {
+			exp = 50
+		}
+		sh := ks.DB(i % 2).Shard(k)
+		sh.Lock()
+		sh.Set(k, Value{Kind: KindGCRA, Exp: exp})
+		sh.Unlock()
+	}
+	removed := 0
+	for pass := 0; pass < 100 && removed < dead; pass++ {
+		n := ks.Sweep(100, SweepConfig{PerShard: 5, Rounds: 2})
+		if n > 2*8*5*2 {
+			t.Fatalf("pass removed %d keys, more than the bound %d", n, 2*8*5*2)
+		}
+		removed += n
+	}
+	if removed != dead {
+		t.Fatalf("removed %d, want %d", removed, dead)
+	}
+	if got := ks.DB(0).Size(false) + ks.DB(1).Size(false); got != live {
+		t.Fatalf("left %d keys, want %d", got, live)
+	}
+	st := ks.DB(0).Stats(100, false)
+	if st.Keys != live/2 || st.Expires != 0 {
+		t.Fatalf("stats %+v, want %d keys, 0 expires", st, live/2)
+	}
+}
+
+func TestShardLockIsExclusive(t *testing.T) {
+	ks := newKS(t, 16)
+	db := ks.DB(0)
+	key := []byte("counter")
+	const workers, each = 8, 2000
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				sh := db.Shard(key)
+				sh.Lock()
+				if v := sh.Lookup(key, 0); v != nil {
+					v.N++
+				} else {
+					sh.Set(key, Value{Kind: KindGCRA, N: 1})
+				}
+				sh.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	sh := db.Shard(key)
+	sh.Lock()
+	defer sh.Unlock()
+	if got := sh.Lookup(key, 0).N; got != workers*each {
+		t.Fatalf("lost updates: %d, want %d", got, workers*each)
+	}
+}
+
+func BenchmarkLookupSet(b *testing.B) {
+	ks, _ := New(Config{})
+	db := ks.DB(0)
+	keys := make([][]byte, 1024)
+	for i := range keys {
+		keys[i] = []byte(fmt.Sprintf("user:%d", i))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		k := keys[i&1023]
+		sh := db.Shard(k)
+		sh.Lock()
+		if v := sh.Lookup(k, 1); v != nil {
+			v.N++
+		} else {
+			sh.Set(k, Value{Kind: KindGCRA})
+		}
+		sh.Unlock()
+	}
+}

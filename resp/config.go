@@ -1,0 +1,139 @@
+package resp
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+)
+
+// Defaults for the zero fields of [Config].
+const (
+	// DefaultMaxClients is the default Config.MaxClients (Redis maxclients).
+	DefaultMaxClients = 10000
+	// DefaultMaxBulkLen is the default Config.MaxBulkLen: 16 MiB.
+	DefaultMaxBulkLen = 16 << 20
+	// DefaultMaxMultiBulkLen is the default Config.MaxMultiBulkLen:
+	// 1048576 elements.
+	DefaultMaxMultiBulkLen = 1 << 20
+	// DefaultMaxQueryBuffer is the default Config.MaxQueryBuffer: 64 MiB.
+	DefaultMaxQueryBuffer = 64 << 20
+	// DefaultMaxInlineLen is the default Config.MaxInlineLen: 64 KiB, Redis
+	// PROTO_INLINE_MAX_SIZE.
+	DefaultMaxInlineLen = 64 << 10
+
+	// QueryBufferOverhead is how much larger than MaxBulkLen MaxQueryBuffer
+	// must be: room for the count and header lines and the other, smaller
+	// arguments of a command that carries one maximal bulk.
+	QueryBufferOverhead = 64 << 10
+)
+
+// maxCountLine bounds a "*N" or "$N" line, counting every byte before its
+// '\n' (Redis PROTO_INLINE_MAX_SIZE). A valid count line is at most 23
+// bytes; the bound only decides which error a garbage line gets.
+const maxCountLine = 64 << 10
+
+// Config holds the limits of a [Server]. The zero value of every field
+// means its default, so Config{} is a valid configuration.
+type Config struct {
+	// MaxClients is the number of connections served at once. A connection
+	// accepted beyond it receives "-ERR max number of clients reached" and
+	// is closed. The default value is DefaultMaxClients (10000).
+	MaxClients int
+
+	// IdleTimeout closes a client that sends nothing for this long, and
+	// bounds each write of replies to it. Zero never closes idle clients
+	// (Redis "timeout 0"). The default value is 0.
+	IdleTimeout time.Duration
+
+	// MaxBulkLen is the largest bulk string a client may send, in bytes
+	// (Redis proto-max-bulk-len). A larger "$N" is answered with
+	// "Protocol error: invalid bulk length". The default value is
+	// DefaultMaxBulkLen (16 MiB).
+	MaxBulkLen int64
+
+	// MaxMultiBulkLen is the largest number of elements in a command array.
+	// A larger "*N" is answered with "Protocol error: invalid multibulk
+	// length". It must not exceed math.MaxInt32 (Redis INT_MAX). The
+	// default value is DefaultMaxMultiBulkLen (1048576).
+	MaxMultiBulkLen int64
+
+	// MaxQueryBuffer bounds, in bytes, the unparsed input buffered for one
+	// client: in practice the size of the one command being received,
+	// since arguments point into the buffer. Past it the client gets
+	// "Protocol error: client query buffer limit reached". It must be at
+	// least MaxBulkLen + QueryBufferOverhead and larger than MaxInlineLen.
+	// The default value is DefaultMaxQueryBuffer (64 MiB).
+	MaxQueryBuffer int64
+
+	// MaxInlineLen is the longest inline command line, in bytes before its
+	// '\n'. A longer one is answered with "Protocol error: too big inline
+	// request". The default value is DefaultMaxInlineLen (64 KiB).
+	MaxInlineLen int
+
+	// Logger receives accept errors and handler panics (error level) and
+	// client protocol errors (debug level). nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	if c.MaxClients == 0 {
+		c.MaxClients = DefaultMaxClients
+	}
+	if c.MaxBulkLen == 0 {
+		c.MaxBulkLen = DefaultMaxBulkLen
+	}
+	if c.MaxMultiBulkLen == 0 {
+		c.MaxMultiBulkLen = DefaultMaxMultiBulkLen
+	}
+	if c.MaxQueryBuffer == 0 {
+		c.MaxQueryBuffer = DefaultMaxQueryBuffer
+	}
+	if c.MaxInlineLen == 0 {
+		c.MaxInlineLen = DefaultMaxInlineLen
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports every problem with c, zero fields standing for their
+// defaults, joined with errors.Join. It returns nil for a usable Config.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxClients < 0 {
+		errs = append(errs, fmt.Errorf("resp: MaxClients %d is negative", c.MaxClients))
+	}
+	if c.IdleTimeout < 0 {
+		errs = append(errs, fmt.Errorf("resp: IdleTimeout %v is negative", c.IdleTimeout))
+	}
+	if c.MaxBulkLen < 0 {
+		errs = append(errs, fmt.Errorf("resp: MaxBulkLen %d is negative", c.MaxBulkLen))
+	}
+	if c.MaxMultiBulkLen < 0 || c.MaxMultiBulkLen > math.MaxInt32 {
+		errs = append(errs, fmt.Errorf("resp: MaxMultiBulkLen %d is outside [0, %d]", c.MaxMultiBulkLen, math.MaxInt32))
+	}
+	if c.MaxQueryBuffer < 0 {
+		errs = append(errs, fmt.Errorf("resp: MaxQueryBuffer %d is negative", c.MaxQueryBuffer))
+	}
+	if c.MaxInlineLen < 0 {
+		errs = append(errs, fmt.Errorf("resp: MaxInlineLen %d is negative", c.MaxInlineLen))
+	}
+	if len(errs) == 0 {
+		d := c.withDefaults()
+		if d.MaxBulkLen > math.MaxInt-QueryBufferOverhead || d.MaxQueryBuffer > math.MaxInt-maxCountLine {
+			errs = append(errs, fmt.Errorf("resp: MaxBulkLen %d or MaxQueryBuffer %d does not fit in an int", d.MaxBulkLen, d.MaxQueryBuffer))
+		} else {
+			if d.MaxQueryBuffer < d.MaxBulkLen+QueryBufferOverhead {
+				errs = append(errs, fmt.Errorf("resp: MaxQueryBuffer %d is less than MaxBulkLen %d + %d", d.MaxQueryBuffer, d.MaxBulkLen, QueryBufferOverhead))
+			}
+			if d.MaxQueryBuffer <= int64(d.MaxInlineLen) {
+				errs = append(errs, fmt.Errorf("resp: MaxQueryBuffer %d is not larger than MaxInlineLen %d", d.MaxQueryBuffer, d.MaxInlineLen))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

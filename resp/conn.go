@@ -1,0 +1,238 @@
+package resp
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidwall/redcon"
+)
+
+// maxPendingOut is the reply size past which c.Out is written in the
+// middle of a batch, so a long pipeline does not buffer all its replies.
+const maxPendingOut = 64 << 10
+
+// Connection states, for Shutdown. The goroutine of the connection moves
+// between connActive and connIdle; Shutdown claims an idle connection by
+// moving it to connClosed with a compare-and-swap, so a connection whose
+// read has just returned either runs its batch to the end (it won) or runs
+// nothing (Shutdown won).
+const (
+	connActive int32 = iota // in Open, or running a batch
+	connIdle                // waiting for input
+	connClosed              // closed or being closed
+)
+
+// Conn is one client connection. Its Handler methods run on the
+// connection's goroutine; see the package documentation, section
+// Concurrency, for the methods other goroutines may call.
+type Conn struct {
+	// Out is the reply buffer. Handlers append RESP replies to it (for
+	// example with redcon.AppendBulk); the server writes it after each
+	// batch of pipelined commands, or as soon as it exceeds 64 KiB. It is
+	// owned by the connection's goroutine.
+	Out []byte
+
+	srv     *Server
+	nc      net.Conn
+	id      int64
+	remote  string
+	local   string
+	created time.Time
+	rd      reader
+
+	closeAfter bool // set by CloseAfterReply
+
+	killed     atomic.Bool
+	state      atomic.Int32
+	lastActive atomic.Int64 // Unix nanoseconds
+	qbuf       atomic.Int64
+	outLen     atomic.Int64
+	netIn      atomic.Int64
+	netOut     atomic.Int64
+	ctx        atomic.Pointer[any]
+}
+
+// ID returns the connection's identifier: unique within the Server and
+// increasing from 1 in accept order (Redis CLIENT ID).
+func (c *Conn) ID() int64 { return c.id }
+
+// RemoteAddr returns the client's address, such as "127.0.0.1:50412".
+func (c *Conn) RemoteAddr() string { return c.remote }
+
+// LocalAddr returns the server-side address of the connection.
+func (c *Conn) LocalAddr() string { return c.local }
+
+// Created returns the time the connection was accepted.
+func (c *Conn) Created() time.Time { return c.created }
+
+// LastActive returns the time input was last read from the client (at
+// accept, before any).
+func (c *Conn) LastActive() time.Time { return time.Unix(0, c.lastActive.Load()) }
+
+// QueryBufLen returns the number of input bytes buffered and not yet
+// consumed, as of the last read or batch end (Redis CLIENT LIST qbuf).
+func (c *Conn) QueryBufLen() int { return int(c.qbuf.Load()) }
+
+// OutLen returns the number of reply bytes being written, which is zero
+// unless a write to the client is in progress (Redis CLIENT LIST omem, in
+// spirit).
+func (c *Conn) OutLen() int { return int(c.outLen.Load()) }
+
+// SetContext attaches a value of the handler's choosing to the connection.
+func (c *Conn) SetContext(v any) { c.ctx.Store(&v) }
+
+// Context returns the value given to SetContext, or nil.
+func (c *Conn) Context() any {
+	if p := c.ctx.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// CloseAfterReply makes the connection write the replies appended so far
+// and close, running none of the commands that follow in its buffer (Redis
+// CLIENT_CLOSE_AFTER_REPLY, used by QUIT). Call it only from the Handler
+// methods of this connection.
+func (c *Conn) CloseAfterReply() { c.closeAfter = true }
+
+// Kill closes the connection now, from any goroutine (CLIENT KILL). A
+// command running on it completes, but its replies are lost and no later
+// command runs. A handler ending its own connection should call
+// CloseAfterReply instead, so that its reply is delivered.
+func (c *Conn) Kill() {
+	c.killed.Store(true)
+	c.state.Store(connClosed)
+	c.nc.Close()
+}
+
+// SetMaxMultiBulkLen overrides Config.MaxMultiBulkLen for the commands of
+// this connection not yet parsed; n <= 0 restores the configured value.
+// A handler can lower the limit for unauthenticated clients and restore it
+// after AUTH. Call it only from the Handler methods of this connection.
+func (c *Conn) SetMaxMultiBulkLen(n int64) {
+	if n <= 0 {
+		n = c.srv.cfg.MaxMultiBulkLen
+	}
+	c.rd.maxMulti = n
+}
+
+// SetMaxBulkLen overrides Config.MaxBulkLen for the commands of this
+// connection not yet parsed; n <= 0 restores the configured value, as does
+// any n above it (the query buffer is sized for the configured value).
+// Call it only from the Handler methods of this connection.
+func (c *Conn) SetMaxBulkLen(n int64) {
+	if n <= 0 || n > c.srv.cfg.MaxBulkLen {
+		n = c.srv.cfg.MaxBulkLen
+	}
+	c.rd.maxBulk = n
+}
+
+// closeIfIdle closes the connection if it is waiting for input. It is how
+// Shutdown closes idle connections without cutting a batch short.
+func (c *Conn) closeIfIdle() {
+	if c.state.CompareAndSwap(connIdle, connClosed) {
+		c.nc.Close()
+	}
+}
+
+// serve is the connection loop, after redcon's handle: run every complete
+// command already buffered, write the replies once, read more. It returns
+// when the connection must close.
+func (c *Conn) serve() {
+	s := c.srv
+	h := s.handler
+	for {
+		for !c.closeAfter {
+			if c.killed.Load() {
+				return
+			}
+			args, err := c.rd.next()
+			if err != nil {
+				c.protocolError(err)
+				return
+			}
+			if args == nil {
+				break
+			}
+			h.ServeRESP(c, args)
+			if len(c.Out) > maxPendingOut {
+				if c.write() != nil {
+					return
+				}
+			}
+		}
+		if c.killed.Load() {
+			return
+		}
+		if len(c.Out) > 0 {
+			if c.write() != nil {
+				return
+			}
+		}
+		if cap(c.Out) > maxRetainedBuf {
+			c.Out = nil
+		}
+		c.qbuf.Store(int64(c.rd.buffered()))
+		if c.closeAfter {
+			return
+		}
+
+		// Become idle, then look for shutdown: Shutdown sets inShutdown
+		// before it looks for idle connections, so one of the two sees
+		// the other.
+		c.state.Store(connIdle)
+		if s.inShutdown.Load() {
+			return
+		}
+		n, err := c.read()
+		if !c.state.CompareAndSwap(connIdle, connActive) {
+			return // claimed by Shutdown, or killed
+		}
+		if n == 0 && err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				s.logger.Debug("resp: closing idle client", "id", c.id, "addr", c.remote)
+			}
+			return
+		}
+	}
+}
+
+// read reads more input, with the idle deadline if one is configured.
+func (c *Conn) read() (int, error) {
+	if d := c.srv.cfg.IdleTimeout; d > 0 {
+		c.nc.SetReadDeadline(time.Now().Add(d))
+	}
+	n, err := c.rd.fill(c.nc)
+	if n > 0 {
+		c.netIn.Add(int64(n))
+		c.lastActive.Store(time.Now().UnixNano())
+		c.qbuf.Store(int64(c.rd.buffered()))
+	}
+	return n, err
+}
+
+// write writes c.Out to the client and empties it.
+func (c *Conn) write() error {
+	if d := c.srv.cfg.IdleTimeout; d > 0 {
+		c.nc.SetWriteDeadline(time.Now().Add(d))
+	}
+	c.outLen.Store(int64(len(c.Out)))
+	n, err := c.nc.Write(c.Out)
+	c.netOut.Add(int64(n))
+	c.outLen.Store(0)
+	c.Out = c.Out[:0]
+	return err
+}
+
+// protocolError answers a malformed request with "-ERR <text>" after the
+// replies of the commands before it, as Redis does; the caller closes.
+func (c *Conn) protocolError(err error) {
+	s := c.srv
+	s.protoErrors.Add(1)
+	s.logger.Debug("resp: protocol error", "id", c.id, "addr", c.remote, "err", err.Error())
+	c.Out = redcon.AppendError(c.Out, "ERR "+err.Error())
+	c.write()
+}

@@ -1,0 +1,386 @@
+package resp
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Handler serves the commands of the connections of a [Server]. All three
+// methods run on the connection's own goroutine, one at a time, so a
+// Handler sees each connection sequentially; calls for different
+// connections run concurrently.
+type Handler interface {
+	// Open is called once when a connection is accepted, before any of
+	// its commands. It may append to c.Out (written before the first
+	// read) and call c.CloseAfterReply to turn the client away.
+	Open(c *Conn)
+	// Close is called once when the connection ends, if Open returned
+	// normally. The socket is already closed.
+	Close(c *Conn)
+	// ServeRESP runs one command. args[0] is the command name, exactly as
+	// the client sent it. args and its elements alias the connection's
+	// read buffer and are valid only until ServeRESP returns: copy what
+	// must be kept. Replies are appended to c.Out, usually with redcon's
+	// Append* functions.
+	ServeRESP(c *Conn, args [][]byte)
+}
+
+// Stats are counters of a [Server] since NewServer, named after the Redis
+// INFO fields they mirror.
+type Stats struct {
+	// ConnectedClients is the number of connections being served now
+	// (connected_clients).
+	ConnectedClients int64
+	// TotalConnections is the number of connections accepted and served,
+	// refused ones excluded (total_connections_received).
+	TotalConnections int64
+	// RejectedConnections is the number of connections refused because
+	// MaxClients were connected (rejected_connections).
+	RejectedConnections int64
+	// ProtocolErrors is the number of clients closed for a malformed or
+	// over-limit request.
+	ProtocolErrors int64
+	// NetInputBytes and NetOutputBytes count the bytes read from and
+	// written to clients (total_net_input_bytes, total_net_output_bytes).
+	// Bytes of connections still open are counted up to their last batch.
+	NetInputBytes  int64
+	NetOutputBytes int64
+}
+
+// Accept retry delays, as in net/http.
+const (
+	acceptDelayMin = 5 * time.Millisecond
+	acceptDelayMax = time.Second
+)
+
+// rejectWriteTimeout bounds the write of the "max number of clients" error,
+// which happens on the accept goroutine.
+const rejectWriteTimeout = 100 * time.Millisecond
+
+// Server accepts RESP2 connections and serves them with a [Handler]. Create
+// one with [NewServer]; its methods are safe for concurrent use.
+type Server struct {
+	cfg     Config // defaults applied
+	handler Handler
+	logger  *slog.Logger
+
+	nextID     atomic.Int64
+	inShutdown atomic.Bool // set once, under mu, by Shutdown or Close
+
+	totalConns  atomic.Int64
+	rejected    atomic.Int64
+	protoErrors atomic.Int64
+
+	mu        sync.Mutex // guards the fields below
+	listeners map[*net.Listener]struct{}
+	addr      net.Addr
+	conns     map[*Conn]struct{}
+	closedIn  int64         // net input bytes of connections that have ended
+	closedOut int64         // net output bytes of connections that have ended
+	done      chan struct{} // closed when shutdown begins; ends an accept backoff
+	// connWG counts registered connections. Add is called only with mu
+	// held and inShutdown false, so Shutdown may Wait once it is set.
+	connWG sync.WaitGroup
+}
+
+// NewServer returns a server with the limits of cfg (zero fields take their
+// defaults; see [Config]) that serves connections with h. Nothing happens
+// until [Server.Serve]. An invalid cfg is reported by Serve.
+func NewServer(cfg Config, h Handler) *Server {
+	if h == nil {
+		panic("resp: nil Handler")
+	}
+	cfg = cfg.withDefaults()
+	return &Server{
+		cfg:       cfg,
+		handler:   h,
+		logger:    cfg.Logger,
+		listeners: make(map[*net.Listener]struct{}),
+		conns:     make(map[*Conn]struct{}),
+		done:      make(chan struct{}),
+	}
+}
+
+// Serve accepts connections on ln and serves each on its own goroutine. It
+// blocks until ln fails or the server is shut down, and closes ln before
+// returning. After Shutdown or Close it returns ErrServerClosed; it also
+// returns the error of Config.Validate, or a non-temporary Accept error.
+// Temporary Accept errors are retried after 5 ms, doubling up to 1 s.
+// Serve may be called for several listeners.
+func (s *Server) Serve(ln net.Listener) error {
+	if err := s.cfg.Validate(); err != nil {
+		ln.Close()
+		return err
+	}
+	if !s.trackListener(&ln) {
+		ln.Close()
+		return ErrServerClosed
+	}
+	defer s.untrackListener(&ln)
+
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.inShutdown.Load() {
+				return ErrServerClosed
+			}
+			if !isTemporary(err) {
+				return err
+			}
+			delay = min(max(2*delay, acceptDelayMin), acceptDelayMax)
+			s.logger.Error("resp: accept error; retrying", "err", err, "delay", delay)
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-s.done:
+				t.Stop()
+				return ErrServerClosed
+			}
+			continue
+		}
+		delay = 0
+		s.accept(nc)
+	}
+}
+
+// isTemporary reports whether an Accept error is worth retrying (for
+// example EMFILE), as net/http decides.
+func isTemporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+// trackListener registers ln, unless shutdown has begun.
+func (s *Server) trackListener(ln *net.Listener) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inShutdown.Load() {
+		return false
+	}
+	s.listeners[ln] = struct{}{}
+	if s.addr == nil {
+		s.addr = (*ln).Addr()
+	}
+	return true
+}
+
+// untrackListener closes ln unless shutdown closed it already.
+func (s *Server) untrackListener(ln *net.Listener) {
+	s.mu.Lock()
+	_, ok := s.listeners[ln]
+	delete(s.listeners, ln)
+	s.mu.Unlock()
+	if ok {
+		(*ln).Close()
+	}
+}
+
+// accept registers a new connection and starts its goroutine, or refuses
+// it when MaxClients are connected or shutdown has begun.
+func (s *Server) accept(nc net.Conn) {
+	c := &Conn{
+		srv:     s,
+		nc:      nc,
+		remote:  addrString(nc.RemoteAddr()),
+		local:   addrString(nc.LocalAddr()),
+		created: time.Now(),
+		rd:      newReader(&s.cfg),
+	}
+	c.lastActive.Store(c.created.UnixNano())
+
+	s.mu.Lock()
+	if s.inShutdown.Load() {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	if len(s.conns) >= s.cfg.MaxClients {
+		s.mu.Unlock()
+		s.rejected.Add(1)
+		nc.SetWriteDeadline(time.Now().Add(rejectWriteTimeout))
+		nc.Write(rawMaxClients)
+		nc.Close()
+		return
+	}
+	c.id = s.nextID.Add(1)
+	s.conns[c] = struct{}{}
+	s.connWG.Add(1)
+	s.mu.Unlock()
+
+	s.totalConns.Add(1)
+	go s.serveConn(c)
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}
+
+// serveConn runs one connection from Open to Close, isolating panics: a
+// panic in the Handler is logged with its stack and ends only this
+// connection.
+func (s *Server) serveConn(c *Conn) {
+	opened := false
+	defer func() {
+		if v := recover(); v != nil {
+			s.logPanic(c, "ServeRESP or Open", v)
+		}
+		c.state.Store(connClosed)
+		c.nc.Close()
+		if opened {
+			s.closeHandler(c)
+		}
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.closedIn += c.netIn.Load()
+		s.closedOut += c.netOut.Load()
+		s.mu.Unlock()
+		s.connWG.Done()
+	}()
+	s.handler.Open(c)
+	opened = true
+	c.serve()
+}
+
+// closeHandler calls Handler.Close, logging a panic instead of raising it.
+func (s *Server) closeHandler(c *Conn) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.logPanic(c, "Close", v)
+		}
+	}()
+	s.handler.Close(c)
+}
+
+func (s *Server) logPanic(c *Conn, where string, v any) {
+	const size = 64 << 10
+	buf := make([]byte, size)
+	buf = buf[:runtime.Stack(buf, false)]
+	s.logger.Error("resp: panic in handler; closing connection",
+		"where", where, "id", c.id, "addr", c.remote, "panic", v, "stack", string(buf))
+}
+
+// Shutdown stops the server gracefully. It closes the listeners, so Serve
+// returns ErrServerClosed; closes idle connections (waiting for input) at
+// once; and lets each connection running a batch finish it, flush its
+// replies and close. A client therefore receives a reply for every command
+// that ran, and no command runs after its last reply. Shutdown waits for
+// every connection to end, Handler.Close included, and returns nil; or,
+// if ctx ends first, closes the remaining connections and returns
+// ctx.Err() without waiting for their handlers to return.
+func (s *Server) Shutdown(ctx context.Context) error {
+	conns, lnErr := s.beginShutdown()
+	for _, c := range conns {
+		c.closeIfIdle()
+	}
+	allGone := make(chan struct{})
+	go func() {
+		s.connWG.Wait()
+		close(allGone)
+	}()
+	select {
+	case <-allGone:
+		return lnErr
+	case <-ctx.Done():
+		for _, c := range s.snapshot() {
+			c.Kill()
+		}
+		return ctx.Err()
+	}
+}
+
+// Close closes the listeners and every connection immediately, without
+// waiting: a connection's running command completes but its replies are
+// lost, and Handler.Close may run after Close returns. Use Shutdown to
+// stop gracefully. It returns the error of closing a listener, if any.
+func (s *Server) Close() error {
+	conns, lnErr := s.beginShutdown()
+	for _, c := range conns {
+		c.Kill()
+	}
+	return lnErr
+}
+
+// beginShutdown marks the server as shutting down, closes its listeners
+// and returns a snapshot of its connections. No connection is registered
+// afterwards.
+func (s *Server) beginShutdown() ([]*Conn, error) {
+	s.mu.Lock()
+	if !s.inShutdown.Load() {
+		s.inShutdown.Store(true)
+		close(s.done)
+	}
+	var lnErr error
+	for ln := range s.listeners {
+		if err := (*ln).Close(); err != nil && lnErr == nil {
+			lnErr = err
+		}
+		delete(s.listeners, ln)
+	}
+	s.mu.Unlock()
+	return s.snapshot(), lnErr
+}
+
+// snapshot returns the live connections in ID order.
+func (s *Server) snapshot() []*Conn {
+	s.mu.Lock()
+	conns := make([]*Conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(conns, func(a, b *Conn) int { return cmp.Compare(a.id, b.id) })
+	return conns
+}
+
+// Addr returns the address of the first listener given to Serve, or nil
+// before Serve is called.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+// Stats returns the server's counters.
+func (s *Server) Stats() Stats {
+	st := Stats{
+		TotalConnections:    s.totalConns.Load(),
+		RejectedConnections: s.rejected.Load(),
+		ProtocolErrors:      s.protoErrors.Load(),
+	}
+	s.mu.Lock()
+	st.ConnectedClients = int64(len(s.conns))
+	st.NetInputBytes, st.NetOutputBytes = s.closedIn, s.closedOut
+	for c := range s.conns {
+		st.NetInputBytes += c.netIn.Load()
+		st.NetOutputBytes += c.netOut.Load()
+	}
+	s.mu.Unlock()
+	return st
+}
+
+// Range calls fn for each live connection in ID order (oldest first) until
+// fn returns false. It iterates over a snapshot taken without holding any
+// lock during the calls, so fn may call any Server or Conn method; a
+// connection may end while fn looks at it, and one may be yielded before
+// its Handler.Open has returned. Only the Conn methods documented as safe
+// for concurrent use may be called on connections other than the caller's
+// own.
+func (s *Server) Range(fn func(c *Conn) bool) {
+	for _, c := range s.snapshot() {
+		if !fn(c) {
+			return
+		}
+	}
+}

@@ -1,0 +1,314 @@
+// Package server assembles cellserver: the keyspace, the command table and
+// the RESP listener, configured by one Config. cmd/cellserver maps flags onto
+// a Config and calls Run; tests start a Server on 127.0.0.1:0 the same way.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cellserver/cellserver/commands"
+	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/resp"
+)
+
+// Config is cellserver's whole configuration. Zero values mean the
+// documented defaults; Validate reports every problem at once.
+type Config struct {
+	// Addr is the TCP address to listen on. The default value is
+	// "127.0.0.1:6379": cellserver is reachable only from this machine
+	// unless told otherwise.
+	Addr string
+	// Databases is the number of databases (SELECT 0..n-1). The default
+	// value is 16.
+	Databases int
+	// Shards is the number of lock shards per database, rounded up to a
+	// power of two. The default value is 256.
+	Shards int
+	// MaxClients caps concurrent connections; the next one gets
+	// "ERR max number of clients reached". The default value is 10000.
+	MaxClients int
+	// IdleTimeout closes a client silent for that long; 0 never does
+	// (Redis's "timeout 0"). The default value is 0.
+	IdleTimeout time.Duration
+	// MaxBulkLen is the largest argument accepted, in bytes. The default
+	// value is 16 MiB.
+	MaxBulkLen int64
+	// MaxMultiBulkLen is the most arguments in one command. The default
+	// value is 1048576.
+	MaxMultiBulkLen int64
+	// MaxQueryBuffer caps the unparsed bytes buffered for one client. The
+	// default value is 64 MiB.
+	MaxQueryBuffer int64
+	// Password, when set, must be given with AUTH before other commands.
+	Password string
+	// ShutdownTimeout bounds how long Shutdown waits for in-flight commands
+	// when Run's context ends. The default value is 10s.
+	ShutdownTimeout time.Duration
+	// Clock is the wall clock; nil means time.Now. Tests inject their own.
+	Clock func() time.Time
+	// Logger receives log lines; nil means slog.Default().
+	Logger *slog.Logger
+	// Version is reported by INFO and --version.
+	Version string
+}
+
+// Defaults for Config's zero values.
+const (
+	DefaultAddr            = "127.0.0.1:6379"
+	DefaultShutdownTimeout = 10 * time.Second
+)
+
+// withDefaults returns c with zero values replaced by defaults.
+func (c Config) withDefaults() Config {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.Databases == 0 {
+		c.Databases = 16
+	}
+	if c.Shards == 0 {
+		c.Shards = 256
+	}
+	if c.MaxClients == 0 {
+		c.MaxClients = 10000
+	}
+	if c.MaxBulkLen == 0 {
+		c.MaxBulkLen = 16 << 20
+	}
+	if c.MaxMultiBulkLen == 0 {
+		c.MaxMultiBulkLen = 1 << 20
+	}
+	if c.MaxQueryBuffer == 0 {
+		c.MaxQueryBuffer = 64 << 20
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports every problem with c (after defaults) as one error.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		bad("addr %q: %v", c.Addr, err)
+	}
+	if c.Databases < 1 || c.Databases > 1<<16 {
+		bad("databases %d: must be between 1 and 65536", c.Databases)
+	}
+	if c.Shards < 1 || c.Shards > 1<<20 {
+		bad("shards %d: must be between 1 and 1048576", c.Shards)
+	}
+	if c.MaxClients < 1 {
+		bad("maxclients %d: must be at least 1", c.MaxClients)
+	}
+	if c.IdleTimeout < 0 {
+		bad("timeout %s: must not be negative", c.IdleTimeout)
+	}
+	if c.MaxBulkLen < 1 {
+		bad("proto-max-bulk-len %d: must be at least 1", c.MaxBulkLen)
+	}
+	if c.MaxMultiBulkLen < 1 {
+		bad("proto-max-multibulk-len %d: must be at least 1", c.MaxMultiBulkLen)
+	}
+	if c.MaxQueryBuffer < c.MaxBulkLen+1024 {
+		bad("client-query-buffer-limit %d: must be at least proto-max-bulk-len + 1024 (%d)", c.MaxQueryBuffer, c.MaxBulkLen+1024)
+	}
+	if c.ShutdownTimeout < 0 {
+		bad("shutdown-timeout %s: must not be negative", c.ShutdownTimeout)
+	}
+	return errors.Join(errs...)
+}
+
+// Settings returns the effective configuration as CONFIG GET shows it,
+// with the password masked.
+func (c Config) Settings() []commands.Setting {
+	c = c.withDefaults()
+	host, port, _ := net.SplitHostPort(c.Addr)
+	pass := ""
+	if c.Password != "" {
+		pass = "********"
+	}
+	itoa := func(n int64) string { return strconv.FormatInt(n, 10) }
+	return []commands.Setting{
+		{Name: "bind", Value: host},
+		{Name: "port", Value: port},
+		{Name: "databases", Value: itoa(int64(c.Databases))},
+		{Name: "shards", Value: itoa(int64(c.Shards))},
+		{Name: "maxclients", Value: itoa(int64(c.MaxClients))},
+		{Name: "timeout", Value: itoa(int64(c.IdleTimeout / time.Second))},
+		{Name: "proto-max-bulk-len", Value: itoa(c.MaxBulkLen)},
+		{Name: "proto-max-multibulk-len", Value: itoa(c.MaxMultiBulkLen)},
+		{Name: "client-query-buffer-limit", Value: itoa(c.MaxQueryBuffer)},
+		{Name: "requirepass", Value: pass},
+		{Name: "shutdown-timeout", Value: c.ShutdownTimeout.String()},
+		// Read by tools such as redis-benchmark; cellserver keeps no RDB or AOF.
+		{Name: "save", Value: ""},
+		{Name: "appendonly", Value: "no"},
+	}
+}
+
+// Server is a running cellserver.
+type Server struct {
+	cfg  Config
+	cmds *commands.Server
+	net  *resp.Server
+
+	mu sync.Mutex // guards ln
+	ln net.Listener
+
+	bgCancel context.CancelFunc
+	bgDone   chan struct{}
+}
+
+// New builds a Server from cfg; it does not listen yet.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	ks, err := keyspace.New(keyspace.Config{Databases: cfg.Databases, Shards: cfg.Shards})
+	if err != nil {
+		return nil, err
+	}
+	cmds, err := commands.New(commands.Config{
+		Keyspace: ks,
+		Clock:    cfg.Clock,
+		Settings: cfg.Settings(),
+		Version:  cfg.Version,
+		Password: cfg.Password,
+		Logger:   cfg.Logger,
+	})
+	if err != nil {
+		return nil, err
+	}
+	rs := resp.NewServer(resp.Config{
+		MaxClients:      cfg.MaxClients,
+		IdleTimeout:     cfg.IdleTimeout,
+		MaxBulkLen:      cfg.MaxBulkLen,
+		MaxMultiBulkLen: cfg.MaxMultiBulkLen,
+		MaxQueryBuffer:  cfg.MaxQueryBuffer,
+		Logger:          cfg.Logger,
+	}, cmds)
+	cmds.SetNetwork(rs)
+	return &Server{cfg: cfg, cmds: cmds, net: rs}, nil
+}
+
+// Commands returns the command executor (for in-process tests).
+func (s *Server) Commands() *commands.Server { return s.cmds }
+
+// Listen opens the configured address; Addr then reports the real port.
+func (s *Server) Listen() error {
+	ln, err := net.Listen("tcp", s.cfg.Addr)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.ln = ln
+	s.mu.Unlock()
+	return nil
+}
+
+// Addr returns the listening address, or nil before Listen.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// Serve accepts connections on the listener opened by Listen (opening it
+// if needed) and runs background work, until Shutdown or Close. It returns
+// resp.ErrServerClosed after a clean stop.
+func (s *Server) Serve() error {
+	if s.Addr() == nil {
+		if err := s.Listen(); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	s.mu.Lock()
+	s.bgCancel, s.bgDone = cancel, done
+	ln := s.ln
+	s.mu.Unlock()
+	go func() {
+		defer close(done)
+		s.cmds.Run(ctx)
+	}()
+	return s.net.Serve(ln)
+}
+
+// Shutdown stops accepting, lets in-flight commands finish and closes every
+// connection, waiting at most until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.net.Shutdown(ctx)
+	s.stopBackground()
+	return err
+}
+
+// Close stops everything at once.
+func (s *Server) Close() error {
+	err := s.net.Close()
+	s.stopBackground()
+	return err
+}
+
+func (s *Server) stopBackground() {
+	s.mu.Lock()
+	cancel, done := s.bgCancel, s.bgDone
+	s.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// Run listens, serves until ctx ends, then shuts down gracefully within
+// cfg.ShutdownTimeout.
+func (s *Server) Run(ctx context.Context) error {
+	if s.Addr() == nil {
+		if err := s.Listen(); err != nil {
+			return err
+		}
+	}
+	s.cfg.Logger.Info("cellserver started", "version", s.cfg.Version, "addr", s.Addr().String(),
+		"persistence", "none", "maxclients", s.cfg.MaxClients, "timeout", s.cfg.IdleTimeout.String(),
+		"proto-max-bulk-len", s.cfg.MaxBulkLen, "client-query-buffer-limit", s.cfg.MaxQueryBuffer)
+	errc := make(chan error, 1)
+	go func() { errc <- s.Serve() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.cfg.Logger.Info("shutting down", "timeout", s.cfg.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	err := s.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, resp.ErrServerClosed) {
+		return serr
+	}
+	if err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	s.cfg.Logger.Info("stopped")
+	return nil
+}
