@@ -114,25 +114,25 @@ func (c Config) Validate() error {
 	if c.Shards < 1 || c.Shards > 1<<20 {
 		bad("shards %d: must be between 1 and 1048576", c.Shards)
 	}
-	if c.MaxClients < 1 {
-		bad("maxclients %d: must be at least 1", c.MaxClients)
-	}
-	if c.IdleTimeout < 0 {
-		bad("timeout %s: must not be negative", c.IdleTimeout)
-	}
-	if c.MaxBulkLen < 1 {
-		bad("proto-max-bulk-len %d: must be at least 1", c.MaxBulkLen)
-	}
-	if c.MaxMultiBulkLen < 1 {
-		bad("proto-max-multibulk-len %d: must be at least 1", c.MaxMultiBulkLen)
-	}
-	if c.MaxQueryBuffer < c.MaxBulkLen+1024 {
-		bad("client-query-buffer-limit %d: must be at least proto-max-bulk-len + 1024 (%d)", c.MaxQueryBuffer, c.MaxBulkLen+1024)
+	if err := c.respConfig().Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.ShutdownTimeout < 0 {
 		bad("shutdown-timeout %s: must not be negative", c.ShutdownTimeout)
 	}
 	return errors.Join(errs...)
+}
+
+// respConfig is the connection layer's part of c.
+func (c Config) respConfig() resp.Config {
+	return resp.Config{
+		MaxClients:      c.MaxClients,
+		IdleTimeout:     c.IdleTimeout,
+		MaxBulkLen:      c.MaxBulkLen,
+		MaxMultiBulkLen: c.MaxMultiBulkLen,
+		MaxQueryBuffer:  c.MaxQueryBuffer,
+		Logger:          c.Logger,
+	}
 }
 
 // Settings returns the effective configuration as CONFIG GET shows it,
@@ -197,14 +197,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	rs := resp.NewServer(resp.Config{
-		MaxClients:      cfg.MaxClients,
-		IdleTimeout:     cfg.IdleTimeout,
-		MaxBulkLen:      cfg.MaxBulkLen,
-		MaxMultiBulkLen: cfg.MaxMultiBulkLen,
-		MaxQueryBuffer:  cfg.MaxQueryBuffer,
-		Logger:          cfg.Logger,
-	}, cmds)
+	rs := resp.NewServer(cfg.respConfig(), cmds)
 	cmds.SetNetwork(rs)
 	return &Server{cfg: cfg, cmds: cmds, net: rs}, nil
 }
