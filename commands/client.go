@@ -16,9 +16,9 @@ type client struct {
 	conn *resp.Conn
 	x    ctx // reused for every command of this connection
 
-	db     atomic.Int32         // SELECTed database; read by CLIENT LIST
-	authed bool                 // AUTH done, or no password configured
-	lower  [32]byte             // scratch for lower-casing command names
+	db      atomic.Int32         // SELECTed database; read by CLIENT LIST
+	authed  bool                 // AUTH done, or no password configured
+	lower   [32]byte             // scratch for lower-casing command names
 	lastCmd atomic.Pointer[Spec] // read by CLIENT LIST
 
 	inMulti   bool
@@ -60,8 +60,8 @@ type ctx struct {
 
 	nowNS   int64 // the command's clock reading, valid when haveNow
 	haveNow bool
-	locked bool  // every shard lock is held (inside EXEC)
-	failed bool  // an error reply was written
+	locked  bool // every shard lock is held (inside EXEC)
+	failed  bool // an error reply was written
 }
 
 // clockNS returns the command's time in ns since the Unix epoch, reading the

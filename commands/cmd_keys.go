@@ -8,11 +8,20 @@ import (
 )
 
 // typeName is what TYPE reports for a kind. CL.THROTTLE keys are strings, as
-// with redis-cell, which stores the TAT with RedisModule_StringSet.
+// with redis-cell, which stores the TAT with RedisModule_StringSet; the
+// other limiters report their kind as CL.INFO names it.
 func typeName(k keyspace.Kind) string {
 	switch k {
 	case keyspace.KindString, keyspace.KindGCRA:
 		return "string"
+	case keyspace.KindFixed:
+		return "fixed"
+	case keyspace.KindSliding:
+		return "sliding"
+	case keyspace.KindLog:
+		return "slidinglog"
+	case keyspace.KindLeases:
+		return "concurrency"
 	}
 	return "none"
 }

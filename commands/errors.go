@@ -118,3 +118,29 @@ func errorCode(msg string) string {
 	}
 	return msg
 }
+
+// The limiter family's texts (CL.PEEK answers with CL.THROTTLE's texts).
+const (
+	msgLimit        = "ERR limit must be a positive integer"
+	msgSlidingLimit = "ERR limit must be between 1 and 4294967295 for CL.SLIDING"
+	msgPeriod       = "ERR period must be a positive number of seconds or a duration such as 250ms, 1.5s, 10m, 1h, at most 10 years"
+	msgLease        = "ERR lease must be a positive number of seconds or a duration such as 250ms, 1.5s, 10m, 1h, at most 10 years"
+	msgQuantity     = "ERR quantity must be an integer"
+	msgQuantityNeg  = "ERR quantity must not be negative for CL.SLIDINGLOG"
+	msgAllDupKey    = "ERR CL.ALL checks must use distinct keys"
+)
+
+func errUnknownCheck(name string) string {
+	return "ERR CL.ALL: unknown check '" + cstr([]byte(name)) + "' (expected CL.THROTTLE, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG or CL.ACQUIRE)"
+}
+
+func errCheckArity(name string) string {
+	usage := map[string]string{
+		"cl.throttle":   "CL.THROTTLE key max_burst count period quantity",
+		"cl.fixed":      "CL.FIXED key limit period quantity [MS]",
+		"cl.sliding":    "CL.SLIDING key limit period quantity [MS]",
+		"cl.slidinglog": "CL.SLIDINGLOG key limit period quantity [MS]",
+		"cl.acquire":    "CL.ACQUIRE key limit lease token [MS]",
+	}[name]
+	return "ERR CL.ALL: incomplete check, expected " + usage
+}

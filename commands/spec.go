@@ -72,7 +72,7 @@ type Spec struct {
 	// Run executes the command; nil for containers, whose subcommands run.
 	Run func(x *ctx)
 
-	id    int     // index in the flat list of specs, for statistics
+	id    int // index in the flat list of specs, for statistics
 	subs  map[string]*Spec
 	stats cmdStats
 }

@@ -6,12 +6,12 @@ package commands
 var (
 	keyRO     = []string{"RO", "access"}
 	keyRW     = []string{"RW", "access", "update"}
-	keyOW     = []string{"OW", "update"}
 	keyRWUpd  = []string{"RW", "update"}
 	keyRM     = []string{"RM", "delete"}
 	keyRO0    = []string{"RO"}
 	argKey    = Arg{Name: "key", Type: "key"}
 	argKeys   = Arg{Name: "key", Type: "key", Multiple: true}
+	argMS     = Arg{Name: "ms", Type: "pure-token", Token: "MS", Optional: true}
 	argSyncFl = Arg{Name: "flush-type", Type: "oneof", Optional: true, Args: []Arg{
 		{Name: "async", Type: "pure-token", Token: "ASYNC"},
 		{Name: "sync", Type: "pure-token", Token: "SYNC"},
@@ -31,6 +31,45 @@ func commandTable() []*Spec {
 			Summary: "Authenticates the connection.",
 			Args:    []Arg{{Name: "username", Type: "string", Optional: true}, {Name: "password", Type: "string"}},
 			Run:     cmdAuth},
+		{Name: "cl.acquire", Arity: -5, Flags: Write | Module, FirstKey: 1, LastKey: 1, Step: 1,
+			KeyFlags: keyRW, Group: "module", Module: "cellserver", Since: "1.0.0", Complex: "O(N) where N is the number of leases held on the key",
+			Summary: "Takes one of limit concurrent leases on a key for a token; replies [limited, limit, remaining, retry_after, reset_after].",
+			Args:    []Arg{argKey, {Name: "limit", Type: "integer"}, {Name: "lease", Type: "string"}, {Name: "token", Type: "string"}, argMS},
+			Run:     cmdAcquire},
+		{Name: "cl.all", Arity: -6, Flags: Write | Module | MovableKeys, FirstKey: 2, LastKey: 2, Step: 1,
+			KeyFlags: keyRW, Group: "module", Module: "cellserver", Since: "1.0.0", Complex: "O(N) where N is the number of checks",
+			Summary: "Applies several limiter checks atomically: all are consumed or none; replies one tuple per check.",
+			Args: []Arg{{Name: "check", Type: "block", Multiple: true, Args: []Arg{
+				{Name: "command", Type: "string"}, argKey, {Name: "arg", Type: "string", Multiple: true}}}},
+			Keys: allKeys, Run: cmdAll},
+		{Name: "cl.fixed", Arity: -4, Flags: Write | Module | Fast, FirstKey: 1, LastKey: 1, Step: 1,
+			KeyFlags: keyRW, Group: "module", Module: "cellserver", Since: "1.0.0", Complex: "O(1)",
+			Summary: "Fixed-window limit: at most limit units per period-aligned window; replies [limited, limit, remaining, retry_after, reset_after].",
+			Args:    []Arg{argKey, {Name: "limit", Type: "integer"}, {Name: "period", Type: "string"}, {Name: "quantity", Type: "integer", Optional: true}, argMS},
+			Run:     cmdFixed},
+		{Name: "cl.info", Arity: 2, Flags: ReadOnly | Module | Fast, FirstKey: 1, LastKey: 1, Step: 1,
+			KeyFlags: keyRO, Group: "module", Module: "cellserver", Since: "1.0.0", Complex: "O(1)",
+			Summary: "Shows a limiter key's kind, state and TTL without changing it.",
+			Args:    []Arg{argKey}, Run: cmdLimiterInfo},
+		{Name: "cl.peek", Arity: -5, Flags: ReadOnly | Module | Fast, FirstKey: 1, LastKey: 1, Step: 1,
+			KeyFlags: keyRO, Group: "module", Module: "cellserver", Since: "1.0.0", Complex: "O(1)",
+			Summary: "The reply CL.THROTTLE key max_burst count period 0 would give, without writing anything.",
+			Args:    []Arg{argKey, {Name: "max_burst", Type: "integer"}, {Name: "count", Type: "integer"}, {Name: "period", Type: "string"}, argMS},
+			Run:     cmdPeek},
+		{Name: "cl.release", Arity: 3, Flags: Write | Module | Fast, FirstKey: 1, LastKey: 1, Step: 1,
+			KeyFlags: keyRW, Group: "module", Module: "cellserver", Since: "1.0.0", Complex: "O(N) where N is the number of leases held on the key",
+			Summary: "Releases a token's lease taken with CL.ACQUIRE; replies 1 if a lease was released, else 0.",
+			Args:    []Arg{argKey, {Name: "token", Type: "string"}}, Run: cmdRelease},
+		{Name: "cl.sliding", Arity: -4, Flags: Write | Module | Fast, FirstKey: 1, LastKey: 1, Step: 1,
+			KeyFlags: keyRW, Group: "module", Module: "cellserver", Since: "1.0.0", Complex: "O(1)",
+			Summary: "Sliding-window counter limit (previous window weighted by overlap); replies [limited, limit, remaining, retry_after, reset_after].",
+			Args:    []Arg{argKey, {Name: "limit", Type: "integer"}, {Name: "period", Type: "string"}, {Name: "quantity", Type: "integer", Optional: true}, argMS},
+			Run:     cmdSliding},
+		{Name: "cl.slidinglog", Arity: -4, Flags: Write | Module, FirstKey: 1, LastKey: 1, Step: 1,
+			KeyFlags: keyRW, Group: "module", Module: "cellserver", Since: "1.0.0", Complex: "O(N) where N is the number of requests logged in the period",
+			Summary: "Exact sliding-log limit: at most limit units in any period; replies [limited, limit, remaining, retry_after, reset_after].",
+			Args:    []Arg{argKey, {Name: "limit", Type: "integer"}, {Name: "period", Type: "string"}, {Name: "quantity", Type: "integer", Optional: true}, argMS},
+			Run:     cmdSlidingLog},
 		{Name: "cl.throttle", Arity: -1, Flags: Write | Module, FirstKey: 1, LastKey: 1, Step: 1,
 			KeyFlags: keyRW, Group: "module", Module: "redis-cell",
 			Summary: "Applies a GCRA rate limit to a key and returns [limited, limit, remaining, retry_after, reset_after].",

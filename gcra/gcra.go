@@ -23,6 +23,11 @@ type Params struct {
 	Count int64
 	// Period is the length of the rate's period, in seconds.
 	Period int64
+	// PeriodNS, when not zero, is the period in nanoseconds and replaces
+	// Period (cellserver's own commands accept periods such as 250ms).
+	// The emission interval is then float64(PeriodNS)/float64(Count),
+	// truncated, which for whole seconds equals redis-cell's arithmetic.
+	PeriodNS int64
 	// Quantity is the cost of this request in units of the rate: 1 for one
 	// request, 0 to peek, negative to refund. CL.THROTTLE's default of 1 is
 	// applied by the caller; the zero value here means a peek.
@@ -102,6 +107,16 @@ func EmissionInterval(count, period int64) int64 {
 	return satTrunc(p.float64() / float64(count))
 }
 
+func (p *Params) emissionInterval() int64 {
+	if p.PeriodNS == 0 {
+		return EmissionInterval(p.Count, p.Period)
+	}
+	if p.Count == 0 {
+		return 0
+	}
+	return satTrunc(float64(p.PeriodNS) / float64(p.Count))
+}
+
 // Decide applies one request at instant now to the stored TAT and returns
 // the decision. now is in nanoseconds since the Unix epoch; tat is the
 // stored value (nanoseconds since the Unix epoch, as an unsigned number)
@@ -112,7 +127,7 @@ func EmissionInterval(count, period int64) int64 {
 // The only error is ErrZeroRate. Decide does not allocate and is safe for
 // concurrent use.
 func Decide(now int64, tat uint64, exists bool, p Params) (Result, error) {
-	ei := EmissionInterval(p.Count, p.Period)
+	ei := p.emissionInterval()
 	if ei == 0 {
 		return Result{}, ErrZeroRate
 	}

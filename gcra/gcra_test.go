@@ -115,19 +115,19 @@ func TestMillis(t *testing.T) {
 		retryMillis, resetMs int64
 	}{
 		// Example 3d: retry 0.9 s, reset 2.9 s at t0+1.1 s with the TAT at t0+4 s.
-		{"3d", t0 - 1100*uint64(ms) + 4*uint64(s), true, Params{2, 1, 1, 1}, 900, 2900},
+		{"3d", t0 - 1100*uint64(ms) + 4*uint64(s), true, Params{MaxBurst: 2, Count: 1, Period: 1, Quantity: 1}, 900, 2900},
 		// Example 17b: retry and reset 1.0005 s.
-		{"17b", t0 + 1_000_500_000, true, Params{0, 2000, 2001, 1}, 1001, 1001},
+		{"17b", t0 + 1_000_500_000, true, Params{MaxBurst: 0, Count: 2000, Period: 2001, Quantity: 1}, 1001, 1001},
 		// Example 35: stale TAT 5.001 s in the past: reset -5.001 s; never possible.
-		{"35", t0 - 5001*uint64(ms), true, Params{4, 1, 1, 10}, -1, -5001},
+		{"35", t0 - 5001*uint64(ms), true, Params{MaxBurst: 4, Count: 1, Period: 1, Quantity: 10}, -1, -5001},
 		// Allowed: retry -1; reset 2 s (example 1).
-		{"1", 0, false, Params{15, 30, 60, 1}, -1, 2000},
+		{"1", 0, false, Params{MaxBurst: 15, Count: 30, Period: 60, Quantity: 1}, -1, 2000},
 		// Example 16: reset 72778 ns -> 1 ms.
-		{"16", 0, false, Params{48, 41221, 3, 1}, -1, 1},
+		{"16", 0, false, Params{MaxBurst: 48, Count: 41221, Period: 3, Quantity: 1}, -1, 1},
 		// Example 27: TTL -1 ms.
-		{"27", 0, false, Params{5, 1000, 1, -1}, -1, -1},
+		{"27", 0, false, Params{MaxBurst: 5, Count: 1000, Period: 1, Quantity: -1}, -1, -1},
 		// Example 26: TTL -1 s.
-		{"26", 0, false, Params{5, 1, 1, -1}, -1, -1000},
+		{"26", 0, false, Params{MaxBurst: 5, Count: 1, Period: 1, Quantity: -1}, -1, -1000},
 	} {
 		r, err := Decide(t0, tc.tat, tc.exists, tc.p)
 		if err != nil {
@@ -209,7 +209,7 @@ func TestSatTrunc(t *testing.T) {
 }
 
 func TestDecideZeroRate(t *testing.T) {
-	for _, p := range []Params{{1, 0, 1, 1}, {1, 1, 0, 1}, {1, 0, 0, 1}, {1, 1000000001, 1, 1}} {
+	for _, p := range []Params{{MaxBurst: 1, Count: 0, Period: 1, Quantity: 1}, {MaxBurst: 1, Count: 1, Period: 0, Quantity: 1}, {MaxBurst: 1, Count: 0, Period: 0, Quantity: 1}, {MaxBurst: 1, Count: 1000000001, Period: 1, Quantity: 1}} {
 		r, err := Decide(t0, math.MaxUint64, true, p)
 		if !errors.Is(err, ErrZeroRate) || r != (Result{}) {
 			t.Errorf("Decide(%+v) = %+v, %v; want ErrZeroRate", p, r, err)
@@ -263,4 +263,26 @@ func BenchmarkDecide(b *testing.B) {
 		now += 1_000_000 // 1 ms between requests
 		i++
 	}
+}
+
+// TestPeriodNSMatchesSeconds: a period given in ns decides exactly as the
+// same period in whole seconds, for every spec-like parameter set.
+func TestPeriodNSMatchesSeconds(t *testing.T) {
+	const now = 1795312945207675371
+	checked := 0
+	for _, b := range []int64{0, 1, 4, 15, 100} {
+		for _, c := range []int64{1, 3, 30, 1000, 41221, 300000, 1000000000} {
+			for _, p := range []int64{1, 2, 3, 60, 3600, 86400 * 365} {
+				for _, q := range []int64{-1, 0, 1, 5} {
+					secs, err1 := Decide(now, now+7e8, true, Params{MaxBurst: b, Count: c, Period: p, Quantity: q})
+					ns, err2 := Decide(now, now+7e8, true, Params{MaxBurst: b, Count: c, PeriodNS: p * 1e9, Quantity: q})
+					if secs != ns || err1 != err2 {
+						t.Fatalf("b=%d c=%d p=%d q=%d: seconds %+v (%v), ns %+v (%v)", b, c, p, q, secs, err1, ns, err2)
+					}
+					checked++
+				}
+			}
+		}
+	}
+	t.Logf("%d parameter sets agree", checked)
 }

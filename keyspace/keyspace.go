@@ -19,6 +19,17 @@ const (
 	// (TAT) in nanoseconds since the Unix epoch, modulo 2^64, exactly the
 	// number redis-cell stores as a decimal string.
 	KindGCRA
+	// KindFixed is CL.FIXED state: N holds the window's count, M the
+	// window's start in ns since the Unix epoch.
+	KindFixed
+	// KindSliding is CL.SLIDING state: N holds the previous window's count
+	// in its high 32 bits and the current window's in its low 32 bits, M
+	// the current window's start in ns since the Unix epoch.
+	KindSliding
+	// KindLog is CL.SLIDINGLOG state: Obj holds a *limiter.Log.
+	KindLog
+	// KindLeases is CL.ACQUIRE state: Obj holds a *limiter.Leases.
+	KindLeases
 )
 
 // Value is the typed state of one key. The zero Value is not a valid entry:

@@ -1,0 +1,590 @@
+package commands
+
+import (
+	"math"
+	"sort"
+	"time"
+	"unicode/utf8"
+
+	"github.com/cellserver/cellserver/gcra"
+	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/limiter"
+)
+
+// The limiter family: CL.PEEK, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG,
+// CL.ACQUIRE/CL.RELEASE, CL.ALL and CL.INFO. Every limiter reply has
+// CL.THROTTLE's shape [limited, limit, remaining, retry_after, reset_after];
+// durations are whole seconds rounded up, or milliseconds rounded up with a
+// trailing MS argument (CL.PEEK keeps redis-cell's rounding, since it must
+// answer exactly what CL.THROTTLE ... 0 would).
+
+// tuple is one limiter reply, durations already in reply units.
+type tuple struct {
+	limited                         bool
+	limit, remaining, retry, resetA int64
+}
+
+func (x *ctx) tuple(t tuple) {
+	x.array(5)
+	if t.limited {
+		x.int(1)
+	} else {
+		x.int(0)
+	}
+	x.int(t.limit)
+	x.int(t.remaining)
+	x.int(t.retry)
+	x.int(t.resetA)
+}
+
+// units converts a duration in ns for a reply: -1 stays -1 (not
+// applicable), otherwise seconds or milliseconds rounded up.
+func units(ns int64, ms bool) int64 {
+	if ns < 0 {
+		return -1
+	}
+	div := int64(time.Second)
+	if ms {
+		div = int64(time.Millisecond)
+	}
+	q := ns / div
+	if ns%div != 0 {
+		q++
+	}
+	return q
+}
+
+func decisionTuple(d limiter.Decision, ms bool) tuple {
+	return tuple{d.Limited, d.Limit, d.Remaining, units(d.RetryAfter, ms), units(d.ResetAfter, ms)}
+}
+
+// expiryMS turns an instant in ns into a key expiry in ms, rounded up so a
+// key never disappears before its state is empty.
+func expiryMS(ns int64) int64 {
+	ms := ns / 1e6
+	if ns%1e6 != 0 {
+		ms++
+	}
+	return ms
+}
+
+// parsePeriod accepts an integer number of seconds or a Go duration with a
+// unit (250ms, 1.5s, 10m, 1h) and returns ns within (0, limiter.MaxPeriod].
+func parsePeriod(b []byte) (int64, bool) {
+	if n, ok := parseRustI64(b); ok {
+		if n < 1 || n > int64(limiter.MaxPeriod/time.Second) {
+			return 0, false
+		}
+		return n * int64(time.Second), true
+	}
+	d, err := time.ParseDuration(string(b))
+	if err != nil || limiter.CheckPeriod(int64(d)) != nil {
+		return 0, false
+	}
+	return int64(d), true
+}
+
+// check is one parsed limiter call, standalone or inside CL.ALL.
+type check struct {
+	name  string // the command, lower-case, for error texts
+	kind  keyspace.Kind
+	key   []byte
+	gp    gcra.Params // CL.THROTTLE
+	limit int64
+	per   int64 // period or lease, ns
+	q     int64
+	token []byte
+	ms    bool
+
+	// Set by decide, used by apply.
+	t         tuple
+	gres      gcra.Result
+	next      keyspace.Value // scalar kinds: the value to store
+	store     bool
+	expireErr bool // CL.THROTTLE: allowed, but its TTL cannot be set
+}
+
+// checkArgs is how many arguments after the command name each limiter
+// takes inside CL.ALL (quantity explicit, MS not counted).
+var checkArgs = map[string]int{
+	"cl.throttle": 5, "cl.fixed": 4, "cl.sliding": 4, "cl.slidinglog": 4, "cl.acquire": 4,
+}
+
+// parseCheck parses the arguments of the limiter command name (key first,
+// then its parameters; a trailing MS already removed). It returns an error
+// text or "".
+func parseCheck(name string, args [][]byte) (c check, msg string) {
+	c.name, c.key = name, args[0]
+	switch name {
+	case "cl.throttle":
+		for _, a := range args {
+			if !utf8.Valid(a) {
+				return c, msgCellBadUTF8
+			}
+		}
+		c.kind = keyspace.KindGCRA
+		var v [4]int64
+		v[3] = 1
+		for i, a := range args[1:] {
+			n, ok := parseRustI64(a)
+			if !ok {
+				return c, msgCellParseInt + string(a)
+			}
+			v[i] = n
+		}
+		c.gp = gcra.Params{MaxBurst: v[0], Count: v[1], Period: v[2], Quantity: v[3]}
+		if gcra.EmissionInterval(c.gp.Count, c.gp.Period) == 0 {
+			return c, msgCellZeroRate
+		}
+		return c, ""
+	case "cl.fixed", "cl.sliding", "cl.slidinglog":
+		c.kind = map[string]keyspace.Kind{"cl.fixed": keyspace.KindFixed, "cl.sliding": keyspace.KindSliding, "cl.slidinglog": keyspace.KindLog}[name]
+		n, ok := parseRedisInt(args[1])
+		if !ok || limiter.CheckLimit(n) != nil {
+			return c, msgLimit
+		}
+		if c.kind == keyspace.KindSliding && n > limiter.MaxSlidingLimit {
+			return c, msgSlidingLimit
+		}
+		c.limit = n
+		if c.per, ok = parsePeriod(args[2]); !ok {
+			return c, msgPeriod
+		}
+		c.q = 1
+		if len(args) > 3 {
+			if c.q, ok = parseRedisInt(args[3]); !ok {
+				return c, msgQuantity
+			}
+			if c.q < 0 && c.kind == keyspace.KindLog {
+				return c, msgQuantityNeg
+			}
+		}
+		return c, ""
+	case "cl.acquire":
+		c.kind = keyspace.KindLeases
+		n, ok := parseRedisInt(args[1])
+		if !ok || limiter.CheckLimit(n) != nil {
+			return c, msgLimit
+		}
+		c.limit = n
+		if c.per, ok = parsePeriod(args[2]); !ok {
+			return c, msgLease
+		}
+		c.token = args[3]
+		return c, ""
+	}
+	return c, errUnknownCheck(name)
+}
+
+// decide evaluates c against the key's current value v (nil if absent) at
+// now without changing anything. It returns an error text or "".
+func (c *check) decide(v *keyspace.Value, now int64) string {
+	if v != nil && v.Kind != c.kind && !(c.kind == keyspace.KindGCRA && v.Kind == keyspace.KindString) {
+		return msgWrongType
+	}
+	switch c.kind {
+	case keyspace.KindGCRA:
+		var tat uint64
+		if v != nil {
+			tat = v.N
+			if v.Kind == keyspace.KindString {
+				n, ok := parseRustU64(v.Obj.([]byte))
+				if !ok {
+					return msgCellBadStored
+				}
+				tat = n
+			}
+		}
+		r, err := gcra.Decide(now, tat, v != nil, c.gp)
+		if err != nil {
+			return msgCellZeroRate
+		}
+		c.gres = r
+		c.store = r.Store
+		c.expireErr = r.Store && r.TTLMillis < -1
+		c.t = tuple{r.Limited, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter}
+	case keyspace.KindFixed:
+		var st limiter.FixedState
+		if v != nil && v.M%c.per == 0 {
+			st = limiter.FixedState{Window: v.M / c.per, Count: int64(v.N)}
+		} else if v != nil {
+			st.Window = math.MinInt64 // another period's window: start afresh
+		}
+		next, d, store, exp := limiter.Fixed(st, v != nil, now, c.per, c.limit, c.q)
+		c.t, c.store = decisionTuple(d, c.ms), store
+		c.next = keyspace.Value{Kind: keyspace.KindFixed, N: uint64(next.Count), M: next.Window * c.per, Exp: expiryMS(exp)}
+	case keyspace.KindSliding:
+		var st limiter.SlidingState
+		if v != nil && v.M%c.per == 0 {
+			st = limiter.SlidingState{Window: v.M / c.per, Prev: int64(v.N >> 32), Cur: int64(v.N & math.MaxUint32)}
+		} else if v != nil {
+			st.Window = math.MinInt64
+		}
+		next, d, store, exp := limiter.Sliding(st, v != nil, now, c.per, c.limit, c.q)
+		c.t, c.store = decisionTuple(d, c.ms), store
+		c.next = keyspace.Value{Kind: keyspace.KindSliding, N: uint64(next.Prev)<<32 | uint64(next.Cur), M: next.Window * c.per, Exp: expiryMS(exp)}
+	case keyspace.KindLog:
+		var l *limiter.Log
+		if v != nil {
+			l = v.Obj.(*limiter.Log)
+		} else {
+			l = new(limiter.Log)
+		}
+		d := l.Decide(now, c.per, c.limit, c.q)
+		c.t, c.store = decisionTuple(d, c.ms), !d.Limited && (c.q > 0 || v != nil)
+	case keyspace.KindLeases:
+		var ls *limiter.Leases
+		if v != nil {
+			ls = v.Obj.(*limiter.Leases)
+		} else {
+			ls = new(limiter.Leases)
+		}
+		d := ls.Acquire(now, c.per, c.limit, string(c.token))
+		c.t, c.store = decisionTuple(d, c.ms), !d.Limited
+	}
+	return ""
+}
+
+// apply performs what decide found, on shard sh (locked) where the key's
+// current value is v (nil if absent).
+func (c *check) apply(sh *keyspace.Shard, v *keyspace.Value, now int64) {
+	if !c.store {
+		return
+	}
+	var nv keyspace.Value
+	switch c.kind {
+	case keyspace.KindGCRA:
+		nv = keyspace.Value{Kind: keyspace.KindGCRA, N: c.gres.NewTAT}
+		if c.gres.TTLMillis >= 0 {
+			nv.Exp = floorDiv(now, 1e6) + c.gres.TTLMillis
+		}
+	case keyspace.KindFixed, keyspace.KindSliding:
+		nv = c.next
+	case keyspace.KindLog:
+		l := new(limiter.Log)
+		if v != nil {
+			l = v.Obj.(*limiter.Log)
+		}
+		nv = keyspace.Value{Kind: keyspace.KindLog, Obj: l, Exp: expiryMS(l.Apply(now, c.per, c.q))}
+	case keyspace.KindLeases:
+		ls := new(limiter.Leases)
+		if v != nil {
+			ls = v.Obj.(*limiter.Leases)
+		}
+		nv = keyspace.Value{Kind: keyspace.KindLeases, Obj: ls, Exp: expiryMS(ls.Apply(now, c.per, string(c.token)))}
+	}
+	if v != nil {
+		*v = nv
+	} else {
+		sh.Set(c.key, nv)
+	}
+}
+
+// trailingMS strips a final MS argument (any case) and reports it.
+func trailingMS(args [][]byte) ([][]byte, bool) {
+	if n := len(args); n > 0 && eqFold(args[n-1], "ms") {
+		return args[:n-1], true
+	}
+	return args, false
+}
+
+// runCheck is the body of CL.FIXED, CL.SLIDING, CL.SLIDINGLOG, CL.ACQUIRE:
+// parse, lock the key's shard, decide, apply, reply.
+func runCheck(x *ctx, minArgs, maxArgs int) {
+	args, ms := trailingMS(x.args[1:])
+	if len(args) < minArgs || len(args) > maxArgs {
+		x.errorReply(errWrongArity(x.spec.Name))
+		return
+	}
+	c, msg := parseCheck(x.spec.Name, args)
+	if msg != "" {
+		x.errorReply(msg)
+		return
+	}
+	c.ms = ms
+	sh := x.db().Shard(c.key)
+	x.lock(sh)
+	defer x.unlock(sh)
+	now := x.clockNS()
+	v := sh.Lookup(c.key, floorDiv(now, 1e6))
+	if msg := c.decide(v, now); msg != "" {
+		x.errorReply(msg)
+		return
+	}
+	c.apply(sh, v, now)
+	x.tuple(c.t)
+}
+
+func cmdFixed(x *ctx)      { runCheck(x, 3, 4) }
+func cmdSliding(x *ctx)    { runCheck(x, 3, 4) }
+func cmdSlidingLog(x *ctx) { runCheck(x, 3, 4) }
+func cmdAcquire(x *ctx)    { runCheck(x, 4, 4) }
+
+// CL.RELEASE key token
+func cmdRelease(x *ctx) {
+	key := x.args[1]
+	sh := x.db().Shard(key)
+	x.lock(sh)
+	defer x.unlock(sh)
+	now := x.clockNS()
+	v := sh.Lookup(key, floorDiv(now, 1e6))
+	if v == nil {
+		x.int(0)
+		return
+	}
+	if v.Kind != keyspace.KindLeases {
+		x.errorReply(msgWrongType)
+		return
+	}
+	ls := v.Obj.(*limiter.Leases)
+	released, exp := ls.Release(now, string(x.args[2]))
+	if ls.Held(now) == 0 {
+		sh.Delete(key, floorDiv(now, 1e6))
+	} else {
+		v.Exp = expiryMS(exp)
+	}
+	if released {
+		x.int(1)
+	} else {
+		x.int(0)
+	}
+}
+
+// CL.PEEK key max_burst count period [MS]: what CL.THROTTLE ... 0 would
+// answer (same errors too), without creating the key, refreshing its TTL or
+// writing anything.
+func cmdPeek(x *ctx) {
+	args, ms := trailingMS(x.args[1:])
+	for _, a := range x.args {
+		if !utf8.Valid(a) {
+			x.errorReply(msgCellBadUTF8)
+			return
+		}
+	}
+	if len(args) != 4 {
+		x.errorReply(errWrongArity("cl.peek"))
+		return
+	}
+	var v [2]int64
+	for i, a := range args[1:3] {
+		n, ok := parseRustI64(a)
+		if !ok {
+			x.errorReply(msgCellParseInt + string(a))
+			return
+		}
+		v[i] = n
+	}
+	p := gcra.Params{MaxBurst: v[0], Count: v[1]}
+	if n, ok := parseRustI64(args[3]); ok {
+		p.Period = n
+	} else if d, err := time.ParseDuration(string(args[3])); err == nil && d > 0 {
+		p.PeriodNS = int64(d)
+	} else {
+		x.errorReply(msgCellParseInt + string(args[3]))
+		return
+	}
+	key := args[0]
+	sh := x.db().Shard(key)
+	x.lock(sh)
+	defer x.unlock(sh)
+	now := x.clockNS()
+	cur := sh.Lookup(key, floorDiv(now, 1e6))
+	var tat uint64
+	if cur != nil {
+		switch cur.Kind {
+		case keyspace.KindGCRA:
+			tat = cur.N
+		case keyspace.KindString:
+			n, ok := parseRustU64(cur.Obj.([]byte))
+			if !ok {
+				x.errorReply(msgCellBadStored)
+				return
+			}
+			tat = n
+		default:
+			x.errorReply(msgWrongType)
+			return
+		}
+	}
+	r, err := gcra.Decide(now, tat, cur != nil, p)
+	if err != nil {
+		x.errorReply(msgCellZeroRate)
+		return
+	}
+	t := tuple{r.Limited, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter}
+	if ms {
+		t.retry, t.resetA = r.RetryAfterMillis, r.ResetAfterMillis
+	}
+	x.tuple(t)
+}
+
+// CL.ALL check [check ...]: every check is a limiter command written out
+// with its quantity; all are decided under their shard locks (taken in
+// shard order), and applied only if every one is admitted.
+func cmdAll(x *ctx) {
+	checks, msg := parseChecks(x.args[1:])
+	if msg != "" {
+		x.errorReply(msg)
+		return
+	}
+	db := x.db()
+	shards := make([]*keyspace.Shard, 0, len(checks))
+	for i := range checks {
+		shards = append(shards, db.Shard(checks[i].key))
+	}
+	order := append([]*keyspace.Shard(nil), shards...)
+	sort.Slice(order, func(i, j int) bool {
+		_, a := order[i].Order()
+		_, b := order[j].Order()
+		return a < b
+	})
+	for i, sh := range order {
+		if i == 0 || sh != order[i-1] {
+			x.lock(sh)
+		}
+	}
+	defer func() {
+		for i, sh := range order {
+			if i == 0 || sh != order[i-1] {
+				x.unlock(sh)
+			}
+		}
+	}()
+	now := x.clockNS()
+	nowMS := floorDiv(now, 1e6)
+	vals := make([]*keyspace.Value, len(checks))
+	admitted := true
+	for i := range checks {
+		vals[i] = shards[i].Lookup(checks[i].key, nowMS)
+		if msg := checks[i].decide(vals[i], now); msg != "" {
+			x.errorReply(msg)
+			return
+		}
+		if checks[i].t.limited {
+			admitted = false
+		}
+		if checks[i].expireErr {
+			x.errorReply(msgCellExpire)
+			return
+		}
+	}
+	if admitted {
+		for i := range checks {
+			checks[i].apply(shards[i], vals[i], now)
+		}
+	}
+	x.array(len(checks))
+	for i := range checks {
+		x.tuple(checks[i].t)
+	}
+}
+
+// parseChecks splits CL.ALL's arguments into checks. Keys must differ.
+func parseChecks(args [][]byte) ([]check, string) {
+	var checks []check
+	seen := map[string]bool{}
+	for i := 0; i < len(args); {
+		name := string(lowerInto(make([]byte, 0, 16), args[i]))
+		n, ok := checkArgs[name]
+		if !ok {
+			return nil, errUnknownCheck(string(args[i]))
+		}
+		if i+1+n > len(args) {
+			return nil, errCheckArity(name)
+		}
+		c, msg := parseCheck(name, args[i+1:i+1+n])
+		if msg != "" {
+			return nil, msg
+		}
+		i += 1 + n
+		if i < len(args) && eqFold(args[i], "ms") && name != "cl.throttle" {
+			c.ms = true
+			i++
+		}
+		if seen[string(c.key)] {
+			return nil, msgAllDupKey
+		}
+		seen[string(c.key)] = true
+		checks = append(checks, c)
+	}
+	return checks, ""
+}
+
+// allKeys returns the positions of CL.ALL's keys for COMMAND GETKEYS and
+// cluster routing (nil if the call does not parse).
+func allKeys(args [][]byte) []int {
+	var pos []int
+	for i := 1; i < len(args); {
+		n, ok := checkArgs[string(lowerInto(make([]byte, 0, 16), args[i]))]
+		if !ok || i+1+n > len(args) {
+			return nil
+		}
+		pos = append(pos, i+1)
+		i += 1 + n
+		if i < len(args) && eqFold(args[i], "ms") && !eqFold(args[i-1-n], "cl.throttle") {
+			i++
+		}
+	}
+	return pos
+}
+
+// CL.INFO key: the key's limiter kind, state and TTL as field/value pairs.
+func cmdLimiterInfo(x *ctx) {
+	key := x.args[1]
+	sh := x.db().Shard(key)
+	x.lock(sh)
+	defer x.unlock(sh)
+	now := x.clockNS()
+	nowMS := floorDiv(now, 1e6)
+	v := sh.Lookup(key, nowMS)
+	if v == nil {
+		x.nullArray()
+		return
+	}
+	ttl := int64(-1)
+	if v.Exp != 0 {
+		ttl = max(v.Exp-nowMS, 0)
+	}
+	type field struct {
+		name string
+		val  any
+	}
+	var f []field
+	switch v.Kind {
+	case keyspace.KindString:
+		f = []field{{"kind", "string"}, {"bytes", int64(len(v.Obj.([]byte)))}}
+	case keyspace.KindGCRA:
+		f = []field{{"kind", "gcra"}, {"tat_ns", int64(v.N)}, {"tat_in_ms", floorDiv(int64(v.N)-now, 1e6)}}
+	case keyspace.KindFixed:
+		f = []field{{"kind", "fixed"}, {"window_start_ms", v.M / 1e6}, {"count", int64(v.N)}}
+	case keyspace.KindSliding:
+		f = []field{{"kind", "sliding"}, {"window_start_ms", v.M / 1e6}, {"previous", int64(v.N >> 32)}, {"current", int64(v.N & math.MaxUint32)}}
+	case keyspace.KindLog:
+		l := v.Obj.(*limiter.Log)
+		f = []field{{"kind", "slidinglog"}, {"entries", int64(len(l.Entries))}, {"units", l.Units}}
+		if len(l.Entries) > 0 {
+			f = append(f, field{"oldest_ms", l.Entries[0].T / 1e6}, field{"newest_ms", l.Entries[len(l.Entries)-1].T / 1e6})
+		}
+	case keyspace.KindLeases:
+		ls := v.Obj.(*limiter.Leases)
+		toks := ls.Tokens(now)
+		sort.Strings(toks)
+		f = []field{{"kind", "concurrency"}, {"leases", int64(len(toks))}, {"tokens", toks}}
+	}
+	f = append(f, field{"ttl_ms", ttl})
+	x.array(2 * len(f))
+	for _, e := range f {
+		x.bulkStr(e.name)
+		switch val := e.val.(type) {
+		case string:
+			x.bulkStr(val)
+		case int64:
+			x.int(val)
+		case []string:
+			x.array(len(val))
+			for _, s := range val {
+				x.bulkStr(s)
+			}
+		}
+	}
+}
