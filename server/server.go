@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -48,6 +49,15 @@ type Config struct {
 	MaxQueryBuffer int64
 	// Password, when set, must be given with AUTH before other commands.
 	Password string
+	// DisableProtectedMode lets clients from non-loopback addresses in
+	// when no password is set. By default (false) such clients get
+	// Redis's protected-mode error and are disconnected.
+	DisableProtectedMode bool
+	// LogFormat is "text" (the default) or "json"; LogLevel is "debug",
+	// "info" (the default), "warn" or "error". cmd/cellserver builds the
+	// Logger from them; they are validated here with everything else.
+	LogFormat string
+	LogLevel  string
 	// ShutdownTimeout bounds how long Shutdown waits for in-flight commands
 	// when Run's context ends. The default value is 10s.
 	ShutdownTimeout time.Duration
@@ -94,6 +104,12 @@ func (c Config) withDefaults() Config {
 	if c.Version == "" {
 		c.Version = "dev"
 	}
+	if c.LogFormat == "" {
+		c.LogFormat = "text"
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -117,10 +133,34 @@ func (c Config) Validate() error {
 	if err := c.respConfig().Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		bad("log-format %q: must be text or json", c.LogFormat)
+	}
+	if _, err := ParseLogLevel(c.LogLevel); err != nil {
+		bad("log-level %q: must be debug, info, warn or error", c.LogLevel)
+	}
 	if c.ShutdownTimeout < 0 {
 		bad("shutdown-timeout %s: must not be negative", c.ShutdownTimeout)
 	}
 	return errors.Join(errs...)
+}
+
+// ParseLogLevel maps a log-level name to a slog.Level.
+func ParseLogLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	err := l.UnmarshalText([]byte(s))
+	return l, err
+}
+
+// NewLogger builds the logger cfg asks for, writing to w.
+func NewLogger(cfg Config, w io.Writer) *slog.Logger {
+	cfg = cfg.withDefaults()
+	level, _ := ParseLogLevel(cfg.LogLevel)
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
 }
 
 // respConfig is the connection layer's part of c.
@@ -157,6 +197,9 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "client-query-buffer-limit", Value: itoa(c.MaxQueryBuffer)},
 		{Name: "requirepass", Value: pass},
 		{Name: "shutdown-timeout", Value: c.ShutdownTimeout.String()},
+		{Name: "protected-mode", Value: map[bool]string{false: "yes", true: "no"}[c.DisableProtectedMode]},
+		{Name: "log-format", Value: c.LogFormat},
+		{Name: "log-level", Value: c.LogLevel},
 		// Read by tools such as redis-benchmark; cellserver keeps no RDB or AOF.
 		{Name: "save", Value: ""},
 		{Name: "appendonly", Value: "no"},

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/server"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -24,14 +25,25 @@ func TestHelpListsEveryOptionWithDefault(t *testing.T) {
 	if code := run([]string{"--help"}, &out, &errb); code != 0 {
 		t.Fatalf("--help exit %d, stderr %q", code, errb.String())
 	}
-	for _, want := range []string{
-		"-addr", "127.0.0.1:6379", "-maxclients", "10000", "-timeout", "-proto-max-bulk-len", "16777216",
-		"-proto-max-multibulk-len", "1048576", "-client-query-buffer-limit", "67108864",
-		"-databases", "16", "-shards", "256", "-requirepass", "-shutdown-timeout", "10s", "-version",
-	} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("--help output lacks %q:\n%s", want, out.String())
+	help := out.String()
+	for _, o := range options {
+		def := o.def
+		if def == "" {
+			def = `""`
 		}
+		for _, want := range []string{"--" + o.name + " ", "(default " + def + ")", envName(o.name)} {
+			if !strings.Contains(help, want) {
+				t.Errorf("--help lacks %q for option %s", want, o.name)
+			}
+		}
+	}
+	for _, want := range []string{"--config", "--version", "Precedence: command line > environment > config file > default"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("--help lacks %q", want)
+		}
+	}
+	if len(sortedOptionNames()) != len(options) {
+		t.Fatal("duplicate option names")
 	}
 }
 
@@ -45,15 +57,71 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-func TestInvalidConfigReportsEveryProblem(t *testing.T) {
-	var errb bytes.Buffer
-	code := run([]string{"--addr", "nonsense", "--maxclients", "-1", "--databases", "-3", "--proto-max-bulk-len", "-5"}, io.Discard, &errb)
-	if code == 0 {
-		t.Fatal("invalid configuration exited 0")
+func envFrom(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// TestPrecedence: flag > environment > config file > default, per option.
+func TestPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "cellserver.conf")
+	conf := "# comment\n\naddr 127.0.0.1:7000\nmaxclients 300\ntimeout 30\nrequirepass \"from file\"\nlog-level warn\n"
+	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	for _, want := range []string{"addr", "MaxClients", "databases", "MaxBulkLen"} {
-		if !strings.Contains(errb.String(), want) {
-			t.Errorf("report lacks %q:\n%s", want, errb.String())
+	env := envFrom(map[string]string{
+		"CELLSERVER_CONFIG":     file,
+		"CELLSERVER_MAXCLIENTS": "200",
+		"CELLSERVER_TIMEOUT":    "1m",
+	})
+	cfg, code, done := loadConfig([]string{"--maxclients", "100"}, env, io.Discard, io.Discard)
+	if done {
+		t.Fatalf("loadConfig stopped with code %d", code)
+	}
+	for _, c := range []struct {
+		name      string
+		got, want any
+	}{
+		{"maxclients: flag beats env and file", cfg.MaxClients, 100},
+		{"timeout: env beats file", cfg.IdleTimeout, time.Minute},
+		{"addr: file beats default", cfg.Addr, "127.0.0.1:7000"},
+		{"requirepass: quoted file value", cfg.Password, "from file"},
+		{"log-level: file", cfg.LogLevel, "warn"},
+		{"databases: default", cfg.Databases, 16},
+		{"proto-max-bulk-len: default with unit", cfg.MaxBulkLen, int64(16 << 20)},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: got %v, want %v", c.name, c.got, c.want)
+		}
+	}
+	// --config on the command line beats CELLSERVER_CONFIG.
+	other := filepath.Join(dir, "other.conf")
+	os.WriteFile(other, []byte("databases 4\n"), 0o600)
+	cfg, _, done = loadConfig([]string{"--config", other}, env, io.Discard, io.Discard)
+	if done || cfg.Databases != 4 || cfg.Addr != server.DefaultAddr {
+		t.Errorf("--config %s: databases %d addr %s", other, cfg.Databases, cfg.Addr)
+	}
+}
+
+// TestInvalidConfigReportsEveryProblem: all problems, from every source,
+// in one report, and a non-zero exit.
+func TestInvalidConfigReportsEveryProblem(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "bad.conf")
+	os.WriteFile(file, []byte("no-such-option 1\nshards many\n"), 0o600)
+	env := envFrom(map[string]string{"CELLSERVER_LOG_FORMAT": "xml", "CELLSERVER_TIMEOUT": "soon"})
+	var errb bytes.Buffer
+	_, code, done := loadConfig([]string{"--config", file, "--addr", "nonsense", "--maxclients", "-1", "--databases", "-3", "--proto-max-bulk-len", "lots"}, env, io.Discard, &errb)
+	if !done || code == 0 {
+		t.Fatalf("invalid configuration accepted (code %d)", code)
+	}
+	report := errb.String()
+	for _, want := range []string{
+		`unknown option "no-such-option"`, "shards (from config file", "log-format", "timeout (from environment CELLSERVER_TIMEOUT)",
+		"addr", "MaxClients", "databases", "proto-max-bulk-len (from flag --proto-max-bulk-len)",
+	} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report lacks %q:\n%s", want, report)
 		}
 	}
 	if code := run([]string{"--no-such-flag"}, io.Discard, io.Discard); code != 2 {
@@ -61,6 +129,9 @@ func TestInvalidConfigReportsEveryProblem(t *testing.T) {
 	}
 	if code := run([]string{"extra"}, io.Discard, io.Discard); code != 2 {
 		t.Errorf("stray argument: exit %d, want 2", code)
+	}
+	if code := run([]string{"--config", filepath.Join(dir, "missing.conf")}, io.Discard, io.Discard); code != 2 {
+		t.Errorf("missing config file: exit %d, want 2", code)
 	}
 }
 

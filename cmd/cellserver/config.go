@@ -1,0 +1,277 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cellserver/cellserver/server"
+)
+
+// option is one setting, settable as a flag (--name), an environment
+// variable (CELLSERVER_NAME) and a config-file line ("name value").
+// Precedence: flag > environment > file > default.
+type option struct {
+	name  string
+	def   string
+	usage string
+	set   func(c *server.Config, v string) error
+}
+
+func envName(opt string) string {
+	return "CELLSERVER_" + strings.ToUpper(strings.ReplaceAll(opt, "-", "_"))
+}
+
+func setString(p func(*server.Config) *string) func(*server.Config, string) error {
+	return func(c *server.Config, v string) error { *p(c) = v; return nil }
+}
+
+func setInt(p func(*server.Config) *int) func(*server.Config, string) error {
+	return func(c *server.Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("not an integer: %q", v)
+		}
+		*p(c) = n
+		return nil
+	}
+}
+
+func setInt64(p func(*server.Config) *int64) func(*server.Config, string) error {
+	return func(c *server.Config, v string) error {
+		n, err := parseBytes(v)
+		if err != nil {
+			return err
+		}
+		*p(c) = n
+		return nil
+	}
+}
+
+// parseBytes accepts an integer with an optional k/kb/m/mb/g/gb suffix
+// (powers of 1024, as in redis.conf).
+func parseBytes(v string) (int64, error) {
+	s := strings.ToLower(strings.TrimSpace(v))
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"gb", 1 << 30}, {"mb", 1 << 20}, {"kb", 1 << 10}, {"g", 1 << 30}, {"m", 1 << 20}, {"k", 1 << 10}, {"b", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSuffix(s, u.suffix), u.m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("not a size in bytes: %q", v)
+	}
+	return n * mult, nil
+}
+
+func setDuration(p func(*server.Config) *time.Duration) func(*server.Config, string) error {
+	return func(c *server.Config, v string) error {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil { // plain seconds, as redis.conf
+			*p(c) = time.Duration(n) * time.Second
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("not a duration: %q", v)
+		}
+		*p(c) = d
+		return nil
+	}
+}
+
+func setBool(p func(*server.Config) *bool) func(*server.Config, string) error {
+	return func(c *server.Config, v string) error {
+		switch strings.ToLower(v) {
+		case "yes", "true", "1", "on":
+			*p(c) = true
+		case "no", "false", "0", "off":
+			*p(c) = false
+		default:
+			return fmt.Errorf("not yes or no: %q", v)
+		}
+		return nil
+	}
+}
+
+// setNegBool sets a "Disable..." field from a yes/no option.
+func setNegBool(p func(*server.Config) *bool) func(*server.Config, string) error {
+	set := setBool(p)
+	return func(c *server.Config, v string) error {
+		if err := set(c, v); err != nil {
+			return err
+		}
+		*p(c) = !*p(c)
+		return nil
+	}
+}
+
+// options lists every setting. --help prints them in this order.
+var options = []option{
+	{"addr", server.DefaultAddr, "TCP address to listen on", setString(func(c *server.Config) *string { return &c.Addr })},
+	{"requirepass", "", "require AUTH with this password (shown masked by CONFIG GET)", setString(func(c *server.Config) *string { return &c.Password })},
+	{"protected-mode", "yes", "without a password, refuse clients from non-loopback addresses", setNegBool(func(c *server.Config) *bool { return &c.DisableProtectedMode })},
+	{"maxclients", "10000", "maximum concurrent client connections", setInt(func(c *server.Config) *int { return &c.MaxClients })},
+	{"timeout", "0", "close clients idle this long (seconds or a duration; 0: never)", setDuration(func(c *server.Config) *time.Duration { return &c.IdleTimeout })},
+	{"proto-max-bulk-len", "16mb", "largest accepted argument, in bytes", setInt64(func(c *server.Config) *int64 { return &c.MaxBulkLen })},
+	{"proto-max-multibulk-len", "1048576", "most arguments in one command", setInt64(func(c *server.Config) *int64 { return &c.MaxMultiBulkLen })},
+	{"client-query-buffer-limit", "64mb", "most unparsed bytes buffered per client", setInt64(func(c *server.Config) *int64 { return &c.MaxQueryBuffer })},
+	{"databases", "16", "number of databases (SELECT 0..n-1)", setInt(func(c *server.Config) *int { return &c.Databases })},
+	{"shards", "256", "lock shards per database (rounded up to a power of two)", setInt(func(c *server.Config) *int { return &c.Shards })},
+	{"shutdown-timeout", "10s", "how long shutdown waits for in-flight commands", setDuration(func(c *server.Config) *time.Duration { return &c.ShutdownTimeout })},
+	{"log-format", "text", "log format: text or json", setString(func(c *server.Config) *string { return &c.LogFormat })},
+	{"log-level", "info", "log level: debug, info, warn or error", setString(func(c *server.Config) *string { return &c.LogLevel })},
+}
+
+// loadConfig builds the configuration from defaults, an optional config
+// file, the environment and the command line, in increasing precedence. It
+// reports every problem at once. done means exit with code (help, version,
+// errors).
+func loadConfig(args []string, env func(string) string, stdout, stderr io.Writer) (cfg server.Config, code int, done bool) {
+	fs := flag.NewFlagSet("cellserver", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	configPath := fs.String("config", "", "read settings from this file (lines of \"name value\")")
+	vals := map[string]*string{}
+	for _, o := range options {
+		vals[o.name] = fs.String(o.name, o.def, o.usage)
+	}
+	usage := func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: cellserver [options]\n\n"+
+			"A Redis-protocol rate-limit server answering CL.THROTTLE exactly as redis-cell.\n\n"+
+			"Every option can also be set as an environment variable (shown in brackets)\n"+
+			"or as a line \"name value\" in the --config file.\n"+
+			"Precedence: command line > environment > config file > default.\n\nOptions:\n")
+		fmt.Fprintf(w, "  --config FILE\n        %s [%s]\n", "read settings from this file", envName("config"))
+		for _, o := range options {
+			def := o.def
+			if def == "" {
+				def = `""`
+			}
+			fmt.Fprintf(w, "  --%s VALUE\n        %s (default %s) [%s]\n", o.name, o.usage, def, envName(o.name))
+		}
+		fmt.Fprintf(w, "  --version\n        print the version and exit\n  --help\n        print this help and exit\n")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
+			return cfg, 0, true
+		}
+		fmt.Fprintf(stderr, "cellserver: %v\n\n", err)
+		usage(stderr)
+		return cfg, 2, true
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "cellserver: unexpected argument %q (options start with --)\n", fs.Arg(0))
+		return cfg, 2, true
+	}
+	if *showVersion {
+		fmt.Fprintf(stdout, "cellserver %s\n", version)
+		return cfg, 0, true
+	}
+
+	// Layer the sources: default < file < environment < flag.
+	final := map[string]string{}
+	source := map[string]string{}
+	for _, o := range options {
+		final[o.name], source[o.name] = o.def, "default"
+	}
+	var errs []string
+	path := *configPath
+	if path == "" {
+		path = env(envName("config"))
+	}
+	if path != "" {
+		fileVals, ferrs := readConfigFile(path)
+		errs = append(errs, ferrs...)
+		for k, v := range fileVals {
+			final[k], source[k] = v, "config file "+path
+		}
+	}
+	for _, o := range options {
+		if v := env(envName(o.name)); v != "" {
+			final[o.name], source[o.name] = v, "environment "+envName(o.name)
+		}
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if _, ok := vals[f.Name]; ok {
+			final[f.Name], source[f.Name] = f.Value.String(), "flag --"+f.Name
+		}
+	})
+	for _, o := range options {
+		if err := o.set(&cfg, final[o.name]); err != nil {
+			errs = append(errs, fmt.Sprintf("%s (from %s): %v", o.name, source[o.name], err))
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			errs = append(errs, line)
+		}
+	}
+	if len(errs) > 0 {
+		fmt.Fprintf(stderr, "cellserver: invalid configuration (%d problems):\n", len(errs))
+		for _, e := range errs {
+			fmt.Fprintf(stderr, "  - %s\n", e)
+		}
+		return cfg, 2, true
+	}
+	return cfg, 0, false
+}
+
+// readConfigFile reads "name value" lines; blank lines and lines starting
+// with # are ignored; values may be double-quoted.
+func readConfigFile(path string) (map[string]string, []string) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, []string{fmt.Sprintf("config file: %v", err)}
+	}
+	defer f.Close()
+	known := map[string]bool{}
+	for _, o := range options {
+		known[o.name] = true
+	}
+	vals := map[string]string{}
+	var errs []string
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, value, _ := strings.Cut(line, " ")
+		name, value = strings.ToLower(strings.TrimSpace(name)), strings.TrimSpace(value)
+		if uq, err := strconv.Unquote(value); err == nil && strings.HasPrefix(value, `"`) {
+			value = uq
+		}
+		if !known[name] {
+			errs = append(errs, fmt.Sprintf("%s:%d: unknown option %q", path, n, name))
+			continue
+		}
+		vals[name] = value
+	}
+	if err := sc.Err(); err != nil {
+		errs = append(errs, fmt.Sprintf("config file %s: %v", path, err))
+	}
+	return vals, errs
+}
+
+// sortedOptionNames is used by tests.
+func sortedOptionNames() []string {
+	var names []string
+	for _, o := range options {
+		names = append(names, o.name)
+	}
+	sort.Strings(names)
+	return names
+}
