@@ -23,7 +23,8 @@ type Handler interface {
 	// read) and call c.CloseAfterReply to turn the client away.
 	Open(c *Conn)
 	// Close is called once when the connection ends, if Open returned
-	// normally. The socket is already closed.
+	// normally. The socket is already closed, and the connection no longer
+	// counts towards MaxClients nor appears in Server.Range.
 	Close(c *Conn)
 	// ServeRESP runs one command. args[0] is the command name, exactly as
 	// the client sent it. args and its elements alias the connection's
@@ -187,16 +188,6 @@ func (s *Server) untrackListener(ln *net.Listener) {
 // accept registers a new connection and starts its goroutine, or refuses
 // it when MaxClients are connected or shutdown has begun.
 func (s *Server) accept(nc net.Conn) {
-	c := &Conn{
-		srv:     s,
-		nc:      nc,
-		remote:  addrString(nc.RemoteAddr()),
-		local:   addrString(nc.LocalAddr()),
-		created: time.Now(),
-		rd:      newReader(&s.cfg),
-	}
-	c.lastActive.Store(c.created.UnixNano())
-
 	s.mu.Lock()
 	if s.inShutdown.Load() {
 		s.mu.Unlock()
@@ -211,7 +202,16 @@ func (s *Server) accept(nc net.Conn) {
 		nc.Close()
 		return
 	}
-	c.id = s.nextID.Add(1)
+	c := &Conn{
+		srv:     s,
+		nc:      nc,
+		id:      s.nextID.Add(1),
+		remote:  addrString(nc.RemoteAddr()),
+		local:   addrString(nc.LocalAddr()),
+		created: time.Now(),
+		rd:      newReader(&s.cfg),
+	}
+	c.lastActive.Store(c.created.UnixNano())
 	s.conns[c] = struct{}{}
 	s.connWG.Add(1)
 	s.mu.Unlock()
@@ -238,14 +238,14 @@ func (s *Server) serveConn(c *Conn) {
 		}
 		c.state.Store(connClosed)
 		c.nc.Close()
-		if opened {
-			s.closeHandler(c)
-		}
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.closedIn += c.netIn.Load()
 		s.closedOut += c.netOut.Load()
 		s.mu.Unlock()
+		if opened {
+			s.closeHandler(c)
+		}
 		s.connWG.Done()
 	}()
 	s.handler.Open(c)
