@@ -312,6 +312,7 @@ func runCheck(x *ctx, minArgs, maxArgs int) {
 		return
 	}
 	c.apply(sh, v, now)
+	x.decided(c.t.limited, c.key)
 	x.tuple(c.t)
 }
 
@@ -454,14 +455,16 @@ func cmdAll(x *ctx) {
 	nowMS := floorDiv(now, 1e6)
 	vals := make([]*keyspace.Value, len(checks))
 	admitted := true
+	var limitedKey []byte
 	for i := range checks {
 		vals[i] = shards[i].Lookup(checks[i].key, nowMS)
 		if msg := checks[i].decide(vals[i], now); msg != "" {
 			x.errorReply(msg)
 			return
 		}
-		if checks[i].t.limited {
+		if checks[i].t.limited && admitted {
 			admitted = false
+			limitedKey = checks[i].key
 		}
 		if checks[i].expireErr {
 			x.errorReply(msgCellExpire)
@@ -473,6 +476,7 @@ func cmdAll(x *ctx) {
 			checks[i].apply(shards[i], vals[i], now)
 		}
 	}
+	x.decided(!admitted, limitedKey)
 	x.array(len(checks))
 	for i := range checks {
 		x.tuple(checks[i].t)

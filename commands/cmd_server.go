@@ -39,7 +39,7 @@ func cmdCommandInfo(x *ctx) {
 	for _, a := range x.args[2:] {
 		sp := x.s.findSpec(a)
 		if sp == nil {
-			x.nullArray()
+			x.null() // Redis 7.0 answers a null bulk string here
 			continue
 		}
 		x.commandInfo(sp)
@@ -244,7 +244,8 @@ func (x *ctx) argDocs(args []Arg) {
 // COMMAND GETKEYS command [arg ...]
 func cmdCommandGetKeys(x *ctx) {
 	args := x.args[2:]
-	sp := x.s.findSpec(args[0])
+	// As Redis's lookupCommand: a name, then a subcommand word; no "a|b".
+	sp := x.s.table[strings.ToLower(string(args[0]))]
 	if sp != nil && sp.subs != nil && len(args) >= 2 {
 		sp = sp.subs[strings.ToLower(string(args[1]))]
 	}
@@ -367,10 +368,7 @@ func cmdConfigSet(x *ctx) { x.errorReply(msgConfigSetRO) }
 
 func cmdConfigResetStat(x *ctx) {
 	for _, sp := range x.s.specs {
-		sp.stats.calls.Store(0)
-		sp.stats.usec.Store(0)
-		sp.stats.failed.Store(0)
-		sp.stats.rejected.Store(0)
+		sp.stats.reset()
 	}
 	x.s.errMu.Lock()
 	x.s.errStats = make(map[string]int64)

@@ -83,6 +83,7 @@ func cmdThrottle(x *ctx) {
 			return
 		}
 	}
+	x.decided(r.Limited, key)
 	out := redcon.AppendArray(x.c.Out, 5)
 	if r.Limited {
 		out = redcon.AppendInt(out, 1)

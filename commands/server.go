@@ -40,6 +40,13 @@ type Config struct {
 	SweepInterval time.Duration
 	// Logger receives the server's log lines. The default is slog.Default().
 	Logger *slog.Logger
+	// KeyPrefixSeparator ends a key's prefix for the most-limited-prefixes
+	// statistics. The default value is ':'.
+	KeyPrefixSeparator byte
+	// TopPrefixes is how many most-limited prefixes are reported, over
+	// intervals of TopPrefixInterval. The defaults are 10 and 1 minute.
+	TopPrefixes       int
+	TopPrefixInterval time.Duration
 }
 
 // Network is what the connection layer tells the commands about itself
@@ -66,6 +73,8 @@ type Server struct {
 	specs []*Spec          // every spec, subcommands included, by id
 
 	net atomic.Pointer[netHolder]
+
+	prefixes *prefixTracker // most-limited key prefixes
 
 	errMu     sync.Mutex // guards errStats
 	errStats  map[string]int64
@@ -99,6 +108,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.KeyPrefixSeparator == 0 {
+		cfg.KeyPrefixSeparator = ':'
+	}
+	if cfg.TopPrefixes == 0 {
+		cfg.TopPrefixes = 10
+	}
+	if cfg.TopPrefixInterval == 0 {
+		cfg.TopPrefixInterval = time.Minute
+	}
 	s := &Server{
 		ks:       cfg.Keyspace,
 		clock:    cfg.Clock,
@@ -110,6 +128,7 @@ func New(cfg Config) (*Server, error) {
 		started:  cfg.Clock(),
 		errStats: make(map[string]int64),
 	}
+	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock)
 	s.buildTable(commandTable())
 	return s, nil
 }
@@ -172,6 +191,7 @@ func (s *Server) SweepOnce() int {
 // Open implements resp.Handler.
 func (s *Server) Open(c *resp.Conn) {
 	cl := &client{conn: c, authed: s.password == ""}
+	cl.multiSeen.Store(-1) // not in MULTI
 	cl.x.s = s
 	cl.x.c = c
 	cl.x.cl = cl
@@ -200,43 +220,35 @@ func (s *Server) lookup(cl *client, name []byte) *Spec {
 func (s *Server) dispatch(x *ctx) {
 	cl := x.cl
 	sp := s.lookup(cl, x.args[0])
+	cl.lastCmd.Store(sp) // as Redis's c->lastcmd: nil for an unknown command
 	if sp == nil {
-		cl.multiFailed()
-		x.errorReply(errUnknownCommand(x.args))
+		s.reject(x, nil, errUnknownCommand(x.args))
 		return
 	}
 	if !sp.arityOK(len(x.args)) {
-		cl.multiFailed()
-		sp.stats.rejected.Add(1)
-		x.errorReply(errWrongArity(sp.Name))
+		s.reject(x, sp, errWrongArity(sp.Name))
 		return
 	}
 	if sp.subs != nil && (len(x.args) >= 2 || sp.Run == nil) {
 		sub := sp.subs[string(lowerInto(cl.lower[:0], x.args[1]))]
+		cl.lastCmd.Store(sub)
 		if sub == nil {
-			cl.multiFailed()
-			sp.stats.rejected.Add(1)
-			x.errorReply(errUnknownSubcommand(cstr(x.args[1]), sp.Name))
+			s.reject(x, sp, errUnknownSubcommand(cstr(x.args[1]), sp.Name))
 			return
 		}
 		if !sub.arityOK(len(x.args)) {
-			cl.multiFailed()
-			sub.stats.rejected.Add(1)
-			x.errorReply(errWrongArity(sub.Name))
+			s.reject(x, sub, errWrongArity(sub.Name))
 			return
 		}
 		sp = sub
 	}
 	if !cl.authed && sp.Flags&NoAuth == 0 {
-		sp.stats.rejected.Add(1)
-		x.errorReply(msgNoAuth)
+		s.reject(x, sp, msgNoAuth)
 		return
 	}
 	if cl.inMulti && sp.Flags&RunsInMulti == 0 {
 		if sp.Flags&NoMulti != 0 {
-			cl.multiFailed()
-			sp.stats.rejected.Add(1)
-			x.errorReply(msgNotInMulti)
+			s.reject(x, sp, msgNotInMulti)
 			return
 		}
 		cl.queue = append(cl.queue, queued{spec: sp, args: copyArgs(x.args)})
@@ -247,6 +259,23 @@ func (s *Server) dispatch(x *ctx) {
 	s.call(x, sp)
 }
 
+// reject answers a command that can neither run nor be queued, as Redis's
+// rejectCommand does: inside MULTI it makes EXEC abort, and a rejected EXEC
+// (bad arity, no AUTH) discards the transaction and says why.
+func (s *Server) reject(x *ctx, sp *Spec, msg string) {
+	cl := x.cl
+	cl.multiFailed()
+	if sp != nil {
+		sp.stats.rejected.Add(1)
+		if sp.Name == "exec" { // Redis: c->cmd->proc == execCommand
+			cl.resetMulti()
+			cl.multiSeen.Store(-1)
+			msg = errExecAbort(msg)
+		}
+	}
+	x.errorReply(msg)
+}
+
 // call runs sp with statistics. x.args must be set.
 func (s *Server) call(x *ctx, sp *Spec) {
 	x.spec = sp
@@ -254,12 +283,11 @@ func (s *Server) call(x *ctx, sp *Spec) {
 	x.haveNow = false
 	start := time.Now()
 	sp.Run(x)
-	sp.stats.usec.Add(time.Since(start).Nanoseconds())
+	sp.stats.observe(time.Since(start).Nanoseconds())
 	sp.stats.calls.Add(1)
 	if x.failed {
 		sp.stats.failed.Add(1)
 	}
-	x.cl.lastCmd.Store(sp)
 	s.cmdsTotal.Add(1)
 }
 
@@ -286,9 +314,6 @@ type errStat struct {
 	count int64
 }
 
-type cmdStats struct {
-	calls, usec, failed, rejected atomic.Int64 // usec holds nanoseconds
-}
 
 func lowerInto(dst, src []byte) []byte {
 	if len(src) > cap(dst) {

@@ -10,6 +10,25 @@ import (
 // Kind says which command family owns a key and how its Value is read.
 type Kind uint8
 
+// String returns the kind's name as CL.INFO and the metrics report it.
+func (k Kind) String() string {
+	switch k {
+	case KindString:
+		return "string"
+	case KindGCRA:
+		return "gcra"
+	case KindFixed:
+		return "fixed"
+	case KindSliding:
+		return "sliding"
+	case KindLog:
+		return "slidinglog"
+	case KindLeases:
+		return "concurrency"
+	}
+	return "unknown"
+}
+
 // The kinds of value a key can hold.
 const (
 	// KindString is a plain Redis string written by SET. Obj holds its bytes
@@ -267,6 +286,7 @@ func (db *DB) Size(locked bool) int {
 type Stats struct {
 	Keys    int // live keys
 	Expires int // live keys with an expiry
+	ByKind  [8]int
 }
 
 // Stats counts db's live keys at now (ms), locking one shard at a time
@@ -283,6 +303,9 @@ func (db *DB) Stats(now int64, locked bool) Stats {
 				continue
 			}
 			st.Keys++
+			if int(v.Kind) < len(st.ByKind) {
+				st.ByKind[v.Kind]++
+			}
 			if v.Exp != 0 {
 				st.Expires++
 			}

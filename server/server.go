@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -49,6 +50,12 @@ type Config struct {
 	MaxQueryBuffer int64
 	// Password, when set, must be given with AUTH before other commands.
 	Password string
+	// TLSCertFile and TLSKeyFile, when set, make the listener speak TLS
+	// only. TLSCACertFile, when set, also requires every client to present
+	// a certificate signed by one of its CAs.
+	TLSCertFile   string
+	TLSKeyFile    string
+	TLSCACertFile string
 	// DisableProtectedMode lets clients from non-loopback addresses in
 	// when no password is set. By default (false) such clients get
 	// Redis's protected-mode error and are disconnected.
@@ -133,6 +140,9 @@ func (c Config) Validate() error {
 	if err := c.respConfig().Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if _, err := c.tlsConfig(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		bad("log-format %q: must be text or json", c.LogFormat)
 	}
@@ -197,6 +207,9 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "client-query-buffer-limit", Value: itoa(c.MaxQueryBuffer)},
 		{Name: "requirepass", Value: pass},
 		{Name: "shutdown-timeout", Value: c.ShutdownTimeout.String()},
+		{Name: "tls-cert-file", Value: c.TLSCertFile},
+		{Name: "tls-key-file", Value: c.TLSKeyFile},
+		{Name: "tls-ca-cert-file", Value: c.TLSCACertFile},
 		{Name: "protected-mode", Value: map[bool]string{false: "yes", true: "no"}[c.DisableProtectedMode]},
 		{Name: "log-format", Value: c.LogFormat},
 		{Name: "log-level", Value: c.LogLevel},
@@ -209,6 +222,7 @@ func (c Config) Settings() []commands.Setting {
 // Server is a running cellserver.
 type Server struct {
 	cfg  Config
+	tls  *tls.Config // nil: plain TCP
 	cmds *commands.Server
 	net  *resp.Server
 
@@ -242,7 +256,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	rs := resp.NewServer(cfg.respConfig(), cmds)
 	cmds.SetNetwork(rs)
-	return &Server{cfg: cfg, cmds: cmds, net: rs}, nil
+	tcfg, err := cfg.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, tls: tcfg, cmds: cmds, net: rs}, nil
 }
 
 // Commands returns the command executor (for in-process tests).
@@ -253,6 +271,9 @@ func (s *Server) Listen() error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return err
+	}
+	if s.tls != nil {
+		ln = &tlsListener{Listener: ln, cfg: s.tls, idle: s.cfg.IdleTimeout}
 	}
 	s.mu.Lock()
 	s.ln = ln
@@ -326,7 +347,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	s.cfg.Logger.Info("cellserver started", "version", s.cfg.Version, "addr", s.Addr().String(),
-		"persistence", "none", "maxclients", s.cfg.MaxClients, "timeout", s.cfg.IdleTimeout.String(),
+		"tls", s.tls != nil, "persistence", "none", "maxclients", s.cfg.MaxClients, "timeout", s.cfg.IdleTimeout.String(),
 		"proto-max-bulk-len", s.cfg.MaxBulkLen, "client-query-buffer-limit", s.cfg.MaxQueryBuffer)
 	errc := make(chan error, 1)
 	go func() { errc <- s.Serve() }()

@@ -1,0 +1,83 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+)
+
+// tlsHandshakeTimeout bounds a client's TLS handshake.
+const tlsHandshakeTimeout = 10 * time.Second
+
+// tlsConfig builds the server's TLS configuration from the certificate
+// files, or returns nil when TLS is off.
+func (c Config) tlsConfig() (*tls.Config, error) {
+	if c.TLSCertFile == "" && c.TLSKeyFile == "" && c.TLSCACertFile == "" {
+		return nil, nil
+	}
+	if c.TLSCertFile == "" || c.TLSKeyFile == "" {
+		return nil, errors.New("tls: --tls-cert-file and --tls-key-file must be given together")
+	}
+	cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if c.TLSCACertFile != "" {
+		pem, err := os.ReadFile(c.TLSCACertFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls: no certificate found in %s", c.TLSCACertFile)
+		}
+		cfg.ClientCAs = pool
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
+// tlsListener hands out server-side TLS connections whose handshake runs,
+// bounded in time, on the connection's own goroutine at its first read.
+type tlsListener struct {
+	net.Listener
+	cfg  *tls.Config
+	idle time.Duration
+}
+
+func (l *tlsListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &handshakeConn{Conn: tls.Server(c, l.cfg), idle: l.idle}, nil
+}
+
+type handshakeConn struct {
+	*tls.Conn
+	idle time.Duration
+	once sync.Once
+	err  error
+}
+
+func (c *handshakeConn) Read(b []byte) (int, error) {
+	c.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), tlsHandshakeTimeout)
+		defer cancel()
+		c.err = c.HandshakeContext(ctx)
+		if c.idle > 0 {
+			_ = c.SetReadDeadline(time.Now().Add(c.idle))
+		}
+	})
+	if c.err != nil {
+		return 0, c.err
+	}
+	return c.Conn.Read(b)
+}
