@@ -1,0 +1,193 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/server"
+	"github.com/redis/go-redis/v9"
+)
+
+// testPKI is a CA with a server certificate for 127.0.0.1 and a client
+// certificate, written as PEM files.
+type testPKI struct {
+	dir                       string
+	caFile, certFile, keyFile string
+	clientCert, clientKey     string
+	pool                      *x509.CertPool
+	client                    tls.Certificate
+	otherClient               tls.Certificate // signed by another CA
+}
+
+func writePEM(t *testing.T, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func newCA(t *testing.T, name string) (*x509.Certificate, *ecdsa.PrivateKey, []byte) {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return cert, key, der
+}
+
+func issue(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn string, server bool) ([]byte, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature,
+	}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+	} else {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der, key
+}
+
+func newPKI(t *testing.T) *testPKI {
+	t.Helper()
+	dir := t.TempDir()
+	p := &testPKI{dir: dir, caFile: filepath.Join(dir, "ca.pem"), certFile: filepath.Join(dir, "server.pem"),
+		keyFile: filepath.Join(dir, "server.key"), clientCert: filepath.Join(dir, "client.pem"), clientKey: filepath.Join(dir, "client.key")}
+	ca, caKey, caDER := newCA(t, "cellserver test CA")
+	writePEM(t, p.caFile, "CERTIFICATE", caDER)
+	p.pool = x509.NewCertPool()
+	p.pool.AddCert(ca)
+	der, key := issue(t, ca, caKey, "127.0.0.1", true)
+	writePEM(t, p.certFile, "CERTIFICATE", der)
+	kb, _ := x509.MarshalECPrivateKey(key)
+	writePEM(t, p.keyFile, "EC PRIVATE KEY", kb)
+	cder, ckey := issue(t, ca, caKey, "client", false)
+	writePEM(t, p.clientCert, "CERTIFICATE", cder)
+	ckb, _ := x509.MarshalECPrivateKey(ckey)
+	writePEM(t, p.clientKey, "EC PRIVATE KEY", ckb)
+	p.client = tls.Certificate{Certificate: [][]byte{cder}, PrivateKey: ckey}
+	other, otherKey, _ := newCA(t, "another CA")
+	oder, okey := issue(t, other, otherKey, "stranger", false)
+	p.otherClient = tls.Certificate{Certificate: [][]byte{oder}, PrivateKey: okey}
+	return p
+}
+
+func tlsClient(addr string, cfg *tls.Config) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, TLSConfig: cfg, MaxRetries: -1, DialTimeout: 5 * time.Second})
+}
+
+func TestTLSServerCertificate(t *testing.T) {
+	p := newPKI(t)
+	_, addr := servertest.Start(t, server.Config{TLSCertFile: p.certFile, TLSKeyFile: p.keyFile})
+	ctx := context.Background()
+	rdb := tlsClient(addr, &tls.Config{RootCAs: p.pool})
+	defer rdb.Close()
+	v, err := rdb.Do(ctx, "CL.THROTTLE", "tls", 15, 30, 60).Slice()
+	if err != nil || len(v) != 5 || v[1] != int64(16) {
+		t.Fatalf("CL.THROTTLE over TLS: %v %v", v, err)
+	}
+	// A plain-text client gets no answer: the port speaks TLS only.
+	plain := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ReadTimeout: 2 * time.Second})
+	defer plain.Close()
+	if err := plain.Ping(ctx).Err(); err == nil {
+		t.Fatal("plain-text PING answered on a TLS port")
+	}
+	// The server still serves TLS clients after that.
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTLSClientCertificates(t *testing.T) {
+	p := newPKI(t)
+	_, addr := servertest.Start(t, server.Config{TLSCertFile: p.certFile, TLSKeyFile: p.keyFile, TLSCACertFile: p.caFile})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		certs []tls.Certificate
+		ok    bool
+	}{
+		{"no client certificate", nil, false},
+		{"certificate from another CA", []tls.Certificate{p.otherClient}, false},
+		{"certificate from the configured CA", []tls.Certificate{p.client}, true},
+	} {
+		rdb := tlsClient(addr, &tls.Config{RootCAs: p.pool, Certificates: tc.certs})
+		err := rdb.Ping(ctx).Err()
+		rdb.Close()
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: PING error %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+func TestTLSRedisCLI(t *testing.T) {
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Skip("redis-cli not installed")
+	}
+	p := newPKI(t)
+	_, addr := servertest.Start(t, server.Config{TLSCertFile: p.certFile, TLSKeyFile: p.keyFile, TLSCACertFile: p.caFile})
+	host, port, _ := net.SplitHostPort(addr)
+	run := func(extra ...string) (string, error) {
+		args := append([]string{"-h", host, "-p", port, "--tls", "--cacert", p.caFile}, extra...)
+		args = append(args, "CL.THROTTLE", "cli", "15", "30", "60")
+		cmd := exec.Command(cli, args...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		return out.String(), err
+	}
+	out, err := run("--cert", p.clientCert, "--key", p.clientKey)
+	if err != nil || out != "0\n16\n15\n-1\n2\n" {
+		t.Fatalf("redis-cli --tls with a client certificate: %q %v", out, err)
+	}
+	out, _ = run()
+	if strings.Contains(out, "16\n15") {
+		t.Fatalf("redis-cli without a client certificate was served: %q", out)
+	}
+}
+
+func TestTLSConfigErrors(t *testing.T) {
+	p := newPKI(t)
+	for _, cfg := range []server.Config{
+		{TLSCertFile: p.certFile},
+		{TLSKeyFile: p.keyFile},
+		{TLSCertFile: p.certFile, TLSKeyFile: p.keyFile, TLSCACertFile: filepath.Join(p.dir, "missing.pem")},
+		{TLSCertFile: p.keyFile, TLSKeyFile: p.certFile},
+	} {
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("%+v: accepted", cfg)
+		}
+	}
+}
