@@ -18,6 +18,7 @@ type client struct {
 
 	db      atomic.Int32         // SELECTed database; read by CLIENT LIST
 	authed  bool                 // AUTH done, or no password configured
+	denied  bool                 // protected mode refuses this client
 	lower   [32]byte             // scratch for lower-casing command names
 	lastCmd atomic.Pointer[Spec] // read by CLIENT LIST
 

@@ -16,7 +16,10 @@ const (
 	msgExecNoMulti   = "ERR EXEC without MULTI"
 	msgDiscardNoMult = "ERR DISCARD without MULTI"
 	msgExecAbort     = "EXECABORT Transaction discarded because of previous errors."
+	msgExecAbortWhy  = "EXECABORT Transaction discarded because of: %s"
 	msgNoProto       = "NOPROTO unsupported protocol version"
+	msgHelloNoAuth   = "NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"
+	msgIntRange      = "ERR value is out of range, value must between -2147483648 and 2147483647"
 	msgProtoNotInt   = "ERR Protocol version is not an integer or out of range"
 	msgInvalidCursor = "ERR invalid cursor"
 	msgNoSuchCommand = "ERR Invalid command specified"
@@ -24,6 +27,8 @@ const (
 	msgGetKeysArity  = "ERR Invalid number of arguments specified for command"
 	msgNoKeyArgs     = "ERR The command has no key arguments"
 	msgClientName    = "ERR Client names cannot contain spaces, newlines or special characters."
+	msgClientType    = "ERR Unknown client type '%s'"
+	msgClientID      = "ERR Invalid client ID"
 	msgClientInfoArg = "ERR %s cannot contain spaces, newlines or special characters."
 	msgConfigSetRO   = "ERR CONFIG SET is not supported: cellserver's configuration is read-only at run time"
 	msgNoAuthNeeded  = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
@@ -71,9 +76,20 @@ func errUnknownCommand(args [][]byte) string {
 	return strings.Replace(msg, "%s", b.String(), 1)
 }
 
+// errUnknownSubcommand is Redis 7's text: the subcommand is cut to 128
+// bytes, the container is upper-cased.
 func errUnknownSubcommand(sub, container string) string {
+	if len(sub) > 128 {
+		sub = sub[:128]
+	}
 	msg := strings.Replace(msgUnknownSubcmd, "%s", sub, 1)
 	return strings.Replace(msg, "%s", strings.ToUpper(container), 1)
+}
+
+// errExecAbort is what a rejected EXEC answers (Redis's execCommandAbort):
+// the reason without its "ERR " code; other codes (NOAUTH) are kept.
+func errExecAbort(reason string) string {
+	return strings.Replace(msgExecAbortWhy, "%s", strings.TrimPrefix(reason, "ERR "), 1)
 }
 
 func errInvalidExpire(cmd string) string {
@@ -144,3 +160,10 @@ func errCheckArity(name string) string {
 	}[name]
 	return "ERR CL.ALL: incomplete check, expected " + usage
 }
+
+// msgDenied is sent, then the connection closed, to a client from another
+// host while protected mode is on (Redis's DENIED reply, in cellserver's
+// words).
+const msgDenied = "DENIED cellserver is running in protected mode because protected mode is enabled and no password is set. " +
+	"In this mode connections are only accepted from the loopback interface. To accept clients from other hosts, " +
+	"either set a password with --requirepass, or restart with --protected-mode no after making sure the port is not reachable from untrusted networks."

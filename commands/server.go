@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,13 @@ type Config struct {
 	SweepInterval time.Duration
 	// Logger receives the server's log lines. The default is slog.Default().
 	Logger *slog.Logger
+	// ProtectedMode refuses clients that connect from a non-loopback
+	// address (Redis's protected mode). The server package turns it on
+	// when no password is set, unless told otherwise.
+	ProtectedMode bool
+	// Loopback classifies a client's remote address for protected mode;
+	// nil means the real check. Tests inject their own.
+	Loopback func(remoteAddr string) bool
 	// KeyPrefixSeparator ends a key's prefix for the most-limited-prefixes
 	// statistics. The default value is ':'.
 	KeyPrefixSeparator byte
@@ -74,7 +82,9 @@ type Server struct {
 
 	net atomic.Pointer[netHolder]
 
-	prefixes *prefixTracker // most-limited key prefixes
+	prefixes  *prefixTracker // most-limited key prefixes
+	protected bool
+	loopback  func(string) bool
 
 	errMu     sync.Mutex // guards errStats
 	errStats  map[string]int64
@@ -117,16 +127,21 @@ func New(cfg Config) (*Server, error) {
 	if cfg.TopPrefixInterval == 0 {
 		cfg.TopPrefixInterval = time.Minute
 	}
+	if cfg.Loopback == nil {
+		cfg.Loopback = isLoopback
+	}
 	s := &Server{
-		ks:       cfg.Keyspace,
-		clock:    cfg.Clock,
-		version:  cfg.Version,
-		password: cfg.Password,
-		settings: cfg.Settings,
-		sweepInt: cfg.SweepInterval,
-		log:      cfg.Logger,
-		started:  cfg.Clock(),
-		errStats: make(map[string]int64),
+		protected: cfg.ProtectedMode,
+		loopback:  cfg.Loopback,
+		ks:        cfg.Keyspace,
+		clock:     cfg.Clock,
+		version:   cfg.Version,
+		password:  cfg.Password,
+		settings:  cfg.Settings,
+		sweepInt:  cfg.SweepInterval,
+		log:       cfg.Logger,
+		started:   cfg.Clock(),
+		errStats:  make(map[string]int64),
 	}
 	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock)
 	s.buildTable(commandTable())
@@ -196,6 +211,21 @@ func (s *Server) Open(c *resp.Conn) {
 	cl.x.c = c
 	cl.x.cl = cl
 	c.SetContext(cl)
+	// Protected mode: the client's first command gets the DENIED error,
+	// then the connection closes (answering a command rather than
+	// writing at once lets every client library show the text).
+	cl.denied = s.protected && !s.loopback(c.RemoteAddr())
+}
+
+// isLoopback reports whether a "host:port" address is on the loopback
+// interface (127.0.0.0/8 or ::1); unix sockets count as local.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr == "" || addr == "@"
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Close implements resp.Handler.
@@ -219,6 +249,11 @@ func (s *Server) lookup(cl *client, name []byte) *Spec {
 
 func (s *Server) dispatch(x *ctx) {
 	cl := x.cl
+	if cl.denied {
+		x.errorReply(msgDenied)
+		x.c.CloseAfterReply()
+		return
+	}
 	sp := s.lookup(cl, x.args[0])
 	cl.lastCmd.Store(sp) // as Redis's c->lastcmd: nil for an unknown command
 	if sp == nil {
@@ -313,7 +348,6 @@ type errStat struct {
 	code  string
 	count int64
 }
-
 
 func lowerInto(dst, src []byte) []byte {
 	if len(src) > cap(dst) {

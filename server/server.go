@@ -70,6 +70,9 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Clock is the wall clock; nil means time.Now. Tests inject their own.
 	Clock func() time.Time
+	// Loopback, if set, replaces the check of a client's address for
+	// protected mode (tests).
+	Loopback func(remoteAddr string) bool
 	// Logger receives log lines; nil means slog.Default().
 	Logger *slog.Logger
 	// Version is reported by INFO and --version.
@@ -244,12 +247,14 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cmds, err := commands.New(commands.Config{
-		Keyspace: ks,
-		Clock:    cfg.Clock,
-		Settings: cfg.Settings(),
-		Version:  cfg.Version,
-		Password: cfg.Password,
-		Logger:   cfg.Logger,
+		Keyspace:      ks,
+		Clock:         cfg.Clock,
+		Settings:      cfg.Settings(),
+		Version:       cfg.Version,
+		Password:      cfg.Password,
+		Logger:        cfg.Logger,
+		ProtectedMode: !cfg.DisableProtectedMode && cfg.Password == "",
+		Loopback:      cfg.Loopback,
 	})
 	if err != nil {
 		return nil, err
@@ -338,6 +343,13 @@ func (s *Server) stopBackground() {
 	}
 }
 
+func isLoopbackAddr(a net.Addr) bool {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.IsLoopback()
+	}
+	return false
+}
+
 // Run listens, serves until ctx ends, then shuts down gracefully within
 // cfg.ShutdownTimeout.
 func (s *Server) Run(ctx context.Context) error {
@@ -349,6 +361,15 @@ func (s *Server) Run(ctx context.Context) error {
 	s.cfg.Logger.Info("cellserver started", "version", s.cfg.Version, "addr", s.Addr().String(),
 		"tls", s.tls != nil, "persistence", "none", "maxclients", s.cfg.MaxClients, "timeout", s.cfg.IdleTimeout.String(),
 		"proto-max-bulk-len", s.cfg.MaxBulkLen, "client-query-buffer-limit", s.cfg.MaxQueryBuffer)
+	if s.cfg.Password == "" && !isLoopbackAddr(s.Addr()) {
+		if s.cfg.DisableProtectedMode {
+			s.cfg.Logger.Warn("WARNING: listening on a non-loopback address with no password and protected mode off: anyone who can reach " +
+				s.Addr().String() + " can use and flush this server. Set --requirepass.")
+		} else {
+			s.cfg.Logger.Warn("WARNING: listening on a non-loopback address with no password: protected mode refuses every client " +
+				"not on the loopback interface. Set --requirepass (or --protected-mode no on a trusted network).")
+		}
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.Serve() }()
 	select {
