@@ -18,7 +18,10 @@ VOLUME /data
 WORKDIR /data
 EXPOSE 6379
 USER nonroot:nonroot
+# The binary checks itself: it reads the same CELLSERVER_* settings.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=5s --retries=3 \
+  CMD ["/usr/local/bin/cellserver", "--healthcheck", "--addr", "127.0.0.1:6379"]
 # Inside a container the server must listen on all interfaces; set a
 # password (--requirepass) when the port is reachable by others.
 ENTRYPOINT ["/usr/local/bin/cellserver"]
-CMD ["--addr", "0.0.0.0:6379"]
+ENV CELLSERVER_ADDR=0.0.0.0:6379

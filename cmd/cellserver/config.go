@@ -145,6 +145,7 @@ func loadConfig(args []string, env func(string) string, stdout, stderr io.Writer
 	fs := flag.NewFlagSet("cellserver", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	showVersion := fs.Bool("version", false, "print the version and exit")
+	health := fs.Bool("healthcheck", false, "check that the configured server answers PING, then exit")
 	configPath := fs.String("config", "", "read settings from this file (lines of \"name value\")")
 	vals := map[string]*string{}
 	for _, o := range options {
@@ -164,6 +165,7 @@ func loadConfig(args []string, env func(string) string, stdout, stderr io.Writer
 			}
 			fmt.Fprintf(w, "  --%s VALUE\n        %s (default %s) [%s]\n", o.name, o.usage, def, envName(o.name))
 		}
+		fmt.Fprintf(w, "  --healthcheck\n        connect to the configured server, PING it and exit 0 if it answers (container HEALTHCHECK)\n")
 		fmt.Fprintf(w, "  --version\n        print the version and exit\n  --help\n        print this help and exit\n")
 	}
 	if err := fs.Parse(args); err != nil {
@@ -228,6 +230,13 @@ func loadConfig(args []string, env func(string) string, stdout, stderr io.Writer
 			fmt.Fprintf(stderr, "  - %s\n", e)
 		}
 		return cfg, 2, true
+	}
+	if *health {
+		if err := healthcheck(cfg, stdout); err != nil {
+			fmt.Fprintf(stderr, "cellserver: healthcheck failed: %v\n", err)
+			return cfg, 1, true
+		}
+		return cfg, 0, true
 	}
 	return cfg, 0, false
 }

@@ -273,3 +273,26 @@ func TestStartupLogLine(t *testing.T) {
 		}
 	}
 }
+
+// TestHealthcheck: --healthcheck against a running binary (with a password)
+// exits 0, and 1 when nothing listens.
+func TestHealthcheck(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	_, addr, _, _ := startBinary(t, bin, "--requirepass", "pw")
+	var out, errb bytes.Buffer
+	if code := run([]string{"--healthcheck", "--addr", addr, "--requirepass", "pw"}, &out, &errb); code != 0 {
+		t.Fatalf("healthcheck exit %d: %s", code, errb.String())
+	}
+	if code := run([]string{"--healthcheck", "--addr", addr, "--requirepass", "wrong"}, io.Discard, io.Discard); code != 1 {
+		t.Fatalf("healthcheck with a wrong password: exit %d, want 1", code)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	free := ln.Addr().String()
+	ln.Close()
+	if code := run([]string{"--healthcheck", "--addr", free}, io.Discard, io.Discard); code != 1 {
+		t.Fatalf("healthcheck of nothing: exit %d, want 1", code)
+	}
+}
