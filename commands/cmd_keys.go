@@ -43,7 +43,7 @@ func cmdGet(x *ctx) {
 	sh := x.db().Shard(key)
 	x.lock(sh)
 	defer x.unlock(sh)
-	v := sh.Lookup(key, x.clockMS())
+	v := sh.Peek(key, x.clockMS())
 	if v == nil {
 		x.null()
 		return
@@ -63,7 +63,7 @@ func cmdSet(x *ctx) {
 	var opt struct {
 		nx, xx, get, keepTTL bool
 		expUnit              string // "", "ex", "px", "exat", "pxat"
-		exp                  int64
+		exp                  []byte // the last expiry argument, parsed after the options
 	}
 	args := x.args
 	for i := 3; i < len(args); i++ {
@@ -78,14 +78,16 @@ func cmdSet(x *ctx) {
 		case eqFold(a, "keepttl") && opt.expUnit == "":
 			opt.keepTTL = true
 		case (eqFold(a, "ex") || eqFold(a, "px") || eqFold(a, "exat") || eqFold(a, "pxat")) &&
-			opt.expUnit == "" && !opt.keepTTL && i+1 < len(args):
-			opt.expUnit = string(lowerInto(x.cl.lower[:0], a))
-			n, ok := parseRedisInt(args[i+1])
-			if !ok {
-				x.errorReply(msgNotInt)
+			!opt.keepTTL && i+1 < len(args):
+			// As Redis: the same unit may be repeated (the last one counts),
+			// two different units are a syntax error.
+			unit := string(lowerInto(x.cl.lower[:0], a))
+			if opt.expUnit != "" && opt.expUnit != unit {
+				x.errorReply(msgSyntax)
 				return
 			}
-			opt.exp = n
+			opt.expUnit = unit
+			opt.exp = args[i+1]
 			i++
 		default:
 			x.errorReply(msgSyntax)
@@ -95,8 +97,12 @@ func cmdSet(x *ctx) {
 	now := x.clockMS()
 	var exp int64
 	if opt.expUnit != "" {
-		var ok bool
-		exp, ok = absoluteExpiry(opt.expUnit, opt.exp, now)
+		n, ok := parseRedisInt(opt.exp)
+		if !ok {
+			x.errorReply(msgNotInt)
+			return
+		}
+		exp, ok = absoluteExpiry(opt.expUnit, n, now)
 		if !ok {
 			x.errorReply(errInvalidExpire("set"))
 			return
@@ -190,7 +196,7 @@ func cmdExists(x *ctx) {
 	for _, key := range x.args[1:] {
 		sh := db.Shard(key)
 		x.lock(sh)
-		if sh.Lookup(key, now) != nil {
+		if sh.Peek(key, now) != nil {
 			n++
 		}
 		x.unlock(sh)
@@ -203,7 +209,7 @@ func cmdType(x *ctx) {
 	sh := x.db().Shard(key)
 	x.lock(sh)
 	defer x.unlock(sh)
-	v := sh.Lookup(key, x.clockMS())
+	v := sh.Peek(key, x.clockMS())
 	if v == nil {
 		x.status("none")
 		return
@@ -220,7 +226,7 @@ func ttlReply(x *ctx, ms bool) {
 	x.lock(sh)
 	defer x.unlock(sh)
 	now := x.clockMS()
-	v := sh.Lookup(key, now)
+	v := sh.Peek(key, now)
 	switch {
 	case v == nil:
 		x.int(-2)
@@ -303,6 +309,7 @@ func expireGeneric(x *ctx, name string, unit int64) {
 		return
 	}
 	v.Exp = when
+	sh.Changed(key, v)
 	x.int(1)
 }
 
@@ -317,6 +324,7 @@ func cmdPersist(x *ctx) {
 		return
 	}
 	v.Exp = 0
+	sh.Changed(key, v)
 	x.int(1)
 }
 
@@ -326,7 +334,7 @@ func cmdFlushDB(x *ctx) {
 	if !flushArgsOK(x) {
 		return
 	}
-	x.flush(x.db())
+	x.db().Flush(x.locked)
 	x.ok()
 }
 
@@ -334,9 +342,7 @@ func cmdFlushAll(x *ctx) {
 	if !flushArgsOK(x) {
 		return
 	}
-	for i := 0; i < x.s.ks.NumDB(); i++ {
-		x.flush(x.s.ks.DB(i))
-	}
+	x.s.ks.FlushAll(x.locked)
 	x.ok()
 }
 
@@ -349,15 +355,6 @@ func flushArgsOK(x *ctx) bool {
 		return false
 	}
 	return true
-}
-
-func (x *ctx) flush(db *keyspace.DB) {
-	for i := 0; i < db.NumShards(); i++ {
-		sh := db.ShardAt(i)
-		x.lock(sh)
-		sh.Clear()
-		x.unlock(sh)
-	}
 }
 
 // KEYS pattern
@@ -407,6 +404,9 @@ func cmdScan(x *ctx) {
 		switch {
 		case eqFold(args[0], "match"):
 			pat = args[1]
+			if len(pat) == 1 && pat[0] == '*' {
+				pat = nil // as Redis: "*" is no pattern, so it takes the empty key too
+			}
 		case eqFold(args[0], "count"):
 			n, ok := parseRedisInt(args[1])
 			if !ok {
@@ -460,14 +460,38 @@ func cmdScan(x *ctx) {
 	}
 }
 
+// parseUintCursor accepts what Redis's parseScanCursorOrReply accepts: C's
+// strtoul(s, &end, 10) over the string up to its first NUL, rejecting a
+// leading space, trailing bytes and overflow. So "", "+5", "-0" and "007"
+// are cursors, and "-n" is 2^64-n.
 func parseUintCursor(b []byte) (uint64, bool) {
-	return parseDigits(b)
+	b = []byte(cstr(b))
+	if len(b) == 0 {
+		return 0, true // strtoul consumed nothing and stopped at the NUL
+	}
+	neg := false
+	if b[0] == '+' || b[0] == '-' {
+		neg = b[0] == '-'
+		b = b[1:]
+	}
+	u, ok := parseDigits(b)
+	if !ok {
+		return 0, false
+	}
+	if neg {
+		u = -u
+	}
+	return u, true
 }
 
 func cmdSelect(x *ctx) {
 	n, ok := parseRedisInt(x.args[1])
 	if !ok {
 		x.errorReply(msgNotInt)
+		return
+	}
+	if n < math.MinInt32 || n > math.MaxInt32 { // Redis reads an int first
+		x.errorReply(msgIntRange)
 		return
 	}
 	if n < 0 || n >= int64(x.s.ks.NumDB()) {

@@ -273,11 +273,7 @@ func (c *check) apply(sh *keyspace.Shard, v *keyspace.Value, now int64) {
 		}
 		nv = keyspace.Value{Kind: keyspace.KindLeases, Obj: ls, Exp: expiryMS(ls.Apply(now, c.per, string(c.token)))}
 	}
-	if v != nil {
-		*v = nv
-	} else {
-		sh.Set(c.key, nv)
-	}
+	sh.Replace(c.key, v, nv)
 }
 
 // trailingMS strips a final MS argument (any case) and reports it.
@@ -343,6 +339,7 @@ func cmdRelease(x *ctx) {
 		sh.Delete(key, floorDiv(now, 1e6))
 	} else {
 		v.Exp = expiryMS(exp)
+		sh.Changed(key, v)
 	}
 	if released {
 		x.int(1)
@@ -389,7 +386,7 @@ func cmdPeek(x *ctx) {
 	x.lock(sh)
 	defer x.unlock(sh)
 	now := x.clockNS()
-	cur := sh.Lookup(key, floorDiv(now, 1e6))
+	cur := sh.Peek(key, floorDiv(now, 1e6))
 	var tat uint64
 	if cur != nil {
 		switch cur.Kind {
@@ -540,7 +537,7 @@ func cmdLimiterInfo(x *ctx) {
 	defer x.unlock(sh)
 	now := x.clockNS()
 	nowMS := floorDiv(now, 1e6)
-	v := sh.Lookup(key, nowMS)
+	v := sh.Peek(key, nowMS)
 	if v == nil {
 		x.nullArray()
 		return

@@ -71,11 +71,7 @@ func cmdThrottle(x *ctx) {
 		if r.TTLMillis >= 0 {
 			nv.Exp = nowMS + r.TTLMillis
 		}
-		if v != nil {
-			*v = nv
-		} else {
-			sh.Set(key, nv)
-		}
+		sh.Replace(key, v, nv)
 		if r.TTLMillis < -1 {
 			// redis-cell has written the value already and SetExpire fails:
 			// the key stays, without a TTL, and the client gets an error.

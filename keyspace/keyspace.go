@@ -65,8 +65,22 @@ type Value struct {
 // Redis, a key whose expiry equals now is still alive for that millisecond.
 func (v *Value) Expired(now int64) bool { return v.Exp != 0 && now > v.Exp }
 
+// Journal receives every change to a Keyspace in the order the changes
+// happen, so that a durable copy can follow it. Its methods are called
+// with the affected shard locks held (all of a database's for DeleteDB,
+// all for DeleteAll) and must not block on other shards. key and v are
+// only valid during the call.
+type Journal interface {
+	Put(db int, key []byte, v *Value)
+	Delete(db int, key []byte)
+	DeleteDB(db int)
+	DeleteAll()
+}
+
 // Config sets the shape of a Keyspace. The zero value is valid.
 type Config struct {
+	// Journal, if not nil, is told about every change (persistence).
+	Journal Journal
 	// Databases is the number of numbered databases (SELECT 0..n-1).
 	// The default value is 16.
 	Databases int
@@ -89,8 +103,9 @@ func (c *Config) ensureDefaults() {
 
 // Keyspace is the set of databases. It is safe for concurrent use.
 type Keyspace struct {
-	seed maphash.Seed
-	dbs  []*DB
+	seed    maphash.Seed
+	dbs     []*DB
+	journal Journal
 }
 
 // New returns an empty Keyspace.
@@ -103,12 +118,13 @@ func New(cfg Config) (*Keyspace, error) {
 		return nil, errors.Join(ErrConfig, errors.New("keyspace: shards must be between 1 and 1048576"))
 	}
 	n := 1 << bits.Len(uint(cfg.Shards-1))
-	ks := &Keyspace{seed: maphash.MakeSeed(), dbs: make([]*DB, cfg.Databases)}
+	ks := &Keyspace{seed: maphash.MakeSeed(), dbs: make([]*DB, cfg.Databases), journal: cfg.Journal}
 	for i := range ks.dbs {
 		db := &DB{ks: ks, index: i, shards: make([]Shard, n), mask: uint64(n - 1)}
 		for j := range db.shards {
 			db.shards[j].db = i
 			db.shards[j].index = j
+			db.shards[j].journal = cfg.Journal
 		}
 		ks.dbs[i] = db
 	}
@@ -167,8 +183,9 @@ func (db *DB) ShardAt(i int) *Shard { return &db.shards[i] }
 type Shard struct {
 	mu sync.Mutex // guards m
 
-	m     map[string]*Value
-	db    int // database index, for lock ordering
+	m       map[string]*Value
+	journal Journal
+	db      int // database index, for lock ordering
 	index int // shard index within the database, for lock ordering
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
@@ -193,6 +210,20 @@ func (s *Shard) Lookup(key []byte, now int64) *Value {
 	}
 	if v.Expired(now) {
 		delete(s.m, string(key))
+		if s.journal != nil {
+			s.journal.Delete(s.db, key)
+		}
+		return nil
+	}
+	return v
+}
+
+// Peek returns the live value of key like Lookup, but never removes an
+// expired entry: read-only commands use it so that they write nothing.
+// s.mu must be held.
+func (s *Shard) Peek(key []byte, now int64) *Value {
+	v := s.m[string(key)]
+	if v == nil || v.Expired(now) {
 		return nil
 	}
 	return v
@@ -200,16 +231,32 @@ func (s *Shard) Lookup(key []byte, now int64) *Value {
 
 // Set stores v under key, replacing any previous value. s.mu must be held.
 func (s *Shard) Set(key []byte, v Value) {
-	if p := s.m[string(key)]; p != nil {
-		*p = v
-		return
+	s.Replace(key, s.m[string(key)], v)
+}
+
+// Replace stores nv under key, where cur is key's current entry as Lookup
+// returned it (nil when absent): it saves Set's second lookup on hot paths.
+// s.mu must be held.
+func (s *Shard) Replace(key []byte, cur *Value, nv Value) {
+	if cur == nil {
+		if s.m == nil {
+			s.m = make(map[string]*Value)
+		}
+		cur = new(Value)
+		s.m[string(key)] = cur
 	}
-	if s.m == nil {
-		s.m = make(map[string]*Value)
+	*cur = nv
+	if s.journal != nil {
+		s.journal.Put(s.db, key, cur)
 	}
-	p := new(Value)
-	*p = v
-	s.m[string(key)] = p
+}
+
+// Changed records that the caller modified v, key's entry, in place (its
+// expiry, or its object). s.mu must be held.
+func (s *Shard) Changed(key []byte, v *Value) {
+	if s.journal != nil {
+		s.journal.Put(s.db, key, v)
+	}
 }
 
 // Delete removes key and reports whether a live value was removed.
@@ -220,6 +267,9 @@ func (s *Shard) Delete(key []byte, now int64) bool {
 		return false
 	}
 	delete(s.m, string(key))
+	if s.journal != nil {
+		s.journal.Delete(s.db, key)
+	}
 	return !v.Expired(now)
 }
 
@@ -240,11 +290,43 @@ func (s *Shard) Range(now int64, fn func(key string, v *Value) bool) {
 	}
 }
 
-// Clear removes every entry and returns how many there were. s.mu must be held.
-func (s *Shard) Clear() int {
-	n := len(s.m)
-	s.m = nil
-	return n
+// Flush removes every key of db (FLUSHDB), holding all of its shard locks
+// at once so that the journal sees one consistent cut; locked means the
+// caller already holds them (EXEC).
+func (db *DB) Flush(locked bool) {
+	if !locked {
+		for i := range db.shards {
+			db.shards[i].mu.Lock()
+		}
+		defer func() {
+			for i := range db.shards {
+				db.shards[i].mu.Unlock()
+			}
+		}()
+	}
+	for i := range db.shards {
+		db.shards[i].m = nil
+	}
+	if db.ks.journal != nil {
+		db.ks.journal.DeleteDB(db.index)
+	}
+}
+
+// FlushAll removes every key of every database (FLUSHALL); locked means
+// the caller holds every shard lock (EXEC).
+func (ks *Keyspace) FlushAll(locked bool) {
+	if !locked {
+		ks.LockAll()
+		defer ks.UnlockAll()
+	}
+	for _, db := range ks.dbs {
+		for i := range db.shards {
+			db.shards[i].m = nil
+		}
+	}
+	if ks.journal != nil {
+		ks.journal.DeleteAll()
+	}
 }
 
 // Sweep removes up to max expired entries at now (ms), looking at no more
@@ -258,6 +340,9 @@ func (s *Shard) Sweep(now int64, max int) (removed, seen int) {
 		seen++
 		if v.Expired(now) {
 			delete(s.m, k)
+			if s.journal != nil {
+				s.journal.Delete(s.db, []byte(k))
+			}
 			removed++
 		}
 	}
