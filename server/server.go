@@ -11,12 +11,15 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cellserver/cellserver/commands"
 	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/metrics"
 	"github.com/cellserver/cellserver/resp"
 )
 
@@ -70,6 +73,16 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Clock is the wall clock; nil means time.Now. Tests inject their own.
 	Clock func() time.Time
+	// MetricsAddr, when set, serves Prometheus metrics at /metrics and the
+	// probes /healthz and /readyz over HTTP on this address. Off by
+	// default.
+	MetricsAddr string
+	// KeyPrefixSeparator ends the key prefix used by the most-limited
+	// prefixes metric. The default value is ":".
+	KeyPrefixSeparator string
+	// TopPrefixes is how many most-limited key prefixes the metrics report
+	// (over one-minute intervals). The default value is 10.
+	TopPrefixes int
 	// Loopback, if set, replaces the check of a client's address for
 	// protected mode (tests).
 	Loopback func(remoteAddr string) bool
@@ -114,6 +127,12 @@ func (c Config) withDefaults() Config {
 	if c.Version == "" {
 		c.Version = "dev"
 	}
+	if c.KeyPrefixSeparator == "" {
+		c.KeyPrefixSeparator = ":"
+	}
+	if c.TopPrefixes == 0 {
+		c.TopPrefixes = 10
+	}
 	if c.LogFormat == "" {
 		c.LogFormat = "text"
 	}
@@ -142,6 +161,17 @@ func (c Config) Validate() error {
 	}
 	if err := c.respConfig().Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if len(c.KeyPrefixSeparator) != 1 {
+		bad("metrics-key-separator %q: must be one byte", c.KeyPrefixSeparator)
+	}
+	if c.TopPrefixes < 1 || c.TopPrefixes > 1000 {
+		bad("metrics-top-prefixes %d: must be between 1 and 1000", c.TopPrefixes)
+	}
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			bad("metrics-addr %q: %v", c.MetricsAddr, err)
+		}
 	}
 	if _, err := c.tlsConfig(); err != nil {
 		errs = append(errs, err)
@@ -213,6 +243,9 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "tls-cert-file", Value: c.TLSCertFile},
 		{Name: "tls-key-file", Value: c.TLSKeyFile},
 		{Name: "tls-ca-cert-file", Value: c.TLSCACertFile},
+		{Name: "metrics-addr", Value: c.MetricsAddr},
+		{Name: "metrics-key-separator", Value: c.KeyPrefixSeparator},
+		{Name: "metrics-top-prefixes", Value: itoa(int64(c.TopPrefixes))},
 		{Name: "protected-mode", Value: map[bool]string{false: "yes", true: "no"}[c.DisableProtectedMode]},
 		{Name: "log-format", Value: c.LogFormat},
 		{Name: "log-level", Value: c.LogLevel},
@@ -229,8 +262,11 @@ type Server struct {
 	cmds *commands.Server
 	net  *resp.Server
 
-	mu sync.Mutex // guards ln
-	ln net.Listener
+	mu        sync.Mutex // guards ln, metricsLn, httpSrv
+	ln        net.Listener
+	metricsLn net.Listener
+	httpSrv   *http.Server
+	ready     atomic.Bool // serving and not shutting down (/readyz)
 
 	bgCancel context.CancelFunc
 	bgDone   chan struct{}
@@ -247,14 +283,16 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cmds, err := commands.New(commands.Config{
-		Keyspace:      ks,
-		Clock:         cfg.Clock,
-		Settings:      cfg.Settings(),
-		Version:       cfg.Version,
-		Password:      cfg.Password,
-		Logger:        cfg.Logger,
-		ProtectedMode: !cfg.DisableProtectedMode && cfg.Password == "",
-		Loopback:      cfg.Loopback,
+		Keyspace:           ks,
+		Clock:              cfg.Clock,
+		Settings:           cfg.Settings(),
+		Version:            cfg.Version,
+		Password:           cfg.Password,
+		Logger:             cfg.Logger,
+		ProtectedMode:      !cfg.DisableProtectedMode && cfg.Password == "",
+		KeyPrefixSeparator: cfg.KeyPrefixSeparator[0],
+		TopPrefixes:        cfg.TopPrefixes,
+		Loopback:           cfg.Loopback,
 	})
 	if err != nil {
 		return nil, err
@@ -280,10 +318,28 @@ func (s *Server) Listen() error {
 	if s.tls != nil {
 		ln = &tlsListener{Listener: ln, cfg: s.tls, idle: s.cfg.IdleTimeout}
 	}
+	var mln net.Listener
+	if s.cfg.MetricsAddr != "" {
+		if mln, err = net.Listen("tcp", s.cfg.MetricsAddr); err != nil {
+			ln.Close()
+			return fmt.Errorf("metrics: %w", err)
+		}
+	}
 	s.mu.Lock()
-	s.ln = ln
+	s.ln, s.metricsLn = ln, mln
 	s.mu.Unlock()
 	return nil
+}
+
+// MetricsAddr returns the metrics listener's address, or nil when metrics
+// are off or before Listen.
+func (s *Server) MetricsAddr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.metricsLn == nil {
+		return nil
+	}
+	return s.metricsLn.Addr()
 }
 
 // Addr returns the listening address, or nil before Listen.
@@ -309,18 +365,32 @@ func (s *Server) Serve() error {
 	done := make(chan struct{})
 	s.mu.Lock()
 	s.bgCancel, s.bgDone = cancel, done
-	ln := s.ln
+	ln, mln := s.ln, s.metricsLn
+	if mln != nil {
+		reg := metrics.NewRegistry(metrics.Sources{Commands: s.cmds, Network: s.net, Clock: s.cfg.Clock})
+		s.httpSrv = &http.Server{Handler: metrics.NewHandler(reg, s.ready.Load), ReadHeaderTimeout: 10 * time.Second}
+	}
+	hs := s.httpSrv
 	s.mu.Unlock()
 	go func() {
 		defer close(done)
 		s.cmds.Run(ctx)
 	}()
+	if hs != nil {
+		go func() {
+			if err := hs.Serve(mln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.cfg.Logger.Error("metrics server stopped", "err", err)
+			}
+		}()
+	}
+	s.ready.Store(true)
 	return s.net.Serve(ln)
 }
 
 // Shutdown stops accepting, lets in-flight commands finish and closes every
 // connection, waiting at most until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.ready.Store(false)
 	err := s.net.Shutdown(ctx)
 	s.stopBackground()
 	return err
@@ -328,6 +398,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // Close stops everything at once.
 func (s *Server) Close() error {
+	s.ready.Store(false)
 	err := s.net.Close()
 	s.stopBackground()
 	return err
@@ -335,8 +406,13 @@ func (s *Server) Close() error {
 
 func (s *Server) stopBackground() {
 	s.mu.Lock()
-	cancel, done := s.bgCancel, s.bgDone
+	cancel, done, hs, mln := s.bgCancel, s.bgDone, s.httpSrv, s.metricsLn
 	s.mu.Unlock()
+	if hs != nil {
+		_ = hs.Close()
+	} else if mln != nil {
+		_ = mln.Close()
+	}
 	if cancel != nil {
 		cancel()
 		<-done
@@ -359,7 +435,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	s.cfg.Logger.Info("cellserver started", "version", s.cfg.Version, "addr", s.Addr().String(),
-		"tls", s.tls != nil, "persistence", "none", "maxclients", s.cfg.MaxClients, "timeout", s.cfg.IdleTimeout.String(),
+		"tls", s.tls != nil, "metrics", s.cfg.MetricsAddr, "persistence", "none", "maxclients", s.cfg.MaxClients, "timeout", s.cfg.IdleTimeout.String(),
 		"proto-max-bulk-len", s.cfg.MaxBulkLen, "client-query-buffer-limit", s.cfg.MaxQueryBuffer)
 	if s.cfg.Password == "" && !isLoopbackAddr(s.Addr()) {
 		if s.cfg.DisableProtectedMode {

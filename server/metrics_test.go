@@ -1,0 +1,71 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/server"
+	"github.com/redis/go-redis/v9"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestMetricsEndpoint: --metrics-addr serves the probes and counters that
+// move with traffic.
+func TestMetricsEndpoint(t *testing.T) {
+	clk := servertest.NewClock(time.Unix(1795312945, 0))
+	srv, addr := servertest.Start(t, server.Config{MetricsAddr: "127.0.0.1:0", Clock: clk.Now})
+	base := "http://" + srv.MetricsAddr().String()
+	if code, body := get(t, base+"/healthz"); code != 200 || body != "ok" {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	if code, _ := get(t, base+"/readyz"); code != 200 {
+		t.Fatalf("/readyz: %d", code)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	for i := 0; i < 5; i++ {
+		rdb.Do(ctx, "CL.THROTTLE", "api:key", 2, 1, 60)
+	}
+	_, body := get(t, base+"/metrics")
+	for _, want := range []string{
+		`cellserver_commands_total{command="cl.throttle"} 5`,
+		`cellserver_limiter_decisions_total{command="cl.throttle",result="allowed"} 3`,
+		`cellserver_limiter_decisions_total{command="cl.throttle",result="limited"} 2`,
+		`cellserver_keys{db="0",kind="gcra"} 1`,
+		`cellserver_connected_clients 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	clk.Advance(61 * time.Second)
+	if _, body := get(t, base+"/metrics"); !strings.Contains(body, `cellserver_limited_key_prefix_top{prefix="api"} 2`) {
+		t.Errorf("no top limited prefix after the interval:\n%s", grepLines(body, "prefix"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
