@@ -84,8 +84,17 @@ type FixedState struct {
 // Fixed decides a request of q units on a fixed window of limit units per
 // period ns at now. It returns the state to store (when store is true) and
 // the instant in ns at which the key can be forgotten (the window's end).
+//
+// If the stored window is later than now's (the clock went back), the
+// request counts in the stored window, so that its units are not forgotten
+// and no window admits more than limit units; durations are then measured
+// from now to that window's end. The count may exceed limit if the limit
+// was lowered since it was stored: Remaining is then 0.
 func Fixed(st FixedState, exists bool, now, period, limit, q int64) (next FixedState, d Decision, store bool, expireAt int64) {
 	w := floorDiv(now, period)
+	if exists && st.Window > w {
+		w = st.Window // the clock went back: keep counting the later window
+	}
 	end := (w + 1) * period
 	count := int64(0)
 	if exists && st.Window == w {
@@ -93,19 +102,23 @@ func Fixed(st FixedState, exists bool, now, period, limit, q int64) (next FixedS
 	}
 	d = Decision{Limit: limit, RetryAfter: -1}
 	switch {
+	case q == 0:
+	case q < 0:
+		count += q
+		if count < 0 {
+			count = 0 // a refund never goes below zero
+		}
+		store = exists
 	case q > limit:
 		d.Limited = true
 	case q > limit-count:
 		d.Limited = true
 		d.RetryAfter = end - now
-	case q != 0:
+	default:
 		count += q
-		if count < 0 {
-			count = 0 // a refund never goes below zero
-		}
-		store = exists || count > 0
+		store = true
 	}
-	d.Remaining = limit - count
+	d.Remaining = max(limit-count, 0)
 	if count > 0 {
 		d.ResetAfter = end - now
 	}
@@ -133,8 +146,19 @@ const MaxSlidingLimit = math.MaxUint32
 //
 // (the previous window's units assumed evenly spread). A request is
 // admitted iff estimate + q <= limit, compared exactly in 128-bit integers.
+//
+// If the stored window is later than now's (the clock went back), the
+// request is decided as at the start of the stored window, so that its
+// units are not forgotten, and RetryAfter and ResetAfter are measured from
+// now.
 func Sliding(st SlidingState, exists bool, now, period, limit, q int64) (next SlidingState, d Decision, store bool, expireAt int64) {
 	w := floorDiv(now, period)
+	var back int64 // how far the clock went back behind the stored window
+	if exists && st.Window > w {
+		w = st.Window
+		back = w*period - now
+		now += back
+	}
 	start := w * period
 	e := now - start
 	var prev, cur int64
@@ -174,9 +198,12 @@ func Sliding(st SlidingState, exists bool, now, period, limit, q int64) (next Sl
 	}
 	switch {
 	case cur > 0:
-		d.ResetAfter = 2*period - e
+		d.ResetAfter = 2*period - e + back
 	case prev > 0:
-		d.ResetAfter = period - e
+		d.ResetAfter = period - e + back
+	}
+	if d.RetryAfter > 0 {
+		d.RetryAfter += back
 	}
 	return SlidingState{Window: w, Prev: prev, Cur: cur}, d, store, start + 2*period
 }
@@ -233,6 +260,7 @@ func (l *Log) Decide(now, period, limit, q int64) Decision {
 	units := l.Units - gone
 	d := Decision{Limit: limit, RetryAfter: -1}
 	switch {
+	case q == 0: // never limited, even above a lowered limit
 	case q > limit:
 		d.Limited = true
 	case q > limit-units:
@@ -250,7 +278,7 @@ func (l *Log) Decide(now, period, limit, q int64) Decision {
 	case q > 0:
 		units += q
 	}
-	d.Remaining = limit - units
+	d.Remaining = max(limit-units, 0) // units > limit if the limit was lowered
 	// Reset: when the newest unit in the log (after this request) leaves.
 	newest, have := int64(0), false
 	if n := len(l.Entries); n > first {
@@ -323,7 +351,7 @@ func (ls *Leases) Acquire(now, lease, limit int64, token string) Decision {
 	held := ls.Held(now)
 	exp, mine := ls.m[token]
 	mine = mine && exp > now
-	var soonest, latest int64 = math.MaxInt64, 0
+	var soonest, latest int64 = math.MaxInt64, now
 	for _, e := range ls.m {
 		if e > now {
 			soonest = min(soonest, e)
@@ -341,20 +369,23 @@ func (ls *Leases) Acquire(now, lease, limit int64, token string) Decision {
 	if !d.Limited {
 		latest = max(latest, now+lease)
 	}
-	d.Remaining = limit - held
+	d.Remaining = max(limit-held, 0) // held > limit if the limit was lowered
 	if held > 0 {
 		d.ResetAfter = latest - now
 	}
 	return d
 }
 
-// Apply gives token a lease until now+lease and drops expired ones. It
-// returns the instant in ns after which no lease is live.
+// Apply gives token a lease until now+lease (or keeps its live lease if
+// that ends later: a re-acquire extends, never shortens) and drops expired
+// ones. It returns the instant in ns after which no lease is live.
 func (ls *Leases) Apply(now, lease int64, token string) (expireAt int64) {
 	if ls.m == nil {
 		ls.m = make(map[string]int64)
 	}
-	ls.m[token] = now + lease
+	if exp, ok := ls.m[token]; !ok || exp < now+lease {
+		ls.m[token] = now + lease
+	}
 	return ls.prune(now)
 }
 
