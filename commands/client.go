@@ -16,11 +16,14 @@ type client struct {
 	conn *resp.Conn
 	x    ctx // reused for every command of this connection
 
-	db      atomic.Int32         // SELECTed database; read by CLIENT LIST
-	authed  bool                 // AUTH done, or no password configured
-	denied  bool                 // protected mode refuses this client
-	lower   [32]byte             // scratch for lower-casing command names
-	lastCmd atomic.Pointer[Spec] // read by CLIENT LIST
+	db     atomic.Int32 // SELECTed database; read by CLIENT LIST
+	authed bool         // AUTH done, or no password configured
+	denied bool         // protected mode refuses this client
+	// pendingSeq is the persistence sequence this client's replies wait
+	// for (fsync always); 0 when nothing is pending.
+	pendingSeq uint64
+	lower      [32]byte             // scratch for lower-casing command names
+	lastCmd    atomic.Pointer[Spec] // read by CLIENT LIST
 
 	inMulti   bool
 	multiBad  bool // a command failed to queue: EXEC aborts

@@ -472,7 +472,11 @@ func cmdInfo(x *ctx) {
 		)
 	}
 	if show("persistence", true) {
-		section("Persistence", "loading:0", "persistence_mode:none")
+		lines := []string{"loading:0", "persistence_mode:none"}
+		if s.persistInfo != nil {
+			lines = s.persistInfo()
+		}
+		section("Persistence", lines...)
 	}
 	if show("stats", true) {
 		var expiredKeys = s.expired.Load()

@@ -48,6 +48,14 @@ type Config struct {
 	// Loopback classifies a client's remote address for protected mode;
 	// nil means the real check. Tests inject their own.
 	Loopback func(remoteAddr string) bool
+	// Durability, when set (persistence with fsync "always"), holds each
+	// client's replies until the changes its write commands made are
+	// durable: Seq numbers the changes queued so far and WaitDurable
+	// blocks until a number of them is on disk.
+	Durability Durability
+	// PersistenceInfo returns the lines of INFO's persistence section;
+	// nil means persistence is off.
+	PersistenceInfo func() []string
 	// KeyPrefixSeparator ends a key's prefix for the most-limited-prefixes
 	// statistics. The default value is ':'.
 	KeyPrefixSeparator byte
@@ -55,6 +63,12 @@ type Config struct {
 	// intervals of TopPrefixInterval. The defaults are 10 and 1 minute.
 	TopPrefixes       int
 	TopPrefixInterval time.Duration
+}
+
+// Durability is what the persistence write path offers for group commit.
+type Durability interface {
+	Seq() uint64
+	WaitDurable(seq uint64) error
 }
 
 // Network is what the connection layer tells the commands about itself
@@ -82,9 +96,11 @@ type Server struct {
 
 	net atomic.Pointer[netHolder]
 
-	prefixes  *prefixTracker // most-limited key prefixes
-	protected bool
-	loopback  func(string) bool
+	prefixes    *prefixTracker // most-limited key prefixes
+	durability  Durability
+	persistInfo func() []string
+	protected   bool
+	loopback    func(string) bool
 
 	errMu     sync.Mutex // guards errStats
 	errStats  map[string]int64
@@ -131,17 +147,19 @@ func New(cfg Config) (*Server, error) {
 		cfg.Loopback = isLoopback
 	}
 	s := &Server{
-		protected: cfg.ProtectedMode,
-		loopback:  cfg.Loopback,
-		ks:        cfg.Keyspace,
-		clock:     cfg.Clock,
-		version:   cfg.Version,
-		password:  cfg.Password,
-		settings:  cfg.Settings,
-		sweepInt:  cfg.SweepInterval,
-		log:       cfg.Logger,
-		started:   cfg.Clock(),
-		errStats:  make(map[string]int64),
+		durability:  cfg.Durability,
+		persistInfo: cfg.PersistenceInfo,
+		protected:   cfg.ProtectedMode,
+		loopback:    cfg.Loopback,
+		ks:          cfg.Keyspace,
+		clock:       cfg.Clock,
+		version:     cfg.Version,
+		password:    cfg.Password,
+		settings:    cfg.Settings,
+		sweepInt:    cfg.SweepInterval,
+		log:         cfg.Logger,
+		started:     cfg.Clock(),
+		errStats:    make(map[string]int64),
 	}
 	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock)
 	s.buildTable(commandTable())
@@ -215,6 +233,19 @@ func (s *Server) Open(c *resp.Conn) {
 	// then the connection closes (answering a command rather than
 	// writing at once lets every client library show the text).
 	cl.denied = s.protected && !s.loopback(c.RemoteAddr())
+}
+
+// BeforeWrite implements resp.BeforeWriter: with fsync "always", replies
+// wait until the changes of this client's write commands are durable; many
+// clients wait on the same batch (group commit).
+func (s *Server) BeforeWrite(c *resp.Conn) error {
+	cl, _ := c.Context().(*client)
+	if cl == nil || cl.pendingSeq == 0 || s.durability == nil {
+		return nil
+	}
+	seq := cl.pendingSeq
+	cl.pendingSeq = 0
+	return s.durability.WaitDurable(seq)
 }
 
 // isLoopback reports whether a "host:port" address is on the loopback

@@ -251,6 +251,21 @@ func (s *Shard) Replace(key []byte, cur *Value, nv Value) {
 	}
 }
 
+// Restore inserts v under key in database db without telling the journal:
+// it is how persisted state is loaded at startup, before serving. It locks
+// the key's shard.
+func (ks *Keyspace) Restore(db int, key []byte, v Value) {
+	sh := ks.dbs[db].Shard(key)
+	sh.mu.Lock()
+	if sh.m == nil {
+		sh.m = make(map[string]*Value)
+	}
+	p := new(Value)
+	*p = v
+	sh.m[string(key)] = p
+	sh.mu.Unlock()
+}
+
 // Changed records that the caller modified v, key's entry, in place (its
 // expiry, or its object). s.mu must be held.
 func (s *Shard) Changed(key []byte, v *Value) {

@@ -216,6 +216,12 @@ func (c *Conn) read() (int, error) {
 
 // write writes c.Out to the client and empties it.
 func (c *Conn) write() error {
+	if b := c.srv.before; b != nil {
+		if err := b.BeforeWrite(c); err != nil {
+			c.Out = c.Out[:0]
+			return err
+		}
+	}
 	if d := c.srv.cfg.IdleTimeout; d > 0 {
 		c.nc.SetWriteDeadline(time.Now().Add(d))
 	}

@@ -34,6 +34,15 @@ type Handler interface {
 	ServeRESP(c *Conn, args [][]byte)
 }
 
+// BeforeWriter is implemented by a Handler that must hold replies back
+// until something else has happened (durable persistence: with fsync
+// "always" a reply leaves only once its change is on disk). BeforeWrite
+// runs on the connection's goroutine before each write of replies; an
+// error closes the connection without writing them.
+type BeforeWriter interface {
+	BeforeWrite(c *Conn) error
+}
+
 // Stats are counters of a [Server] since NewServer, named after the Redis
 // INFO fields they mirror.
 type Stats struct {
@@ -71,6 +80,7 @@ const rejectWriteTimeout = 100 * time.Millisecond
 type Server struct {
 	cfg     Config // defaults applied
 	handler Handler
+	before  BeforeWriter // handler's BeforeWrite, if it has one
 	logger  *slog.Logger
 
 	nextID     atomic.Int64
@@ -96,6 +106,7 @@ type Server struct {
 // defaults; see [Config]) that serves connections with h. Nothing happens
 // until [Server.Serve]. An invalid cfg is reported by Serve.
 func NewServer(cfg Config, h Handler) *Server {
+	bw, _ := h.(BeforeWriter)
 	if h == nil {
 		panic("resp: nil Handler")
 	}
@@ -103,6 +114,7 @@ func NewServer(cfg Config, h Handler) *Server {
 	return &Server{
 		cfg:       cfg,
 		handler:   h,
+		before:    bw,
 		logger:    cfg.Logger,
 		listeners: make(map[*net.Listener]struct{}),
 		conns:     make(map[*Conn]struct{}),

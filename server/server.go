@@ -20,6 +20,7 @@ import (
 	"github.com/cellserver/cellserver/commands"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/metrics"
+	"github.com/cellserver/cellserver/persistence"
 	"github.com/cellserver/cellserver/resp"
 )
 
@@ -73,6 +74,15 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Clock is the wall clock; nil means time.Now. Tests inject their own.
 	Clock func() time.Time
+	// DataDir, when set, keeps every key's state in a Pebble database in
+	// this directory: loaded at startup, written behind every change.
+	// Empty (the default) keeps everything in memory only.
+	DataDir string
+	// Fsync is the durability policy with DataDir: "always" (a reply
+	// leaves once its change is on disk; group commit), "everysec" (the
+	// default: a crash loses at most about a second) or "no" (the OS
+	// decides).
+	Fsync string
 	// MetricsAddr, when set, serves Prometheus metrics at /metrics and the
 	// probes /healthz and /readyz over HTTP on this address. Off by
 	// default.
@@ -136,6 +146,9 @@ func (c Config) withDefaults() Config {
 	if c.LogFormat == "" {
 		c.LogFormat = "text"
 	}
+	if c.Fsync == "" {
+		c.Fsync = "everysec"
+	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
@@ -161,6 +174,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.respConfig().Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if _, err := persistence.ParseFsync(c.Fsync); err != nil {
+		bad("fsync %q: must be always, everysec or no", c.Fsync)
 	}
 	if len(c.KeyPrefixSeparator) != 1 {
 		bad("metrics-key-separator %q: must be one byte", c.KeyPrefixSeparator)
@@ -243,6 +259,8 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "tls-cert-file", Value: c.TLSCertFile},
 		{Name: "tls-key-file", Value: c.TLSKeyFile},
 		{Name: "tls-ca-cert-file", Value: c.TLSCACertFile},
+		{Name: "data-dir", Value: c.DataDir},
+		{Name: "fsync", Value: c.Fsync},
 		{Name: "metrics-addr", Value: c.MetricsAddr},
 		{Name: "metrics-key-separator", Value: c.KeyPrefixSeparator},
 		{Name: "metrics-top-prefixes", Value: itoa(int64(c.TopPrefixes))},
@@ -251,7 +269,7 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "log-level", Value: c.LogLevel},
 		// Read by tools such as redis-benchmark; cellserver keeps no RDB or AOF.
 		{Name: "save", Value: ""},
-		{Name: "appendonly", Value: "no"},
+		{Name: "appendonly", Value: map[bool]string{false: "no", true: "yes"}[c.DataDir != ""]},
 	}
 }
 
@@ -267,6 +285,10 @@ type Server struct {
 	metricsLn net.Listener
 	httpSrv   *http.Server
 	ready     atomic.Bool // serving and not shutting down (/readyz)
+	storeOnce sync.Once
+
+	store  persistence.Store   // nil without DataDir
+	writer *persistence.Writer // nil without DataDir
 
 	bgCancel context.CancelFunc
 	bgDone   chan struct{}
@@ -278,11 +300,53 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	ks, err := keyspace.New(keyspace.Config{Databases: cfg.Databases, Shards: cfg.Shards})
+	var (
+		store  persistence.Store
+		writer *persistence.Writer
+		loaded persistence.LoadStats
+	)
+	kcfg := keyspace.Config{Databases: cfg.Databases, Shards: cfg.Shards}
+	if cfg.DataDir != "" {
+		mode, _ := persistence.ParseFsync(cfg.Fsync)
+		st, err := persistence.OpenPebble(cfg.DataDir, persistence.PebbleOptions{Logger: cfg.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("data directory %s: %w", cfg.DataDir, err)
+		}
+		store = st
+		writer = persistence.NewWriter(store, mode, cfg.Logger)
+		kcfg.Journal = writer
+	}
+	ks, err := keyspace.New(kcfg)
 	if err != nil {
+		if store != nil {
+			store.Close()
+		}
 		return nil, err
 	}
+	if store != nil {
+		now := time.Now
+		if cfg.Clock != nil {
+			now = cfg.Clock
+		}
+		loaded, err = persistence.Load(store, ks, now().UnixMilli())
+		if err != nil {
+			store.Close()
+			return nil, fmt.Errorf("loading %s: %w", cfg.DataDir, err)
+		}
+		cfg.Logger.Info("loaded persisted state", "dir", cfg.DataDir, "keys", loaded.Keys,
+			"expired_dropped", loaded.Expired, "duration", loaded.Duration.String())
+	}
+	var durability commands.Durability
+	var persistInfo func() []string
+	if writer != nil {
+		if writer.Mode() == persistence.FsyncAlways {
+			durability = writer
+		}
+		persistInfo = func() []string { return persistenceInfo(cfg, writer, store, loaded) }
+	}
 	cmds, err := commands.New(commands.Config{
+		Durability:         durability,
+		PersistenceInfo:    persistInfo,
 		Keyspace:           ks,
 		Clock:              cfg.Clock,
 		Settings:           cfg.Settings(),
@@ -303,7 +367,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, tls: tcfg, cmds: cmds, net: rs}, nil
+	return &Server{cfg: cfg, tls: tcfg, cmds: cmds, net: rs, store: store, writer: writer}, nil
 }
 
 // Commands returns the command executor (for in-process tests).
@@ -374,6 +438,9 @@ func (s *Server) Serve() error {
 	s.mu.Unlock()
 	go func() {
 		defer close(done)
+		if s.writer != nil {
+			go s.writer.Run(ctx)
+		}
 		s.cmds.Run(ctx)
 	}()
 	if hs != nil {
@@ -417,6 +484,14 @@ func (s *Server) stopBackground() {
 		cancel()
 		<-done
 	}
+	s.closeStore()
+}
+
+func persistMode(c Config) string {
+	if c.DataDir == "" {
+		return "none"
+	}
+	return "pebble dir=" + c.DataDir + " fsync=" + c.Fsync
 }
 
 func isLoopbackAddr(a net.Addr) bool {
@@ -424,6 +499,55 @@ func isLoopbackAddr(a net.Addr) bool {
 		return ta.IP.IsLoopback()
 	}
 	return false
+}
+
+// closeStore writes and syncs every pending change and closes the store,
+// once.
+func (s *Server) closeStore() {
+	s.storeOnce.Do(func() {
+		if s.writer == nil {
+			return
+		}
+		s.writer.Close()
+		if st := s.writer.Stats(); st.Err != nil {
+			s.cfg.Logger.Error("persistence: changes may be lost", "err", st.Err)
+		}
+		if err := s.store.Close(); err != nil {
+			s.cfg.Logger.Error("persistence: close failed", "err", err)
+		}
+	})
+}
+
+// persistenceInfo is INFO's persistence section.
+func persistenceInfo(cfg Config, w *persistence.Writer, st persistence.Store, loaded persistence.LoadStats) []string {
+	ws := w.Stats()
+	unix := func(t time.Time) int64 {
+		if t.IsZero() {
+			return 0
+		}
+		return t.Unix()
+	}
+	status := "ok"
+	if ws.Err != nil {
+		status = "err"
+	}
+	return []string{
+		"loading:0",
+		"persistence_mode:pebble",
+		"data_dir:" + cfg.DataDir,
+		"fsync:" + ws.Mode.String(),
+		fmt.Sprintf("pending_changes:%d", ws.Pending),
+		fmt.Sprintf("written_changes:%d", ws.Written),
+		fmt.Sprintf("last_write_time:%d", unix(ws.LastWrite)),
+		fmt.Sprintf("last_write_usec:%d", ws.LastWriteTime.Microseconds()),
+		fmt.Sprintf("last_sync_time:%d", unix(ws.LastSync)),
+		fmt.Sprintf("last_sync_usec:%d", ws.LastSyncTime.Microseconds()),
+		"last_write_status:" + status,
+		fmt.Sprintf("keys_loaded:%d", loaded.Keys),
+		fmt.Sprintf("expired_dropped_at_load:%d", loaded.Expired),
+		fmt.Sprintf("load_time_usec:%d", loaded.Duration.Microseconds()),
+		fmt.Sprintf("disk_usage_bytes:%d", st.DiskUsage()),
+	}
 }
 
 // Run listens, serves until ctx ends, then shuts down gracefully within
@@ -435,7 +559,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	s.cfg.Logger.Info("cellserver started", "version", s.cfg.Version, "addr", s.Addr().String(),
-		"tls", s.tls != nil, "metrics", s.cfg.MetricsAddr, "persistence", "none", "maxclients", s.cfg.MaxClients, "timeout", s.cfg.IdleTimeout.String(),
+		"tls", s.tls != nil, "metrics", s.cfg.MetricsAddr, "persistence", persistMode(s.cfg), "maxclients", s.cfg.MaxClients, "timeout", s.cfg.IdleTimeout.String(),
 		"proto-max-bulk-len", s.cfg.MaxBulkLen, "client-query-buffer-limit", s.cfg.MaxQueryBuffer)
 	if s.cfg.Password == "" && !isLoopbackAddr(s.Addr()) {
 		if s.cfg.DisableProtectedMode {

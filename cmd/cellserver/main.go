@@ -32,8 +32,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	cfg.Version = version
 	srv, err := server.New(cfg)
 	if err != nil {
-		fmt.Fprintf(stderr, "cellserver: invalid configuration:\n%v\n", err)
-		return 2
+		fmt.Fprintf(stderr, "cellserver: cannot start: %v\n", err)
+		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

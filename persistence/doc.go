@@ -1,0 +1,26 @@
+// Package persistence keeps cellserver's keyspace on disk.
+//
+// The contract is write-through: every change to a key becomes an Op, and
+// Ops are applied to a Store in batches (Store.Write), each batch atomically
+// and in order. At start the keyspace is rebuilt from Store.Load. There is
+// no snapshot at stop: what the store holds after the last Write is the
+// state.
+//
+// A Store is a small interface with two implementations: Memory, the
+// reference used by tests, and Pebble, the durable one built on
+// github.com/cockroachdb/pebble. Both pass one conformance suite
+// (store_test.go).
+//
+// Durability is chosen per batch: Write(ops, false) uses pebble.NoSync (the
+// batch is in the OS page cache when Write returns and survives a crash of
+// the process but not of the machine); Write(ops, true) uses pebble.Sync
+// (the WAL is fsynced before Write returns). Store.Sync makes every earlier
+// NoSync batch durable at once, which lets a writer batch many changes and
+// pay for one fsync per interval.
+//
+// Values are stored in a versioned binary encoding (EncodeValue,
+// DecodeValue; the layout is described in codec.go). Keys on disk are the
+// database number as 2 big-endian bytes followed by the raw key, so that
+// pebble's byte order is (db, key) order and FLUSHDB and FLUSHALL are range
+// deletions (pebble.go describes the layout).
+package persistence

@@ -1,0 +1,627 @@
+package persistence
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/vfs"
+)
+
+// The disk layout, store format 1.
+//
+// Every record is one pebble key: the database number as 2 big-endian bytes
+// followed by the raw key bytes (which may be empty or hold any byte). Its
+// pebble value is the EncodeValue encoding. Pebble's byte order is then
+// (db, key) order, and every record key has at least 2 bytes.
+//
+// Keys shorter than 2 bytes are outside the record space. The one-byte key
+// 0x00, which sorts before every record key, holds the store format: one
+// byte, StoreFormat. A directory whose pebble store lacks it is fresh if it
+// holds no record (it is then written, synced) and ErrFormat otherwise; a
+// different version is ErrFormat.
+//
+// OpDeleteDB of db d < MaxDB is the range deletion [d, d+1) over the 2-byte
+// prefixes; OpDeleteAll is [0x0000, 0xFFFF). The records of db 0xFFFF have
+// no finite upper bound in byte order, so deleting them (OpDeleteDB of
+// MaxDB, and the rest of OpDeleteAll) is a range deletion from 0xFFFF to
+// just past the largest key stored at that point of the batch, found with
+// an indexed batch while other writes wait.
+
+// StoreFormat is the version of the disk layout, kept in the meta record.
+const StoreFormat = 1
+
+// metaKey is the key of the store-format record, outside the record space.
+var metaKey = []byte{0x00}
+
+// recordKey appends the record key of (db, key) to dst.
+func recordKey(dst []byte, db int, key []byte) []byte {
+	dst = binary.BigEndian.AppendUint16(dst, uint16(db))
+	return append(dst, key...)
+}
+
+// dbPrefix returns the 2-byte prefix of db's records.
+func dbPrefix(db int) []byte { return binary.BigEndian.AppendUint16(nil, uint16(db)) }
+
+// PebbleOptions configures OpenPebble. The zero value is valid.
+type PebbleOptions struct {
+	// FS is the file system holding the directory; nil means vfs.Default,
+	// the real one. Tests pass vfs.NewMem().
+	FS vfs.FS
+	// Logger receives pebble's messages: its chatty informational ones at
+	// Debug level, background errors and write stalls above. Nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Pebble is a Store on a pebble database in one directory. It holds the
+// directory's lock (pebble's LOCK file) until Close.
+//
+// Its pebble options are modest, for a 2-core machine: a 16 MiB memtable
+// (two at most before writes stall), an 8 MiB block cache, one compaction
+// at a time and at most 256 open files. Load reads everything once at
+// start, so a larger cache would not help.
+type Pebble struct {
+	// mu is held shared by every operation and exclusively by Close and by
+	// the Writes that delete db MaxDB's records (see the layout above).
+	mu   sync.RWMutex
+	db   *pebble.DB // nil once closed
+	lock *pebble.Lock
+	dir  string
+	fs   vfs.FS
+	log  *slog.Logger
+	// id identifies the directory in openDirs; nil unless on the real FS.
+	id os.FileInfo
+	// broken is the error that made pebble give up (Logger.Fatalf): after
+	// it, every Write and Sync returns it.
+	broken atomic.Pointer[error]
+}
+
+var _ Store = (*Pebble)(nil)
+
+// openDirs holds the real directories this process has open. Pebble's own
+// check within a process compares LOCK paths as strings, and POSIX record
+// locks do not exclude the process that holds them, so without this the
+// same directory opened under two names (a symlink, a bind mount) would
+// be opened twice.
+var openDirs struct {
+	sync.Mutex
+	ids []os.FileInfo
+}
+
+func registerDir(id os.FileInfo) bool {
+	openDirs.Lock()
+	defer openDirs.Unlock()
+	for _, o := range openDirs.ids {
+		if os.SameFile(o, id) {
+			return false
+		}
+	}
+	openDirs.ids = append(openDirs.ids, id)
+	return true
+}
+
+func unregisterDir(id os.FileInfo) {
+	openDirs.Lock()
+	defer openDirs.Unlock()
+	for i, o := range openDirs.ids {
+		if o == id {
+			openDirs.ids = append(openDirs.ids[:i], openDirs.ids[i+1:]...)
+			return
+		}
+	}
+}
+
+// OpenPebble opens the store in dir, creating the directory and an empty
+// store if there is none. Its errors say which of these happened:
+//   - the directory is open, in another process or this one: ErrLocked;
+//   - the directory cannot be created, read or written (a permission, a
+//     regular file in the way): the *fs.PathError, with the path;
+//   - pebble's files are damaged (a garbage MANIFEST, table files without
+//     a manifest): ErrCorrupt; it never starts empty over existing data;
+//   - the store was written in another layout: ErrFormat.
+func OpenPebble(dir string, opts PebbleOptions) (_ *Pebble, err error) {
+	if dir == "" {
+		return nil, errors.New("persistence: empty data directory path")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	vfsys, onDisk := opts.FS, opts.FS == nil
+	if onDisk {
+		vfsys = vfs.Default
+		if dir, err = filepath.Abs(dir); err != nil {
+			return nil, fmt.Errorf("persistence: data directory: %w", err)
+		}
+	}
+	dir = filepath.Clean(dir)
+	if err := vfsys.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("persistence: create data directory %s: %w", dir, err)
+	}
+	fi, err := vfsys.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("persistence: data directory %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("persistence: data directory %s: %w", dir,
+			&fs.PathError{Op: "open", Path: dir, Err: syscall.ENOTDIR})
+	}
+	p := &Pebble{fs: vfsys, log: log}
+	if onDisk {
+		if dir, err = filepath.EvalSymlinks(dir); err != nil {
+			return nil, fmt.Errorf("persistence: data directory: %w", err)
+		}
+		if fi, err = os.Stat(dir); err != nil {
+			return nil, fmt.Errorf("persistence: data directory: %w", err)
+		}
+		if !registerDir(fi) {
+			return nil, fmt.Errorf("%w: %s is already open in this process", ErrLocked, dir)
+		}
+		p.id = fi
+		defer func() {
+			if err != nil {
+				unregisterDir(fi)
+			}
+		}()
+	}
+	p.dir = dir
+	lock, err := pebble.LockDirectory(dir, vfsys)
+	if err != nil {
+		return nil, lockError(dir, err)
+	}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
+	// Only with the lock held: another process may be moving its markers.
+	if err := checkOrphans(vfsys, dir); err != nil {
+		return nil, err
+	}
+	cache := pebble.NewCache(8 << 20)
+	defer cache.Unref() // Open takes its own reference
+	o := &pebble.Options{
+		FS:    vfsys,
+		Lock:  lock,
+		Cache: cache,
+		// Pinned, not FormatNewest, so that a pebble upgrade does not ratchet
+		// the directory past what this build's pebble reads.
+		FormatMajorVersion:       pebble.FormatVirtualSSTables,
+		MemTableSize:             16 << 20,
+		MaxConcurrentCompactions: func() int { return 1 },
+		MaxOpenFiles:             256,
+		Logger:                   pebbleLogger{log},
+		EventListener: &pebble.EventListener{
+			BackgroundError: func(err error) {
+				log.Error("persistence: pebble background error", "dir", dir, "err", err)
+			},
+			WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
+				log.Warn("persistence: pebble write stall", "dir", dir, "reason", info.Reason)
+			},
+			WriteStallEnd: func() { log.Info("persistence: pebble write stall ended", "dir", dir) },
+		},
+	}
+	db, err := openRecovering(dir, o)
+	if err != nil {
+		switch {
+		case pebble.IsCorruptionError(err):
+			return nil, fmt.Errorf("%w: open %s: %w", ErrCorrupt, dir, err)
+		default:
+			return nil, fmt.Errorf("persistence: open %s: %w", dir, err)
+		}
+	}
+	p.db, p.lock = db, lock
+	if err := p.checkFormat(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// openRecovering is pebble.Open, with a panic during Open turned into an
+// error wrapping pebble.ErrCorruption. Pebble calls Logger.Fatalf for some
+// damage it finds while opening, and pebble v1.1.5 even dereferences nil
+// replaying a WAL whose manifest is gone: that is a damaged directory, to be
+// reported, not a reason to stop the process with a stack trace.
+func openRecovering(dir string, o *pebble.Options) (db *pebble.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg := fmt.Sprint(r)
+			if f, ok := r.(pebbleFatal); ok {
+				msg = f.msg
+			}
+			db, err = nil, fmt.Errorf("%w: pebble panicked opening %s: %s", pebble.ErrCorruption, dir, msg)
+		}
+	}()
+	return pebble.Open(dir, o)
+}
+
+// checkOrphans refuses a directory whose pebble data has lost its manifest:
+// tables or a non-empty WAL without a manifest marker, or a marker naming a
+// missing MANIFEST. Pebble would start an empty store over the data (or
+// fail obscurely). Pebble still writes CURRENT for old readers, but with a
+// format-version marker present it reads only marker.manifest.*.
+func checkOrphans(vfsys vfs.FS, dir string) error {
+	names, err := vfsys.List(dir)
+	if err != nil {
+		return fmt.Errorf("persistence: read data directory %s: %w", dir, err)
+	}
+	var current, versioned bool
+	var manifests []string // the files the manifest markers name
+	var data []string
+	for _, n := range names {
+		switch {
+		case n == "CURRENT":
+			current = true
+		case strings.HasPrefix(n, "marker.format-version."):
+			versioned = true
+		case strings.HasPrefix(n, "marker.manifest."):
+			// marker.manifest.<iteration>.<file name>
+			if parts := strings.SplitN(n, ".", 4); len(parts) == 4 {
+				manifests = append(manifests, parts[3])
+			}
+		case strings.HasSuffix(n, ".sst"):
+			data = append(data, n)
+		case strings.HasSuffix(n, ".log"):
+			if fi, err := vfsys.Stat(vfsys.PathJoin(dir, n)); err == nil && fi.Size() > 0 {
+				data = append(data, n)
+			}
+		}
+	}
+	for _, m := range manifests {
+		if m == "" || strings.ContainsAny(m, `/\`) {
+			continue
+		}
+		if _, err := vfsys.Stat(vfsys.PathJoin(dir, m)); errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: %s: the manifest marker names %s, which is missing", ErrCorrupt, dir, m)
+		}
+	}
+	manifest := len(manifests) > 0 || (current && !versioned)
+	if !manifest && len(data) > 0 {
+		return fmt.Errorf("%w: %s holds pebble data (%s) but no manifest marker", ErrCorrupt, dir, strings.Join(data, ", "))
+	}
+	return nil
+}
+
+// lockError maps pebble.LockDirectory's error: the lock held elsewhere is
+// ErrLocked; failing to create the LOCK file keeps its path error.
+func lockError(dir string, err error) error {
+	var pe *fs.PathError
+	switch {
+	case errors.As(err, &pe):
+		return fmt.Errorf("persistence: lock data directory %s: %w", dir, err)
+	case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EACCES):
+		// fcntl(F_SETLK) fails so when another process holds the lock.
+		return fmt.Errorf("%w: %s (pebble: %v)", ErrLocked, dir, err)
+	case strings.Contains(err.Error(), "lock held by current process"):
+		// Pebble's own check within one process (pebble v1.1.5).
+		return fmt.Errorf("%w: %s is already open in this process", ErrLocked, dir)
+	}
+	return fmt.Errorf("persistence: lock data directory %s: %w", dir, err)
+}
+
+// checkFormat reads the meta record, or writes it into a fresh store.
+func (p *Pebble) checkFormat() error {
+	v, closer, err := p.db.Get(metaKey)
+	switch {
+	case errors.Is(err, pebble.ErrNotFound):
+		it, err := p.db.NewIter(nil)
+		if err != nil {
+			return p.wrap("read", err)
+		}
+		some := it.First()
+		var key []byte
+		if some {
+			key = bytes.Clone(it.Key())
+		}
+		err = errors.Join(it.Error(), it.Close())
+		if err != nil {
+			return p.wrap("read", err)
+		}
+		if some {
+			return fmt.Errorf("%w: %s holds pebble data (first key %q) but no cellserver format record", ErrFormat, p.dir, key)
+		}
+		if err := p.db.Set(metaKey, []byte{StoreFormat}, pebble.Sync); err != nil {
+			return p.wrap("write format record in", err)
+		}
+		return nil
+	case err != nil:
+		return p.wrap("read format record in", err)
+	}
+	defer closer.Close()
+	if len(v) != 1 {
+		return fmt.Errorf("%w: %s: format record has %d bytes, want 1", ErrCorrupt, p.dir, len(v))
+	}
+	if v[0] != StoreFormat {
+		return fmt.Errorf("%w: %s is store format %d, this build reads %d", ErrFormat, p.dir, v[0], StoreFormat)
+	}
+	return nil
+}
+
+// wrap adds the operation and the directory to a pebble error, and
+// ErrCorrupt when pebble reports corruption.
+func (p *Pebble) wrap(op string, err error) error {
+	if pebble.IsCorruptionError(err) {
+		return fmt.Errorf("%w: %s %s: %w", ErrCorrupt, op, p.dir, err)
+	}
+	return fmt.Errorf("persistence: %s %s: %w", op, p.dir, err)
+}
+
+// usable returns why the store cannot be used, if it cannot; p.mu is held.
+func (p *Pebble) usable() error {
+	if p.db == nil {
+		return ErrStoreClosed
+	}
+	if e := p.broken.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// catchFatal turns the panic of pebbleLogger.Fatalf into an error that this
+// and every later Write and Sync return. Pebble calls Fatalf when a commit
+// fails (say, the WAL cannot be written): the database cannot go on, but the
+// server can report the error rather than die.
+func (p *Pebble) catchFatal(err *error) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	f, ok := r.(pebbleFatal)
+	if !ok {
+		panic(r)
+	}
+	e := fmt.Errorf("persistence: %s: pebble failed: %s", p.dir, f.msg)
+	p.broken.CompareAndSwap(nil, &e)
+	*err = *p.broken.Load()
+}
+
+func writeOptions(sync bool) *pebble.WriteOptions {
+	if sync {
+		return pebble.Sync
+	}
+	return pebble.NoSync
+}
+
+// needsExclusive reports whether ops delete db MaxDB's records, which needs
+// a stable view of that db's last key.
+func needsExclusive(ops []Op) bool {
+	for _, op := range ops {
+		if op.Kind == OpDeleteAll || (op.Kind == OpDeleteDB && op.DB == MaxDB) {
+			return true
+		}
+	}
+	return false
+}
+
+// Write implements Store. sync=false commits with pebble.NoSync (in the WAL,
+// not fsynced), sync=true with pebble.Sync.
+func (p *Pebble) Write(ops []Op, sync bool) (err error) {
+	if err := checkOps(ops); err != nil {
+		return err
+	}
+	if len(ops) == 0 {
+		if sync {
+			return p.Sync()
+		}
+		p.mu.RLock()
+		defer p.mu.RUnlock()
+		return p.usable()
+	}
+	exclusive := needsExclusive(ops)
+	if exclusive {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+	} else {
+		p.mu.RLock()
+		defer p.mu.RUnlock()
+	}
+	if err := p.usable(); err != nil {
+		return err
+	}
+	defer p.catchFatal(&err)
+	var b *pebble.Batch
+	if exclusive {
+		b = p.db.NewIndexedBatch()
+	} else {
+		b = p.db.NewBatch()
+	}
+	defer b.Close()
+	var k []byte
+	for _, op := range ops {
+		switch op.Kind {
+		case OpPut:
+			k = recordKey(k[:0], op.DB, op.Key)
+			err = b.Set(k, op.Value, nil)
+		case OpDelete:
+			k = recordKey(k[:0], op.DB, op.Key)
+			err = b.Delete(k, nil)
+		case OpDeleteDB:
+			if op.DB < MaxDB {
+				err = b.DeleteRange(dbPrefix(op.DB), dbPrefix(op.DB+1), nil)
+			} else {
+				err = deleteLastDB(b)
+			}
+		case OpDeleteAll:
+			if err = b.DeleteRange(dbPrefix(0), dbPrefix(MaxDB), nil); err == nil {
+				err = deleteLastDB(b)
+			}
+		}
+		if err != nil {
+			return p.wrap("write", err)
+		}
+	}
+	if err := b.Commit(writeOptions(sync)); err != nil {
+		return p.wrap("write", err)
+	}
+	return nil
+}
+
+// deleteLastDB adds to the indexed batch b the deletion of every record of
+// db MaxDB visible to it.
+func deleteLastDB(b *pebble.Batch) error {
+	start := dbPrefix(MaxDB)
+	it, err := b.NewIter(&pebble.IterOptions{LowerBound: start})
+	if err != nil {
+		return err
+	}
+	var end []byte
+	if it.Last() {
+		end = append(bytes.Clone(it.Key()), 0) // the key's successor
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return err
+	}
+	if end == nil {
+		return nil
+	}
+	return b.DeleteRange(start, end, nil)
+}
+
+// Sync implements Store: it commits an empty LogData record with
+// pebble.Sync, which fsyncs the WAL and with it every earlier batch.
+func (p *Pebble) Sync() (err error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if err := p.usable(); err != nil {
+		return err
+	}
+	defer p.catchFatal(&err)
+	if err := p.db.LogData(nil, pebble.Sync); err != nil {
+		return p.wrap("sync", err)
+	}
+	return nil
+}
+
+// Load implements Store; the iterator reads a consistent snapshot.
+func (p *Pebble) Load(fn func(db int, key, value []byte) error) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.db == nil {
+		return ErrStoreClosed
+	}
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: dbPrefix(0)})
+	if err != nil {
+		return p.wrap("read", err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) < 2 {
+			it.Close()
+			return fmt.Errorf("%w: %s: key %q outside the record space", ErrCorrupt, p.dir, k)
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			it.Close()
+			return p.wrap("read", err)
+		}
+		if err := fn(int(binary.BigEndian.Uint16(k)), k[2:], v); err != nil {
+			it.Close()
+			return err
+		}
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return p.wrap("read", err)
+	}
+	return nil
+}
+
+// DiskUsage implements Store with pebble's metrics: WAL, tables, manifest
+// and OPTIONS files, obsolete files not yet removed. It is 0 once closed.
+func (p *Pebble) DiskUsage() int64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.db == nil {
+		return 0
+	}
+	return int64(p.db.Metrics().DiskSpaceUsage())
+}
+
+// Compact implements Store: it flushes the memtable, then compacts every
+// level over the whole key range, which drops deleted records and the
+// range deletions that covered them.
+func (p *Pebble) Compact() error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if err := p.usable(); err != nil {
+		return err
+	}
+	if err := p.db.Flush(); err != nil {
+		return p.wrap("flush", err)
+	}
+	levels, err := p.db.SSTables()
+	if err != nil {
+		return p.wrap("compact", err)
+	}
+	// Pebble's Compact needs an end key; the largest key of any table is
+	// one (Compact includes it), since no finite key follows all of db
+	// MaxDB's.
+	var last []byte
+	for _, tables := range levels {
+		for _, t := range tables {
+			if k := t.Largest.UserKey; bytes.Compare(k, last) > 0 {
+				last = k
+			}
+		}
+	}
+	if len(last) == 0 {
+		return nil
+	}
+	if err := p.db.Compact(nil, bytes.Clone(last), false); err != nil {
+		return p.wrap("compact", err)
+	}
+	return nil
+}
+
+// Close implements Store. It closes pebble (which flushes nothing: the WAL
+// holds what the memtable does) and releases the directory's lock.
+func (p *Pebble) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.db == nil {
+		return nil
+	}
+	err := p.db.Close()
+	p.db = nil
+	if lerr := p.lock.Close(); lerr != nil && err == nil {
+		err = lerr
+	}
+	if p.id != nil {
+		unregisterDir(p.id)
+	}
+	if err != nil {
+		return fmt.Errorf("persistence: close %s: %w", p.dir, err)
+	}
+	return nil
+}
+
+// pebbleLogger sends pebble's messages to slog. Fatalf panics with
+// pebbleFatal, which Write, Sync and OpenPebble recover.
+type pebbleLogger struct{ l *slog.Logger }
+
+type pebbleFatal struct{ msg string }
+
+func (l pebbleLogger) Infof(format string, args ...any) {
+	l.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.l.Error(msg, "component", "pebble", "fatal", true)
+	panic(pebbleFatal{msg})
+}

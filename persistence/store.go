@@ -1,0 +1,110 @@
+package persistence
+
+import (
+	"errors"
+	"fmt"
+)
+
+// OpKind says what an Op does.
+type OpKind uint8
+
+// The kinds of Op.
+const (
+	// OpPut stores Op.Value under (Op.DB, Op.Key), replacing any value.
+	OpPut OpKind = iota + 1
+	// OpDelete removes (Op.DB, Op.Key); removing a missing key is not an
+	// error.
+	OpDelete
+	// OpDeleteDB removes every key of Op.DB (FLUSHDB). Op.Key is ignored.
+	OpDeleteDB
+	// OpDeleteAll removes every key of every database (FLUSHALL). Op.DB and
+	// Op.Key are ignored.
+	OpDeleteAll
+)
+
+// String returns the kind's name.
+func (k OpKind) String() string {
+	switch k {
+	case OpPut:
+		return "put"
+	case OpDelete:
+		return "delete"
+	case OpDeleteDB:
+		return "deletedb"
+	case OpDeleteAll:
+		return "deleteall"
+	}
+	return fmt.Sprintf("OpKind(%d)", uint8(k))
+}
+
+// MaxDB is the largest database number a Store accepts: the number is
+// stored in 2 bytes, as keyspace allows at most 65536 databases.
+const MaxDB = 1<<16 - 1
+
+// Op is one change: OpPut stores Value (an EncodeValue result) under
+// (DB, Key); OpDelete removes (DB, Key); OpDeleteDB removes every key of DB
+// (FLUSHDB); OpDeleteAll removes everything (FLUSHALL). Write does not keep
+// Key or Value after it returns, so the caller may reuse their memory.
+type Op struct {
+	Kind  OpKind
+	DB    int
+	Key   []byte
+	Value []byte
+}
+
+// Store is durable key/value state. Implementations are safe for concurrent
+// use. After Close every method but Close returns ErrStoreClosed.
+type Store interface {
+	// Write applies ops in order as one atomic batch: after a crash either
+	// all of them or none are found. With sync, the batch is durable when
+	// Write returns. Invalid ops (unknown kind, DB outside 0..MaxDB) make
+	// Write fail before anything is applied.
+	Write(ops []Op, sync bool) error
+	// Sync makes every completed Write durable.
+	Sync() error
+	// Load calls fn for every stored record, in (db, key) order, from a
+	// consistent snapshot; fn must copy key/value to keep them, and must
+	// not call the Store's methods. An error from fn stops Load and is
+	// returned.
+	Load(fn func(db int, key, value []byte) error) error
+	// DiskUsage returns the bytes the store uses on disk (0 for the memory
+	// store).
+	DiskUsage() int64
+	// Compact asks the store to reclaim space from deleted records (no-op
+	// for memory).
+	Compact() error
+	// Close releases the store. Closing a closed store returns nil.
+	Close() error
+}
+
+// The errors a Store returns; test them with errors.Is.
+var (
+	// ErrLocked: OpenPebble found the directory open, by another process or
+	// by this one.
+	ErrLocked = errors.New("persistence: data directory is in use by another process")
+	// ErrCorrupt: stored data cannot be read (a damaged value, manifest or
+	// table).
+	ErrCorrupt = errors.New("persistence: corrupt data")
+	// ErrFormat: the data directory or a value was written in a format
+	// version this build does not know.
+	ErrFormat = errors.New("persistence: unknown data format version")
+	// ErrStoreClosed: the Store was used after Close.
+	ErrStoreClosed = errors.New("persistence: store is closed")
+)
+
+// checkOps reports the first invalid op, so that Write can refuse a batch
+// before applying any of it.
+func checkOps(ops []Op) error {
+	for i, op := range ops {
+		switch op.Kind {
+		case OpPut, OpDelete, OpDeleteDB:
+			if op.DB < 0 || op.DB > MaxDB {
+				return fmt.Errorf("persistence: op %d (%s): db %d outside 0..%d", i, op.Kind, op.DB, MaxDB)
+			}
+		case OpDeleteAll:
+		default:
+			return fmt.Errorf("persistence: op %d: unknown kind %d", i, uint8(op.Kind))
+		}
+	}
+	return nil
+}
