@@ -520,6 +520,15 @@ func cmdInfo(x *ctx) {
 		sort.Strings(lines)
 		section("Commandstats", lines...)
 	}
+	if show("limiters", true) {
+		var lines []string
+		for _, cs := range s.Stats().Commands {
+			if cs.Limiter {
+				lines = append(lines, fmt.Sprintf("limiter_%s:allowed=%d,limited=%d", cs.Name, cs.Allowed, cs.Limited))
+			}
+		}
+		section("Limiters", lines...)
+	}
 	if show("errorstats", true) {
 		var lines []string
 		for _, e := range s.errorStats() {

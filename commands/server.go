@@ -56,6 +56,13 @@ type Config struct {
 	// PersistenceInfo returns the lines of INFO's persistence section;
 	// nil means persistence is off.
 	PersistenceInfo func() []string
+	// SlowlogSlowerThan is the execution time from which a command is
+	// kept in the SLOWLOG; negative turns the log off, 1ns keeps every
+	// command. The default value (zero) is 10ms, Redis's 10000 µs.
+	SlowlogSlowerThan time.Duration
+	// SlowlogMaxLen is how many entries SLOWLOG keeps. The default value
+	// is 128.
+	SlowlogMaxLen int
 	// KeyPrefixSeparator ends a key's prefix for the most-limited-prefixes
 	// statistics. The default value is ':'.
 	KeyPrefixSeparator byte
@@ -97,6 +104,7 @@ type Server struct {
 	net atomic.Pointer[netHolder]
 
 	prefixes    *prefixTracker // most-limited key prefixes
+	slowlog     slowlog
 	durability  Durability
 	persistInfo func() []string
 	protected   bool
@@ -134,6 +142,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.SlowlogSlowerThan == 0 {
+		cfg.SlowlogSlowerThan = 10 * time.Millisecond
+	}
+	if cfg.SlowlogMaxLen == 0 {
+		cfg.SlowlogMaxLen = 128
+	}
 	if cfg.KeyPrefixSeparator == 0 {
 		cfg.KeyPrefixSeparator = ':'
 	}
@@ -161,6 +175,7 @@ func New(cfg Config) (*Server, error) {
 		started:     cfg.Clock(),
 		errStats:    make(map[string]int64),
 	}
+	s.slowlog = slowlog{slowerThan: cfg.SlowlogSlowerThan, maxLen: cfg.SlowlogMaxLen}
 	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock)
 	s.buildTable(commandTable())
 	return s, nil
@@ -349,7 +364,9 @@ func (s *Server) call(x *ctx, sp *Spec) {
 	x.haveNow = false
 	start := time.Now()
 	sp.Run(x)
-	sp.stats.observe(time.Since(start).Nanoseconds())
+	d := time.Since(start)
+	sp.stats.observe(d.Nanoseconds())
+	s.slowlog.maybeAdd(x, d)
 	sp.stats.calls.Add(1)
 	if x.failed {
 		sp.stats.failed.Add(1)

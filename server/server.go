@@ -93,6 +93,11 @@ type Config struct {
 	// TopPrefixes is how many most-limited key prefixes the metrics report
 	// (over one-minute intervals). The default value is 10.
 	TopPrefixes int
+	// SlowlogSlowerThan and SlowlogMaxLen configure SLOWLOG: commands
+	// slower than the first are kept, up to the second entries. Zero
+	// values mean 10ms and 128; a negative duration turns SLOWLOG off.
+	SlowlogSlowerThan time.Duration
+	SlowlogMaxLen     int
 	// Loopback, if set, replaces the check of a client's address for
 	// protected mode (tests).
 	Loopback func(remoteAddr string) bool
@@ -140,6 +145,12 @@ func (c Config) withDefaults() Config {
 	if c.KeyPrefixSeparator == "" {
 		c.KeyPrefixSeparator = ":"
 	}
+	if c.SlowlogMaxLen == 0 {
+		c.SlowlogMaxLen = 128
+	}
+	if c.SlowlogSlowerThan == 0 {
+		c.SlowlogSlowerThan = 10 * time.Millisecond
+	}
 	if c.TopPrefixes == 0 {
 		c.TopPrefixes = 10
 	}
@@ -180,6 +191,9 @@ func (c Config) Validate() error {
 	}
 	if len(c.KeyPrefixSeparator) != 1 {
 		bad("metrics-key-separator %q: must be one byte", c.KeyPrefixSeparator)
+	}
+	if c.SlowlogMaxLen < 0 {
+		bad("slowlog-max-len %d: must not be negative", c.SlowlogMaxLen)
 	}
 	if c.TopPrefixes < 1 || c.TopPrefixes > 1000 {
 		bad("metrics-top-prefixes %d: must be between 1 and 1000", c.TopPrefixes)
@@ -261,6 +275,8 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "tls-ca-cert-file", Value: c.TLSCACertFile},
 		{Name: "data-dir", Value: c.DataDir},
 		{Name: "fsync", Value: c.Fsync},
+		{Name: "slowlog-log-slower-than", Value: itoa(slowlogMicros(c.SlowlogSlowerThan))},
+		{Name: "slowlog-max-len", Value: itoa(int64(max(c.SlowlogMaxLen, 0)))},
 		{Name: "metrics-addr", Value: c.MetricsAddr},
 		{Name: "metrics-key-separator", Value: c.KeyPrefixSeparator},
 		{Name: "metrics-top-prefixes", Value: itoa(int64(c.TopPrefixes))},
@@ -355,6 +371,8 @@ func New(cfg Config) (*Server, error) {
 		Logger:             cfg.Logger,
 		ProtectedMode:      !cfg.DisableProtectedMode && cfg.Password == "",
 		KeyPrefixSeparator: cfg.KeyPrefixSeparator[0],
+		SlowlogSlowerThan:  cfg.SlowlogSlowerThan,
+		SlowlogMaxLen:      cfg.SlowlogMaxLen,
 		TopPrefixes:        cfg.TopPrefixes,
 		Loopback:           cfg.Loopback,
 	})
@@ -485,6 +503,17 @@ func (s *Server) stopBackground() {
 		<-done
 	}
 	s.closeStore()
+}
+
+// slowlogMicros is the Redis-style figure: -1 off, 0 everything, else µs.
+func slowlogMicros(d time.Duration) int64 {
+	switch {
+	case d < 0:
+		return -1
+	case d < time.Microsecond:
+		return 0
+	}
+	return d.Microseconds()
 }
 
 func persistMode(c Config) string {

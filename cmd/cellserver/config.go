@@ -105,6 +105,23 @@ func setBool(p func(*server.Config) *bool) func(*server.Config, string) error {
 	}
 }
 
+// setSlowlog maps Redis's microseconds (0: everything, negative: off).
+func setSlowlog(c *server.Config, v string) error {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return fmt.Errorf("not an integer: %q", v)
+	}
+	switch {
+	case n < 0:
+		c.SlowlogSlowerThan = -1
+	case n == 0:
+		c.SlowlogSlowerThan = time.Nanosecond
+	default:
+		c.SlowlogSlowerThan = time.Duration(n) * time.Microsecond
+	}
+	return nil
+}
+
 // setNegBool sets a "Disable..." field from a yes/no option.
 func setNegBool(p func(*server.Config) *bool) func(*server.Config, string) error {
 	set := setBool(p)
@@ -135,6 +152,8 @@ var options = []option{
 	{"shutdown-timeout", "10s", "how long shutdown waits for in-flight commands", setDuration(func(c *server.Config) *time.Duration { return &c.ShutdownTimeout })},
 	{"data-dir", "", "keep state in a Pebble database in this directory (in memory only when empty)", setString(func(c *server.Config) *string { return &c.DataDir })},
 	{"fsync", "everysec", "with --data-dir: always (reply after the change is on disk), everysec or no", setString(func(c *server.Config) *string { return &c.Fsync })},
+	{"slowlog-log-slower-than", "10000", "log commands slower than this many microseconds in SLOWLOG (0: all, negative: none)", setSlowlog},
+	{"slowlog-max-len", "128", "entries kept by SLOWLOG", setInt(func(c *server.Config) *int { return &c.SlowlogMaxLen })},
 	{"metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz over HTTP on this address (off when empty)", setString(func(c *server.Config) *string { return &c.MetricsAddr })},
 	{"metrics-key-separator", ":", "a key's prefix, for the most-limited-prefixes metric, ends at this byte", setString(func(c *server.Config) *string { return &c.KeyPrefixSeparator })},
 	{"metrics-top-prefixes", "10", "how many most-limited key prefixes the metrics report", setInt(func(c *server.Config) *int { return &c.TopPrefixes })},
