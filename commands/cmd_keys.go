@@ -130,6 +130,10 @@ func cmdSet(x *ctx) {
 		}
 		return
 	}
+	if v == nil && !x.s.ks.CanInsert() {
+		x.oom()
+		return
+	}
 	if opt.keepTTL && v != nil {
 		exp = v.Exp
 	}

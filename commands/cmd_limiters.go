@@ -307,6 +307,10 @@ func runCheck(x *ctx, minArgs, maxArgs int) {
 		x.errorReply(msg)
 		return
 	}
+	if c.store && v == nil && !x.s.ks.CanInsert() {
+		x.oom()
+		return
+	}
 	c.apply(sh, v, now)
 	x.decided(c.t.limited, c.key)
 	x.tuple(c.t)
@@ -469,6 +473,12 @@ func cmdAll(x *ctx) {
 		}
 	}
 	if admitted {
+		for i := range checks {
+			if checks[i].store && vals[i] == nil && !x.s.ks.CanInsert() {
+				x.oom()
+				return
+			}
+		}
 		for i := range checks {
 			checks[i].apply(shards[i], vals[i], now)
 		}

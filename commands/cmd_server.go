@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/cellserver/cellserver/keyspace"
 )
 
 // COMMAND with no subcommand: the info of every top-level command.
@@ -341,7 +343,7 @@ func cmdCommandHelp(x *ctx) {
 		"DOCS [<command-name> ...]",
 		"    Return documentation details about the given commands, or all commands if none is given.",
 		"HELP",
-		"    Print this help.")
+		"    Prints this help.")
 }
 
 // CONFIG GET parameter [parameter ...]: a read-only view of the effective
@@ -386,7 +388,7 @@ func cmdConfigHelp(x *ctx) {
 		"RESETSTAT",
 		"    Reset statistics reported by the INFO command.",
 		"HELP",
-		"    Print this help.")
+		"    Prints this help.")
 }
 
 func cmdClientHelp(x *ctx) {
@@ -405,7 +407,7 @@ func cmdClientHelp(x *ctx) {
 		"SETNAME <name>",
 		"    Assign the name <name> to the current connection.",
 		"HELP",
-		"    Print this help.")
+		"    Prints this help.")
 }
 
 // INFO [section [section ...]]
@@ -462,12 +464,14 @@ func cmdInfo(x *ctx) {
 	if show("memory", true) {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
+		mem := s.ks.Memory()
 		section("Memory",
 			fmt.Sprintf("used_memory:%d", ms.HeapAlloc),
 			fmt.Sprintf("used_memory_rss:%d", ms.Sys),
 			fmt.Sprintf("used_memory_peak:%d", ms.HeapSys),
-			"maxmemory:0",
-			"maxmemory_policy:noeviction",
+			fmt.Sprintf("keyspace_memory:%d", mem.Used),
+			fmt.Sprintf("maxmemory:%d", mem.MaxMemory),
+			"maxmemory_policy:"+map[keyspace.Policy]string{keyspace.AllKeysLRU: "allkeys-lru", keyspace.NoEviction: "noeviction"}[mem.Policy],
 			fmt.Sprintf("go_gc_cycles:%d", ms.NumGC),
 		)
 	}
@@ -487,7 +491,8 @@ func cmdInfo(x *ctx) {
 			fmt.Sprintf("total_net_output_bytes:%d", st.out),
 			fmt.Sprintf("rejected_connections:%d", st.rejected),
 			fmt.Sprintf("expired_keys:%d", expiredKeys),
-			"evicted_keys:0",
+			fmt.Sprintf("evicted_keys:%d", s.ks.Memory().Evicted),
+			fmt.Sprintf("oom_refusals:%d", s.oomRefusals.Load()),
 			fmt.Sprintf("total_error_replies:%d", s.totalErrors()),
 			fmt.Sprintf("protocol_errors:%d", st.protoErrs),
 		)

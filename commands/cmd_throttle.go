@@ -66,6 +66,10 @@ func cmdThrottle(x *ctx) {
 		x.errorReply(msgCellZeroRate)
 		return
 	}
+	if r.Store && v == nil && !x.s.ks.CanInsert() {
+		x.oom()
+		return
+	}
 	if r.Store {
 		nv := keyspace.Value{Kind: keyspace.KindGCRA, N: r.NewTAT}
 		if r.TTLMillis >= 0 {

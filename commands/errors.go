@@ -43,6 +43,7 @@ const (
 	msgCellBadStored  = cellPrefix + "Stored value is not an unsigned integer"
 	msgUnknownCommand = "ERR unknown command '%s', with args beginning with: %s"
 	msgUnknownSubcmd  = "ERR unknown subcommand '%s'. Try %s HELP."
+	msgSubcmdSyntax   = "ERR unknown subcommand or wrong number of arguments for '%s'. Try %s HELP."
 	msgWrongArity     = "ERR wrong number of arguments for '%s' command"
 )
 
@@ -83,6 +84,16 @@ func errUnknownSubcommand(sub, container string) string {
 		sub = sub[:128]
 	}
 	msg := strings.Replace(msgUnknownSubcmd, "%s", sub, 1)
+	return strings.Replace(msg, "%s", strings.ToUpper(container), 1)
+}
+
+// errSubcommandSyntax is Redis's addReplySubcommandSyntaxError: for a
+// subcommand whose arguments its handler rejects.
+func errSubcommandSyntax(sub, container string) string {
+	if len(sub) > 128 {
+		sub = sub[:128]
+	}
+	msg := strings.Replace(msgSubcmdSyntax, "%s", sub, 1)
 	return strings.Replace(msg, "%s", strings.ToUpper(container), 1)
 }
 
@@ -167,3 +178,6 @@ func errCheckArity(name string) string {
 const msgDenied = "DENIED cellserver is running in protected mode because protected mode is enabled and no password is set. " +
 	"In this mode connections are only accepted from the loopback interface. To accept clients from other hosts, " +
 	"either set a password with --requirepass, or restart with --protected-mode no after making sure the port is not reachable from untrusted networks."
+
+// msgOOM is Redis's refusal under maxmemory with the noeviction policy.
+const msgOOM = "OOM command not allowed when used memory > 'maxmemory'."

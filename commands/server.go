@@ -110,10 +110,11 @@ type Server struct {
 	protected   bool
 	loopback    func(string) bool
 
-	errMu     sync.Mutex // guards errStats
-	errStats  map[string]int64
-	expired   atomic.Int64 // keys removed by the active sweep
-	cmdsTotal atomic.Int64
+	errMu       sync.Mutex // guards errStats
+	errStats    map[string]int64
+	expired     atomic.Int64 // keys removed by the active sweep
+	oomRefusals atomic.Int64 // commands refused for lack of memory
+	cmdsTotal   atomic.Int64
 }
 
 type netHolder struct{ Network }

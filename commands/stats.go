@@ -69,13 +69,19 @@ type Stats struct {
 	Commands       []CommandStats // commands called at least once, by name
 	Errors         map[string]int64
 	ExpiredKeys    int64
+	OOMRefusals    int64 // commands refused by maxmemory (noeviction)
+	EvictedKeys    int64 // keys evicted by maxmemory (allkeys-lru)
+	StateMemory    int64 // estimated bytes of the keys
+	MaxMemory      int64
 	LimitedPrefix  []PrefixCount // most-limited key prefixes, last full interval
 	LimitedDropped int64         // limited decisions whose prefix did not fit the tracker
 }
 
 // Stats returns a snapshot of the counters.
 func (s *Server) Stats() Stats {
-	st := Stats{Errors: map[string]int64{}, ExpiredKeys: s.expired.Load()}
+	mem := s.ks.Memory()
+	st := Stats{Errors: map[string]int64{}, ExpiredKeys: s.expired.Load(), OOMRefusals: s.oomRefusals.Load(),
+		EvictedKeys: mem.Evicted, StateMemory: mem.Used, MaxMemory: mem.MaxMemory}
 	for _, sp := range s.specs {
 		c := &sp.stats
 		calls := c.calls.Load()
@@ -211,4 +217,10 @@ func (x *ctx) decided(limited bool, key []byte) {
 		return
 	}
 	x.spec.stats.allowed.Add(1)
+}
+
+// oom refuses the running command for lack of memory (noeviction).
+func (x *ctx) oom() {
+	x.s.oomRefusals.Add(1)
+	x.errorReply(msgOOM)
 }

@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 )
 
 // Kind says which command family owns a key and how its Value is read.
@@ -59,6 +60,9 @@ type Value struct {
 	Exp int64  // absolute expiry in ms since the Unix epoch; 0 means none
 	Obj any    // kind-specific state that is not scalar (KindString: []byte)
 	Kind
+
+	atime uint32 // last access, seconds since the Unix epoch (approximate LRU)
+	size  uint32 // bytes accounted for this entry (see entrySize)
 }
 
 // Expired reports whether v has an expiry and it lies before now (ms). As in
@@ -77,8 +81,45 @@ type Journal interface {
 	DeleteAll()
 }
 
+// Policy is what happens when MaxMemory is reached.
+type Policy uint8
+
+// The maxmemory policies.
+const (
+	// AllKeysLRU evicts the least recently used of a few sampled keys of
+	// the shard that needs room (Redis's allkeys-lru, approximated as
+	// Redis does). An evicted limiter key simply starts afresh.
+	AllKeysLRU Policy = iota
+	// NoEviction refuses to create keys past the limit (the OOM error).
+	NoEviction
+)
+
+// EntryOverhead is the estimated memory of one entry beyond its key bytes
+// and its object: the map slot, the key's string header and the Value.
+const EntryOverhead = 96
+
+// Sizer is implemented by objects (Value.Obj) that report their memory.
+type Sizer interface{ MemSize() int }
+
+func entrySize(key []byte, v *Value) uint32 {
+	n := len(key) + EntryOverhead
+	switch o := v.Obj.(type) {
+	case []byte:
+		n += cap(o) + 24
+	case Sizer:
+		n += o.MemSize()
+	}
+	return uint32(min(n, 1<<31))
+}
+
 // Config sets the shape of a Keyspace. The zero value is valid.
 type Config struct {
+	// MaxMemory caps the estimated memory of the keys, in bytes (key bytes
+	// plus EntryOverhead plus objects); 0 means no cap. The default value
+	// is 0.
+	MaxMemory int64
+	// Policy says what happens at MaxMemory. The default is AllKeysLRU.
+	Policy Policy
 	// Journal, if not nil, is told about every change (persistence).
 	Journal Journal
 	// Databases is the number of numbered databases (SELECT 0..n-1).
@@ -103,9 +144,33 @@ func (c *Config) ensureDefaults() {
 
 // Keyspace is the set of databases. It is safe for concurrent use.
 type Keyspace struct {
-	seed    maphash.Seed
-	dbs     []*DB
-	journal Journal
+	seed      maphash.Seed
+	dbs       []*DB
+	journal   Journal
+	maxMemory int64
+	policy    Policy
+	used      atomic.Int64 // estimated bytes of every entry
+	evicted   atomic.Int64 // keys evicted by AllKeysLRU
+}
+
+// MemoryStats reports the estimated memory of the keys and the evictions.
+type MemoryStats struct {
+	Used      int64
+	MaxMemory int64
+	Policy    Policy
+	Evicted   int64
+}
+
+// Memory returns the keyspace's memory figures.
+func (ks *Keyspace) Memory() MemoryStats {
+	return MemoryStats{Used: ks.used.Load(), MaxMemory: ks.maxMemory, Policy: ks.policy, Evicted: ks.evicted.Load()}
+}
+
+// CanInsert reports whether a new key may be created: always with
+// AllKeysLRU (room is made by eviction), and under NoEviction only while
+// the estimated memory is below MaxMemory.
+func (ks *Keyspace) CanInsert() bool {
+	return ks.maxMemory == 0 || ks.policy != NoEviction || ks.used.Load() < ks.maxMemory
 }
 
 // New returns an empty Keyspace.
@@ -118,13 +183,18 @@ func New(cfg Config) (*Keyspace, error) {
 		return nil, errors.Join(ErrConfig, errors.New("keyspace: shards must be between 1 and 1048576"))
 	}
 	n := 1 << bits.Len(uint(cfg.Shards-1))
-	ks := &Keyspace{seed: maphash.MakeSeed(), dbs: make([]*DB, cfg.Databases), journal: cfg.Journal}
+	if cfg.MaxMemory < 0 {
+		return nil, errors.Join(ErrConfig, errors.New("keyspace: maxmemory must not be negative"))
+	}
+	ks := &Keyspace{seed: maphash.MakeSeed(), dbs: make([]*DB, cfg.Databases), journal: cfg.Journal,
+		maxMemory: cfg.MaxMemory, policy: cfg.Policy}
 	for i := range ks.dbs {
 		db := &DB{ks: ks, index: i, shards: make([]Shard, n), mask: uint64(n - 1)}
 		for j := range db.shards {
 			db.shards[j].db = i
 			db.shards[j].index = j
 			db.shards[j].journal = cfg.Journal
+			db.shards[j].ks = ks
 		}
 		ks.dbs[i] = db
 	}
@@ -184,11 +254,59 @@ type Shard struct {
 	mu sync.Mutex // guards m
 
 	m       map[string]*Value
+	bytes   int64 // estimated memory of m's entries
+	ks      *Keyspace
 	journal Journal
 	db      int // database index, for lock ordering
 	index int // shard index within the database, for lock ordering
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
+}
+
+// account adds delta bytes to the shard's and the keyspace's figures.
+// s.mu must be held.
+func (s *Shard) account(delta int64) {
+	if delta != 0 {
+		s.bytes += delta
+		s.ks.used.Add(delta)
+	}
+}
+
+// remove deletes key's entry v from the map, with accounting and journal.
+// s.mu must be held.
+func (s *Shard) remove(key string, v *Value, keyBytes []byte) {
+	delete(s.m, key)
+	s.account(-int64(v.size))
+	if s.journal != nil {
+		if keyBytes == nil {
+			keyBytes = []byte(key)
+		}
+		s.journal.Delete(s.db, keyBytes)
+	}
+}
+
+// makeRoom evicts up to 16 least recently used entries among samples of
+// this shard until need more bytes fit under MaxMemory. Only the locked
+// shard is touched, which keeps the lock order; keys are spread evenly
+// over shards, so sampling one shard approximates sampling all of them.
+// s.mu must be held.
+func (s *Shard) makeRoom(need int64) {
+	ks := s.ks
+	for round := 0; round < 16 && ks.used.Load()+need > ks.maxMemory && len(s.m) > 0; round++ {
+		var victimKey string
+		var victim *Value
+		seen := 0
+		for k, v := range s.m { // iteration starts at a random entry
+			if victim == nil || v.atime < victim.atime {
+				victimKey, victim = k, v
+			}
+			if seen++; seen == 5 {
+				break
+			}
+		}
+		s.remove(victimKey, victim, nil)
+		ks.evicted.Add(1)
+	}
 }
 
 // Lock takes the shard lock.
@@ -209,12 +327,10 @@ func (s *Shard) Lookup(key []byte, now int64) *Value {
 		return nil
 	}
 	if v.Expired(now) {
-		delete(s.m, string(key))
-		if s.journal != nil {
-			s.journal.Delete(s.db, key)
-		}
+		s.remove(string(key), v, key)
 		return nil
 	}
+	v.atime = uint32(now / 1000)
 	return v
 }
 
@@ -226,6 +342,7 @@ func (s *Shard) Peek(key []byte, now int64) *Value {
 	if v == nil || v.Expired(now) {
 		return nil
 	}
+	v.atime = uint32(now / 1000) // recency only: not a change to persist
 	return v
 }
 
@@ -238,14 +355,22 @@ func (s *Shard) Set(key []byte, v Value) {
 // returned it (nil when absent): it saves Set's second lookup on hot paths.
 // s.mu must be held.
 func (s *Shard) Replace(key []byte, cur *Value, nv Value) {
+	size := entrySize(key, &nv)
 	if cur == nil {
+		if s.ks.maxMemory > 0 && s.ks.policy == AllKeysLRU {
+			s.makeRoom(int64(size))
+		}
 		if s.m == nil {
 			s.m = make(map[string]*Value)
 		}
 		cur = new(Value)
 		s.m[string(key)] = cur
+	} else {
+		nv.atime = cur.atime
 	}
+	s.account(int64(size) - int64(cur.size))
 	*cur = nv
+	cur.size = size
 	if s.journal != nil {
 		s.journal.Put(s.db, key, cur)
 	}
@@ -262,6 +387,8 @@ func (ks *Keyspace) Restore(db int, key []byte, v Value) {
 	}
 	p := new(Value)
 	*p = v
+	p.size = entrySize(key, p)
+	sh.account(int64(p.size))
 	sh.m[string(key)] = p
 	sh.mu.Unlock()
 }
@@ -269,6 +396,9 @@ func (ks *Keyspace) Restore(db int, key []byte, v Value) {
 // Changed records that the caller modified v, key's entry, in place (its
 // expiry, or its object). s.mu must be held.
 func (s *Shard) Changed(key []byte, v *Value) {
+	size := entrySize(key, v)
+	s.account(int64(size) - int64(v.size))
+	v.size = size
 	if s.journal != nil {
 		s.journal.Put(s.db, key, v)
 	}
@@ -281,10 +411,7 @@ func (s *Shard) Delete(key []byte, now int64) bool {
 	if v == nil {
 		return false
 	}
-	delete(s.m, string(key))
-	if s.journal != nil {
-		s.journal.Delete(s.db, key)
-	}
+	s.remove(string(key), v, key)
 	return !v.Expired(now)
 }
 
@@ -320,7 +447,9 @@ func (db *DB) Flush(locked bool) {
 		}()
 	}
 	for i := range db.shards {
-		db.shards[i].m = nil
+		sh := &db.shards[i]
+		sh.m = nil
+		sh.account(-sh.bytes)
 	}
 	if db.ks.journal != nil {
 		db.ks.journal.DeleteDB(db.index)
@@ -336,7 +465,9 @@ func (ks *Keyspace) FlushAll(locked bool) {
 	}
 	for _, db := range ks.dbs {
 		for i := range db.shards {
-			db.shards[i].m = nil
+			sh := &db.shards[i]
+			sh.m = nil
+			sh.account(-sh.bytes)
 		}
 	}
 	if ks.journal != nil {
@@ -354,10 +485,7 @@ func (s *Shard) Sweep(now int64, max int) (removed, seen int) {
 		}
 		seen++
 		if v.Expired(now) {
-			delete(s.m, k)
-			if s.journal != nil {
-				s.journal.Delete(s.db, []byte(k))
-			}
+			s.remove(k, v, nil)
 			removed++
 		}
 	}

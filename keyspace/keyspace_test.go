@@ -156,3 +156,53 @@ func BenchmarkLookupSet(b *testing.B) {
 		sh.Unlock()
 	}
 }
+
+func TestMemoryAccountingAndEviction(t *testing.T) {
+	ks, err := New(Config{Shards: 4, MaxMemory: 64 * 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := ks.DB(0)
+	for i := 0; i < 10000; i++ {
+		k := []byte(fmt.Sprint("spray:", i))
+		sh := db.Shard(k)
+		sh.Lock()
+		sh.Set(k, Value{Kind: KindGCRA, N: uint64(i)})
+		sh.Unlock()
+	}
+	m := ks.Memory()
+	if m.Used > 64*1024 || m.Used < 60*1024 {
+		t.Fatalf("used %d bytes with a cap of %d", m.Used, 64*1024)
+	}
+	if m.Evicted == 0 || int(m.Evicted)+db.Size(false) != 10000 {
+		t.Fatalf("evicted %d, left %d: every insert beyond the cap should evict one", m.Evicted, db.Size(false))
+	}
+	// Accounting returns to zero when everything goes.
+	db.Flush(false)
+	if u := ks.Memory().Used; u != 0 {
+		t.Fatalf("after FLUSHDB used = %d", u)
+	}
+}
+
+func TestNoEvictionRefuses(t *testing.T) {
+	ks, _ := New(Config{Shards: 1, MaxMemory: 1000, Policy: NoEviction})
+	db := ks.DB(0)
+	n := 0
+	for ; ks.CanInsert(); n++ {
+		k := []byte(fmt.Sprint("k", n))
+		sh := db.Shard(k)
+		sh.Lock()
+		sh.Set(k, Value{Kind: KindGCRA})
+		sh.Unlock()
+	}
+	if n != 11 || ks.Memory().Evicted != 0 { // 11 entries of about 99 bytes reach 1000
+		t.Fatalf("inserted %d before refusing, evicted %d", n, ks.Memory().Evicted)
+	}
+	sh := db.Shard([]byte("k0"))
+	sh.Lock()
+	sh.Delete([]byte("k0"), 0)
+	sh.Unlock()
+	if !ks.CanInsert() {
+		t.Fatal("deleting a key did not make room")
+	}
+}

@@ -16,3 +16,17 @@ func (ls *Leases) Put(token string, expireAt int64) {
 	}
 	ls.m[token] = expireAt
 }
+
+// MemSize estimates the memory of the leases in bytes: per lease, the
+// token's bytes plus about 48 bytes of map entry.
+func (ls *Leases) MemSize() int {
+	n := 48
+	for t := range ls.m {
+		n += len(t) + 48
+	}
+	return n
+}
+
+// MemSize estimates the memory of the log in bytes: LogEntryBytes per
+// entry of capacity, plus the slice header and the total.
+func (l *Log) MemSize() int { return 32 + cap(l.Entries)*LogEntryBytes }

@@ -74,6 +74,14 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Clock is the wall clock; nil means time.Now. Tests inject their own.
 	Clock func() time.Time
+	// MaxMemory caps the estimated memory of the limiter state in bytes (0:
+	// no cap, the default). MaxMemoryPolicy says what happens at the cap:
+	// "allkeys-lru" (the default: evict the least recently used keys —
+	// an evicted limiter key starts afresh, which for a rate limiter is
+	// better than refusing service) or "noeviction" (refuse to create
+	// keys with Redis's OOM error).
+	MaxMemory       int64
+	MaxMemoryPolicy string
 	// DataDir, when set, keeps every key's state in a Pebble database in
 	// this directory: loaded at startup, written behind every change.
 	// Empty (the default) keeps everything in memory only.
@@ -157,6 +165,9 @@ func (c Config) withDefaults() Config {
 	if c.LogFormat == "" {
 		c.LogFormat = "text"
 	}
+	if c.MaxMemoryPolicy == "" {
+		c.MaxMemoryPolicy = "allkeys-lru"
+	}
 	if c.Fsync == "" {
 		c.Fsync = "everysec"
 	}
@@ -185,6 +196,12 @@ func (c Config) Validate() error {
 	}
 	if err := c.respConfig().Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.MaxMemory < 0 {
+		bad("maxmemory %d: must not be negative", c.MaxMemory)
+	}
+	if _, err := parsePolicy(c.MaxMemoryPolicy); err != nil {
+		bad("maxmemory-policy %q: must be allkeys-lru or noeviction", c.MaxMemoryPolicy)
 	}
 	if _, err := persistence.ParseFsync(c.Fsync); err != nil {
 		bad("fsync %q: must be always, everysec or no", c.Fsync)
@@ -273,6 +290,8 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "tls-cert-file", Value: c.TLSCertFile},
 		{Name: "tls-key-file", Value: c.TLSKeyFile},
 		{Name: "tls-ca-cert-file", Value: c.TLSCACertFile},
+		{Name: "maxmemory", Value: itoa(c.MaxMemory)},
+		{Name: "maxmemory-policy", Value: c.MaxMemoryPolicy},
 		{Name: "data-dir", Value: c.DataDir},
 		{Name: "fsync", Value: c.Fsync},
 		{Name: "slowlog-log-slower-than", Value: itoa(slowlogMicros(c.SlowlogSlowerThan))},
@@ -321,7 +340,8 @@ func New(cfg Config) (*Server, error) {
 		writer *persistence.Writer
 		loaded persistence.LoadStats
 	)
-	kcfg := keyspace.Config{Databases: cfg.Databases, Shards: cfg.Shards}
+	policy, _ := parsePolicy(cfg.MaxMemoryPolicy)
+	kcfg := keyspace.Config{Databases: cfg.Databases, Shards: cfg.Shards, MaxMemory: cfg.MaxMemory, Policy: policy}
 	if cfg.DataDir != "" {
 		mode, _ := persistence.ParseFsync(cfg.Fsync)
 		st, err := persistence.OpenPebble(cfg.DataDir, persistence.PebbleOptions{Logger: cfg.Logger})
@@ -505,6 +525,16 @@ func (s *Server) stopBackground() {
 	s.closeStore()
 }
 
+func parsePolicy(s string) (keyspace.Policy, error) {
+	switch s {
+	case "allkeys-lru":
+		return keyspace.AllKeysLRU, nil
+	case "noeviction":
+		return keyspace.NoEviction, nil
+	}
+	return 0, fmt.Errorf("unknown maxmemory policy %q", s)
+}
+
 // slowlogMicros is the Redis-style figure: -1 off, 0 everything, else µs.
 func slowlogMicros(d time.Duration) int64 {
 	switch {
@@ -588,7 +618,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	s.cfg.Logger.Info("cellserver started", "version", s.cfg.Version, "addr", s.Addr().String(),
-		"tls", s.tls != nil, "metrics", s.cfg.MetricsAddr, "persistence", persistMode(s.cfg), "maxclients", s.cfg.MaxClients, "timeout", s.cfg.IdleTimeout.String(),
+		"tls", s.tls != nil, "metrics", s.cfg.MetricsAddr, "persistence", persistMode(s.cfg), "maxclients", s.cfg.MaxClients, "maxmemory", s.cfg.MaxMemory, "maxmemory-policy", s.cfg.MaxMemoryPolicy, "timeout", s.cfg.IdleTimeout.String(),
 		"proto-max-bulk-len", s.cfg.MaxBulkLen, "client-query-buffer-limit", s.cfg.MaxQueryBuffer)
 	if s.cfg.Password == "" && !isLoopbackAddr(s.Addr()) {
 		if s.cfg.DisableProtectedMode {

@@ -150,6 +150,8 @@ var options = []option{
 	{"databases", "16", "number of databases (SELECT 0..n-1)", setInt(func(c *server.Config) *int { return &c.Databases })},
 	{"shards", "256", "lock shards per database (rounded up to a power of two)", setInt(func(c *server.Config) *int { return &c.Shards })},
 	{"shutdown-timeout", "10s", "how long shutdown waits for in-flight commands", setDuration(func(c *server.Config) *time.Duration { return &c.ShutdownTimeout })},
+	{"maxmemory", "0", "cap on the limiter state's memory, in bytes (k/m/g suffixes; 0: no cap)", setInt64(func(c *server.Config) *int64 { return &c.MaxMemory })},
+	{"maxmemory-policy", "allkeys-lru", "at maxmemory: allkeys-lru (evict; the key starts afresh) or noeviction (refuse new keys)", setString(func(c *server.Config) *string { return &c.MaxMemoryPolicy })},
 	{"data-dir", "", "keep state in a Pebble database in this directory (in memory only when empty)", setString(func(c *server.Config) *string { return &c.DataDir })},
 	{"fsync", "everysec", "with --data-dir: always (reply after the change is on disk), everysec or no", setString(func(c *server.Config) *string { return &c.Fsync })},
 	{"slowlog-log-slower-than", "10000", "log commands slower than this many microseconds in SLOWLOG (0: all, negative: none)", setSlowlog},
