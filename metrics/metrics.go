@@ -111,6 +111,7 @@ type collector struct {
 	keys                             *prometheus.Desc
 	clients, conns, rejectedConns    *prometheus.Desc
 	protoErrors, netIn, netOut       *prometheus.Desc
+	stateMem, maxMem, evicted, oom   *prometheus.Desc
 }
 
 func newCollector(src Sources) *collector {
@@ -143,6 +144,10 @@ func newCollector(src Sources) *collector {
 		protoErrors:   d("protocol_errors_total", "Clients closed for a malformed or over-limit request."),
 		netIn:         d("net_input_bytes_total", "Bytes read from clients."),
 		netOut:        d("net_output_bytes_total", "Bytes written to clients."),
+		stateMem:      d("state_memory_bytes", "Estimated memory of the limiter state (keys, values, objects), the figure maxmemory caps."),
+		maxMem:        d("maxmemory_bytes", "The configured maxmemory (0: no cap)."),
+		evicted:       d("evicted_keys_total", "Keys evicted to stay under maxmemory (allkeys-lru)."),
+		oom:           d("oom_refusals_total", "Commands refused because maxmemory was reached (noeviction)."),
 	}
 }
 
@@ -152,6 +157,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.commands, c.cmdErrors, c.cmdRejected, c.duration, c.decisions,
 		c.errors, c.expired, c.prefixTop, c.prefixUntracked, c.keys,
 		c.clients, c.conns, c.rejectedConns, c.protoErrors, c.netIn, c.netOut,
+		c.stateMem, c.maxMem, c.evicted, c.oom,
 	} {
 		ch <- d
 	}
@@ -213,6 +219,10 @@ func (c *collector) collectCommands(ch chan<- prometheus.Metric, st commands.Sta
 		counter(ch, c.errors, float64(n), code)
 	}
 	counter(ch, c.expired, float64(st.ExpiredKeys))
+	gauge(ch, c.stateMem, float64(st.StateMemory))
+	gauge(ch, c.maxMem, float64(st.MaxMemory))
+	counter(ch, c.evicted, float64(st.EvictedKeys))
+	counter(ch, c.oom, float64(st.OOMRefusals))
 	for _, p := range prefixLabels(st.LimitedPrefix) {
 		gauge(ch, c.prefixTop, float64(p.Count), p.Prefix)
 	}

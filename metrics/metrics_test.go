@@ -220,6 +220,10 @@ func TestMetricFamilies(t *testing.T) {
 		"net_output_bytes_total":       dto.MetricType_COUNTER,
 		"limited_key_prefix_top":       dto.MetricType_GAUGE,
 		"limited_key_prefix_untracked": dto.MetricType_GAUGE,
+		"state_memory_bytes":           dto.MetricType_GAUGE,
+		"maxmemory_bytes":              dto.MetricType_GAUGE,
+		"evicted_keys_total":           dto.MetricType_COUNTER,
+		"oom_refusals_total":           dto.MetricType_COUNTER,
 	}
 	for name, typ := range want {
 		mf := s.mfs["cellserver_"+name]

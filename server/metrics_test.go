@@ -69,3 +69,21 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestPersistenceMetrics: with a data dir the persistence figures are
+// exported (their values depend on the background writer's timing, so
+// only their presence is checked here; durability_test checks behaviour).
+func TestPersistenceMetrics(t *testing.T) {
+	srv, addr := servertest.Start(t, server.Config{MetricsAddr: "127.0.0.1:0", DataDir: t.TempDir()})
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	rdb.Do(context.Background(), "CL.THROTTLE", "p:1", 1, 1, 60)
+	_, body := get(t, "http://"+srv.MetricsAddr().String()+"/metrics")
+	for _, name := range []string{"cellserver_persistence_pending_changes", "cellserver_persistence_written_changes_total",
+		"cellserver_persistence_last_write_seconds", "cellserver_persistence_last_sync_seconds", "cellserver_persistence_disk_bytes",
+		"cellserver_persistence_failed 0", "cellserver_state_memory_bytes", "cellserver_evicted_keys_total 0"} {
+		if !strings.Contains(body, name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+}

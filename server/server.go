@@ -469,7 +469,11 @@ func (s *Server) Serve() error {
 	s.bgCancel, s.bgDone = cancel, done
 	ln, mln := s.ln, s.metricsLn
 	if mln != nil {
-		reg := metrics.NewRegistry(metrics.Sources{Commands: s.cmds, Network: s.net, Clock: s.cfg.Clock})
+		src := metrics.Sources{Commands: s.cmds, Network: s.net, Clock: s.cfg.Clock}
+		if s.writer != nil {
+			src.Extra = append(src.Extra, metrics.PersistenceCollector(s.writer, s.store))
+		}
+		reg := metrics.NewRegistry(src)
 		s.httpSrv = &http.Server{Handler: metrics.NewHandler(reg, s.ready.Load), ReadHeaderTimeout: 10 * time.Second}
 	}
 	hs := s.httpSrv

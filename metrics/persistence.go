@@ -1,0 +1,50 @@
+package metrics
+
+import (
+	"github.com/cellserver/cellserver/persistence"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// PersistenceCollector reports the persistence write path: queue depth,
+// changes written, the latency of the last batch write and sync, and disk
+// use. Pass it in Sources.Extra when persistence is on.
+func PersistenceCollector(w *persistence.Writer, st persistence.Store) prometheus.Collector {
+	return &persistCollector{w: w, st: st,
+		pending:  prometheus.NewDesc(Namespace+"_persistence_pending_changes", "Changes queued for the store, not yet written.", nil, nil),
+		written:  prometheus.NewDesc(Namespace+"_persistence_written_changes_total", "Changes written to the store.", nil, nil),
+		flushLat: prometheus.NewDesc(Namespace+"_persistence_last_write_seconds", "Duration of the last batch write.", nil, nil),
+		syncLat:  prometheus.NewDesc(Namespace+"_persistence_last_sync_seconds", "Duration of the last sync to disk.", nil, nil),
+		lastSync: prometheus.NewDesc(Namespace+"_persistence_last_sync_timestamp_seconds", "Unix time of the last sync to disk.", nil, nil),
+		disk:     prometheus.NewDesc(Namespace+"_persistence_disk_bytes", "Bytes the store uses on disk.", nil, nil),
+		failed:   prometheus.NewDesc(Namespace+"_persistence_failed", "1 if writing to the store failed and writes stopped.", nil, nil),
+	}
+}
+
+type persistCollector struct {
+	w                                                           *persistence.Writer
+	st                                                          persistence.Store
+	pending, written, flushLat, syncLat, lastSync, disk, failed *prometheus.Desc
+}
+
+func (c *persistCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.pending, c.written, c.flushLat, c.syncLat, c.lastSync, c.disk, c.failed} {
+		ch <- d
+	}
+}
+
+func (c *persistCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.w.Stats()
+	gauge(ch, c.pending, float64(s.Pending))
+	counter(ch, c.written, float64(s.Written))
+	gauge(ch, c.flushLat, s.LastWriteTime.Seconds())
+	gauge(ch, c.syncLat, s.LastSyncTime.Seconds())
+	if !s.LastSync.IsZero() {
+		gauge(ch, c.lastSync, float64(s.LastSync.UnixNano())/1e9)
+	}
+	gauge(ch, c.disk, float64(c.st.DiskUsage()))
+	failed := 0.0
+	if s.Err != nil {
+		failed = 1
+	}
+	gauge(ch, c.failed, failed)
+}
