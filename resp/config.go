@@ -19,6 +19,10 @@ const (
 	DefaultMaxMultiBulkLen = 1 << 20
 	// DefaultMaxQueryBuffer is the default Config.MaxQueryBuffer: 64 MiB.
 	DefaultMaxQueryBuffer = 64 << 20
+	// DefaultMaxOutputBuffer is the default Config.MaxOutputBuffer: 64 MiB.
+	DefaultMaxOutputBuffer = 64 << 20
+	// DefaultOutputTimeout is the default Config.OutputTimeout: 30s.
+	DefaultOutputTimeout = 30 * time.Second
 	// DefaultMaxInlineLen is the default Config.MaxInlineLen: 64 KiB, Redis
 	// PROTO_INLINE_MAX_SIZE.
 	DefaultMaxInlineLen = 64 << 10
@@ -46,6 +50,21 @@ type Config struct {
 	// bounds each write of replies to it. Zero never closes idle clients
 	// (Redis "timeout 0"). The default value is 0.
 	IdleTimeout time.Duration
+
+	// MaxOutputBuffer bounds, in bytes, the replies one batch of commands
+	// may pile up before they are written (one huge reply, such as KEYS on
+	// millions of keys): past it the client is disconnected, as Redis does
+	// past client-output-buffer-limit. The default value is
+	// DefaultMaxOutputBuffer (64 MiB).
+	MaxOutputBuffer int64
+
+	// OutputTimeout bounds each write of replies to a client: a client that
+	// keeps sending without reading its replies stops being read (the
+	// server blocks on its socket, so its output never grows past the
+	// socket buffers and MaxOutputBuffer) and is disconnected once a
+	// write has made no progress for this long. The default value is
+	// DefaultOutputTimeout (30s); IdleTimeout, when shorter, applies.
+	OutputTimeout time.Duration
 
 	// MaxBulkLen is the largest bulk string a client may send, in bytes
 	// (Redis proto-max-bulk-len). A larger "$N" is answered with
@@ -94,6 +113,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxInlineLen == 0 {
 		c.MaxInlineLen = DefaultMaxInlineLen
 	}
+	if c.MaxOutputBuffer == 0 {
+		c.MaxOutputBuffer = DefaultMaxOutputBuffer
+	}
+	if c.OutputTimeout == 0 {
+		c.OutputTimeout = DefaultOutputTimeout
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -106,6 +131,12 @@ func (c Config) Validate() error {
 	var errs []error
 	if c.MaxClients < 0 {
 		errs = append(errs, fmt.Errorf("resp: MaxClients %d is negative", c.MaxClients))
+	}
+	if c.MaxOutputBuffer < 0 {
+		errs = append(errs, fmt.Errorf("resp: MaxOutputBuffer %d is negative", c.MaxOutputBuffer))
+	}
+	if c.OutputTimeout < 0 {
+		errs = append(errs, fmt.Errorf("resp: OutputTimeout %v is negative", c.OutputTimeout))
 	}
 	if c.IdleTimeout < 0 {
 		errs = append(errs, fmt.Errorf("resp: IdleTimeout %v is negative", c.IdleTimeout))

@@ -158,6 +158,13 @@ func (c *Conn) serve() {
 				break
 			}
 			h.ServeRESP(c, args)
+			if int64(len(c.Out)) > s.cfg.MaxOutputBuffer {
+				s.outputDrops.Add(1)
+				s.logger.Warn("resp: closing client over the output buffer limit", "id", c.id, "addr", c.remote,
+					"bytes", len(c.Out), "limit", s.cfg.MaxOutputBuffer)
+				c.Out = c.Out[:0]
+				return
+			}
 			if len(c.Out) > maxPendingOut {
 				if c.write() != nil {
 					return
@@ -222,9 +229,11 @@ func (c *Conn) write() error {
 			return err
 		}
 	}
-	if d := c.srv.cfg.IdleTimeout; d > 0 {
-		c.nc.SetWriteDeadline(time.Now().Add(d))
+	d := c.srv.cfg.OutputTimeout
+	if idle := c.srv.cfg.IdleTimeout; idle > 0 && idle < d {
+		d = idle
 	}
+	c.nc.SetWriteDeadline(time.Now().Add(d))
 	c.outLen.Store(int64(len(c.Out)))
 	n, err := c.nc.Write(c.Out)
 	c.netOut.Add(int64(n))

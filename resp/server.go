@@ -58,6 +58,9 @@ type Stats struct {
 	// ProtocolErrors is the number of clients closed for a malformed or
 	// over-limit request.
 	ProtocolErrors int64
+	// OutputLimitDrops is the number of clients closed because their
+	// replies exceeded MaxOutputBuffer.
+	OutputLimitDrops int64
 	// NetInputBytes and NetOutputBytes count the bytes read from and
 	// written to clients (total_net_input_bytes, total_net_output_bytes).
 	// Bytes of connections still open are counted up to their last batch.
@@ -89,6 +92,7 @@ type Server struct {
 	totalConns  atomic.Int64
 	rejected    atomic.Int64
 	protoErrors atomic.Int64
+	outputDrops atomic.Int64
 
 	mu        sync.Mutex // guards the fields below
 	listeners map[*net.Listener]struct{}
@@ -370,6 +374,7 @@ func (s *Server) Stats() Stats {
 		TotalConnections:    s.totalConns.Load(),
 		RejectedConnections: s.rejected.Load(),
 		ProtocolErrors:      s.protoErrors.Load(),
+		OutputLimitDrops:    s.outputDrops.Load(),
 	}
 	s.mu.Lock()
 	st.ConnectedClients = int64(len(s.conns))

@@ -52,6 +52,12 @@ type Config struct {
 	// MaxQueryBuffer caps the unparsed bytes buffered for one client. The
 	// default value is 64 MiB.
 	MaxQueryBuffer int64
+	// MaxOutputBuffer disconnects a client whose replies to one batch of
+	// commands exceed it, in bytes. The default value is 64 MiB.
+	MaxOutputBuffer int64
+	// OutputTimeout disconnects a client that does not read its replies for
+	// this long. The default value is 30s.
+	OutputTimeout time.Duration
 	// Password, when set, must be given with AUTH before other commands.
 	Password string
 	// TLSCertFile and TLSKeyFile, when set, make the listener speak TLS
@@ -261,6 +267,8 @@ func (c Config) respConfig() resp.Config {
 		MaxBulkLen:      c.MaxBulkLen,
 		MaxMultiBulkLen: c.MaxMultiBulkLen,
 		MaxQueryBuffer:  c.MaxQueryBuffer,
+		MaxOutputBuffer: c.MaxOutputBuffer,
+		OutputTimeout:   c.OutputTimeout,
 		Logger:          c.Logger,
 	}
 }
@@ -285,6 +293,8 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "proto-max-bulk-len", Value: itoa(c.MaxBulkLen)},
 		{Name: "proto-max-multibulk-len", Value: itoa(c.MaxMultiBulkLen)},
 		{Name: "client-query-buffer-limit", Value: itoa(c.MaxQueryBuffer)},
+		{Name: "client-output-buffer-limit", Value: itoa(max(c.MaxOutputBuffer, 0))},
+		{Name: "client-output-timeout", Value: c.OutputTimeout.String()},
 		{Name: "requirepass", Value: pass},
 		{Name: "shutdown-timeout", Value: c.ShutdownTimeout.String()},
 		{Name: "tls-cert-file", Value: c.TLSCertFile},

@@ -147,6 +147,8 @@ var options = []option{
 	{"proto-max-bulk-len", "16mb", "largest accepted argument, in bytes", setInt64(func(c *server.Config) *int64 { return &c.MaxBulkLen })},
 	{"proto-max-multibulk-len", "1048576", "most arguments in one command", setInt64(func(c *server.Config) *int64 { return &c.MaxMultiBulkLen })},
 	{"client-query-buffer-limit", "64mb", "most unparsed bytes buffered per client", setInt64(func(c *server.Config) *int64 { return &c.MaxQueryBuffer })},
+	{"client-output-buffer-limit", "64mb", "disconnect a client whose replies to one batch exceed this many bytes", setInt64(func(c *server.Config) *int64 { return &c.MaxOutputBuffer })},
+	{"client-output-timeout", "30s", "disconnect a client that does not read its replies for this long", setDuration(func(c *server.Config) *time.Duration { return &c.OutputTimeout })},
 	{"databases", "16", "number of databases (SELECT 0..n-1)", setInt(func(c *server.Config) *int { return &c.Databases })},
 	{"shards", "256", "lock shards per database (rounded up to a power of two)", setInt(func(c *server.Config) *int { return &c.Shards })},
 	{"shutdown-timeout", "10s", "how long shutdown waits for in-flight commands", setDuration(func(c *server.Config) *time.Duration { return &c.ShutdownTimeout })},
