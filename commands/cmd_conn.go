@@ -128,7 +128,7 @@ func cmdHello(x *ctx) {
 		x.cl.authed = true
 	}
 	if !x.cl.authed {
-		x.errorReply(msgNoAuth)
+		x.errorReply(msgHelloNoAuth)
 		return
 	}
 	if name != nil {
@@ -215,51 +215,62 @@ func cmdClientSetInfo(x *ctx) {
 	x.ok()
 }
 
-// CLIENT LIST [TYPE normal|master|replica|pubsub] [ID id ...]
+// CLIENT LIST [TYPE normal|master|replica|pubsub] | [ID id ...]
+//
+// As Redis 7.0: TYPE only as the sole option, or ID with one or more
+// integers; each ID lists its client once per mention, in the given order.
 func cmdClientList(x *ctx) {
-	var ids map[int64]bool
 	args := x.args[2:]
-	for len(args) > 0 {
-		switch {
-		case eqFold(args[0], "type") && len(args) >= 2:
-			t := strings.ToLower(string(args[1]))
-			switch t {
-			case "normal":
-			case "master", "replica", "slave", "pubsub":
-				ids = map[int64]bool{} // cellserver has only normal clients
-			default:
-				x.errorReply("ERR Unknown client type '" + string(args[1]) + "'")
-				return
-			}
-			args = args[2:]
-		case eqFold(args[0], "id") && len(args) >= 2:
-			if ids == nil {
-				ids = map[int64]bool{}
-			}
-			for _, a := range args[1:] {
-				n, ok := parseRedisInt(a)
-				if !ok || n <= 0 {
-					x.errorReply("ERR Invalid client ID")
-					return
-				}
-				ids[n] = true
-			}
-			args = nil
+	var ids []int64
+	switch {
+	case len(args) == 0:
+	case len(args) == 2 && eqFold(args[0], "type"):
+		switch strings.ToLower(string(args[1])) {
+		case "normal": // every cellserver client is a normal one
+		case "master", "replica", "slave", "pubsub":
+			x.bulkStr("") // cellserver has only normal clients
+			return
 		default:
-			x.errorReply(msgSyntax)
+			x.errorReply(strings.Replace(msgClientType, "%s", cstr(args[1]), 1))
 			return
 		}
+	case len(args) >= 2 && eqFold(args[0], "id"):
+		for _, a := range args[1:] {
+			n, ok := parseRedisInt(a)
+			if !ok {
+				x.errorReply(msgClientID)
+				return
+			}
+			ids = append(ids, n)
+		}
+	default:
+		x.errorReply(msgSyntax)
+		return
 	}
 	var b strings.Builder
 	now := time.Now()
-	if n := x.s.net.Load(); n != nil {
+	n := x.s.net.Load()
+	if n == nil {
+		x.bulkStr("")
+		return
+	}
+	if ids == nil {
 		n.Range(func(c *resp.Conn) bool {
-			if ids != nil && !ids[c.ID()] {
-				return true
-			}
 			writeClientInfo(&b, c, now)
 			return true
 		})
+		x.bulkStr(b.String())
+		return
+	}
+	byID := map[int64]*resp.Conn{}
+	n.Range(func(c *resp.Conn) bool {
+		byID[c.ID()] = c
+		return true
+	})
+	for _, id := range ids {
+		if c := byID[id]; c != nil {
+			writeClientInfo(&b, c, now)
+		}
 	}
 	x.bulkStr(b.String())
 }

@@ -66,6 +66,10 @@ func (l *slowlog) maybeAdd(x *ctx, d time.Duration) {
 // SLOWLOG GET [count]: count defaults to 10; -1 returns every entry.
 func cmdSlowlogGet(x *ctx) {
 	count := int64(10)
+	if len(x.args) > 3 { // Redis: only SLOWLOG GET [count]
+		x.errorReply(errSubcommandSyntax(cstr(x.args[1]), "slowlog"))
+		return
+	}
 	if len(x.args) == 3 {
 		n, ok := parseRedisInt(x.args[2])
 		if !ok || n < -1 {
@@ -126,5 +130,5 @@ func cmdSlowlogHelp(x *ctx) {
 		"RESET",
 		"    Reset the slowlog.",
 		"HELP",
-		"    Print this help.")
+		"    Prints this help.")
 }

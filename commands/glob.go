@@ -4,7 +4,8 @@ package commands
 // in Redis's util.c): '*' any run, '?' any byte, '[...]' a class with ranges
 // and '^' negation, '\' escapes the next byte. nocase folds ASCII case.
 func globMatch(pattern, str []byte, nocase bool) bool {
-	return globMatchDepth(pattern, str, nocase, 0)
+	skipLonger := false
+	return globMatchDepth(pattern, str, nocase, &skipLonger, 0)
 }
 
 func lowerByte(c byte) byte {
@@ -14,7 +15,23 @@ func lowerByte(c byte) byte {
 	return c
 }
 
-func globMatchDepth(p, s []byte, nocase bool, depth int) bool {
+// signedChar is b as a C char on x86-64, where Redis compares the bounds
+// of a [x-y] range as signed: bytes 0x80-0xff are -128..-1 there.
+func signedChar(b byte) int { return int(int8(b)) }
+
+func lowerInt(c int) int {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// globMatchDepth is stringmatchlen_impl. skipLonger is Redis's
+// skipLongerMatches (the fix of CVE-2022-36021): once the rest of the
+// pattern after a '*' matched at no position of the rest of the string, no
+// earlier '*' can help by matching more, so the search stops instead of
+// trying exponentially many splits.
+func globMatchDepth(p, s []byte, nocase bool, skipLonger *bool, depth int) bool {
 	if depth > 1000 { // Redis bounds the recursion the same way
 		return false
 	}
@@ -28,11 +45,15 @@ func globMatchDepth(p, s []byte, nocase bool, depth int) bool {
 				return true
 			}
 			for len(s) > 0 {
-				if globMatchDepth(p[1:], s, nocase, depth+1) {
+				if globMatchDepth(p[1:], s, nocase, skipLonger, depth+1) {
 					return true
+				}
+				if *skipLonger {
+					return false
 				}
 				s = s[1:]
 			}
+			*skipLonger = true
 			return false
 		case '?':
 			s = s[1:]
@@ -55,13 +76,13 @@ func globMatchDepth(p, s []byte, nocase bool, depth int) bool {
 				} else if p[0] == ']' {
 					break
 				} else if len(p) >= 3 && p[1] == '-' {
-					start, end := p[0], p[2]
+					start, end := signedChar(p[0]), signedChar(p[2])
 					if start > end {
 						start, end = end, start
 					}
-					c := s[0]
+					c := signedChar(s[0])
 					if nocase {
-						start, end, c = lowerByte(start), lowerByte(end), lowerByte(c)
+						start, end, c = lowerInt(start), lowerInt(end), lowerInt(c)
 					}
 					p = p[2:]
 					if c >= start && c <= end {

@@ -19,6 +19,7 @@ const (
 	MovableKeys                   // keys are not at fixed positions ("movablekeys")
 	AllowBusy                     // "allow_busy"
 	NoMulti                       // "no_multi": refused inside MULTI
+	SkipSlowlog                   // "skip_slowlog" (EXEC: its commands are logged instead)
 	// RunsInMulti marks transaction control commands (MULTI, EXEC, DISCARD,
 	// QUIT, RESET) that run at once instead of being queued. Not reported.
 	RunsInMulti
@@ -31,7 +32,7 @@ var flagNames = []struct {
 }{
 	{Write, "write"}, {ReadOnly, "readonly"}, {Module, "module"},
 	{Admin, "admin"}, {NoScript, "noscript"}, {Loading, "loading"},
-	{Stale, "stale"}, {Fast, "fast"}, {NoAuth, "no_auth"},
+	{Stale, "stale"}, {SkipSlowlog, "skip_slowlog"}, {Fast, "fast"}, {NoAuth, "no_auth"},
 	{NoMulti, "no_multi"}, {MovableKeys, "movablekeys"}, {AllowBusy, "allow_busy"},
 }
 

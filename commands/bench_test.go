@@ -1,0 +1,78 @@
+package commands_test
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"strconv"
+	"testing"
+
+	"github.com/cellserver/cellserver/commands"
+	"github.com/cellserver/cellserver/resp"
+)
+
+// BenchmarkDispatchThrottle measures one CL.THROTTLE through the real
+// command table (lookup, arity, dispatch, statistics, shard lock, GCRA,
+// reply encoding) with no network: ServeRESP is called directly on a zero
+// resp.Conn, which is usable as long as the command touches only Out and
+// the context (CL.THROTTLE does). The reply buffer is reset every call.
+//
+// Sub-benchmarks:
+//   - limited: one existing key past its burst (15 30 60), so every call
+//     is the refused path and stores nothing; the hot-key case.
+//   - allowed: one existing key with a bucket too large to fill, so every
+//     call is allowed and rewrites the TAT and expiry in place.
+//   - keys1024: 1024 existing keys in turn at 15 30 60 (limited after the
+//     first 16 calls of each), spreading over shards and cache lines.
+func BenchmarkDispatchThrottle(b *testing.B) {
+	b.Run("limited", func(b *testing.B) {
+		benchDispatch(b, [][]string{{"CL.THROTTLE", "bench:hot", "15", "30", "60"}})
+	})
+	b.Run("allowed", func(b *testing.B) {
+		// 1e6 per second with a burst of 1e12: each call moves the TAT
+		// 1 µs and the bucket holds 1e12 µs.
+		benchDispatch(b, [][]string{{"CL.THROTTLE", "bench:open", "1000000000000", "1000000", "1"}})
+	})
+	b.Run("keys1024", func(b *testing.B) {
+		cmds := make([][]string, 1024)
+		for i := range cmds {
+			cmds[i] = []string{"CL.THROTTLE", "bench:key:" + strconv.Itoa(i), "15", "30", "60"}
+		}
+		benchDispatch(b, cmds)
+	})
+}
+
+func benchDispatch(b *testing.B, cmds [][]string) {
+	srv, err := commands.New(commands.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	conn := new(resp.Conn)
+	srv.Open(conn)
+	defer srv.Close(conn)
+
+	args := make([][][]byte, len(cmds))
+	for i, c := range cmds {
+		for _, a := range c {
+			args[i] = append(args[i], []byte(a))
+		}
+	}
+	// Create every key (and check the reply shape) before timing.
+	for i := range args {
+		conn.Out = conn.Out[:0]
+		srv.ServeRESP(conn, args[i])
+		if !bytes.HasPrefix(conn.Out, []byte("*5\r\n")) {
+			b.Fatalf("CL.THROTTLE %s: reply %q", args[i][1], conn.Out)
+		}
+	}
+
+	b.ReportAllocs()
+	n := len(args)
+	for i := 0; b.Loop(); i++ {
+		conn.Out = conn.Out[:0]
+		srv.ServeRESP(conn, args[i%n])
+	}
+	if !bytes.HasPrefix(conn.Out, []byte("*5\r\n")) {
+		b.Fatalf("last reply %q", conn.Out)
+	}
+}

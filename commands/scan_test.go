@@ -1,0 +1,176 @@
+package commands_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/server"
+)
+
+// pipeline sends every command, then reads every reply, and fails on an
+// error reply.
+func pipeline(t *testing.T, c *rawConn, cmds [][]string) {
+	t.Helper()
+	var buf []byte
+	for _, args := range cmds {
+		buf = appendCommand(buf, args...)
+	}
+	c.nc.SetWriteDeadline(time.Now().Add(respTimeout))
+	if _, err := c.nc.Write(buf); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range cmds {
+		v, err := c.read()
+		if err != nil || v.kind == '-' {
+			t.Fatalf("%q: %v %v", args, v, err)
+		}
+	}
+}
+
+// scanAll iterates SCAN from cursor 0 until the cursor is 0 again and
+// returns how often each key came back and how many calls it took.
+func scanAll(t *testing.T, c *rawConn, opts ...string) (map[string]int, int) {
+	t.Helper()
+	seen := map[string]int{}
+	cursor := "0"
+	for calls := 1; ; calls++ {
+		if calls > 100000 {
+			t.Fatalf("SCAN %q: no end after %d calls", opts, calls)
+		}
+		v := c.mustDo(t, append([]string{"SCAN", cursor}, opts...)...)
+		if v.kind != '*' || len(v.elems) != 2 || v.elems[0].kind != '$' || v.elems[1].kind != '*' {
+			t.Fatalf("SCAN %s %q: %v", cursor, opts, v)
+		}
+		for _, k := range v.elems[1].elems {
+			seen[k.str]++
+		}
+		cursor = v.elems[0].str
+		if _, err := strconv.ParseUint(cursor, 10, 64); err != nil {
+			t.Fatalf("SCAN returned cursor %q", cursor)
+		}
+		if cursor == "0" {
+			return seen, calls
+		}
+	}
+}
+
+// TestScanReturnsEveryKeyOnce: a full SCAN iteration returns every key
+// exactly once, for every COUNT, and MATCH and TYPE select exactly the
+// right ones; expired keys are never returned.
+func TestScanReturnsEveryKeyOnce(t *testing.T) {
+	clk := servertest.NewClock(goldenT0)
+	_, addr := servertest.Start(t, server.Config{Clock: clk.Now})
+	c := dialRaw(t, addr)
+
+	const nKeys, nOther, nExpiring = 3000, 500, 200
+	var cmds [][]string
+	all := map[string]bool{}
+	for i := 0; i < nKeys; i++ {
+		k := "key:" + strconv.Itoa(i)
+		cmds = append(cmds, []string{"SET", k, "v"})
+		all[k] = true
+	}
+	for i := 0; i < nOther; i++ {
+		k := "other:" + strconv.Itoa(i)
+		cmds = append(cmds, []string{"CL.THROTTLE", k, "5", "1", "3600"}) // strings too
+		all[k] = true
+	}
+	for i := 0; i < nExpiring; i++ {
+		cmds = append(cmds, []string{"SET", "exp:" + strconv.Itoa(i), "v", "PX", "10"})
+	}
+	pipeline(t, c, cmds)
+	clk.Advance(11 * time.Millisecond) // the exp: keys are now expired
+
+	for _, tc := range []struct {
+		opts     []string
+		want     func(k string) bool
+		minCalls int
+	}{
+		{nil, func(string) bool { return true }, 2},
+		{[]string{"COUNT", "1"}, func(string) bool { return true }, 100},
+		{[]string{"COUNT", "100"}, func(string) bool { return true }, 10},
+		{[]string{"COUNT", "100000"}, func(string) bool { return true }, 1},
+		{[]string{"MATCH", "key:1*", "COUNT", "50"}, func(k string) bool { return strings.HasPrefix(k, "key:1") }, 2},
+		{[]string{"MATCH", "other:?", "COUNT", "7"}, func(k string) bool { return strings.HasPrefix(k, "other:") && len(k) == 7 }, 2},
+		{[]string{"MATCH", "*", "COUNT", "20"}, func(string) bool { return true }, 2},
+		{[]string{"TYPE", "string"}, func(string) bool { return true }, 2},
+		{[]string{"TYPE", "list", "COUNT", "1000"}, func(string) bool { return false }, 1},
+		{[]string{"MATCH", "nomatch", "COUNT", "10"}, func(string) bool { return false }, 2},
+	} {
+		seen, calls := scanAll(t, c, tc.opts...)
+		want := 0
+		for k := range all {
+			if !tc.want(k) {
+				continue
+			}
+			want++
+			if seen[k] != 1 {
+				t.Errorf("SCAN %q returned %s %d times", tc.opts, k, seen[k])
+			}
+		}
+		for k, n := range seen {
+			if !all[k] || !tc.want(k) {
+				t.Errorf("SCAN %q returned %s (%d times), which it should not", tc.opts, k, n)
+			}
+		}
+		if len(seen) != want {
+			t.Errorf("SCAN %q: %d keys, want %d", tc.opts, len(seen), want)
+		}
+		if calls < tc.minCalls {
+			t.Errorf("SCAN %q took %d calls, want at least %d: COUNT not honoured", tc.opts, calls, tc.minCalls)
+		}
+		t.Logf("SCAN %q: %d keys in %d calls", tc.opts, len(seen), calls)
+	}
+	if n := c.mustDo(t, "KEYS", "key:1*"); len(n.elems) != 1111 {
+		t.Errorf("KEYS key:1* returned %d keys, want 1111", len(n.elems))
+	}
+}
+
+// TestClientListShowsCurrentCommand: CLIENT LIST's cmd= is the client's
+// last command as Redis 7.0 shows it (c->lastcmd): the command being run,
+// NULL after an unknown command or subcommand, the queued command inside
+// MULTI, and flags=x multi=N while queuing.
+func TestClientListShowsCurrentCommand(t *testing.T) {
+	_, addr := servertest.Start(t, server.Config{Clock: servertest.NewClock(goldenT0).Now})
+	a, b := dialRaw(t, addr), dialRaw(t, addr)
+	id := a.mustDo(t, "CLIENT", "ID").str
+	show := func() string {
+		t.Helper()
+		v := b.mustDo(t, "CLIENT", "LIST", "ID", id)
+		f := strings.Fields(v.str)
+		var out []string
+		for _, kv := range f {
+			if strings.HasPrefix(kv, "flags=") || strings.HasPrefix(kv, "multi=") || strings.HasPrefix(kv, "cmd=") {
+				out = append(out, kv)
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	for i, step := range []struct {
+		args []string
+		want string
+	}{
+		0: {[]string{"CLIENT", "ID"}, "flags=N multi=-1 cmd=client|id"},
+		1: {[]string{"FOO"}, "flags=N multi=-1 cmd=NULL"},
+		2: {[]string{"GET"}, "flags=N multi=-1 cmd=get"},
+		3: {[]string{"CLIENT", "NOSUCH"}, "flags=N multi=-1 cmd=NULL"},
+		4: {[]string{"GET", "x"}, "flags=N multi=-1 cmd=get"},
+		5: {[]string{"MULTI"}, "flags=x multi=0 cmd=multi"},
+		6: {[]string{"SET", "a", "1"}, "flags=x multi=1 cmd=set"},
+		7: {[]string{"EXEC"}, "flags=N multi=-1 cmd=exec"},
+		8: {[]string{"CONFIG", "GET", "port"}, "flags=N multi=-1 cmd=config|get"},
+	} {
+		if _, err := a.do(step.args...); err != nil {
+			t.Fatal(err)
+		}
+		if got := show(); got != step.want {
+			t.Errorf("%d: after %q: %s, want %s", i, step.args, got, step.want)
+		}
+	}
+	if info := a.mustDo(t, "CLIENT", "INFO").str; !strings.Contains(info, " cmd=client|info ") {
+		t.Errorf("CLIENT INFO does not show itself: %q", info)
+	}
+}

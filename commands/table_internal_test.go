@@ -1,0 +1,92 @@
+package commands
+
+import (
+	"sort"
+	"strings"
+	"testing"
+)
+
+// TestCommandTableRows checks the table literal itself: sorted rows, a
+// handler on every row that is not a container, key facts that agree with
+// one another, and subcommands named "container|sub".
+func TestCommandTableRows(t *testing.T) {
+	rows := commandTable()
+	if !sort.SliceIsSorted(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name }) {
+		t.Error("commandTable rows are not sorted by name")
+	}
+	n := 0
+	var check func(sp *Spec, parent string)
+	check = func(sp *Spec, parent string) {
+		n++
+		if sp.Name != strings.ToLower(sp.Name) {
+			t.Errorf("%s: name not lower-case", sp.Name)
+		}
+		if parent != "" && !strings.HasPrefix(sp.Name, parent+"|") {
+			t.Errorf("%s: subcommand of %s not named %s|...", sp.Name, parent, parent)
+		}
+		if sp.Run == nil && len(sp.Subs) == 0 {
+			t.Errorf("%s: no handler", sp.Name)
+		}
+		if sp.Arity == 0 {
+			t.Errorf("%s: arity 0", sp.Name)
+		}
+		hasKeys := sp.FirstKey > 0
+		if hasKeys != (sp.Step > 0) || hasKeys != (len(sp.KeyFlags) > 0) || hasKeys != (sp.LastKey != 0) {
+			t.Errorf("%s: first key %d, last key %d, step %d, key flags %v disagree",
+				sp.Name, sp.FirstKey, sp.LastKey, sp.Step, sp.KeyFlags)
+		}
+		if sp.Keys != nil && sp.Flags&MovableKeys == 0 {
+			t.Errorf("%s: a key function without the movablekeys flag", sp.Name)
+		}
+		if sp.Flags&Write != 0 && sp.Flags&ReadOnly != 0 {
+			t.Errorf("%s: both write and readonly", sp.Name)
+		}
+		if sp.Group == "" || sp.Summary == "" {
+			t.Errorf("%s: no COMMAND DOCS group or summary", sp.Name)
+		}
+		for _, sub := range sp.Subs {
+			check(sub, sp.Name)
+		}
+	}
+	for _, sp := range rows {
+		check(sp, "")
+	}
+	if n < 40 {
+		t.Fatalf("only %d rows", n)
+	}
+}
+
+// TestKeyPositions checks Spec.keyPositions, which COMMAND GETKEYS and
+// the key checks of the table walk rely on.
+func TestKeyPositions(t *testing.T) {
+	args := func(s string) [][]byte {
+		var out [][]byte
+		for _, f := range strings.Fields(s) {
+			out = append(out, []byte(f))
+		}
+		return out
+	}
+	for i, tc := range []struct {
+		sp   *Spec
+		call string
+		want []int
+	}{
+		0: {&Spec{FirstKey: 1, LastKey: 1, Step: 1}, "get k", []int{1}},
+		1: {&Spec{FirstKey: 1, LastKey: -1, Step: 1}, "del a b c", []int{1, 2, 3}},
+		2: {&Spec{FirstKey: 1, LastKey: -1, Step: 2}, "mset a 1 b 2", []int{1, 3}},
+		3: {&Spec{}, "ping", nil},
+		4: {&Spec{FirstKey: 1, LastKey: 1, Step: 1}, "cl.throttle", nil},
+	} {
+		got := tc.sp.keyPositions(args(tc.call))
+		if len(got) != len(tc.want) {
+			t.Errorf("%d: keyPositions(%q) = %v, want %v", i, tc.call, got, tc.want)
+			continue
+		}
+		for j := range got {
+			if got[j] != tc.want[j] {
+				t.Errorf("%d: keyPositions(%q) = %v, want %v", i, tc.call, got, tc.want)
+				break
+			}
+		}
+	}
+}
