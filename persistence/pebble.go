@@ -68,9 +68,9 @@ type PebbleOptions struct {
 // directory's lock (pebble's LOCK file) until Close.
 //
 // Its pebble options are modest, for a 2-core machine: a 16 MiB memtable
-// (two at most before writes stall), an 8 MiB block cache, one compaction
-// at a time and at most 256 open files. Load reads everything once at
-// start, so a larger cache would not help.
+// (writes stall while 4 wait to be flushed, so at most 64 MiB), an 8 MiB
+// block cache, one compaction at a time and at most 256 open files. Load
+// reads everything once at start, so a larger cache would not help.
 type Pebble struct {
 	// mu is held shared by every operation and exclusively by Close and by
 	// the Writes that delete db MaxDB's records (see the layout above).
@@ -78,8 +78,6 @@ type Pebble struct {
 	db   *pebble.DB // nil once closed
 	lock *pebble.Lock
 	dir  string
-	fs   vfs.FS
-	log  *slog.Logger
 	// id identifies the directory in openDirs; nil unless on the real FS.
 	id os.FileInfo
 	// broken is the error that made pebble give up (Logger.Fatalf): after
@@ -91,9 +89,12 @@ var _ Store = (*Pebble)(nil)
 
 // openDirs holds the real directories this process has open. Pebble's own
 // check within a process compares LOCK paths as strings, and POSIX record
-// locks do not exclude the process that holds them, so without this the
-// same directory opened under two names (a symlink, a bind mount) would
-// be opened twice.
+// locks do not exclude the process that holds them: pebble alone lets one
+// process open a directory twice under two names (a symlink, a relative
+// path), each Open believing it holds the lock. OpenPebble resolves the
+// path (filepath.Abs, EvalSymlinks) so pebble sees one name, and checks
+// this list by device and inode, which also catches another mount of the
+// same directory.
 var openDirs struct {
 	sync.Mutex
 	ids []os.FileInfo
@@ -146,8 +147,8 @@ func OpenPebble(dir string, opts PebbleOptions) (_ *Pebble, err error) {
 		}
 	}
 	dir = filepath.Clean(dir)
-	if err := vfsys.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("persistence: create data directory %s: %w", dir, err)
+	if err := mkdirAllSynced(vfsys, dir); err != nil {
+		return nil, err
 	}
 	fi, err := vfsys.Stat(dir)
 	if err != nil {
@@ -157,7 +158,7 @@ func OpenPebble(dir string, opts PebbleOptions) (_ *Pebble, err error) {
 		return nil, fmt.Errorf("persistence: data directory %s: %w", dir,
 			&fs.PathError{Op: "open", Path: dir, Err: syscall.ENOTDIR})
 	}
-	p := &Pebble{fs: vfsys, log: log}
+	p := &Pebble{}
 	if onDisk {
 		if dir, err = filepath.EvalSymlinks(dir); err != nil {
 			return nil, fmt.Errorf("persistence: data directory: %w", err)
@@ -197,11 +198,12 @@ func OpenPebble(dir string, opts PebbleOptions) (_ *Pebble, err error) {
 		Cache: cache,
 		// Pinned, not FormatNewest, so that a pebble upgrade does not ratchet
 		// the directory past what this build's pebble reads.
-		FormatMajorVersion:       pebble.FormatVirtualSSTables,
-		MemTableSize:             16 << 20,
-		MaxConcurrentCompactions: func() int { return 1 },
-		MaxOpenFiles:             256,
-		Logger:                   pebbleLogger{log},
+		FormatMajorVersion:          pebble.FormatVirtualSSTables,
+		MemTableSize:                16 << 20,
+		MemTableStopWritesThreshold: 4,
+		MaxConcurrentCompactions:    func() int { return 1 },
+		MaxOpenFiles:                256,
+		Logger:                      pebbleLogger{log},
 		EventListener: &pebble.EventListener{
 			BackgroundError: func(err error) {
 				log.Error("persistence: pebble background error", "dir", dir, "err", err)
@@ -227,6 +229,42 @@ func OpenPebble(dir string, opts PebbleOptions) (_ *Pebble, err error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// mkdirAllSynced creates dir and its missing parents, and syncs the parent
+// of each directory it created so that the new entries survive a crash.
+// Pebble syncs the data directory it writes in, but not the parent that
+// holds its entry.
+func mkdirAllSynced(vfsys vfs.FS, dir string) error {
+	var created []string
+	for d := dir; ; {
+		if _, err := vfsys.Stat(d); err == nil {
+			break
+		}
+		created = append(created, d)
+		parent := vfsys.PathDir(d)
+		if parent == d {
+			break
+		}
+		d = parent
+	}
+	if err := vfsys.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("persistence: create data directory %s: %w", dir, err)
+	}
+	for _, d := range created {
+		parent := vfsys.PathDir(d)
+		if parent == d {
+			continue
+		}
+		f, err := vfsys.OpenDir(parent)
+		if err == nil {
+			err = errors.Join(f.Sync(), f.Close())
+		}
+		if err != nil {
+			return fmt.Errorf("persistence: sync directory %s: %w", parent, err)
+		}
+	}
+	return nil
 }
 
 // openRecovering is pebble.Open, with a panic during Open turned into an
@@ -537,8 +575,10 @@ func (p *Pebble) Load(fn func(db int, key, value []byte) error) error {
 	return nil
 }
 
-// DiskUsage implements Store with pebble's metrics: WAL, tables, manifest
-// and OPTIONS files, obsolete files not yet removed. It is 0 once closed.
+// DiskUsage implements Store with pebble's metrics (DiskSpaceUsage): WAL,
+// tables, manifest and OPTIONS files, and the obsolete files that pebble
+// has yet to delete in the background, so it falls some time after a
+// Compact, not at once. It is 0 once closed.
 func (p *Pebble) DiskUsage() int64 {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -584,8 +624,9 @@ func (p *Pebble) Compact() error {
 	return nil
 }
 
-// Close implements Store. It closes pebble (which flushes nothing: the WAL
-// holds what the memtable does) and releases the directory's lock.
+// Close implements Store. It closes pebble, which does not flush the
+// memtable (the WAL holds it and is replayed at the next open), and
+// releases the directory's lock.
 func (p *Pebble) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
