@@ -18,10 +18,24 @@ test:
 	./scripts/ensure-tools.sh
 	$(GO) test -race -count=1 ./...
 
+# Every fuzz target, each for FUZZTIME (one package at a time: go test
+# -fuzz takes one target per run).
+FUZZ_TARGETS = \
+	gcra:FuzzDecide \
+	resp:FuzzReader \
+	commands:FuzzThrottleArgs \
+	limiter:FuzzFixed limiter:FuzzSliding limiter:FuzzLog \
+	persistence:FuzzDecodeValue \
+	hostile_test:FuzzCommands hostile_test:FuzzAll
+
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecide$$' -fuzztime $(FUZZTIME) ./gcra
-	$(GO) test -run '^$$' -fuzz '^FuzzReader$$' -fuzztime $(FUZZTIME) ./resp
-	$(GO) test -run '^$$' -fuzz '^FuzzThrottleArgs$$' -fuzztime $(FUZZTIME) ./commands
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		if grep -qs "^func $$name(" ./$$pkg/*_test.go; then \
+			echo "== fuzz $$pkg $$name ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) ./$$pkg; \
+		else echo "== fuzz $$pkg $$name: no such target"; exit 1; fi; \
+	done
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./gcra ./resp ./commands
