@@ -1,0 +1,38 @@
+// Package commands executes cellserver's commands: one table of command
+// specs (table.go: name, arity, flags, key positions, documentation,
+// handler), a dispatcher that finds the spec, checks arity, authentication
+// and MULTI state and runs the handler, and every wire error text
+// (errors.go).
+//
+// # Model
+//
+// A Server implements resp.Handler. Each connection's commands run on that
+// connection's goroutine with a reused execution context (ctx); handlers
+// read their arguments as []byte, take the shard lock of the key they touch
+// (read -> decide -> write under one lock), and append the reply to the
+// connection's output buffer with redcon's appenders. The hot path of
+// CL.THROTTLE allocates nothing once its key exists.
+//
+// The rate-limit arithmetic lives in the pure packages gcra (CL.THROTTLE,
+// exactly redis-cell's) and limiter (the other algorithms); this package
+// parses arguments, reads and writes the keyspace, and shapes replies.
+//
+// # Time
+//
+// The wall clock (Config.Clock, injectable for tests) is read at most once
+// per command; key expiry uses the same reading in milliseconds.
+//
+// # Transactions
+//
+// MULTI queues copies of the commands; EXEC takes every shard lock of every
+// database, in the global order, and runs them, so no other client's
+// command interleaves. CL.ALL locks only the shards of its keys, sorted by
+// shard index.
+//
+// # Errors
+//
+// Go code returns Go errors; the translation to wire texts happens here, in
+// one place. CL.THROTTLE's errors reach the wire exactly as redis-cell's
+// ("Cell error: Store error: ..."), after Redis's sanitising of echoed
+// arguments; Redis commands use Redis 7's texts.
+package commands
