@@ -127,7 +127,7 @@ type prefixTracker struct {
 
 	shards [8]struct {
 		mu      sync.Mutex // guards counts, dropped
-		counts  map[string]int64
+		counts  map[string]*int64 // pointers: incrementing needs no key conversion
 		dropped int64
 		_       [40]byte
 	}
@@ -141,7 +141,7 @@ type prefixTracker struct {
 func newPrefixTracker(sep byte, topN int, interval time.Duration, now func() time.Time) *prefixTracker {
 	pt := &prefixTracker{sep: sep, topN: topN, capacity: 64 * topN, interval: interval, now: now, seed: maphash.MakeSeed(), start: now()}
 	for i := range pt.shards {
-		pt.shards[i].counts = map[string]int64{}
+		pt.shards[i].counts = map[string]*int64{}
 	}
 	return pt
 }
@@ -160,10 +160,11 @@ func (pt *prefixTracker) add(key []byte) {
 	p := pt.prefix(key)
 	sh := &pt.shards[maphash.Bytes(pt.seed, p)%uint64(len(pt.shards))]
 	sh.mu.Lock()
-	if n, ok := sh.counts[string(p)]; ok {
-		sh.counts[string(p)] = n + 1
+	if n := sh.counts[string(p)]; n != nil {
+		*n++
 	} else if len(sh.counts) < pt.capacity/len(pt.shards) {
-		sh.counts[string(p)] = 1
+		one := int64(1)
+		sh.counts[string(p)] = &one
 	} else {
 		sh.dropped++
 	}
@@ -183,10 +184,10 @@ func (pt *prefixTracker) rotate() {
 		sh := &pt.shards[i]
 		sh.mu.Lock()
 		for p, n := range sh.counts {
-			all = append(all, PrefixCount{p, n})
+			all = append(all, PrefixCount{p, *n})
 		}
 		dropped += sh.dropped
-		sh.counts = map[string]int64{}
+		sh.counts = map[string]*int64{}
 		sh.dropped = 0
 		sh.mu.Unlock()
 	}
