@@ -235,7 +235,7 @@ func (s *Server) Run(ctx context.Context) {
 // SweepOnce runs one bounded active-expiry pass and returns the number of
 // keys it removed.
 func (s *Server) SweepOnce() int {
-	n := s.ks.Sweep(unixMilli(s.clock()), keyspace.SweepConfig{PerShard: 20, Rounds: 4})
+	n := s.ks.Sweep(unixMilli(s.clock()), keyspace.SweepConfig{PerShard: 10, Rounds: 4})
 	s.expired.Add(int64(n))
 	return n
 }
