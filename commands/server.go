@@ -104,7 +104,6 @@ type Server struct {
 	net atomic.Pointer[netHolder]
 
 	prefixes    *prefixTracker // most-limited key prefixes
-	realClock   bool           // clock is time.Now: the timing read doubles as the command's clock
 	slowlog     slowlog
 	durability  Durability
 	persistInfo func() []string
@@ -129,7 +128,6 @@ func New(cfg Config) (*Server, error) {
 		}
 		cfg.Keyspace = ks
 	}
-	realClock := cfg.Clock == nil
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
@@ -164,7 +162,6 @@ func New(cfg Config) (*Server, error) {
 		cfg.Loopback = isLoopback
 	}
 	s := &Server{
-		realClock:   realClock,
 		durability:  cfg.Durability,
 		persistInfo: cfg.PersistenceInfo,
 		protected:   cfg.ProtectedMode,
@@ -367,10 +364,9 @@ func (s *Server) call(x *ctx, sp *Spec) {
 	x.failed = false
 	x.haveNow = false
 	start := time.Now()
-	if s.realClock {
-		// The command's one wall-clock reading is the one that times it.
-		x.nowNS, x.haveNow = start.UnixNano(), true
-	}
+	// The command reads the wall clock itself, once, under its shard lock:
+	// reading it here, before the lock, could let a command decide with a
+	// time older than the state another client just wrote.
 	sp.Run(x)
 	d := time.Since(start)
 	sp.stats.observe(d.Nanoseconds())

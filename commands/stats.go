@@ -126,7 +126,7 @@ type prefixTracker struct {
 	seed     maphash.Seed
 
 	shards [8]struct {
-		mu      sync.Mutex // guards counts, dropped
+		mu      sync.Mutex        // guards counts, dropped
 		counts  map[string]*int64 // pointers: incrementing needs no key conversion
 		dropped int64
 		_       [40]byte

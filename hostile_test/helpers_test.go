@@ -1,0 +1,717 @@
+// Package hostile_test attacks cellserver from the outside with hostile
+// input: the real binary (built once per test run, without the race
+// detector, so its RSS is the product's) is started on 127.0.0.1:0 and fed
+// oversized bulks, huge arrays, garbage, half-open and non-reading clients,
+// thousands of connections and key sprays under maxmemory, while a probe
+// client checks that well-behaved clients keep being served. See
+// TestHostile for the cases and the table it prints, soak_test.go for the
+// mixed-workload soak and fuzz_test.go for the command fuzzers.
+//
+// Everything runs on loopback, every loop is bounded in count and time, and
+// every wait has a deadline.
+package hostile_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	kib = 1 << 10
+	mib = 1 << 20
+)
+
+// The cellserver binary, built on first use by needBinary.
+var (
+	binDir    string
+	binPath   string
+	buildErr  error
+	buildOnce sync.Once
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// needBinary builds cellserver (once per test process) or fails the test.
+func needBinary(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the cellserver binary")
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "cellserver-hostile-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binDir = dir
+		binPath = filepath.Join(dir, "cellserver")
+		cmd := exec.Command("go", "build", "-o", binPath, "github.com/cellserver/cellserver/cmd/cellserver")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out.String())
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+}
+
+// logBuf is a goroutine-safe log sink that keeps at most 1 MiB.
+type logBuf struct {
+	mu      sync.Mutex
+	b       bytes.Buffer
+	dropped int
+}
+
+func (l *logBuf) add(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.b.Len() > mib {
+		l.dropped++
+		return
+	}
+	l.b.WriteString(line)
+	l.b.WriteByte('\n')
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dropped > 0 {
+		return l.b.String() + fmt.Sprintf("(%d more lines dropped)\n", l.dropped)
+	}
+	return l.b.String()
+}
+
+// proc is one running cellserver process.
+type proc struct {
+	cmd    *exec.Cmd
+	pid    int
+	addr   string
+	args   []string
+	logs   *logBuf
+	exited chan struct{} // closed once the process has exited
+	err    error         // Wait's result, valid once exited is closed
+}
+
+var addrRE = regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
+
+// startServer runs the binary with --addr 127.0.0.1:0 and args and waits
+// (20 s at most) for its startup line. The process is killed when the test
+// ends if it is still running.
+func startServer(t testing.TB, args ...string) *proc {
+	t.Helper()
+	needBinary(t)
+	cmd := exec.Command(binPath, append([]string{"--addr", "127.0.0.1:0"}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = cmd.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, pid: cmd.Process.Pid, args: args, logs: &logBuf{}, exited: make(chan struct{})}
+	addrc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		sent := false
+		for sc.Scan() {
+			line := sc.Text()
+			p.logs.add(line)
+			if m := addrRE.FindStringSubmatch(line); m != nil && !sent && strings.Contains(line, "cellserver started") {
+				addrc <- m[1]
+				sent = true
+			}
+		}
+		io.Copy(io.Discard, stderr)
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	select {
+	case p.addr = <-addrc:
+		return p
+	case <-p.exited:
+		t.Fatalf("cellserver %v exited before listening: %v\n%s", args, p.err, p.logs)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("cellserver %v did not report its address within 20s\n%s", args, p.logs)
+	}
+	return nil
+}
+
+// alive reports whether the process is still running.
+func (p *proc) alive() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// requireAlive fails the test if the server has exited (a crash).
+func (p *proc) requireAlive(t testing.TB) {
+	t.Helper()
+	if !p.alive() {
+		t.Fatalf("cellserver exited: %v\n%s", p.err, p.logs)
+	}
+}
+
+// stop sends SIGTERM and requires a clean exit (status 0) within 15 s:
+// after an attack the server must still shut down gracefully.
+func (p *proc) stop(t testing.TB) {
+	t.Helper()
+	p.requireAlive(t)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited:
+		if p.err != nil {
+			t.Fatalf("cellserver exit after SIGTERM: %v\n%s", p.err, p.logs)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("cellserver did not stop within 15s of SIGTERM\n%s", p.logs)
+	}
+}
+
+// procStatus returns a /proc/PID/status field in bytes ("VmRSS",
+// "VmHWM"), or -1 if the process is gone.
+func procStatus(pid int, field string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
+			f := strings.Fields(v)
+			if len(f) >= 1 {
+				n, err := strconv.ParseInt(f[0], 10, 64)
+				if err == nil {
+					return n * kib // reported in kB
+				}
+			}
+		}
+	}
+	return -1
+}
+
+func (p *proc) rss() int64 { return procStatus(p.pid, "VmRSS") }
+
+// hwm is the peak RSS since the process started (VmHWM): no sampling can
+// miss a peak.
+func (p *proc) hwm() int64 { return procStatus(p.pid, "VmHWM") }
+
+// waitFor polls cond every 10 ms until it holds or timeout passes; it
+// reports whether cond held.
+func waitFor(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		<-tick.C
+	}
+}
+
+// ---- RESP on raw connections ----
+
+// appendCmd appends args as a RESP array of bulk strings.
+func appendCmd(dst []byte, args ...string) []byte {
+	dst = append(dst, '*')
+	dst = strconv.AppendInt(dst, int64(len(args)), 10)
+	dst = append(dst, '\r', '\n')
+	for _, a := range args {
+		dst = append(dst, '$')
+		dst = strconv.AppendInt(dst, int64(len(a)), 10)
+		dst = append(dst, '\r', '\n')
+		dst = append(dst, a...)
+		dst = append(dst, '\r', '\n')
+	}
+	return dst
+}
+
+// val is one RESP2 value.
+type val struct {
+	kind byte // '+', '-', ':', '$', '*'
+	str  string
+	n    int64
+	null bool
+	arr  []val
+}
+
+func (v val) String() string {
+	switch v.kind {
+	case '*':
+		if v.null {
+			return "(nil array)"
+		}
+		parts := make([]string, len(v.arr))
+		for i, e := range v.arr {
+			parts[i] = e.String()
+		}
+		return "[" + strings.Join(parts, " ") + "]"
+	case ':':
+		return strconv.FormatInt(v.n, 10)
+	case '$':
+		if v.null {
+			return "(nil)"
+		}
+		if len(v.str) > 64 {
+			return strconv.Quote(v.str[:64]) + fmt.Sprintf("...(%d bytes)", len(v.str))
+		}
+		return strconv.Quote(v.str)
+	case '-':
+		return "(error) " + v.str
+	}
+	return v.str
+}
+
+// ints returns an array of integers as a slice, or nil if v is not one.
+func (v val) ints() []int64 {
+	if v.kind != '*' || v.null {
+		return nil
+	}
+	out := make([]int64, len(v.arr))
+	for i, e := range v.arr {
+		if e.kind != ':' {
+			return nil
+		}
+		out[i] = e.n
+	}
+	return out
+}
+
+var errMalformed = errors.New("malformed RESP")
+
+// readVal reads one complete RESP2 value, strictly: every line ends in
+// "\r\n", integers are integers, bulks end in "\r\n".
+func readVal(r *bufio.Reader) (val, error) { return readValDepth(r, 0) }
+
+func readValDepth(r *bufio.Reader, depth int) (val, error) {
+	if depth > 32 {
+		return val{}, fmt.Errorf("%w: nested deeper than 32", errMalformed)
+	}
+	line, err := r.ReadSlice('\n')
+	if err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) {
+			return val{}, fmt.Errorf("%w: line longer than the buffer", errMalformed)
+		}
+		if len(line) > 0 && errors.Is(err, io.EOF) {
+			return val{}, io.ErrUnexpectedEOF
+		}
+		return val{}, err
+	}
+	if len(line) < 3 || line[len(line)-2] != '\r' {
+		return val{}, fmt.Errorf("%w: line %q", errMalformed, line)
+	}
+	v := val{kind: line[0]}
+	body := string(line[1 : len(line)-2])
+	switch v.kind {
+	case '+', '-':
+		v.str = body
+		return v, nil
+	case ':':
+		v.n, err = strconv.ParseInt(body, 10, 64)
+		if err != nil {
+			return val{}, fmt.Errorf("%w: integer %q", errMalformed, body)
+		}
+		return v, nil
+	case '$':
+		n, err := strconv.ParseInt(body, 10, 64)
+		if err != nil || n < -1 || n > 512*mib {
+			return val{}, fmt.Errorf("%w: bulk length %q", errMalformed, body)
+		}
+		if n == -1 {
+			v.null = true
+			return v, nil
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return val{}, err
+		}
+		if buf[n] != '\r' || buf[n+1] != '\n' {
+			return val{}, fmt.Errorf("%w: bulk not followed by CRLF", errMalformed)
+		}
+		v.str = string(buf[:n])
+		return v, nil
+	case '*':
+		n, err := strconv.ParseInt(body, 10, 64)
+		if err != nil || n < -1 || n > 1<<24 {
+			return val{}, fmt.Errorf("%w: array length %q", errMalformed, body)
+		}
+		if n == -1 {
+			v.null = true
+			return v, nil
+		}
+		v.arr = make([]val, 0, min(n, 1024))
+		for i := int64(0); i < n; i++ {
+			e, err := readValDepth(r, depth+1)
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					err = io.ErrUnexpectedEOF
+				}
+				return val{}, err
+			}
+			v.arr = append(v.arr, e)
+		}
+		return v, nil
+	}
+	return val{}, fmt.Errorf("%w: type byte %q", errMalformed, v.kind)
+}
+
+// rawConn is a plain RESP2 connection.
+type rawConn struct {
+	c net.Conn
+	r *bufio.Reader
+}
+
+// ioTimeout bounds every exchange on a raw connection.
+const ioTimeout = 30 * time.Second
+
+func dialRaw(addr string) (*rawConn, error) {
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return &rawConn{c: c, r: bufio.NewReaderSize(c, 64<<10)}, nil
+}
+
+func mustDialRaw(t testing.TB, addr string) *rawConn {
+	t.Helper()
+	rc, err := dialRaw(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rc.c.Close() })
+	return rc
+}
+
+// do sends one command and reads its reply.
+func (rc *rawConn) do(args ...string) (val, error) {
+	rc.c.SetDeadline(time.Now().Add(ioTimeout))
+	if _, err := rc.c.Write(appendCmd(nil, args...)); err != nil {
+		return val{}, err
+	}
+	return readVal(rc.r)
+}
+
+func (rc *rawConn) close() { rc.c.Close() }
+
+// readAll reads until EOF or the deadline and returns what arrived and
+// the error that ended the read (nil for a clean EOF).
+func readAll(c net.Conn, timeout time.Duration) ([]byte, error) {
+	c.SetReadDeadline(time.Now().Add(timeout))
+	b, err := io.ReadAll(c)
+	return b, err
+}
+
+// isTimeout reports a deadline expiry.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// isReset reports a connection reset or broken pipe: the server closed a
+// connection that still had data in flight.
+func isReset(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// info returns the fields of INFO section, over a fresh connection.
+func info(addr, section string) (map[string]string, error) {
+	rc, err := dialRaw(addr)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.close()
+	return rc.info(section)
+}
+
+func (rc *rawConn) info(section string) (map[string]string, error) {
+	v, err := rc.do("INFO", section)
+	if err != nil {
+		return nil, err
+	}
+	if v.kind != '$' {
+		return nil, fmt.Errorf("INFO %s: %v", section, v)
+	}
+	m := map[string]string{}
+	for _, l := range strings.Split(v.str, "\r\n") {
+		if k, x, ok := strings.Cut(l, ":"); ok {
+			m[k] = x
+		}
+	}
+	return m, nil
+}
+
+func infoInt(m map[string]string, field string) int64 {
+	n, err := strconv.ParseInt(m[field], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// ---- the probe ----
+
+// probeStats summarises the probe's calls during one attack.
+type probeStats struct {
+	calls         int
+	oom           int // OOM replies (accepted only under noeviction)
+	p50, p99, max time.Duration
+}
+
+// probe is a well-behaved go-redis client that issues CL.THROTTLE probe:N
+// 10 100 1 every 2 ms while an attack runs, over one connection, with no
+// retries, recording each call's latency.
+type probe struct {
+	rdb      *redis.Client
+	allowOOM bool
+	stop     chan struct{}
+	done     chan struct{}
+
+	lat  []time.Duration
+	oom  int
+	errs []string
+	nerr int
+}
+
+// probeInterval is the probe's pace; probeTimeout bounds one call.
+const (
+	probeInterval = 2 * time.Millisecond
+	probeTimeout  = 10 * time.Second
+	probeMaxCalls = 200000 // bounds the loop whatever happens
+)
+
+func newGoRedis(addr string, pool int) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr: addr, PoolSize: pool, MaxRetries: -1, Protocol: 2,
+		DialTimeout: 10 * time.Second, ReadTimeout: probeTimeout, WriteTimeout: probeTimeout,
+	})
+}
+
+// startProbe connects the probe (one call before returning, so its
+// connection exists before the attack) and starts its loop. allowOOM
+// accepts Redis's OOM error as an answer (noeviction: a probe key that
+// expired cannot be created again while memory is full).
+func startProbe(t testing.TB, addr string, allowOOM bool) *probe {
+	t.Helper()
+	p := &probe{rdb: newGoRedis(addr, 1), allowOOM: allowOOM, stop: make(chan struct{}), done: make(chan struct{})}
+	if err := p.rdb.Do(context.Background(), "CL.THROTTLE", "probe:0", 10, 100, 1).Err(); err != nil {
+		t.Fatalf("probe before the attack: %v", err)
+	}
+	go p.loop()
+	t.Cleanup(func() {
+		select {
+		case <-p.stop:
+		default:
+			close(p.stop)
+		}
+		<-p.done
+		p.rdb.Close()
+	})
+	return p
+}
+
+func (p *probe) loop() {
+	defer close(p.done)
+	tick := time.NewTicker(probeInterval)
+	defer tick.Stop()
+	for i := 1; i <= probeMaxCalls; i++ {
+		select {
+		case <-p.stop:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+		start := time.Now()
+		v, err := p.rdb.Do(ctx, "CL.THROTTLE", "probe:"+strconv.Itoa(i%16), 10, 100, 1).Slice()
+		d := time.Since(start)
+		cancel()
+		p.lat = append(p.lat, d)
+		switch {
+		case err != nil && p.allowOOM && strings.HasPrefix(err.Error(), "OOM "):
+			p.oom++
+		case err != nil:
+			p.nerr++
+			if len(p.errs) < 5 {
+				p.errs = append(p.errs, fmt.Sprintf("call %d after %v: %v", i, d, err))
+			}
+		case len(v) != 5:
+			p.nerr++
+			if len(p.errs) < 5 {
+				p.errs = append(p.errs, fmt.Sprintf("call %d: reply %v", i, v))
+			}
+		}
+	}
+}
+
+// finish stops the probe, fails the test if any call failed, and returns
+// the latency figures.
+func (p *probe) finish(t testing.TB) probeStats {
+	t.Helper()
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
+	}
+	<-p.done
+	if p.nerr > 0 {
+		t.Errorf("probe: %d of %d calls failed, e.g. %s", p.nerr, len(p.lat), strings.Join(p.errs, "; "))
+	}
+	if len(p.lat) == 0 {
+		t.Errorf("probe made no call")
+		return probeStats{}
+	}
+	s := slices.Clone(p.lat)
+	slices.Sort(s)
+	pct := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))] }
+	return probeStats{calls: len(s), oom: p.oom, p50: pct(0.50), p99: pct(0.99), max: s[len(s)-1]}
+}
+
+// ---- the well-behaved client's state ----
+
+// keepState is CL.PEEK keep 5 1 3600 after CL.THROTTLE keep 5 1 3600 3.
+type keepState struct {
+	peek []int64
+	at   time.Time
+}
+
+func peekKeep(addr string) ([]int64, error) {
+	rc, err := dialRaw(addr)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.close()
+	v, err := rc.do("CL.PEEK", "keep", "5", "1", "3600")
+	if err != nil {
+		return nil, err
+	}
+	if n := v.ints(); len(n) == 5 {
+		return n, nil
+	}
+	return nil, fmt.Errorf("CL.PEEK keep: %v", v)
+}
+
+// setKeep stores the well-behaved client's key before an attack.
+func setKeep(t testing.TB, addr string) keepState {
+	t.Helper()
+	rc := mustDialRaw(t, addr)
+	defer rc.close()
+	v, err := rc.do("CL.THROTTLE", "keep", "5", "1", "3600", "3")
+	if n := v.ints(); err != nil || len(n) != 5 || n[0] != 0 {
+		t.Fatalf("CL.THROTTLE keep 5 1 3600 3: %v, %v", v, err)
+	}
+	peek, err := peekKeep(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{0, 6, 3, -1, 10800}; !slices.Equal(peek, want) {
+		t.Fatalf("CL.PEEK keep after taking 3: %v, want %v", peek, want)
+	}
+	return keepState{peek: peek, at: time.Now()}
+}
+
+// checkKeep reports whether keep reads the same as before: the same
+// limited/limit/remaining/retry_after, and reset_after lower by the time
+// elapsed (whole seconds, rounded up by the server).
+func checkKeep(addr string, before keepState) error {
+	now, err := peekKeep(addr)
+	if err != nil {
+		return err
+	}
+	el := int64(time.Since(before.at)/time.Second) + 1
+	if !slices.Equal(now[:4], before.peek[:4]) || now[4] > before.peek[4] || now[4] < before.peek[4]-el {
+		return fmt.Errorf("CL.PEEK keep: %v before, %v now (%v later)", before.peek, now, time.Since(before.at).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// ---- the results table ----
+
+// row is one line of TestHostile's table.
+type row struct {
+	name     string
+	flags    string
+	bound    int64  // RSS bound in bytes
+	boundWhy string // how the bound is made up
+	base     int64  // RSS before the attack
+	maxRSS   int64  // VmHWM at the end of the case
+	probe    probeStats
+	note     string
+}
+
+var results struct {
+	sync.Mutex
+	rows []row
+}
+
+func addRow(r row) {
+	results.Lock()
+	results.rows = append(results.rows, r)
+	results.Unlock()
+}
+
+func mb(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/mib) }
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+// renderTable formats the rows as a Markdown table.
+func renderTable(rows []row) string {
+	var b strings.Builder
+	b.WriteString("| case | server flags | RSS bound | base RSS | max RSS (VmHWM) | probe p50 | probe p99 | probe max | probe calls | notes |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		calls := strconv.Itoa(r.probe.calls)
+		if r.probe.oom > 0 {
+			calls += fmt.Sprintf(" (%d OOM)", r.probe.oom)
+		}
+		fmt.Fprintf(&b, "| %s | `%s` | %s (%s) | %s | %s | %s | %s | %s | %s | %s |\n",
+			r.name, r.flags, mb(r.bound), r.boundWhy, mb(r.base), mb(r.maxRSS),
+			ms(r.probe.p50), ms(r.probe.p99), ms(r.probe.max), calls, r.note)
+	}
+	return b.String()
+}
