@@ -138,7 +138,14 @@ func parseCheck(name string, args [][]byte) (c check, msg string) {
 		}
 		return c, ""
 	case "cl.fixed", "cl.sliding", "cl.slidinglog":
-		c.kind = map[string]keyspace.Kind{"cl.fixed": keyspace.KindFixed, "cl.sliding": keyspace.KindSliding, "cl.slidinglog": keyspace.KindLog}[name]
+		switch name {
+		case "cl.fixed":
+			c.kind = keyspace.KindFixed
+		case "cl.sliding":
+			c.kind = keyspace.KindSliding
+		default:
+			c.kind = keyspace.KindLog
+		}
 		n, ok := parseRedisInt(args[1])
 		if !ok || limiter.CheckLimit(n) != nil {
 			return c, msgLimit
@@ -492,10 +499,10 @@ func cmdAll(x *ctx) {
 
 // parseChecks splits CL.ALL's arguments into checks. Keys must differ.
 func parseChecks(args [][]byte) ([]check, string) {
-	var checks []check
-	seen := map[string]bool{}
+	checks := make([]check, 0, 4)
+	var lower [16]byte
 	for i := 0; i < len(args); {
-		name := string(lowerInto(make([]byte, 0, 16), args[i]))
+		name := checkName(lowerInto(lower[:0], args[i]))
 		n, ok := checkArgs[name]
 		if !ok {
 			return nil, errUnknownCheck(string(args[i]))
@@ -512,13 +519,25 @@ func parseChecks(args [][]byte) ([]check, string) {
 			c.ms = true
 			i++
 		}
-		if seen[string(c.key)] {
-			return nil, msgAllDupKey
+		for j := range checks { // a handful of checks: a linear scan beats a map
+			if string(checks[j].key) == string(c.key) {
+				return nil, msgAllDupKey
+			}
 		}
-		seen[string(c.key)] = true
 		checks = append(checks, c)
 	}
 	return checks, ""
+}
+
+// checkName returns the interned name of a limiter command (lower-case),
+// or "" when b is not one, without allocating.
+func checkName(b []byte) string {
+	for name := range checkArgs {
+		if string(b) == name {
+			return name
+		}
+	}
+	return string(b)
 }
 
 // allKeys returns the positions of CL.ALL's keys for COMMAND GETKEYS and

@@ -258,7 +258,7 @@ type Shard struct {
 	ks      *Keyspace
 	journal Journal
 	db      int // database index, for lock ordering
-	index int // shard index within the database, for lock ordering
+	index   int // shard index within the database, for lock ordering
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
 }

@@ -3,6 +3,7 @@
 //
 //	loadkeys -addr 127.0.0.1:6379 -n 1000000                      # CL.THROTTLE
 //	loadkeys -addr 127.0.0.1:6380 -n 1000000 -evalsha <sha>       # EVALSHA <sha> 1 <key> ...
+//	loadkeys -addr 127.0.0.1:6379 -n 100000 -cmd CL.FIXED -args "5 1h"  # another limiter
 //
 // Key i is "<prefix><i>" for i in [0, n); every request is
 // CL.THROTTLE <key> <args> (or EVALSHA <sha> 1 <key> <args>) and must be
@@ -30,6 +31,7 @@ func main() {
 	prefix := flag.String("prefix", "mem:key:", "key prefix")
 	args := flag.String("args", "15 1 3600", "CL.THROTTLE arguments after the key (default: a TTL of one hour)")
 	sha := flag.String("evalsha", "", "run EVALSHA with this script SHA instead of CL.THROTTLE")
+	command := flag.String("cmd", "CL.THROTTLE", "the limiter command to send (CL.FIXED, CL.SLIDING, ...); its reply must be 5 integers")
 	batch := flag.Int("pipeline", 1000, "commands per pipeline")
 	conns := flag.Int("conns", 4, "parallel connections")
 	timeout := flag.Duration("timeout", 5*time.Minute, "give up after this long")
@@ -66,7 +68,7 @@ func main() {
 					if *sha != "" {
 						a = append([]any{"EVALSHA", *sha, 1, key}, rest...)
 					} else {
-						a = append([]any{"CL.THROTTLE", key}, rest...)
+						a = append([]any{*command, key}, rest...)
 					}
 					cmds = append(cmds, pipe.Do(ctx, a...))
 				}

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# bench/limiters.sh: throughput of every limiter command over 100k random
+# keys next to CL.THROTTLE, and memory per key for each kind.
+#
+#   bench/limiters.sh              # REQUESTS=200000 per run, 50 clients, -P 1 and -P 16
+#   QUICK=1 bench/limiters.sh      # 20000 requests, smaller memory run
+#
+# It builds ./cmd/cellserver, starts one server per measurement on a free
+# 127.0.0.1 port (pinned to CPU 0 when taskset and 2+ CPUs exist, the
+# client on CPU 1), runs redis-benchmark (Debian redis-tools), and stops the
+# server on exit. Memory: a fresh server per kind, VmRSS before and after
+# KEYS distinct keys (bench/loadkeys), divided per key.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REQUESTS=${REQUESTS:-200000}
+KEYS=${KEYS:-500000}
+if [ -n "${QUICK:-}" ]; then REQUESTS=20000; KEYS=100000; fi
+tmp=$(mktemp -d /tmp/cellbench-lim.XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT INT TERM
+go build -o "$tmp/cellserver" ./cmd/cellserver
+go build -o "$tmp/loadkeys" ./bench/loadkeys
+srvpin=(); clipin=()
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then srvpin=(taskset -c 0); clipin=(taskset -c 1); echo "pinned: server on CPU 0, client on CPU 1"; fi
+
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+start() {
+  port=$(freeport)
+  "${srvpin[@]}" "$tmp/cellserver" --addr "127.0.0.1:$port" 2>"$tmp/server.$port.log" &
+  pids+=($!); pid=$!
+  for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && return 0; sleep 0.1; done
+  echo "server did not start" >&2; exit 1
+}
+stop() { kill "$pid"; wait "$pid" 2>/dev/null || true; }
+
+declare -A cmds=(
+  [CL.THROTTLE]="CL.THROTTLE k:__rand_int__ 15 30 60"
+  [CL.FIXED]="CL.FIXED k:__rand_int__ 30 60"
+  [CL.SLIDING]="CL.SLIDING k:__rand_int__ 30 60"
+  [CL.SLIDINGLOG]="CL.SLIDINGLOG k:__rand_int__ 30 60"
+  [CL.ACQUIRE]="CL.ACQUIRE k:__rand_int__ 30 60 tok"
+  [CL.PEEK]="CL.PEEK k:__rand_int__ 15 30 60"
+  [CL.ALL]="CL.ALL CL.THROTTLE g:__rand_int__ 15 30 60 1 CL.FIXED u:__rand_int__ 30 60 1"
+)
+order=(CL.THROTTLE CL.PEEK CL.FIXED CL.SLIDING CL.SLIDINGLOG CL.ACQUIRE CL.ALL)
+printf '\n%-14s %4s %12s %8s %10s\n' command -P rps "vs thr" "p99 ms"
+for P in 1 16; do
+  base=
+  for c in "${order[@]}"; do
+    start
+    read -r -a argv <<<"${cmds[$c]}"
+    out=$("${clipin[@]}" redis-benchmark -p "$port" -c 50 -n "$REQUESTS" -r 100000 -P "$P" --csv "${argv[@]}" 2>/dev/null | tail -1)
+    stop
+    rps=$(echo "$out" | awk -F'","' '{print $2}')
+    p99=$(echo "$out" | awk -F'","' '{print $7}')
+    [ -z "$base" ] && base=$rps
+    printf '%-14s %4s %12.0f %8.2f %10s\n' "$c" "$P" "$rps" "$(awk -v a="$rps" -v b="$base" 'BEGIN{print a/b}')" "$p99"
+  done
+done
+
+printf '\nmemory per key (%d keys, RSS growth / keys)\n' "$KEYS"
+declare -A margs=([CL.THROTTLE]="15 1 3600" [CL.FIXED]="30 1h" [CL.SLIDING]="30 1h" [CL.SLIDINGLOG]="30 1h" [CL.ACQUIRE]="30 1h tok")
+for c in CL.THROTTLE CL.FIXED CL.SLIDING CL.SLIDINGLOG CL.ACQUIRE; do
+  start
+  before=$(awk '/VmRSS/{print $2}' "/proc/$pid/status")
+  "$tmp/loadkeys" -addr "127.0.0.1:$port" -n "$KEYS" -cmd "$c" -args "${margs[$c]}" >/dev/null
+  sleep 2
+  after=$(awk '/VmRSS/{print $2}' "/proc/$pid/status")
+  printf '%-14s %8.1f bytes/key (RSS %d -> %d KiB)\n' "$c" "$(awk -v a="$after" -v b="$before" -v k="$KEYS" 'BEGIN{print (a-b)*1024/k}')" "$before" "$after"
+  stop
+done
+echo "raw logs: $tmp"
