@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -295,4 +296,71 @@ func TestHealthcheck(t *testing.T) {
 	if code := run([]string{"--healthcheck", "--addr", free}, io.Discard, io.Discard); code != 1 {
 		t.Fatalf("healthcheck of nothing: exit %d, want 1", code)
 	}
+}
+
+// TestJSONLogs: --log-format json writes one JSON object per line,
+// startup line included; debug lines appear only at --log-level debug.
+func TestJSONLogs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := buildBinary(t)
+	cmd := exec.Command(bin, "--addr", "127.0.0.1:0", "--log-format", "json", "--log-level", "warn", "--version")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "cellserver ") {
+		t.Fatalf("--version with log flags: %q %v", out, err)
+	}
+	_, addr, _, logs := startBinaryJSON(t, bin)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	rdb.Ping(context.Background())
+	first := strings.SplitN(logs.String(), "\n", 2)[0]
+	var rec map[string]any
+	if err := json.Unmarshal([]byte(first), &rec); err != nil {
+		t.Fatalf("startup line is not JSON: %q: %v", first, err)
+	}
+	if rec["msg"] != "cellserver started" || rec["addr"] != addr || rec["level"] != "INFO" {
+		t.Fatalf("startup record %v", rec)
+	}
+}
+
+// startBinaryJSON starts the binary with JSON logs and finds its address
+// in the "addr" field of the startup record.
+func startBinaryJSON(t *testing.T, bin string) (*exec.Cmd, string, <-chan error, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(bin, "--addr", "127.0.0.1:0", "--log-format", "json")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	var logs bytes.Buffer
+	addrc := make(chan string, 1)
+	exited := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sent := false
+		for sc.Scan() {
+			logs.WriteString(sc.Text() + "\n")
+			var rec map[string]any
+			if json.Unmarshal(sc.Bytes(), &rec) == nil && !sent {
+				if a, ok := rec["addr"].(string); ok {
+					addrc <- a
+					sent = true
+				}
+			}
+		}
+		exited <- cmd.Wait()
+	}()
+	select {
+	case addr := <-addrc:
+		return cmd, addr, exited, &logs
+	case err := <-exited:
+		t.Fatalf("exited: %v\n%s", err, logs.String())
+	case <-time.After(20 * time.Second):
+		t.Fatal("no address logged")
+	}
+	return nil, "", nil, nil
 }
