@@ -376,6 +376,11 @@ func (s *Server) call(x *ctx, sp *Spec) {
 		sp.stats.failed.Add(1)
 	}
 	s.cmdsTotal.Add(1)
+	if s.durability != nil && sp.Flags&Write != 0 {
+		// fsync always: this client's replies wait for the changes
+		// queued so far (its own among them) to be on disk.
+		x.cl.pendingSeq = s.durability.Seq()
+	}
 }
 
 func (s *Server) countError(msg string) {

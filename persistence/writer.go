@@ -84,10 +84,12 @@ type Writer struct {
 	failed  error
 
 	written  atomic.Uint64
-	lastWr   atomic.Int64 // unix ns of the last batch written
-	lastSync atomic.Int64 // unix ns of the last sync
-	flushNS  atomic.Int64 // duration of the last batch write
-	syncNS   atomic.Int64 // duration of the last sync
+	lastWr   atomic.Int64   // unix ns of the last batch written
+	lastSync atomic.Int64   // unix ns of the last sync
+	flushNS  atomic.Int64   // duration of the last batch write
+	syncNS   atomic.Int64   // duration of the last sync
+	syncing  atomic.Bool    // an everysec sync is running
+	syncWG   sync.WaitGroup // the running everysec sync
 	stopOnce sync.Once
 	stop     chan struct{}
 	done     chan struct{}
@@ -190,6 +192,7 @@ func (w *Writer) Run(ctx context.Context) {
 
 func (w *Writer) final() {
 	w.flush()
+	w.syncWG.Wait()
 	if err := w.syncNow(); err != nil {
 		w.fail(err)
 	}
@@ -234,10 +237,17 @@ func (w *Writer) flush() {
 		}
 		w.written.Add(uint64(len(ops)))
 	}
-	if w.mode == FsyncEverySec && time.Since(time.Unix(0, w.lastSync.Load())) >= time.Second {
-		if err := w.syncNow(); err != nil {
-			w.log.Error("persistence: sync failed", "err", err)
-		}
+	if w.mode == FsyncEverySec && time.Since(time.Unix(0, w.lastSync.Load())) >= time.Second && w.syncing.CompareAndSwap(false, true) {
+		// Sync in the background, one at a time, so that a slow fsync
+		// does not stop later batches from reaching the store.
+		w.syncWG.Add(1)
+		go func() {
+			defer w.syncWG.Done()
+			defer w.syncing.Store(false)
+			if err := w.syncNow(); err != nil {
+				w.log.Error("persistence: sync failed", "err", err)
+			}
+		}()
 	}
 	// Keep the buffers for the next swap unless they grew large.
 	for i := range ops {

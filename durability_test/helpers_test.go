@@ -1,0 +1,246 @@
+// Package durability_test checks cellserver's persistence from the outside:
+// the real binary, built once per test run, is started on 127.0.0.1:0 with
+// --data-dir, driven with go-redis, killed with SIGKILL or stopped with
+// SIGTERM, and restarted on the same directory.
+package durability_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// binPath is the cellserver binary built by TestMain ("" if the build
+// failed; buildErr says why).
+var (
+	binPath  string
+	buildErr error
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run()) // every test here needs the binary
+	}
+	dir, err := os.MkdirTemp("", "cellserver-durability-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "cellserver")
+	cmd := exec.Command("go", "build", "-o", binPath, "github.com/cellserver/cellserver/cmd/cellserver")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		buildErr = fmt.Errorf("go build: %v\n%s", err, out.String())
+		binPath = ""
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func needBinary(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the cellserver binary")
+	}
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+}
+
+// logBuf is a goroutine-safe log sink.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) add(line string) {
+	l.mu.Lock()
+	l.b.WriteString(line)
+	l.b.WriteByte('\n')
+	l.mu.Unlock()
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// proc is one running cellserver process.
+type proc struct {
+	cmd    *exec.Cmd
+	addr   string
+	logs   *logBuf
+	exited chan struct{} // closed when the process has exited
+	err    error         // Wait's result, valid once exited is closed
+}
+
+var addrRE = regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
+
+// launch starts the binary with --addr 127.0.0.1:0 and args; the returned
+// channel carries the listening address once the startup line is logged.
+func launch(t *testing.T, args ...string) (*proc, <-chan string) {
+	t.Helper()
+	cmd := exec.Command(binPath, append([]string{"--addr", "127.0.0.1:0"}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = cmd.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, logs: &logBuf{}, exited: make(chan struct{})}
+	addrc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		sent := false
+		for sc.Scan() {
+			line := sc.Text()
+			p.logs.add(line)
+			if m := addrRE.FindStringSubmatch(line); m != nil && !sent && strings.Contains(line, "cellserver started") {
+				addrc <- m[1]
+				sent = true
+			}
+		}
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	return p, addrc
+}
+
+// startServer starts the binary and waits (20 s at most) until it listens.
+func startServer(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p, addrc := launch(t, args...)
+	select {
+	case p.addr = <-addrc:
+		return p
+	case <-p.exited:
+		t.Fatalf("cellserver %v exited before listening: %v\n%s", args, p.err, p.logs)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("cellserver %v did not report its address within 20s\n%s", args, p.logs)
+	}
+	return nil
+}
+
+// runToExit starts the binary, which is expected to refuse to start, and
+// returns its exit code and output (20 s at most). If it starts serving
+// instead, it is killed and the code is -1.
+func runToExit(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	p, addrc := launch(t, args...)
+	select {
+	case <-p.exited:
+	case <-addrc:
+		p.kill(t)
+		return -1, p.logs.String()
+	case <-time.After(20 * time.Second):
+		t.Fatalf("cellserver %v still running after 20s (expected it to refuse to start)\n%s", args, p.logs)
+	}
+	var ee *exec.ExitError
+	switch {
+	case p.err == nil:
+		return 0, p.logs.String()
+	case errors.As(p.err, &ee):
+		return ee.ExitCode(), p.logs.String()
+	}
+	t.Fatalf("wait: %v", p.err)
+	return 0, ""
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (p *proc) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("SIGKILL: %v", err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatal("process still alive 20s after SIGKILL")
+	}
+}
+
+// stop sends SIGTERM and requires a clean exit (status 0) within 30 s.
+func (p *proc) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+	select {
+	case <-p.exited:
+		if p.err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", p.err, p.logs)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit within 30s of SIGTERM\n%s", p.logs)
+	}
+}
+
+var loadedRE = regexp.MustCompile(`loaded persisted state\b.*\bkeys=(\d+) expired_dropped=(\d+) duration=(\S+)`)
+
+// loaded returns the keys and expired counts of the "loaded persisted
+// state" log line.
+func (p *proc) loaded(t *testing.T) (keys, expired int) {
+	t.Helper()
+	m := loadedRE.FindStringSubmatch(p.logs.String())
+	if m == nil {
+		t.Fatalf("no 'loaded persisted state' line in the log:\n%s", p.logs)
+	}
+	keys, _ = strconv.Atoi(m[1])
+	expired, _ = strconv.Atoi(m[2])
+	return keys, expired
+}
+
+// client is a go-redis client that never retries: a command sent to a
+// killed server must fail, not be sent again to its successor.
+func client(addr string, pool int) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr: addr, Protocol: 2, DisableIdentity: true, MaxRetries: -1,
+		PoolSize: pool, MinIdleConns: 0, DialTimeout: 5 * time.Second,
+		ReadTimeout: 15 * time.Second, WriteTimeout: 15 * time.Second,
+	})
+}
+
+// infoField reads one field of INFO section.
+func infoField(ctx context.Context, rdb *redis.Client, section, field string) (string, error) {
+	s, err := rdb.Info(ctx, section).Result()
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(s, "\n") {
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("INFO %s has no %s field:\n%s", section, field, s)
+}
