@@ -123,20 +123,9 @@ func parseCheck(name string, args [][]byte) (c check, msg string) {
 			}
 		}
 		c.kind = keyspace.KindGCRA
-		var v [4]int64
-		v[3] = 1
-		for i, a := range args[1:] {
-			n, ok := parseRustI64(a)
-			if !ok {
-				return c, msgCellParseInt + string(a)
-			}
-			v[i] = n
-		}
-		c.gp = gcra.Params{MaxBurst: v[0], Count: v[1], Period: v[2], Quantity: v[3]}
-		if gcra.EmissionInterval(c.gp.Count, c.gp.Period) == 0 {
-			return c, msgCellZeroRate
-		}
-		return c, ""
+		var msg string
+		c.gp, msg = throttleParams(args[1:])
+		return c, msg
 	case "cl.fixed", "cl.sliding", "cl.slidinglog":
 		switch name {
 		case "cl.fixed":
@@ -191,16 +180,9 @@ func (c *check) decide(v *keyspace.Value, now int64) string {
 	}
 	switch c.kind {
 	case keyspace.KindGCRA:
-		var tat uint64
-		if v != nil {
-			tat = v.N
-			if v.Kind == keyspace.KindString {
-				n, ok := parseRustU64(v.Obj.([]byte))
-				if !ok {
-					return msgCellBadStored
-				}
-				tat = n
-			}
+		tat, msg := storedTAT(v)
+		if msg != "" {
+			return msg
 		}
 		r, err := gcra.Decide(now, tat, v != nil, c.gp)
 		if err != nil {
@@ -398,22 +380,10 @@ func cmdPeek(x *ctx) {
 	defer x.unlock(sh)
 	now := x.clockNS()
 	cur := sh.Peek(key, floorDiv(now, 1e6))
-	var tat uint64
-	if cur != nil {
-		switch cur.Kind {
-		case keyspace.KindGCRA:
-			tat = cur.N
-		case keyspace.KindString:
-			n, ok := parseRustU64(cur.Obj.([]byte))
-			if !ok {
-				x.errorReply(msgCellBadStored)
-				return
-			}
-			tat = n
-		default:
-			x.errorReply(msgWrongType)
-			return
-		}
+	tat, msg := storedTAT(cur)
+	if msg != "" {
+		x.errorReply(msg)
+		return
 	}
 	r, err := gcra.Decide(now, tat, cur != nil, p)
 	if err != nil {

@@ -28,12 +28,9 @@ func cmdThrottle(x *ctx) {
 		x.errorReply(msgCellUsage)
 		return
 	}
-	p, ok := x.throttleParams(args[2:])
-	if !ok {
-		return
-	}
-	if gcra.EmissionInterval(p.Count, p.Period) == 0 {
-		x.errorReply(msgCellZeroRate)
+	p, msg := throttleParams(args[2:])
+	if msg != "" {
+		x.errorReply(msg)
 		return
 	}
 	key := args[1]
@@ -44,22 +41,10 @@ func cmdThrottle(x *ctx) {
 	now := x.clockNS()
 	nowMS := floorDiv(now, 1e6)
 	v := sh.Lookup(key, nowMS)
-	var tat uint64
-	if v != nil {
-		switch v.Kind {
-		case keyspace.KindGCRA:
-			tat = v.N
-		case keyspace.KindString:
-			n, ok := parseRustU64(v.Obj.([]byte))
-			if !ok {
-				x.errorReply(msgCellBadStored)
-				return
-			}
-			tat = n
-		default:
-			x.errorReply(msgWrongType)
-			return
-		}
+	tat, msg := storedTAT(v)
+	if msg != "" {
+		x.errorReply(msg)
+		return
 	}
 	r, err := gcra.Decide(now, tat, v != nil, p)
 	if err != nil { // unreachable: the rate was checked above
@@ -96,18 +81,42 @@ func cmdThrottle(x *ctx) {
 	x.c.Out = redcon.AppendInt(out, r.ResetAfter)
 }
 
+// storedTAT reads the TAT of a CL.THROTTLE key (0 when v is nil): a GCRA
+// value, or a string holding a u64 as redis-cell reads it. Anything else
+// gets an error text.
+func storedTAT(v *keyspace.Value) (uint64, string) {
+	if v == nil {
+		return 0, ""
+	}
+	switch v.Kind {
+	case keyspace.KindGCRA:
+		return v.N, ""
+	case keyspace.KindString:
+		n, ok := parseRustU64(v.Obj.([]byte))
+		if !ok {
+			return 0, msgCellBadStored
+		}
+		return n, ""
+	}
+	return 0, msgWrongType
+}
+
 // throttleParams parses max_burst, count, period and the optional quantity
-// in that order; the first bad one is reported verbatim.
-func (x *ctx) throttleParams(nums [][]byte) (gcra.Params, bool) {
+// in that order (the first bad one is reported verbatim), then rejects a
+// zero rate, as redis-cell does; it returns an error text or "".
+func throttleParams(nums [][]byte) (gcra.Params, string) {
 	var v [4]int64
 	v[3] = 1
 	for i, a := range nums {
 		n, ok := parseRustI64(a)
 		if !ok {
-			x.errorReply(msgCellParseInt + string(a))
-			return gcra.Params{}, false
+			return gcra.Params{}, msgCellParseInt + string(a)
 		}
 		v[i] = n
 	}
-	return gcra.Params{MaxBurst: v[0], Count: v[1], Period: v[2], Quantity: v[3]}, true
+	p := gcra.Params{MaxBurst: v[0], Count: v[1], Period: v[2], Quantity: v[3]}
+	if gcra.EmissionInterval(p.Count, p.Period) == 0 {
+		return p, msgCellZeroRate // checked before the key is looked at
+	}
+	return p, ""
 }

@@ -154,6 +154,18 @@ var addrRE = regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
 // process, its address and a channel carrying its exit error.
 func startBinary(t *testing.T, bin string, args ...string) (*exec.Cmd, string, <-chan error, *bytes.Buffer) {
 	t.Helper()
+	return startBinaryWith(t, bin, func(line []byte) (string, bool) {
+		if m := addrRE.FindSubmatch(line); m != nil {
+			return string(m[1]), true
+		}
+		return "", false
+	}, args...)
+}
+
+// startBinaryWith starts bin on 127.0.0.1:0 with args and finds its address
+// in its log with addrOf.
+func startBinaryWith(t *testing.T, bin string, addrOf func(line []byte) (string, bool), args ...string) (*exec.Cmd, string, <-chan error, *bytes.Buffer) {
+	t.Helper()
 	cmd := exec.Command(bin, append([]string{"--addr", "127.0.0.1:0"}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -170,8 +182,8 @@ func startBinary(t *testing.T, bin string, args ...string) (*exec.Cmd, string, <
 		sent := false
 		for sc.Scan() {
 			logs.WriteString(sc.Text() + "\n")
-			if m := addrRE.FindStringSubmatch(sc.Text()); m != nil && !sent {
-				addrc <- m[1]
+			if a, ok := addrOf(sc.Bytes()); ok && !sent {
+				addrc <- a
 				sent = true
 			}
 		}
@@ -327,40 +339,12 @@ func TestJSONLogs(t *testing.T) {
 // in the "addr" field of the startup record.
 func startBinaryJSON(t *testing.T, bin string) (*exec.Cmd, string, <-chan error, *bytes.Buffer) {
 	t.Helper()
-	cmd := exec.Command(bin, "--addr", "127.0.0.1:0", "--log-format", "json")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	var logs bytes.Buffer
-	addrc := make(chan string, 1)
-	exited := make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sent := false
-		for sc.Scan() {
-			logs.WriteString(sc.Text() + "\n")
-			var rec map[string]any
-			if json.Unmarshal(sc.Bytes(), &rec) == nil && !sent {
-				if a, ok := rec["addr"].(string); ok {
-					addrc <- a
-					sent = true
-				}
-			}
+	return startBinaryWith(t, bin, func(line []byte) (string, bool) {
+		var rec map[string]any
+		if json.Unmarshal(line, &rec) != nil {
+			return "", false
 		}
-		exited <- cmd.Wait()
-	}()
-	select {
-	case addr := <-addrc:
-		return cmd, addr, exited, &logs
-	case err := <-exited:
-		t.Fatalf("exited: %v\n%s", err, logs.String())
-	case <-time.After(20 * time.Second):
-		t.Fatal("no address logged")
-	}
-	return nil, "", nil, nil
+		a, ok := rec["addr"].(string)
+		return a, ok
+	}, "--log-format", "json")
 }
