@@ -401,22 +401,32 @@ func cmdPeek(x *ctx) {
 // with its quantity; all are decided under their shard locks (taken in
 // shard order), and applied only if every one is admitted.
 func cmdAll(x *ctx) {
-	checks, msg := parseChecks(x.args[1:])
+	var checkBuf [4]check // most calls have a few checks: no allocation
+	checks, msg := parseChecks(checkBuf[:0], x.args[1:])
 	if msg != "" {
 		x.errorReply(msg)
 		return
 	}
 	db := x.db()
-	shards := make([]*keyspace.Shard, 0, len(checks))
+	var shardBuf, orderBuf [4]*keyspace.Shard
+	var valBuf [4]*keyspace.Value
+	shards, order, vals := shardBuf[:0], orderBuf[:0], valBuf[:0]
 	for i := range checks {
 		shards = append(shards, db.Shard(checks[i].key))
+		vals = append(vals, nil)
 	}
-	order := append([]*keyspace.Shard(nil), shards...)
-	sort.Slice(order, func(i, j int) bool {
-		_, a := order[i].Order()
-		_, b := order[j].Order()
-		return a < b
-	})
+	// The lock order: shards sorted by index (insertion sort: few items).
+	for _, sh := range shards {
+		order = append(order, sh)
+		for j := len(order) - 1; j > 0; j-- {
+			_, a := order[j-1].Order()
+			_, b := order[j].Order()
+			if a <= b {
+				break
+			}
+			order[j-1], order[j] = order[j], order[j-1]
+		}
+	}
 	for i, sh := range order {
 		if i == 0 || sh != order[i-1] {
 			x.lock(sh)
@@ -431,7 +441,6 @@ func cmdAll(x *ctx) {
 	}()
 	now := x.clockNS()
 	nowMS := floorDiv(now, 1e6)
-	vals := make([]*keyspace.Value, len(checks))
 	admitted := true
 	var limitedKey []byte
 	for i := range checks {
@@ -457,7 +466,10 @@ func cmdAll(x *ctx) {
 			}
 		}
 		for i := range checks {
-			checks[i].apply(shards[i], vals[i], now)
+			// Look the key up again: inserting an earlier check's new key
+			// may have evicted this one (maxmemory), and its entry must
+			// not be written behind the map's back.
+			checks[i].apply(shards[i], shards[i].Peek(checks[i].key, nowMS), now)
 		}
 	}
 	x.decided(!admitted, limitedKey)
@@ -467,9 +479,9 @@ func cmdAll(x *ctx) {
 	}
 }
 
-// parseChecks splits CL.ALL's arguments into checks. Keys must differ.
-func parseChecks(args [][]byte) ([]check, string) {
-	checks := make([]check, 0, 4)
+// parseChecks appends CL.ALL's arguments, split into checks, to checks.
+// Keys must differ.
+func parseChecks(checks []check, args [][]byte) ([]check, string) {
 	var lower [16]byte
 	for i := 0; i < len(args); {
 		name := checkName(lowerInto(lower[:0], args[i]))
