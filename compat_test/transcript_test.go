@@ -1,6 +1,6 @@
 // Package compat_test replays transcripts of replies recorded from the
 // reference (Redis 7.0.15 with redis-cell 0.5.0, spec
-// /work/shared/spec/cl-throttle.md) against cellserver, three ways: raw RESP
+// the CL.THROTTLE specification (shared/spec/cl-throttle.md)) against cellserver, three ways: raw RESP
 // bytes, go-redis and redis-cli. The transcript format is documented at the
 // top of every file in testdata/.
 //
