@@ -32,7 +32,7 @@
 # counted and reports INFO persistence written_changes.
 #
 # Startup load: a fresh server (--fsync everysec) gets LOAD_KEYS distinct
-# keys from bench/cmd/persistload (CL.THROTTLE load:key:<i> 15 1 3600, a
+# keys from bench/loadkeys (CL.THROTTLE load:key:<i> 15 1 3600, a
 # one-hour TTL), is stopped with SIGTERM (clean shutdown), then restarted
 # twice on the same directory; each restart's "loaded persisted state ...
 # keys=N duration=D" log line, the time until it listens and the
@@ -136,8 +136,8 @@ stop_server() {
 
 info() { redis-cli -p "$port" INFO "$1" | tr -d '\r' | sed -n "s/^$2://p"; }
 
-echo "== building cellserver and bench/cmd/persistload"
-(cd "$repo" && go build -o "$tmp/cellserver" ./cmd/cellserver && go build -o "$tmp/persistload" ./bench/cmd/persistload)
+echo "== building cellserver and bench/loadkeys"
+(cd "$repo" && go build -o "$tmp/cellserver" ./cmd/cellserver && go build -o "$tmp/loadkeys" ./bench/loadkeys)
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 {
@@ -223,7 +223,7 @@ echo "== startup load time of $LOAD_KEYS keys"
 dir="$tmp/data-load"
 rm -rf "$dir"
 start_server "$raw/load-fill.log" --data-dir "$dir" --fsync everysec
-"${cli_pin[@]}" "$tmp/persistload" -addr "127.0.0.1:$port" -n "$LOAD_KEYS" | tee "$raw/load-fill.txt"
+"${cli_pin[@]}" "$tmp/loadkeys" -addr "127.0.0.1:$port" -n "$LOAD_KEYS" -prefix load:key: | tee "$raw/load-fill.txt"
 echo "  before stop: $(redis-cli -p "$port" INFO persistence | tr -d '\r' | grep -E '^(pending_changes|written_changes|disk_usage_bytes):' | tr '\n' ' ')"
 stop_server
 echo "  clean shutdown (SIGTERM) took ${stop_s}s; data dir $(du -sb "$dir" | cut -f1) bytes allocated (du -sb), $(du -sb --apparent-size "$dir" | cut -f1) apparent"

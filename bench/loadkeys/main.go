@@ -1,5 +1,6 @@
 // Command loadkeys creates N distinct rate-limit keys on a Redis-protocol
-// server with pipelined requests, for bench/memory.sh.
+// server with pipelined requests, for bench/memory.sh, bench/limiters.sh
+// and bench/persistence.sh.
 //
 //	loadkeys -addr 127.0.0.1:6379 -n 1000000                      # CL.THROTTLE
 //	loadkeys -addr 127.0.0.1:6380 -n 1000000 -evalsha <sha>       # EVALSHA <sha> 1 <key> ...
@@ -7,7 +8,8 @@
 //
 // Key i is "<prefix><i>" for i in [0, n); every request is
 // CL.THROTTLE <key> <args> (or EVALSHA <sha> 1 <key> <args>) and must be
-// answered with an array of 5 integers, else loadkeys exits 1. It only
+// answered with an array of 5 integers, else loadkeys exits 1; so it does
+// when DBSIZE is below n at the end. It only
 // talks to the address it is given; the run is bounded by n and -timeout.
 package main
 
@@ -92,5 +94,10 @@ func main() {
 		os.Exit(1)
 	}
 	el := time.Since(start)
-	fmt.Printf("loadkeys: %d keys in %.2fs (%.0f/s)\n", *n, el.Seconds(), float64(*n)/el.Seconds())
+	size, err := rdb.DBSize(ctx).Result()
+	if err != nil || size < int64(*n) {
+		fmt.Fprintf(os.Stderr, "loadkeys: DBSIZE %d after writing %d keys (%v)\n", size, *n, err)
+		os.Exit(1)
+	}
+	fmt.Printf("loadkeys: %d keys in %.2fs (%.0f/s), DBSIZE %d\n", *n, el.Seconds(), float64(*n)/el.Seconds(), size)
 }
