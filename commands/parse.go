@@ -15,6 +15,11 @@ func parseRustI64(b []byte) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
+	return signed(neg, u)
+}
+
+// signed applies a sign to a magnitude, refusing what int64 cannot hold.
+func signed(neg bool, u uint64) (int64, bool) {
 	if neg {
 		if u > 1<<63 {
 			return 0, false
@@ -73,16 +78,7 @@ func parseRedisInt(b []byte) (int64, bool) {
 	if !ok {
 		return 0, false
 	}
-	if neg {
-		if u > 1<<63 {
-			return 0, false
-		}
-		return int64(-u), true
-	}
-	if u > math.MaxInt64 {
-		return 0, false
-	}
-	return int64(u), true
+	return signed(neg, u)
 }
 
 // eqFold reports whether b equals the lower-case ASCII word w, ignoring case.
