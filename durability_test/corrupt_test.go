@@ -223,7 +223,7 @@ func TestCorruptDataDir(t *testing.T) {
 				}
 			}
 			rdb.Close()
-			t.Fatalf("intact copy of a cleanly stopped directory: loaded %d keys, want %d; missing %v\n%s", keys, nkeys, missing, p.logs)
+			t.Fatalf("intact copy of a cleanly stopped directory: loaded %d keys, want %d; missing %v\n%s", keys, nkeys, missing, p.Logs)
 		}
 		p.stop(t)
 	}

@@ -5,23 +5,20 @@
 package durability_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/binproc"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -37,21 +34,10 @@ func TestMain(m *testing.M) {
 	if testing.Short() {
 		os.Exit(m.Run()) // every test here needs the binary
 	}
-	dir, err := os.MkdirTemp("", "cellserver-durability-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binPath = filepath.Join(dir, "cellserver")
-	cmd := exec.Command("go", "build", "-o", binPath, "github.com/cellserver/cellserver/cmd/cellserver")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		buildErr = fmt.Errorf("go build: %v\n%s", err, out.String())
-		binPath = ""
-	}
+	var cleanup func()
+	binPath, cleanup, buildErr = binproc.Build()
 	code := m.Run()
-	os.RemoveAll(dir)
+	cleanup()
 	os.Exit(code)
 }
 
@@ -65,75 +51,22 @@ func needBinary(t *testing.T) {
 	}
 }
 
-// logBuf is a goroutine-safe log sink.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) add(line string) {
-	l.mu.Lock()
-	l.b.WriteString(line)
-	l.b.WriteByte('\n')
-	l.mu.Unlock()
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // proc is one running cellserver process.
 type proc struct {
-	cmd    *exec.Cmd
-	addr   string
-	logs   *logBuf
-	exited chan struct{} // closed when the process has exited
-	err    error         // Wait's result, valid once exited is closed
+	*binproc.Proc
+	addr string
 }
-
-var addrRE = regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
 
 // launch starts the binary with --addr 127.0.0.1:0 and args; the returned
 // channel carries the listening address once the startup line is logged.
 func launch(t *testing.T, args ...string) (*proc, <-chan string) {
 	t.Helper()
-	cmd := exec.Command(binPath, append([]string{"--addr", "127.0.0.1:0"}, args...)...)
-	stderr, err := cmd.StderrPipe()
+	bp, addrc, err := binproc.Launch(binPath, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stdout = cmd.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, logs: &logBuf{}, exited: make(chan struct{})}
-	addrc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		sent := false
-		for sc.Scan() {
-			line := sc.Text()
-			p.logs.add(line)
-			if m := addrRE.FindStringSubmatch(line); m != nil && !sent && strings.Contains(line, "cellserver started") {
-				addrc <- m[1]
-				sent = true
-			}
-		}
-		p.err = cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.exited
-		}
-	})
-	return p, addrc
+	t.Cleanup(bp.Kill)
+	return &proc{Proc: bp}, addrc
 }
 
 // startServer starts the binary and waits (20 s at most) until it listens.
@@ -143,10 +76,10 @@ func startServer(t *testing.T, args ...string) *proc {
 	select {
 	case p.addr = <-addrc:
 		return p
-	case <-p.exited:
-		t.Fatalf("cellserver %v exited before listening: %v\n%s", args, p.err, p.logs)
+	case <-p.Exited:
+		t.Fatalf("cellserver %v exited before listening: %v\n%s", args, p.Err, p.Logs)
 	case <-time.After(20 * time.Second):
-		t.Fatalf("cellserver %v did not report its address within 20s\n%s", args, p.logs)
+		t.Fatalf("cellserver %v did not report its address within 20s\n%s", args, p.Logs)
 	}
 	return nil
 }
@@ -158,32 +91,32 @@ func runToExit(t *testing.T, args ...string) (int, string) {
 	t.Helper()
 	p, addrc := launch(t, args...)
 	select {
-	case <-p.exited:
+	case <-p.Exited:
 	case <-addrc:
 		p.kill(t)
-		return -1, p.logs.String()
+		return -1, p.Logs.String()
 	case <-time.After(20 * time.Second):
-		t.Fatalf("cellserver %v still running after 20s (expected it to refuse to start)\n%s", args, p.logs)
+		t.Fatalf("cellserver %v still running after 20s (expected it to refuse to start)\n%s", args, p.Logs)
 	}
 	var ee *exec.ExitError
 	switch {
-	case p.err == nil:
-		return 0, p.logs.String()
-	case errors.As(p.err, &ee):
-		return ee.ExitCode(), p.logs.String()
+	case p.Err == nil:
+		return 0, p.Logs.String()
+	case errors.As(p.Err, &ee):
+		return ee.ExitCode(), p.Logs.String()
 	}
-	t.Fatalf("wait: %v", p.err)
+	t.Fatalf("wait: %v", p.Err)
 	return 0, ""
 }
 
 // kill sends SIGKILL and waits for the process to be gone.
 func (p *proc) kill(t *testing.T) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatalf("SIGKILL: %v", err)
 	}
 	select {
-	case <-p.exited:
+	case <-p.Exited:
 	case <-time.After(20 * time.Second):
 		t.Fatal("process still alive 20s after SIGKILL")
 	}
@@ -192,16 +125,16 @@ func (p *proc) kill(t *testing.T) {
 // stop sends SIGTERM and requires a clean exit (status 0) within 30 s.
 func (p *proc) stop(t *testing.T) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatalf("SIGTERM: %v", err)
 	}
 	select {
-	case <-p.exited:
-		if p.err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", p.err, p.logs)
+	case <-p.Exited:
+		if p.Err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", p.Err, p.Logs)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("no exit within 30s of SIGTERM\n%s", p.logs)
+		t.Fatalf("no exit within 30s of SIGTERM\n%s", p.Logs)
 	}
 }
 
@@ -211,9 +144,9 @@ var loadedRE = regexp.MustCompile(`loaded persisted state\b.*\bkeys=(\d+) expire
 // state" log line.
 func (p *proc) loaded(t *testing.T) (keys, expired int) {
 	t.Helper()
-	m := loadedRE.FindStringSubmatch(p.logs.String())
+	m := loadedRE.FindStringSubmatch(p.Logs.String())
 	if m == nil {
-		t.Fatalf("no 'loaded persisted state' line in the log:\n%s", p.logs)
+		t.Fatalf("no 'loaded persisted state' line in the log:\n%s", p.Logs)
 	}
 	keys, _ = strconv.Atoi(m[1])
 	expired, _ = strconv.Atoi(m[2])

@@ -13,16 +13,12 @@ package hostile_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/binproc"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -41,16 +38,16 @@ const (
 
 // The cellserver binary, built on first use by needBinary.
 var (
-	binDir    string
-	binPath   string
-	buildErr  error
-	buildOnce sync.Once
+	binCleanup func()
+	binPath    string
+	buildErr   error
+	buildOnce  sync.Once
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
+	if binCleanup != nil {
+		binCleanup()
 	}
 	os.Exit(code)
 }
@@ -62,64 +59,22 @@ func needBinary(t testing.TB) {
 		t.Skip("builds and runs the cellserver binary")
 	}
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "cellserver-hostile-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binDir = dir
-		binPath = filepath.Join(dir, "cellserver")
-		cmd := exec.Command("go", "build", "-o", binPath, "github.com/cellserver/cellserver/cmd/cellserver")
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out.String())
-		}
+		var cleanup func()
+		binPath, cleanup, buildErr = binproc.Build()
+		binCleanup = cleanup
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 }
 
-// logBuf is a goroutine-safe log sink that keeps at most 1 MiB.
-type logBuf struct {
-	mu      sync.Mutex
-	b       bytes.Buffer
-	dropped int
-}
-
-func (l *logBuf) add(line string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.b.Len() > mib {
-		l.dropped++
-		return
-	}
-	l.b.WriteString(line)
-	l.b.WriteByte('\n')
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.dropped > 0 {
-		return l.b.String() + fmt.Sprintf("(%d more lines dropped)\n", l.dropped)
-	}
-	return l.b.String()
-}
-
 // proc is one running cellserver process.
 type proc struct {
-	cmd    *exec.Cmd
-	pid    int
-	addr   string
-	args   []string
-	logs   *logBuf
-	exited chan struct{} // closed once the process has exited
-	err    error         // Wait's result, valid once exited is closed
+	*binproc.Proc
+	pid  int
+	addr string
+	args []string
 }
-
-var addrRE = regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
 
 // startServer runs the binary with --addr 127.0.0.1:0 and args and waits
 // (20 s at most) for its startup line. The process is killed when the test
@@ -127,48 +82,19 @@ var addrRE = regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
 func startServer(t testing.TB, args ...string) *proc {
 	t.Helper()
 	needBinary(t)
-	cmd := exec.Command(binPath, append([]string{"--addr", "127.0.0.1:0"}, args...)...)
-	stderr, err := cmd.StderrPipe()
+	bp, addrc, err := binproc.Launch(binPath, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stdout = cmd.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, pid: cmd.Process.Pid, args: args, logs: &logBuf{}, exited: make(chan struct{})}
-	addrc := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		sent := false
-		for sc.Scan() {
-			line := sc.Text()
-			p.logs.add(line)
-			if m := addrRE.FindStringSubmatch(line); m != nil && !sent && strings.Contains(line, "cellserver started") {
-				addrc <- m[1]
-				sent = true
-			}
-		}
-		io.Copy(io.Discard, stderr)
-		p.err = cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-p.exited
-		}
-	})
+	t.Cleanup(bp.Kill)
+	p := &proc{Proc: bp, pid: bp.Cmd.Process.Pid, args: args}
 	select {
 	case p.addr = <-addrc:
 		return p
-	case <-p.exited:
-		t.Fatalf("cellserver %v exited before listening: %v\n%s", args, p.err, p.logs)
+	case <-p.Exited:
+		t.Fatalf("cellserver %v exited before listening: %v\n%s", args, p.Err, p.Logs)
 	case <-time.After(20 * time.Second):
-		t.Fatalf("cellserver %v did not report its address within 20s\n%s", args, p.logs)
+		t.Fatalf("cellserver %v did not report its address within 20s\n%s", args, p.Logs)
 	}
 	return nil
 }
@@ -176,7 +102,7 @@ func startServer(t testing.TB, args ...string) *proc {
 // alive reports whether the process is still running.
 func (p *proc) alive() bool {
 	select {
-	case <-p.exited:
+	case <-p.Exited:
 		return false
 	default:
 		return true
@@ -187,7 +113,7 @@ func (p *proc) alive() bool {
 func (p *proc) requireAlive(t testing.TB) {
 	t.Helper()
 	if !p.alive() {
-		t.Fatalf("cellserver exited: %v\n%s", p.err, p.logs)
+		t.Fatalf("cellserver exited: %v\n%s", p.Err, p.Logs)
 	}
 }
 
@@ -196,16 +122,16 @@ func (p *proc) requireAlive(t testing.TB) {
 func (p *proc) stop(t testing.TB) {
 	t.Helper()
 	p.requireAlive(t)
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-p.exited:
-		if p.err != nil {
-			t.Fatalf("cellserver exit after SIGTERM: %v\n%s", p.err, p.logs)
+	case <-p.Exited:
+		if p.Err != nil {
+			t.Fatalf("cellserver exit after SIGTERM: %v\n%s", p.Err, p.Logs)
 		}
 	case <-time.After(15 * time.Second):
-		t.Fatalf("cellserver did not stop within 15s of SIGTERM\n%s", p.logs)
+		t.Fatalf("cellserver did not stop within 15s of SIGTERM\n%s", p.Logs)
 	}
 }
 
