@@ -228,7 +228,7 @@ func (c *check) decide(v *keyspace.Value, now int64) string {
 		} else {
 			ls = new(limiter.Leases)
 		}
-		d := ls.Acquire(now, c.per, c.limit, string(c.token))
+		d := ls.Acquire(now, c.per, c.limit, c.token)
 		c.t, c.store = decisionTuple(d, c.ms), !d.Limited
 	}
 	return ""
@@ -260,7 +260,7 @@ func (c *check) apply(sh *keyspace.Shard, v *keyspace.Value, now int64) {
 		if v != nil {
 			ls = v.Obj.(*limiter.Leases)
 		}
-		nv = keyspace.Value{Kind: keyspace.KindLeases, Obj: ls, Exp: expiryMS(ls.Apply(now, c.per, string(c.token)))}
+		nv = keyspace.Value{Kind: keyspace.KindLeases, Obj: ls, Exp: expiryMS(ls.Apply(now, c.per, c.token))}
 	}
 	sh.Replace(c.key, v, nv)
 }
@@ -327,7 +327,7 @@ func cmdRelease(x *ctx) {
 		return
 	}
 	ls := v.Obj.(*limiter.Leases)
-	released, exp := ls.Release(now, string(x.args[2]))
+	released, exp := ls.Release(now, x.args[2])
 	if ls.Held(now) == 0 {
 		sh.Delete(key, floorDiv(now, 1e6))
 	} else {

@@ -1,7 +1,9 @@
 package limiter
 
 import (
+	"bytes"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -50,20 +52,20 @@ func runLeaseSeq(t *testing.T, sq leaseSeq) {
 		var exp int64
 		switch sp.op {
 		case opAcquire:
-			d := ls.Acquire(sp.at, lease, limit, sp.token)
+			d := ls.Acquire(sp.at, lease, limit, []byte(sp.token))
 			if d != sp.want {
 				t.Errorf("%s: acquire %s, want %s", where, ds(d), ds(sp.want))
 			}
 			if d.Limited {
 				continue
 			}
-			exp = ls.Apply(sp.at, lease, sp.token)
+			exp = ls.Apply(sp.at, lease, []byte(sp.token))
 			if d.ResetAfter != exp-sp.at {
 				t.Errorf("%s: ResetAfter %d, but Apply says the last lease ends %d after now", where, d.ResetAfter, exp-sp.at)
 			}
 		case opRelease:
 			var ok bool
-			ok, exp = ls.Release(sp.at, sp.token)
+			ok, exp = ls.Release(sp.at, []byte(sp.token))
 			if ok != sp.wantReleased {
 				t.Errorf("%s: released %v, want %v", where, ok, sp.wantReleased)
 			}
@@ -185,7 +187,7 @@ func TestLeasesProperties(t *testing.T) {
 			where := fmt.Sprintf("seq %d step %d: limit %d now %d token %s", seq, i, limit, now, tok)
 			ops++
 			if rng.IntN(5) == 0 {
-				ok, exp := ls.Release(now, tok)
+				ok, exp := ls.Release(now, []byte(tok))
 				if e, had := ref[tok]; ok != (had && e > now) {
 					want := had && e > now
 					t.Fatalf("%s: released %v, want %v", where, ok, want)
@@ -195,7 +197,7 @@ func TestLeasesProperties(t *testing.T) {
 					t.Fatalf("%s: Release returned %d, want %d", where, exp, max(now, latest))
 				}
 			} else {
-				d := ls.Acquire(now, lease, limit, tok)
+				d := ls.Acquire(now, lease, limit, []byte(tok))
 				held, soonest, latest := live(now)
 				e, had := ref[tok]
 				mine := had && e > now
@@ -220,11 +222,11 @@ func TestLeasesProperties(t *testing.T) {
 				checkShape(t, where, d, limit, 1, maxLease, maxLease)
 				if d.Limited {
 					retries++
-					if ls.Acquire(now+d.RetryAfter, lease, limit, tok).Limited || !ls.Acquire(now+d.RetryAfter-1, lease, limit, tok).Limited {
+					if ls.Acquire(now+d.RetryAfter, lease, limit, []byte(tok)).Limited || !ls.Acquire(now+d.RetryAfter-1, lease, limit, []byte(tok)).Limited {
 						t.Fatalf("%s: RetryAfter %d is not exact", where, d.RetryAfter)
 					}
 				} else {
-					if exp := ls.Apply(now, lease, tok); exp != latest {
+					if exp := ls.Apply(now, lease, []byte(tok)); exp != latest {
 						t.Fatalf("%s: Apply returned %d, want %d", where, exp, latest)
 					}
 					// Re-acquiring extends a lease, never shortens it.
@@ -260,7 +262,7 @@ func TestLeasesProperties(t *testing.T) {
 func BenchmarkLeases(b *testing.B) {
 	b.ReportAllocs()
 	var ls Leases
-	tokens := []string{"a", "b", "c", "d", "e", "f", "g", "h"}
+	tokens := [][]byte{[]byte("a"), []byte("b"), []byte("c"), []byte("d"), []byte("e"), []byte("f"), []byte("g"), []byte("h")}
 	now := t0
 	i := 0
 	for b.Loop() {
@@ -270,5 +272,301 @@ func BenchmarkLeases(b *testing.B) {
 		if d := ls.Acquire(now, 5*ms, 4, tok); !d.Limited {
 			ls.Apply(now, 5*ms, tok)
 		}
+	}
+}
+
+var leasesSink *Leases
+
+// acquireNewKey is CL.ACQUIRE on a key that does not exist yet, as the
+// command does it: a new Leases (kept: the keyspace holds it), Acquire,
+// then Apply of a token that arrives as []byte.
+func acquireNewKey(now int64, tok []byte) {
+	ls := new(Leases)
+	if d := ls.Acquire(now, 60*s, 30, tok); !d.Limited {
+		ls.Apply(now, 60*s, tok)
+	}
+	leasesSink = ls
+}
+
+func BenchmarkLeasesAcquireNewKey(b *testing.B) {
+	b.ReportAllocs()
+	tok := []byte("tok")
+	now := t0
+	for b.Loop() {
+		now += ms
+		acquireNewKey(now, tok)
+	}
+}
+
+// TestLeasesAllocs pins the allocations of a new key's first acquire (the
+// Leases, its entries and its token bytes) and of a re-acquire or release
+// on an existing key (none).
+func TestLeasesAllocs(t *testing.T) {
+	if testing.CoverMode() != "" {
+		t.Skip("coverage instrumentation changes allocations")
+	}
+	tok := []byte("tok")
+	now := t0
+	if n := testing.AllocsPerRun(1000, func() { now += ms; acquireNewKey(now, tok) }); n > 3 {
+		t.Errorf("new key's first acquire: %v allocs, want at most 3", n)
+	}
+	var ls Leases
+	toks := [][]byte{[]byte("a"), []byte("b"), []byte("c"), []byte("d")}
+	for _, tk := range toks {
+		ls.Apply(now, s, tk)
+	}
+	i := 0
+	if n := testing.AllocsPerRun(1000, func() {
+		now += ms
+		tk := toks[i%len(toks)]
+		i++
+		if d := ls.Acquire(now, s, 4, tk); !d.Limited {
+			ls.Apply(now, s, tk)
+		}
+		ls.Release(now, toks[i%len(toks)])
+		ls.Held(now)
+	}); n != 0 {
+		t.Errorf("acquire/release on an existing key: %v allocs, want 0", n)
+	}
+	t.Logf("new key's first Acquire+Apply: %v allocs", testing.AllocsPerRun(100, func() { now += ms; acquireNewKey(now, tok) }))
+}
+
+// refLeases is the map-based Leases that the compact one replaced, kept as
+// the reference model.
+type refLeases struct{ m map[string]int64 }
+
+func (ls *refLeases) held(now int64) int64 {
+	var n int64
+	for _, exp := range ls.m {
+		if exp > now {
+			n++
+		}
+	}
+	return n
+}
+
+func (ls *refLeases) acquire(now, lease, limit int64, token string) Decision {
+	d := Decision{Limit: limit, RetryAfter: -1}
+	held := ls.held(now)
+	exp, mine := ls.m[token]
+	mine = mine && exp > now
+	var soonest, latest int64 = math.MaxInt64, now
+	for _, e := range ls.m {
+		if e > now {
+			soonest = min(soonest, e)
+			latest = max(latest, e)
+		}
+	}
+	switch {
+	case mine:
+	case held < limit:
+		held++
+	default:
+		d.Limited = true
+		d.RetryAfter = soonest - now
+	}
+	if !d.Limited {
+		latest = max(latest, now+lease)
+	}
+	d.Remaining = max(limit-held, 0)
+	if held > 0 {
+		d.ResetAfter = latest - now
+	}
+	return d
+}
+
+func (ls *refLeases) apply(now, lease int64, token string) int64 {
+	if ls.m == nil {
+		ls.m = make(map[string]int64)
+	}
+	if exp, ok := ls.m[token]; !ok || exp < now+lease {
+		ls.m[token] = now + lease
+	}
+	return ls.prune(now)
+}
+
+func (ls *refLeases) release(now int64, token string) (bool, int64) {
+	var released bool
+	if exp, ok := ls.m[token]; ok {
+		released = exp > now
+		delete(ls.m, token)
+	}
+	return released, ls.prune(now)
+}
+
+func (ls *refLeases) prune(now int64) int64 {
+	latest := now
+	for t, e := range ls.m {
+		if e <= now {
+			delete(ls.m, t)
+			continue
+		}
+		latest = max(latest, e)
+	}
+	return latest
+}
+
+func (ls *refLeases) put(token string, exp int64) {
+	if ls.m == nil {
+		ls.m = make(map[string]int64)
+	}
+	ls.m[token] = exp
+}
+
+func (ls *refLeases) tokens(now int64) []string {
+	var out []string
+	for t, e := range ls.m {
+		if e > now {
+			out = append(out, t)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkLeasesLayout checks the invariants of the compact layout: tokens
+// strictly increasing, ends non-decreasing and covering toks exactly, and
+// memory bounded by what is held.
+func checkLeasesLayout(t *testing.T, where string, ls *Leases) {
+	t.Helper()
+	prev := 0
+	for i, e := range ls.ents {
+		if e.end < prev {
+			t.Fatalf("%s: entry %d ends at %d, before %d", where, i, e.end, prev)
+		}
+		prev = e.end
+		if i > 0 && bytes.Compare(ls.token(i-1), ls.token(i)) >= 0 {
+			t.Fatalf("%s: tokens %q, %q out of order", where, ls.token(i-1), ls.token(i))
+		}
+	}
+	if prev != len(ls.toks) {
+		t.Fatalf("%s: entries end at %d, toks holds %d bytes", where, prev, len(ls.toks))
+	}
+	if c := cap(ls.ents); c > 8 && 4*len(ls.ents) < c/2 {
+		t.Fatalf("%s: %d entries in a capacity of %d", where, len(ls.ents), c)
+	}
+	if c := cap(ls.toks); c > 64 && 4*len(ls.toks) < c/2 {
+		t.Fatalf("%s: %d token bytes in a capacity of %d", where, len(ls.toks), c)
+	}
+	if want := 48 + leaseBytes*cap(ls.ents) + cap(ls.toks); ls.MemSize() != want {
+		t.Fatalf("%s: MemSize %d, want %d", where, ls.MemSize(), want)
+	}
+}
+
+// TestLeasesModel runs random sequences of every operation (Acquire, Apply
+// with or without a prior Acquire, Release, Held, Tokens, Put, Each) with a
+// clock that also goes backwards, limits that change, and tokens that are
+// empty, prefixes of each other or binary, against refLeases: every result
+// and the whole state (Each) must be equal after every operation.
+func TestLeasesModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	pool := []string{"", "a", "aa", "ab", "b", "ba", "\x00", "\x00\x00", "\xff", "tok", "token-1", "token-10", "token-2",
+		"a-much-longer-token-that-takes-more-room-than-the-others-0123456789"}
+	const sequences, length = 4000, 120
+	var ops, cases int
+	for seq := 0; seq < sequences; seq++ {
+		var ls Leases
+		var ref refLeases
+		// Few tokens make re-acquires and releases of held tokens common;
+		// many make large sets (and shrinking) happen.
+		ntok := 1 + rng.IntN(len(pool))
+		if seq%10 == 0 {
+			ntok = 200
+		}
+		token := func() string {
+			if i := rng.IntN(ntok); i < len(pool) {
+				return pool[i]
+			} else {
+				return fmt.Sprintf("t%d", i)
+			}
+		}
+		maxLease := 1 + rng.Int64N(300)
+		limit := 1 + rng.Int64N(6)
+		if ntok == 200 {
+			limit = 1 + rng.Int64N(250)
+		}
+		now := randStart(rng, 1000)
+		for i := 0; i < length; i++ {
+			switch rng.IntN(8) {
+			case 0:
+				now -= rng.Int64N(maxLease) // clock backwards
+			case 1:
+				limit = max(1, limit+rng.Int64N(5)-2)
+			default:
+				now += rng.Int64N(maxLease/2 + 1)
+			}
+			tok := token()
+			btok := []byte(tok)
+			lease := 1 + rng.Int64N(maxLease)
+			where := fmt.Sprintf("seq %d step %d: limit %d now %d token %q", seq, i, limit, now, tok)
+			ops++
+			switch op := rng.IntN(10); {
+			case op < 5:
+				d, wd := ls.Acquire(now, lease, limit, btok), ref.acquire(now, lease, limit, tok)
+				if d != wd {
+					t.Fatalf("%s: Acquire %s, want %s", where, ds(d), ds(wd))
+				}
+				if !d.Limited {
+					if e, we := ls.Apply(now, lease, btok), ref.apply(now, lease, tok); e != we {
+						t.Fatalf("%s: Apply returned %d, want %d", where, e, we)
+					}
+				}
+			case op == 5: // Apply without Acquire (as after a lowered limit)
+				if e, we := ls.Apply(now, lease, btok), ref.apply(now, lease, tok); e != we {
+					t.Fatalf("%s: Apply returned %d, want %d", where, e, we)
+				}
+			case op < 8:
+				ok, e := ls.Release(now, btok)
+				wok, we := ref.release(now, tok)
+				if ok != wok || e != we {
+					t.Fatalf("%s: Release (%v, %d), want (%v, %d)", where, ok, e, wok, we)
+				}
+			case op == 8: // decoding: expired and live leases, any order
+				exp := now + rng.Int64N(2*maxLease) - maxLease
+				ls.Put(tok, exp)
+				ref.put(tok, exp)
+			default:
+				at := now + rng.Int64N(2*maxLease) - maxLease
+				if n, wn := ls.Held(at), ref.held(at); n != wn {
+					t.Fatalf("%s: Held(%d) %d, want %d", where, at, n, wn)
+				}
+				if toks, wt := ls.Tokens(at), ref.tokens(at); !slices.Equal(toks, wt) {
+					t.Fatalf("%s: Tokens(%d) %q, want %q", where, at, toks, wt)
+				}
+			}
+			// The whole state, expired leases not yet pruned included.
+			got := map[string]int64{}
+			var order []string
+			ls.Each(func(tk string, e int64) { got[tk] = e; order = append(order, tk) })
+			if !maps.Equal(got, ref.m) || len(order) != len(got) {
+				t.Fatalf("%s: state %v, want %v", where, got, ref.m)
+			}
+			if !slices.IsSorted(order) {
+				t.Fatalf("%s: Each order %q, want increasing", where, order)
+			}
+			checkLeasesLayout(t, where, &ls)
+			cases++
+		}
+	}
+	t.Logf("%d sequences, %d operations, %d states compared with the map-based model", sequences, ops, cases)
+}
+
+// TestLeasesShrink checks that memory follows the leases held: a set that
+// held many leases gives memory back once they end.
+func TestLeasesShrink(t *testing.T) {
+	var ls Leases
+	for i := range 1000 {
+		ls.Apply(t0, s, []byte(fmt.Sprintf("token-%04d", i)))
+	}
+	big := ls.MemSize()
+	if ls.Held(t0) != 1000 || big < 1000*(leaseBytes+10) {
+		t.Fatalf("held %d, MemSize %d", ls.Held(t0), big)
+	}
+	ls.Apply(t0+s, s, []byte("last"))
+	if small := ls.MemSize(); small > 48+8*leaseBytes+64 || ls.Held(t0+s) != 1 {
+		t.Fatalf("after expiry: MemSize %d (was %d), held %d", small, big, ls.Held(t0+s))
+	}
+	if ok, exp := ls.Release(t0+s, []byte("last")); !ok || exp != t0+s || len(ls.ents) != 0 || len(ls.toks) != 0 {
+		t.Fatalf("release: %v %d, %d entries, %d bytes", ok, exp, len(ls.ents), len(ls.toks))
 	}
 }

@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"math/bits"
@@ -328,15 +329,87 @@ func (l *Log) Apply(now, period, q int64) (expireAt int64) {
 
 // Leases is a concurrency limiter's state: the tokens holding a lease and
 // when each lease ends (ns). The zero value holds no lease.
+//
+// The leases are kept in two slices so that a new key costs two small
+// allocations and no per-token string: ents in increasing token order, and
+// toks, the tokens' bytes back to back in the same order (lease i's token
+// is toks[ents[i-1].end:ents[i].end]). Removing a lease compacts both, so
+// they only hold the leases not yet pruned.
 type Leases struct {
-	m map[string]int64
+	ents []lease
+	toks []byte
+}
+
+// lease is one entry of Leases: when it ends (ns), and the end of its token
+// in Leases.toks.
+type lease struct {
+	exp int64
+	end int
+}
+
+// leaseBytes is the size of a lease (an entry of Leases.ents) on 64-bit
+// machines.
+const leaseBytes = 16
+
+// token returns lease i's token, which aliases ls.toks.
+func (ls *Leases) token(i int) []byte {
+	start := 0
+	if i > 0 {
+		start = ls.ents[i-1].end
+	}
+	return ls.toks[start:ls.ents[i].end:ls.ents[i].end]
+}
+
+// find returns the index of token's lease and true, or where it would be
+// inserted and false.
+func (ls *Leases) find(token []byte) (int, bool) {
+	n := len(ls.ents)
+	// Tokens often arrive in increasing order (a decoder puts them so):
+	// check the end first.
+	if n == 0 || bytes.Compare(ls.token(n-1), token) < 0 {
+		return n, false
+	}
+	lo, hi := 0, n-1
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if bytes.Compare(ls.token(m), token) < 0 {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return lo, bytes.Equal(ls.token(lo), token)
+}
+
+// insert adds a lease for token ending at exp at index i (from find). It
+// copies token.
+func (ls *Leases) insert(i int, token []byte, exp int64) {
+	start := 0
+	if i > 0 {
+		start = ls.ents[i-1].end
+	}
+	if i == len(ls.ents) {
+		ls.toks = append(ls.toks, token...)
+		ls.ents = append(ls.ents, lease{exp: exp, end: len(ls.toks)})
+		return
+	}
+	k := len(token)
+	ls.toks = append(ls.toks, token...) // grow by k
+	copy(ls.toks[start+k:], ls.toks[start:len(ls.toks)-k])
+	copy(ls.toks[start:], token)
+	ls.ents = append(ls.ents, lease{})
+	copy(ls.ents[i+1:], ls.ents[i:])
+	ls.ents[i] = lease{exp: exp, end: start + k}
+	for j := i + 1; j < len(ls.ents); j++ {
+		ls.ents[j].end += k
+	}
 }
 
 // Held returns the number of live leases at now.
 func (ls *Leases) Held(now int64) int64 {
 	var n int64
-	for _, exp := range ls.m {
-		if exp > now {
+	for _, e := range ls.ents {
+		if e.exp > now {
 			n++
 		}
 	}
@@ -345,19 +418,21 @@ func (ls *Leases) Held(now int64) int64 {
 
 // Acquire decides whether token may hold one of limit leases at now. A
 // token that already holds a live lease is always admitted (its lease is
-// extended). It does not change the state; Apply does.
-func (ls *Leases) Acquire(now, lease, limit int64, token string) Decision {
+// extended). It does not change the state; Apply does. It does not retain
+// token.
+func (ls *Leases) Acquire(now, lease, limit int64, token []byte) Decision {
 	d := Decision{Limit: limit, RetryAfter: -1}
-	held := ls.Held(now)
-	exp, mine := ls.m[token]
-	mine = mine && exp > now
+	var held int64
 	var soonest, latest int64 = math.MaxInt64, now
-	for _, e := range ls.m {
-		if e > now {
-			soonest = min(soonest, e)
-			latest = max(latest, e)
+	for _, e := range ls.ents {
+		if e.exp > now {
+			held++
+			soonest = min(soonest, e.exp)
+			latest = max(latest, e.exp)
 		}
 	}
+	i, mine := ls.find(token)
+	mine = mine && ls.ents[i].exp > now
 	switch {
 	case mine:
 	case held < limit:
@@ -378,45 +453,71 @@ func (ls *Leases) Acquire(now, lease, limit int64, token string) Decision {
 
 // Apply gives token a lease until now+lease (or keeps its live lease if
 // that ends later: a re-acquire extends, never shortens) and drops expired
-// ones. It returns the instant in ns after which no lease is live.
-func (ls *Leases) Apply(now, lease int64, token string) (expireAt int64) {
-	if ls.m == nil {
-		ls.m = make(map[string]int64)
-	}
-	if exp, ok := ls.m[token]; !ok || exp < now+lease {
-		ls.m[token] = now + lease
+// ones. It returns the instant in ns after which no lease is live. It
+// copies token: the caller may reuse it.
+func (ls *Leases) Apply(now, lease int64, token []byte) (expireAt int64) {
+	exp := now + lease
+	if i, ok := ls.find(token); ok {
+		ls.ents[i].exp = max(ls.ents[i].exp, exp)
+	} else if exp > now { // a lease that is not live would be pruned at once
+		ls.insert(i, token, exp)
 	}
 	return ls.prune(now)
 }
 
 // Release ends token's lease and reports whether it held a live one. It
 // returns the instant after which no lease is live (now if none is).
-func (ls *Leases) Release(now int64, token string) (released bool, expireAt int64) {
-	if exp, ok := ls.m[token]; ok {
-		released = exp > now
-		delete(ls.m, token)
+func (ls *Leases) Release(now int64, token []byte) (released bool, expireAt int64) {
+	if i, ok := ls.find(token); ok {
+		released = ls.ents[i].exp > now
+		ls.ents[i].exp = math.MinInt64 // not live at any now: prune drops it
 	}
 	return released, ls.prune(now)
 }
 
+// prune drops the leases that are not live at now, compacting ents and
+// toks (and shrinking them when mostly empty), and returns the instant
+// after which no lease is live (now if none is).
 func (ls *Leases) prune(now int64) int64 {
 	latest := now
-	for t, e := range ls.m {
-		if e <= now {
-			delete(ls.m, t)
+	w, wend, start := 0, 0, 0
+	for r, e := range ls.ents {
+		s := start
+		start = e.end
+		if e.exp <= now {
 			continue
 		}
-		latest = max(latest, e)
+		latest = max(latest, e.exp)
+		if w != r {
+			wend += copy(ls.toks[wend:], ls.toks[s:e.end])
+			ls.ents[w] = lease{exp: e.exp, end: wend}
+		} else {
+			wend = e.end
+		}
+		w++
+	}
+	if w == len(ls.ents) {
+		return latest
+	}
+	ls.ents, ls.toks = ls.ents[:w], ls.toks[:wend]
+	// Give memory back when at most a quarter of it is used, so it stays
+	// proportional to the leases held rather than to the most ever held.
+	if c := cap(ls.ents); c > 8 && 4*w <= c {
+		ls.ents = append([]lease(nil), ls.ents...)
+	}
+	if c := cap(ls.toks); c > 64 && 4*wend <= c {
+		ls.toks = append([]byte(nil), ls.toks...)
 	}
 	return latest
 }
 
-// Tokens returns the live tokens at now (for inspection), unordered.
+// Tokens returns the live tokens at now (for inspection), in increasing
+// order; nil if there are none.
 func (ls *Leases) Tokens(now int64) []string {
 	var out []string
-	for t, e := range ls.m {
-		if e > now {
-			out = append(out, t)
+	for i, e := range ls.ents {
+		if e.exp > now {
+			out = append(out, string(ls.token(i)))
 		}
 	}
 	return out
