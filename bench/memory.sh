@@ -135,12 +135,19 @@ cleanup
 
 echo
 echo "== memory per key ($(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), tree $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$repo" diff --quiet HEAD 2>/dev/null || echo ' + uncommitted changes'))"
-awk '
-BEGIN { fmt = "%-11s %9s %9s %10s %10s %10s %13s %18s\n"
-	printf fmt, "server", "keys", "DBSIZE", "RSS before", "RSS after", "peak RSS", "RSS B/key", "used_memory B/key" }
+# The keys are mem:key:0 .. mem:key:<KEYS-1>: their mean length, which
+# the issue's target (bytes per key beyond the key's own bytes) excludes.
+keylen=$(awk -v n="$KEYS" 'BEGIN { d = 1; lo = 0; hi = 10; t = 0
+	while (lo < n) { t += ((hi < n ? hi : n) - lo) * d; lo = hi; hi *= 10; d++ }
+	printf "%.2f", 8 + t / n }')
+echo "mean key length: $keylen bytes (mem:key:<i>)"
+awk -v keylen="$keylen" '
+BEGIN { fmt = "%-11s %9s %9s %10s %10s %10s %10s %18s %18s\n"
+	printf fmt, "server", "keys", "DBSIZE", "RSS before", "RSS after", "peak RSS", "RSS B/key", "RSS B/key - key", "used_memory B/key" }
 {
 	keys = $3 - 1   # DBSIZE counts the warm-up key too
+	rss = ($5 - $4) * 1024 / keys
 	printf fmt, $1, $2, $3, sprintf("%.1f MiB", $4 / 1024), sprintf("%.1f MiB", $5 / 1024), sprintf("%.1f MiB", $6 / 1024),
-		sprintf("%.1f", ($5 - $4) * 1024 / keys), sprintf("%.1f", ($8 - $7) / keys)
+		sprintf("%.1f", rss), sprintf("%.1f", rss - keylen), sprintf("%.1f", ($8 - $7) / keys)
 }' "$tmp/results.txt"
 echo "raw: $tmp/results.txt (name keys dbsize rss0_kB rss1_kB hwm_kB used0_B used1_B)"

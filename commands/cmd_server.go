@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"sort"
 	"strings"
 	"time"
@@ -473,6 +474,8 @@ func cmdInfo(x *ctx) {
 			fmt.Sprintf("maxmemory:%d", mem.MaxMemory),
 			"maxmemory_policy:"+map[keyspace.Policy]string{keyspace.AllKeysLRU: "allkeys-lru", keyspace.NoEviction: "noeviction"}[mem.Policy],
 			fmt.Sprintf("go_gc_cycles:%d", ms.NumGC),
+			fmt.Sprintf("go_heap_live:%d", heapLive()),
+			fmt.Sprintf("go_heap_goal:%d", ms.NextGC),
 		)
 	}
 	if show("persistence", true) {
@@ -586,4 +589,15 @@ func executable() string {
 		return ""
 	}
 	return p
+}
+
+// heapLive returns the heap bytes the last garbage collection found live:
+// unlike used_memory it excludes garbage not yet collected.
+func heapLive() uint64 {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return sample[0].Value.Uint64()
 }

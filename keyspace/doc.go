@@ -1,17 +1,24 @@
 // Package keyspace is cellserver's in-memory store: numbered databases, each a
-// sharded hash map from key bytes to a typed Value with an absolute expiry.
+// sharded hash table from key bytes to a typed Value with an absolute expiry.
 //
 // # Model
 //
 // A Keyspace holds Databases (16 by default, as Redis). A DB splits its keys
 // over a power-of-two number of shards chosen by a seeded hash of the key; each
-// shard is a plain Go map guarded by its own mutex. Callers take the shard lock
-// for a whole read -> decide -> write sequence (Shard.Lock, then Get/Put/Delete,
-// then Unlock), so a limiter decision is never split by another client.
+// shard is a compact open-addressing table (table.go: 40-byte entries without
+// pointers, key bytes packed in pages; about 50 bytes per limiter key plus the
+// key) guarded by its own mutex. Callers take the shard lock for a whole read
+// -> decide -> write sequence (Shard.Lock, then Lookup, then Replace or
+// Changed, then Unlock), so a limiter decision is never split by another
+// client.
+//
+// Lookup and Peek return a pointer to the shard's view of one entry, a copy
+// of its fields: it is valid until the next Lookup, Peek or Range on the
+// same shard, and a change to it is kept only through Changed or Replace.
 //
 // Every Value carries its Kind (a plain string, a CL.THROTTLE TAT, ...), its
 // scalar state and its absolute expiry in milliseconds since the Unix epoch
-// (0 means none). Expiry is lazy: Get reports an expired key as absent and
+// (0 means none). Expiry is lazy: Lookup reports an expired key as absent and
 // removes it. Sweep removes expired keys that nobody reads, a bounded number
 // per shard per call, so idle keys do not pin memory.
 //

@@ -1,6 +1,8 @@
 package keyspace
 
 import (
+	"bytes"
+	"cmp"
 	"errors"
 	"hash/maphash"
 	"math/bits"
@@ -61,8 +63,7 @@ type Value struct {
 	Obj any    // kind-specific state that is not scalar (KindString: []byte)
 	Kind
 
-	atime uint32 // last access, seconds since the Unix epoch (approximate LRU)
-	size  uint32 // bytes accounted for this entry (see entrySize)
+	ref uint32 // the entry it was read from, plus one (0: not read from a shard)
 }
 
 // Expired reports whether v has an expiry and it lies before now (ms). As in
@@ -95,21 +96,26 @@ const (
 )
 
 // EntryOverhead is the estimated memory of one entry beyond its key bytes
-// and its object: the map slot, the key's string header and the Value.
-const EntryOverhead = 96
+// and its object: the 40-byte entry, its index slot at the table's lowest
+// load and a share of the partly filled chunk and page (see table).
+const EntryOverhead = 56
 
 // Sizer is implemented by objects (Value.Obj) that report their memory.
 type Sizer interface{ MemSize() int }
 
-func entrySize(key []byte, v *Value) uint32 {
-	n := len(key) + EntryOverhead
-	switch o := v.Obj.(type) {
-	case []byte:
-		n += cap(o) + 24
-	case Sizer:
-		n += o.MemSize()
+// objSize is the accounted memory of an object beyond the entry.
+func objSize(o any) uint32 {
+	if o == nil {
+		return 0
 	}
-	return uint32(min(n, 1<<31))
+	n := 0
+	switch o := o.(type) {
+	case []byte:
+		n = cap(o) + 24
+	case Sizer:
+		n = o.MemSize()
+	}
+	return uint32(min(n, 1<<31)) + 32 // plus its objs slot
 }
 
 // Config sets the shape of a Keyspace. The zero value is valid.
@@ -249,16 +255,21 @@ func (db *DB) Shard(key []byte) *Shard {
 // ShardAt returns shard i (0 <= i < NumShards), for scans in shard order.
 func (db *DB) ShardAt(i int) *Shard { return &db.shards[i] }
 
-// Shard is one lock domain of a DB.
+// Shard is one lock domain of a DB: a table of entries (see table.go)
+// and the view through which callers read and change one of them.
 type Shard struct {
-	mu sync.Mutex // guards m
+	mu sync.Mutex // guards everything below
 
-	m       map[string]*Value
-	bytes   int64 // estimated memory of m's entries
+	t       table
+	view    Value // what Lookup, Peek and Range return a pointer to
+	jv      Value // what the journal is shown
+	bytes   int64 // estimated memory of the entries
 	ks      *Keyspace
 	journal Journal
 	db      int // database index, for lock ordering
 	index   int // shard index within the database, for lock ordering
+	samples [8]uint32
+	sec     int64 // the latest now seen by Lookup or Peek, in seconds (new keys' LRU clock)
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
 }
@@ -272,42 +283,56 @@ func (s *Shard) account(delta int64) {
 	}
 }
 
-// remove deletes key's entry v from the map, with accounting and journal.
+func (s *Shard) hash(key []byte) uint64 { return maphash.Bytes(s.ks.seed, key) }
+
+// removeAt deletes entry idx (slot pos), with accounting and journal;
+// key is the entry's key when the caller has it (nil: read from the table).
 // s.mu must be held.
-func (s *Shard) remove(key string, v *Value, keyBytes []byte) {
-	delete(s.m, key)
-	s.account(-int64(v.size))
+func (s *Shard) removeAt(idx uint32, pos int, key []byte) {
+	e := s.t.at(idx)
+	s.account(-s.t.size(e))
 	if s.journal != nil {
-		if keyBytes == nil {
-			keyBytes = []byte(key)
+		if key == nil {
+			key = append([]byte(nil), s.t.key(e)...)
 		}
-		s.journal.Delete(s.db, keyBytes)
+		s.journal.Delete(s.db, key)
 	}
+	s.t.remove(idx, pos)
+}
+
+// removeEntry deletes entry idx, finding its slot by its key.
+func (s *Shard) removeEntry(idx uint32) {
+	key := s.t.key(s.t.at(idx))
+	_, pos, _ := s.t.find(key, s.hash(key))
+	s.removeAt(idx, pos, nil)
 }
 
 // makeRoom evicts up to 16 least recently used entries among samples of
-// this shard until need more bytes fit under MaxMemory. Only the locked
-// shard is touched, which keeps the lock order; keys are spread evenly
-// over shards, so sampling one shard approximates sampling all of them.
-// s.mu must be held.
-func (s *Shard) makeRoom(need int64) {
+// this shard until need more bytes fit under MaxMemory; force evicts one
+// even without a cap (a full table). Only the locked shard is touched,
+// which keeps the lock order; keys are spread evenly over shards, so
+// sampling one shard approximates sampling all of them. s.mu must be held.
+func (s *Shard) makeRoom(need int64, force bool) {
 	ks := s.ks
-	for round := 0; round < 16 && ks.used.Load()+need > ks.maxMemory && len(s.m) > 0; round++ {
-		var victimKey string
-		var victim *Value
-		seen := 0
-		for k, v := range s.m { // iteration starts at a random entry
-			if victim == nil || v.atime < victim.atime {
-				victimKey, victim = k, v
-			}
-			if seen++; seen == 5 {
-				break
+	for round := 0; round < 16 && s.t.live > 0; round++ {
+		if !force && (ks.maxMemory == 0 || ks.used.Load()+need <= ks.maxMemory) {
+			return
+		}
+		force = false
+		cand := s.t.sample(5, s.samples[:0])
+		victim := cand[0]
+		for _, i := range cand[1:] {
+			if older(s.t.at(i).atime(), s.t.at(victim).atime()) {
+				victim = i
 			}
 		}
-		s.remove(victimKey, victim, nil)
+		s.removeEntry(victim)
 		ks.evicted.Add(1)
 	}
 }
+
+// older reports whether LRU clock a is before b, modulo 2^24 seconds.
+func older(a, b uint32) bool { return a != b && (b-a)&atimeMask < 1<<23 }
 
 // Lock takes the shard lock.
 func (s *Shard) Lock() { s.mu.Lock() }
@@ -318,62 +343,103 @@ func (s *Shard) Unlock() { s.mu.Unlock() }
 // Order returns the shard's position in the global lock order.
 func (s *Shard) Order() (db, index int) { return s.db, s.index }
 
+// load fills the shard's view from entry idx and returns it.
+func (s *Shard) load(idx uint32) *Value {
+	e := s.t.at(idx)
+	s.view = Value{N: e.n, M: e.m, Exp: e.exp, Obj: s.t.obj(e), Kind: e.kind(), ref: idx + 1}
+	return &s.view
+}
+
 // Lookup returns the live value of key, or nil if it is absent or expired at
-// now (ms); an expired entry is removed. The pointer stays valid until the
-// shard is unlocked or the key is deleted. s.mu must be held.
+// now (ms); an expired entry is removed. The Value is the shard's view: it
+// stays valid until the next Lookup, Peek or Range on this shard or the
+// unlock, and changes made to it are kept only through Changed or Replace.
+// s.mu must be held.
 func (s *Shard) Lookup(key []byte, now int64) *Value {
-	v := s.m[string(key)]
-	if v == nil {
+	s.sec = now / 1000
+	idx, pos, ok := s.t.lookup(key, s.hash(key))
+	if !ok {
 		return nil
 	}
-	if v.Expired(now) {
-		s.remove(string(key), v, key)
+	e := s.t.at(idx)
+	if e.exp != 0 && now > e.exp {
+		s.removeAt(idx, pos, key)
 		return nil
 	}
-	v.atime = uint32(now / 1000)
-	return v
+	e.touch(s.sec)
+	return s.load(idx)
 }
 
 // Peek returns the live value of key like Lookup, but never removes an
 // expired entry: read-only commands use it so that they write nothing.
 // s.mu must be held.
 func (s *Shard) Peek(key []byte, now int64) *Value {
-	v := s.m[string(key)]
-	if v == nil || v.Expired(now) {
+	idx, _, ok := s.t.lookup(key, s.hash(key))
+	if !ok {
 		return nil
 	}
-	v.atime = uint32(now / 1000) // recency only: not a change to persist
-	return v
+	e := s.t.at(idx)
+	if e.exp != 0 && now > e.exp {
+		return nil
+	}
+	s.sec = now / 1000
+	e.touch(s.sec) // recency only: not a change to persist
+	return s.load(idx)
 }
 
 // Set stores v under key, replacing any previous value. s.mu must be held.
 func (s *Shard) Set(key []byte, v Value) {
-	s.Replace(key, s.m[string(key)], v)
+	s.Replace(key, nil, v)
 }
 
-// Replace stores nv under key, where cur is key's current entry as Lookup
-// returned it (nil when absent): it saves Set's second lookup on hot paths.
-// s.mu must be held.
+// Replace stores nv under key, where cur is key's current value as Lookup
+// or Peek returned it (nil when absent or unknown): it saves a second
+// lookup on hot paths. s.mu must be held.
 func (s *Shard) Replace(key []byte, cur *Value, nv Value) {
-	size := entrySize(key, &nv)
-	if cur == nil {
-		if s.ks.maxMemory > 0 && s.ks.policy == AllKeysLRU {
-			s.makeRoom(int64(size))
-		}
-		if s.m == nil {
-			s.m = make(map[string]*Value)
-		}
-		cur = new(Value)
-		s.m[string(key)] = cur
+	var idx uint32
+	var old int64
+	if cur != nil && cur.ref != 0 && s.holds(cur.ref-1, key) {
+		idx = cur.ref - 1
+		old = s.t.size(s.t.at(idx))
 	} else {
-		nv.atime = cur.atime
+		h := s.hash(key)
+		i, _, ok := s.t.lookup(key, h)
+		if ok {
+			idx, old = i, s.t.size(s.t.at(i))
+		} else {
+			if s.ks.maxMemory > 0 && s.ks.policy == AllKeysLRU {
+				s.makeRoom(int64(len(key))+EntryOverhead+int64(objSize(nv.Obj)), false)
+			}
+			if s.t.live >= cmp.Or(s.t.limit, maxEntries) {
+				s.makeRoom(0, true)
+			}
+			idx = s.t.insert(s.ks.seed, key, h, nv.Kind)
+			s.t.at(idx).touch(s.sec)
+		}
 	}
-	s.account(int64(size) - int64(cur.size))
-	*cur = nv
-	cur.size = size
+	e := s.t.at(idx)
+	e.n, e.m, e.exp = nv.N, int64(nv.M), nv.Exp
+	e.meta = e.meta&^0xff | uint32(nv.Kind)
+	s.t.setObj(e, nv.Obj)
+	s.account(s.t.size(e) - old)
+	if cur != nil {
+		*cur = nv
+		cur.ref = idx + 1
+	}
 	if s.journal != nil {
-		s.journal.Put(s.db, key, cur)
+		s.jv = nv
+		s.journal.Put(s.db, key, &s.jv)
 	}
+}
+
+// holds reports whether entry idx is key's (a view's ref can be stale if
+// the key was removed since it was read).
+func (s *Shard) holds(idx uint32, key []byte) bool {
+	if idx >= s.t.next {
+		return false
+	}
+	e := s.t.at(idx)
+	return e.meta != 0 && int(e.klen) == len(key) && bytes.Equal(s.t.key(e), key)
 }
 
 // Restore inserts v under key in database db without telling the journal:
@@ -382,54 +448,57 @@ func (s *Shard) Replace(key []byte, cur *Value, nv Value) {
 func (ks *Keyspace) Restore(db int, key []byte, v Value) {
 	sh := ks.dbs[db].Shard(key)
 	sh.mu.Lock()
-	if sh.m == nil {
-		sh.m = make(map[string]*Value)
-	}
-	p := new(Value)
-	*p = v
-	p.size = entrySize(key, p)
-	sh.account(int64(p.size))
-	sh.m[string(key)] = p
+	j := sh.journal
+	sh.journal = nil
+	sh.Replace(key, nil, v)
+	sh.journal = j
 	sh.mu.Unlock()
 }
 
-// Changed records that the caller modified v, key's entry, in place (its
-// expiry, or its object). s.mu must be held.
+// Changed records that the caller modified v, key's value as Lookup
+// returned it, in place (its scalars, its expiry, or its object).
+// s.mu must be held.
 func (s *Shard) Changed(key []byte, v *Value) {
-	size := entrySize(key, v)
-	s.account(int64(size) - int64(v.size))
-	v.size = size
-	if s.journal != nil {
-		s.journal.Put(s.db, key, v)
-	}
+	s.Replace(key, v, *v)
 }
 
 // Delete removes key and reports whether a live value was removed.
 // s.mu must be held.
 func (s *Shard) Delete(key []byte, now int64) bool {
-	v := s.m[string(key)]
-	if v == nil {
+	idx, pos, ok := s.t.lookup(key, s.hash(key))
+	if !ok {
 		return false
 	}
-	s.remove(string(key), v, key)
-	return !v.Expired(now)
+	e := s.t.at(idx)
+	live := e.exp == 0 || now <= e.exp
+	s.removeAt(idx, pos, key)
+	return live
 }
 
 // Len returns the number of entries, expired ones not yet removed included.
 // s.mu must be held.
-func (s *Shard) Len() int { return len(s.m) }
+func (s *Shard) Len() int { return s.t.live }
 
-// Range calls fn for every live entry at now (ms) until fn returns false.
-// fn must not modify the shard. s.mu must be held.
+// Range calls fn for every live entry at now (ms) until fn returns false;
+// v is the shard's view (see Lookup). fn must not modify the shard.
+// s.mu must be held.
 func (s *Shard) Range(now int64, fn func(key string, v *Value) bool) {
-	for k, v := range s.m {
-		if v.Expired(now) {
+	for i := uint32(0); i < s.t.next; i++ {
+		e := s.t.at(i)
+		if e.meta == 0 || (e.exp != 0 && now > e.exp) {
 			continue
 		}
-		if !fn(k, v) {
+		if !fn(string(s.t.key(e)), s.load(i)) {
 			return
 		}
 	}
+}
+
+// clear drops every entry of the shard. s.mu must be held.
+func (s *Shard) clear() {
+	s.t = table{limit: s.t.limit, cur: -1}
+	s.view, s.jv = Value{}, Value{}
+	s.account(-s.bytes)
 }
 
 // Flush removes every key of db (FLUSHDB), holding all of its shard locks
@@ -447,9 +516,7 @@ func (db *DB) Flush(locked bool) {
 		}()
 	}
 	for i := range db.shards {
-		sh := &db.shards[i]
-		sh.m = nil
-		sh.account(-sh.bytes)
+		db.shards[i].clear()
 	}
 	if db.ks.journal != nil {
 		db.ks.journal.DeleteDB(db.index)
@@ -465,9 +532,7 @@ func (ks *Keyspace) FlushAll(locked bool) {
 	}
 	for _, db := range ks.dbs {
 		for i := range db.shards {
-			sh := &db.shards[i]
-			sh.m = nil
-			sh.account(-sh.bytes)
+			db.shards[i].clear()
 		}
 	}
 	if ks.journal != nil {
@@ -476,17 +541,22 @@ func (ks *Keyspace) FlushAll(locked bool) {
 }
 
 // Sweep removes up to max expired entries at now (ms), looking at no more
-// than 4*max entries, and returns how many it removed and how many it
-// looked at. s.mu must be held.
+// than 4*max entries (continuing where the last call stopped), and returns
+// how many it removed and how many it looked at. s.mu must be held.
 func (s *Shard) Sweep(now int64, max int) (removed, seen int) {
-	for k, v := range s.m { // map iteration starts at a random point
-		if seen >= 4*max || removed >= max {
+	for seen < 4*max && removed < max && s.t.live > 0 {
+		cand := s.t.sample(min(len(s.samples), 4*max-seen), s.samples[:0])
+		if len(cand) == 0 {
 			break
 		}
-		seen++
-		if v.Expired(now) {
-			s.remove(k, v, nil)
-			removed++
+		for _, i := range cand {
+			seen++
+			if e := s.t.at(i); e.meta != 0 && e.exp != 0 && now > e.exp {
+				s.removeEntry(i)
+				if removed++; removed >= max {
+					break
+				}
+			}
 		}
 	}
 	return removed, seen
@@ -502,7 +572,7 @@ func (db *DB) Size(locked bool) int {
 		if !locked {
 			s.mu.Lock()
 		}
-		n += len(s.m)
+		n += s.t.live
 		if !locked {
 			s.mu.Unlock()
 		}
@@ -526,15 +596,16 @@ func (db *DB) Stats(now int64, locked bool) Stats {
 		if !locked {
 			s.mu.Lock()
 		}
-		for _, v := range s.m {
-			if v.Expired(now) {
+		for j := uint32(0); j < s.t.next; j++ {
+			e := s.t.at(j)
+			if e.meta == 0 || (e.exp != 0 && now > e.exp) {
 				continue
 			}
 			st.Keys++
-			if int(v.Kind) < len(st.ByKind) {
-				st.ByKind[v.Kind]++
+			if k := int(e.kind()); k < len(st.ByKind) {
+				st.ByKind[k]++
 			}
-			if v.Exp != 0 {
+			if e.exp != 0 {
 				st.Expires++
 			}
 		}

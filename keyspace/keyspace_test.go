@@ -63,9 +63,8 @@ func TestSetOverwritesInPlace(t *testing.T) {
 	sh.Lock()
 	defer sh.Unlock()
 	sh.Set([]byte("a"), Value{Kind: KindGCRA, N: 1})
-	p := sh.Lookup([]byte("a"), 0)
 	sh.Set([]byte("a"), Value{Kind: KindGCRA, N: 2})
-	if p.N != 2 || sh.Len() != 1 {
+	if p := sh.Lookup([]byte("a"), 0); p.N != 2 || sh.Len() != 1 {
 		t.Fatalf("got N=%d len=%d, want 2 and 1", p.N, sh.Len())
 	}
 }
@@ -119,6 +118,7 @@ func TestShardLockIsExclusive(t *testing.T) {
 				sh.Lock()
 				if v := sh.Lookup(key, 0); v != nil {
 					v.N++
+					sh.Changed(key, v)
 				} else {
 					sh.Set(key, Value{Kind: KindGCRA, N: 1})
 				}
@@ -150,6 +150,7 @@ func BenchmarkLookupSet(b *testing.B) {
 		sh.Lock()
 		if v := sh.Lookup(k, 1); v != nil {
 			v.N++
+			sh.Changed(k, v)
 		} else {
 			sh.Set(k, Value{Kind: KindGCRA})
 		}
@@ -195,7 +196,12 @@ func TestNoEvictionRefuses(t *testing.T) {
 		sh.Set(k, Value{Kind: KindGCRA})
 		sh.Unlock()
 	}
-	if n != 11 || ks.Memory().Evicted != 0 { // 11 entries of about 99 bytes reach 1000
+	// Keys k0..k9 take EntryOverhead+2 bytes, k10.. EntryOverhead+3.
+	want := 0
+	for used := 0; used < 1000; want++ {
+		used += EntryOverhead + len(fmt.Sprint("k", want))
+	}
+	if n != want || ks.Memory().Evicted != 0 {
 		t.Fatalf("inserted %d before refusing, evicted %d", n, ks.Memory().Evicted)
 	}
 	sh := db.Shard([]byte("k0"))
