@@ -2,8 +2,12 @@
 # bench/limiters.sh: throughput of every limiter command over 100k random
 # keys next to CL.THROTTLE, and memory per key for each kind.
 #
-#   bench/limiters.sh              # REQUESTS=200000 per run, 50 clients, -P 1 and -P 16
-#   QUICK=1 bench/limiters.sh      # 20000 requests, smaller memory run
+#   bench/limiters.sh              # ROUNDS=3 x REQUESTS=200000 per run, 50 clients, -P 1 and -P 16
+#   QUICK=1 bench/limiters.sh      # 1 round of 20000 requests, smaller memory run
+#
+# Each figure is the median of ROUNDS runs; within a round the commands
+# run one after the other (A B C ... A B C ...), so slow phases of a shared
+# machine hit every command alike.
 #
 # It builds ./cmd/cellserver, starts one server per measurement on a free
 # 127.0.0.1 port (pinned to CPU 0 when taskset and 2+ CPUs exist, the
@@ -14,7 +18,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REQUESTS=${REQUESTS:-200000}
 KEYS=${KEYS:-500000}
-if [ -n "${QUICK:-}" ]; then REQUESTS=20000; KEYS=100000; fi
+ROUNDS=${ROUNDS:-3}
+if [ -n "${QUICK:-}" ]; then REQUESTS=20000; KEYS=100000; ROUNDS=1; fi
 tmp=$(mktemp -d /tmp/cellbench-lim.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; }
@@ -41,20 +46,32 @@ declare -A cmds=(
   [CL.SLIDINGLOG]="CL.SLIDINGLOG k:__rand_int__ 30 60"
   [CL.ACQUIRE]="CL.ACQUIRE k:__rand_int__ 30 60 tok"
   [CL.PEEK]="CL.PEEK k:__rand_int__ 15 30 60"
-  [CL.ALL]="CL.ALL CL.THROTTLE g:__rand_int__ 15 30 60 1 CL.FIXED u:__rand_int__ 30 60 1"
+  [CL.ALL/1]="CL.ALL CL.THROTTLE g:__rand_int__ 15 30 60 1"
+  [CL.ALL/2]="CL.ALL CL.THROTTLE g:__rand_int__ 15 30 60 1 CL.FIXED u:__rand_int__ 30 60 1"
 )
-order=(CL.THROTTLE CL.PEEK CL.FIXED CL.SLIDING CL.SLIDINGLOG CL.ACQUIRE CL.ALL)
-printf '\n%-14s %4s %12s %8s %10s\n' command -P rps "vs thr" "p99 ms"
+order=(CL.THROTTLE CL.PEEK CL.FIXED CL.SLIDING CL.SLIDINGLOG CL.ACQUIRE CL.ALL/1 CL.ALL/2)
+declare -A rpsruns p99runs
+median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 for P in 1 16; do
-  base=
+  for r in $(seq "$ROUNDS"); do
+    for c in "${order[@]}"; do
+      start
+      read -r -a argv <<<"${cmds[$c]}"
+      out=$("${clipin[@]}" redis-benchmark -p "$port" -c 50 -n "$REQUESTS" -r 100000 -P "$P" --csv "${argv[@]}" 2>/dev/null | tail -1)
+      stop
+      echo "$r,$P,$c,$out" >>"$tmp/runs.csv"
+      rpsruns[$c/$P]+=" $(echo "$out" | awk -F'","' '{print $2}')"
+      p99runs[$c/$P]+=" $(echo "$out" | awk -F'","' '{print $7}')"
+    done
+  done
+done
+printf '\nmedians of %d round(s) x %d requests, 50 clients, -r 100000 (CL.ALL/n: n checks per call)\n' "$ROUNDS" "$REQUESTS"
+printf '%-14s %4s %12s %8s %10s\n' command -P rps "vs thr" "p99 ms"
+for P in 1 16; do
+  base=$(echo "${rpsruns[CL.THROTTLE/$P]}" | median)
   for c in "${order[@]}"; do
-    start
-    read -r -a argv <<<"${cmds[$c]}"
-    out=$("${clipin[@]}" redis-benchmark -p "$port" -c 50 -n "$REQUESTS" -r 100000 -P "$P" --csv "${argv[@]}" 2>/dev/null | tail -1)
-    stop
-    rps=$(echo "$out" | awk -F'","' '{print $2}')
-    p99=$(echo "$out" | awk -F'","' '{print $7}')
-    [ -z "$base" ] && base=$rps
+    rps=$(echo "${rpsruns[$c/$P]}" | median)
+    p99=$(echo "${p99runs[$c/$P]}" | median)
     printf '%-14s %4s %12.0f %8.2f %10s\n' "$c" "$P" "$rps" "$(awk -v a="$rps" -v b="$base" 'BEGIN{print a/b}')" "$p99"
   done
 done

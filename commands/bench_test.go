@@ -76,3 +76,30 @@ func benchDispatch(b *testing.B, cmds [][]string) {
 		b.Fatalf("last reply %q", conn.Out)
 	}
 }
+
+// BenchmarkDispatchLimiters runs each limiter command of the family over
+// 100,000 keys in turn (created before timing), through ServeRESP like
+// BenchmarkDispatchThrottle: the in-process counterpart of
+// bench/limiters.sh, to compare the commands' own cost without the network.
+func BenchmarkDispatchLimiters(b *testing.B) {
+	const keys = 100000
+	for _, c := range []struct {
+		name string
+		args func(key string) []string
+	}{
+		{"CL.THROTTLE", func(k string) []string { return []string{"CL.THROTTLE", k, "15", "30", "60"} }},
+		{"CL.PEEK", func(k string) []string { return []string{"CL.PEEK", k, "15", "30", "60"} }},
+		{"CL.FIXED", func(k string) []string { return []string{"CL.FIXED", k, "30", "60"} }},
+		{"CL.SLIDING", func(k string) []string { return []string{"CL.SLIDING", k, "30", "60"} }},
+		{"CL.SLIDINGLOG", func(k string) []string { return []string{"CL.SLIDINGLOG", k, "30", "60"} }},
+		{"CL.ACQUIRE", func(k string) []string { return []string{"CL.ACQUIRE", k, "30", "60", "tok"} }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			cmds := make([][]string, keys)
+			for i := range cmds {
+				cmds[i] = c.args("bench:key:" + strconv.Itoa(i))
+			}
+			benchDispatch(b, cmds)
+		})
+	}
+}

@@ -250,15 +250,19 @@ func (c *check) apply(sh *keyspace.Shard, v *keyspace.Value, now int64) {
 	case keyspace.KindFixed, keyspace.KindSliding:
 		nv = c.next
 	case keyspace.KindLog:
-		l := new(limiter.Log)
+		var l *limiter.Log
 		if v != nil {
 			l = v.Obj.(*limiter.Log)
+		} else {
+			l = new(limiter.Log)
 		}
 		nv = keyspace.Value{Kind: keyspace.KindLog, Obj: l, Exp: expiryMS(l.Apply(now, c.per, c.q))}
 	case keyspace.KindLeases:
-		ls := new(limiter.Leases)
+		var ls *limiter.Leases
 		if v != nil {
 			ls = v.Obj.(*limiter.Leases)
+		} else {
+			ls = new(limiter.Leases)
 		}
 		nv = keyspace.Value{Kind: keyspace.KindLeases, Obj: ls, Exp: expiryMS(ls.Apply(now, c.per, c.token))}
 	}
