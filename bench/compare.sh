@@ -190,12 +190,25 @@ workload() {
 }
 workloads=(ping set-rand throttle-rand throttle-hot)
 
+# CPU time in clock ticks: ticks PID (the process's user+system time),
+# child_ticks (this shell's reaped children: redis-benchmark, via timeout).
+clk_tck=$(getconf CLK_TCK)
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+child_ticks() { awk '{print $16 + $17}' "/proc/$$/stat"; }
+now_ms() { date +%s%3N; }
+
 # run_one SERVER PORT ROUND PIPELINE WORKLOAD CMD...: one redis-benchmark run,
-# appended to results.csv as round,pipeline,workload,server,rps,p50,p99.
+# appended to results.csv as round,pipeline,workload,server,rps,p50,p99,
+# server CPU %, client CPU % (of one core, over the run's wall time: a
+# figure near 100 means that process was the bottleneck).
 run_one() {
 	local server=$1 port=$2 round=$3 pl=$4 wl=$5
 	shift 5
 	local out="$raw/r${round}-P${pl}-${wl}-${server}.csv"
+	local spid=$cpid
+	[[ $server == redis ]] && spid=$rpid
+	local s0 c0 t0
+	s0=$(ticks "$spid") c0=$(child_ticks) t0=$(now_ms)
 	# In the background and waited for, so that a signal stops the run at
 	# once (cleanup kills it) instead of after it ends.
 	timeout "$RUN_TIMEOUT" "${cli_pin[@]}" redis-benchmark -h 127.0.0.1 -p "$port" \
@@ -207,13 +220,18 @@ run_one() {
 		exit 1
 	fi
 	bench_pid=
+	local s1 c1 t1
+	s1=$(ticks "$spid") c1=$(child_ticks) t1=$(now_ms)
+	local cpus
+	cpus=$(awk -v s="$((s1 - s0))" -v c="$((c1 - c0))" -v ms="$((t1 - t0))" -v hz="$clk_tck" \
+		'BEGIN { w = (ms > 0 ? ms : 1) / 1000; printf "%.0f,%.0f", 100 * s / hz / w, 100 * c / hz / w }')
 	# CSV: "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
 	local line
 	line=$(awk -F'"' 'NR==2 {print $4 "," $10 "," $14}' "$out")
 	[[ -n "$line" ]] || { echo "compare.sh: no result in $out" >&2; cat "$out" "$out.err" >&2; exit 1; }
-	echo "$round,$pl,$wl,$server,$line" >>"$raw/results.csv"
-	printf '  round %d  -P %-2s  %-14s %-10s %12s rps  p99 %s ms\n' "$round" "$pl" "$wl" "$server" \
-		"${line%%,*}" "${line##*,}"
+	echo "$round,$pl,$wl,$server,$line,$cpus" >>"$raw/results.csv"
+	printf '  round %d  -P %-2s  %-14s %-10s %12s rps  p99 %s ms  cpu server/client %s %%\n' "$round" "$pl" "$wl" "$server" \
+		"${line%%,*}" "${line##*,}" "${cpus/,//}"
 }
 
 echo "== running ($((ROUNDS * ${#workloads[@]} * 2 * $(wc -w <<<"$PIPELINES"))) redis-benchmark runs)"
@@ -242,23 +260,26 @@ function median(list,   n, a, i, j, t) {
 	for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]; a[j + 1] = t }
 	return a[int((n + 1) / 2)]
 }
-{ rps[$3, $2, $4] = rps[$3, $2, $4] " " $5; p99[$3, $2, $4] = p99[$3, $2, $4] " " $7 }
+{ rps[$3, $2, $4] = rps[$3, $2, $4] " " $5; p99[$3, $2, $4] = p99[$3, $2, $4] " " $7
+  scpu[$3, $2, $4] = scpu[$3, $2, $4] " " $8; ccpu[$3, $2, $4] = ccpu[$3, $2, $4] " " $9 }
 END {
 	nw = split(wls, w, " "); np = split(pls, p, " ")
 	label["ping"] = "PING"
 	label["set-rand"] = "SET key:rand (100k keys)"
 	label["throttle-rand"] = "GCRA, 100k random keys"
 	label["throttle-hot"] = "GCRA, one hot key"
-	fmt = "%-26s %3s %12s %12s %7s %10s %10s\n"
-	printf fmt, "workload", "-P", "redis rps", "cell rps", "ratio", "redis p99", "cell p99"
-	md = "| workload | -P | redis rps | cellserver rps | ratio cell/redis | redis p99 ms | cellserver p99 ms |\n|---|---:|---:|---:|---:|---:|---:|\n"
+	fmt = "%-26s %3s %12s %12s %7s %10s %10s %16s %16s\n"
+	printf fmt, "workload", "-P", "redis rps", "cell rps", "ratio", "redis p99", "cell p99", "cpu% redis/cli", "cpu% cell/cli"
+	md = "| workload | -P | redis rps | cellserver rps | ratio cell/redis | redis p99 ms | cellserver p99 ms | CPU % redis / client | CPU % cellserver / client |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
 	for (i = 1; i <= nw; i++) for (k = 1; k <= np; k++) {
 		key = w[i] SUBSEP p[k]
 		rr = median(rps[w[i], p[k], "redis"]); cr = median(rps[w[i], p[k], "cellserver"])
 		rp = median(p99[w[i], p[k], "redis"]); cp = median(p99[w[i], p[k], "cellserver"])
 		ratio = (rr > 0) ? sprintf("%.2f", cr / rr) : "-"
-		printf fmt, label[w[i]], p[k], sprintf("%.0f", rr), sprintf("%.0f", cr), ratio, rp, cp
-		md = md sprintf("| %s | %s | %.0f | %.0f | %s | %s | %s |\n", label[w[i]], p[k], rr, cr, ratio, rp, cp)
+		rc = median(scpu[w[i], p[k], "redis"]) "/" median(ccpu[w[i], p[k], "redis"])
+		cc = median(scpu[w[i], p[k], "cellserver"]) "/" median(ccpu[w[i], p[k], "cellserver"])
+		printf fmt, label[w[i]], p[k], sprintf("%.0f", rr), sprintf("%.0f", cr), ratio, rp, cp, rc, cc
+		md = md sprintf("| %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s |\n", label[w[i]], p[k], rr, cr, ratio, rp, cp, rc, cc)
 	}
 	printf "\n%s", md > "/dev/stderr"
 }' "$raw/results.csv" >"$tmp/table.txt" 2>"$tmp/table.md"
