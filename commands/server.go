@@ -97,6 +97,7 @@ type Server struct {
 	sweepInt time.Duration
 	log      *slog.Logger
 	started  time.Time
+	monoBase time.Time // a fixed instant with a monotonic reading, for latencies
 
 	table map[string]*Spec // lower-case name -> spec
 	specs []*Spec          // every spec, subcommands included, by id
@@ -162,6 +163,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Loopback = isLoopback
 	}
 	s := &Server{
+		monoBase:    time.Now(),
 		durability:  cfg.Durability,
 		persistInfo: cfg.PersistenceInfo,
 		protected:   cfg.ProtectedMode,
@@ -363,12 +365,14 @@ func (s *Server) call(x *ctx, sp *Spec) {
 	x.spec = sp
 	x.failed = false
 	x.haveNow = false
-	start := time.Now()
-	// The command reads the wall clock itself, once, under its shard lock:
-	// reading it here, before the lock, could let a command decide with a
-	// time older than the state another client just wrote.
+	// Latency is measured on the monotonic clock alone (time.Since of a
+	// fixed instant reads it once; time.Now would read the wall clock
+	// too). The command reads the wall clock itself, once, under its shard
+	// lock: reading it here, before the lock, could let a command decide
+	// with a time older than the state another client just wrote.
+	start := time.Since(s.monoBase)
 	sp.Run(x)
-	d := time.Since(start)
+	d := time.Since(s.monoBase) - start
 	sp.stats.observe(d.Nanoseconds())
 	s.slowlog.maybeAdd(x, d)
 	sp.stats.calls.Add(1)

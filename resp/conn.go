@@ -37,6 +37,7 @@ type Conn struct {
 
 	srv     *Server
 	nc      net.Conn
+	raw     *rawSock // nc's socket, when nc is plain TCP
 	id      int64
 	remote  string
 	local   string
@@ -229,14 +230,36 @@ func (c *Conn) write() error {
 			return err
 		}
 	}
-	d := c.srv.cfg.OutputTimeout
-	if idle := c.srv.cfg.IdleTimeout; idle > 0 && idle < d {
-		d = idle
-	}
-	c.nc.SetWriteDeadline(time.Now().Add(d))
 	c.outLen.Store(int64(len(c.Out)))
-	n, err := c.nc.Write(c.Out)
-	c.netOut.Add(int64(n))
+	out := c.Out
+	if c.raw != nil {
+		n, err := c.raw.tryWrite(out)
+		c.netOut.Add(int64(n))
+		out = out[n:]
+		if err != nil {
+			out = nil
+			c.Out = c.Out[:0]
+			c.outLen.Store(0)
+			return err
+		}
+	}
+	var err error
+	if len(out) > 0 {
+		// The socket buffer is full: wait, at most the output timeout.
+		d := c.srv.cfg.OutputTimeout
+		if idle := c.srv.cfg.IdleTimeout; idle > 0 && idle < d {
+			d = idle
+		}
+		c.nc.SetWriteDeadline(time.Now().Add(d))
+		var n int
+		n, err = c.nc.Write(out)
+		c.netOut.Add(int64(n))
+		if err == nil && c.raw != nil {
+			// A deadline left behind would fail the next raw write once
+			// it passes.
+			c.nc.SetWriteDeadline(time.Time{})
+		}
+	}
 	c.outLen.Store(0)
 	c.Out = c.Out[:0]
 	return err

@@ -221,6 +221,7 @@ func (s *Server) accept(nc net.Conn) {
 	c := &Conn{
 		srv:     s,
 		nc:      nc,
+		raw:     newRawSock(nc),
 		id:      s.nextID.Add(1),
 		remote:  addrString(nc.RemoteAddr()),
 		local:   addrString(nc.LocalAddr()),
