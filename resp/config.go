@@ -91,6 +91,18 @@ type Config struct {
 	// request". The default value is DefaultMaxInlineLen (64 KiB).
 	MaxInlineLen int
 
+	// EventLoops is the number of event loops that serve plain TCP
+	// connections on Linux. A loop waits on epoll for all of its clients,
+	// reads from each ready one in turn and runs its commands, then writes
+	// the replies of the whole round, as Redis's event loop does: clients
+	// are served in the order their input arrived, and a connection costs
+	// no goroutine. A Handler runs on its connection's loop, so a slow
+	// command delays the other clients of that loop (Redis's own rule).
+	// Zero means one loop per GOMAXPROCS. -1 serves each connection on a
+	// goroutine of its own instead, which is also what TLS connections and
+	// other systems get.
+	EventLoops int
+
 	// Logger receives accept errors and handler panics (error level) and
 	// client protocol errors (debug level). nil means slog.Default().
 	Logger *slog.Logger
@@ -149,6 +161,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxQueryBuffer < 0 {
 		errs = append(errs, fmt.Errorf("resp: MaxQueryBuffer %d is negative", c.MaxQueryBuffer))
+	}
+	if c.EventLoops < -1 {
+		errs = append(errs, fmt.Errorf("resp: EventLoops %d is less than -1", c.EventLoops))
 	}
 	if c.MaxInlineLen < 0 {
 		errs = append(errs, fmt.Errorf("resp: MaxInlineLen %d is negative", c.MaxInlineLen))

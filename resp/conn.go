@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 // middle of a batch, so a long pipeline does not buffer all its replies.
 const maxPendingOut = 64 << 10
 
-// Connection states, for Shutdown. The goroutine of the connection moves
+// Connection states, for Shutdown. A connection moves
 // between connActive and connIdle; Shutdown claims an idle connection by
 // moving it to connClosed with a compare-and-swap, so a connection whose
 // read has just returned either runs its batch to the end (it won) or runs
@@ -26,17 +27,17 @@ const (
 )
 
 // Conn is one client connection. Its Handler methods run on the
-// connection's goroutine; see the package documentation, section
+// connection's loop or goroutine; see the package documentation, section
 // Concurrency, for the methods other goroutines may call.
 type Conn struct {
 	// Out is the reply buffer. Handlers append RESP replies to it (for
 	// example with redcon.AppendBulk); the server writes it after each
 	// batch of pipelined commands, or as soon as it exceeds 64 KiB. It is
-	// owned by the connection's goroutine.
+	// owned by the connection's loop or goroutine.
 	Out []byte
 
 	srv     *Server
-	nc      net.Conn
+	nc      net.Conn // nil when an event loop serves the connection
 	raw     *rawSock // nc's socket, when nc is plain TCP
 	id      int64
 	remote  string
@@ -54,6 +55,23 @@ type Conn struct {
 	netIn      atomic.Int64
 	netOut     atomic.Int64
 	ctx        atomic.Pointer[any]
+
+	// Event-loop connections (lp != nil) own a socket descriptor instead
+	// of nc. fdMu orders closing it (by the loop) against a shutdown(2)
+	// from Kill or Shutdown on other goroutines, so a descriptor number is
+	// never touched after it may have been reused.
+	lp     *loop
+	fd     int
+	fdMu   sync.Mutex
+	fdOpen bool // guarded by fdMu
+	// The fields below belong to the loop's goroutine.
+	opened    bool  // Handler.Open returned normally
+	outOff    int   // bytes of Out already written
+	before    bool  // BeforeWrite has run for the replies in Out
+	queued    bool  // in the loop's list of replies to write this round
+	waitOut   bool  // blocked on a full socket: waiting for EPOLLOUT
+	outSince  int64 // Unix nanoseconds of the last write progress
+	idleSince int64 // Unix nanoseconds of the last input, for IdleTimeout
 }
 
 // ID returns the connection's identifier: unique within the Server and
@@ -106,7 +124,22 @@ func (c *Conn) CloseAfterReply() { c.closeAfter = true }
 func (c *Conn) Kill() {
 	c.killed.Store(true)
 	c.state.Store(connClosed)
-	c.nc.Close()
+	c.hangUp()
+}
+
+// hangUp ends the connection for the client at once, from any goroutine.
+// A loop's connection is shut down (the client sees the end, and the loop
+// sees an event and closes the descriptor); any other is closed.
+func (c *Conn) hangUp() {
+	if c.lp == nil {
+		c.nc.Close()
+		return
+	}
+	c.fdMu.Lock()
+	if c.fdOpen {
+		shutdownFD(c.fd)
+	}
+	c.fdMu.Unlock()
 }
 
 // SetMaxMultiBulkLen overrides Config.MaxMultiBulkLen for the commands of
@@ -135,42 +168,66 @@ func (c *Conn) SetMaxBulkLen(n int64) {
 // Shutdown closes idle connections without cutting a batch short.
 func (c *Conn) closeIfIdle() {
 	if c.state.CompareAndSwap(connIdle, connClosed) {
-		c.nc.Close()
+		c.hangUp()
 	}
 }
 
-// serve is the connection loop, after redcon's handle: run every complete
-// command already buffered, write the replies once, read more. It returns
-// when the connection must close.
-func (c *Conn) serve() {
+// batchResult says why execute stopped.
+type batchResult int
+
+const (
+	batchDone  batchResult = iota // no complete command left, or CloseAfterReply
+	batchFlush                    // c.Out is over maxPendingOut: write it, then execute again
+	batchClose                    // close now, without writing
+)
+
+// execute runs the complete commands already buffered, appending their
+// replies to c.Out. A malformed request appends its error reply and sets
+// closeAfter.
+func (c *Conn) execute() batchResult {
 	s := c.srv
 	h := s.handler
+	for !c.closeAfter {
+		if c.killed.Load() {
+			return batchClose
+		}
+		args, err := c.rd.next()
+		if err != nil {
+			c.protocolError(err)
+			return batchDone
+		}
+		if args == nil {
+			return batchDone
+		}
+		h.ServeRESP(c, args)
+		if int64(len(c.Out)) > s.cfg.MaxOutputBuffer {
+			s.outputDrops.Add(1)
+			s.logger.Warn("resp: closing client over the output buffer limit", "id", c.id, "addr", c.remote,
+				"bytes", len(c.Out), "limit", s.cfg.MaxOutputBuffer)
+			c.Out = c.Out[:0]
+			return batchClose
+		}
+		if len(c.Out) > maxPendingOut {
+			return batchFlush
+		}
+	}
+	return batchDone
+}
+
+// serve is the loop of a connection on its own goroutine, after redcon's
+// handle: run every complete command already buffered, write the replies
+// once, read more. It returns when the connection must close.
+func (c *Conn) serve() {
+	s := c.srv
 	for {
-		for !c.closeAfter {
-			if c.killed.Load() {
+		switch c.execute() {
+		case batchClose:
+			return
+		case batchFlush:
+			if c.write() != nil {
 				return
 			}
-			args, err := c.rd.next()
-			if err != nil {
-				c.protocolError(err)
-				return
-			}
-			if args == nil {
-				break
-			}
-			h.ServeRESP(c, args)
-			if int64(len(c.Out)) > s.cfg.MaxOutputBuffer {
-				s.outputDrops.Add(1)
-				s.logger.Warn("resp: closing client over the output buffer limit", "id", c.id, "addr", c.remote,
-					"bytes", len(c.Out), "limit", s.cfg.MaxOutputBuffer)
-				c.Out = c.Out[:0]
-				return
-			}
-			if len(c.Out) > maxPendingOut {
-				if c.write() != nil {
-					return
-				}
-			}
+			continue
 		}
 		if c.killed.Load() {
 			return
@@ -266,11 +323,12 @@ func (c *Conn) write() error {
 }
 
 // protocolError answers a malformed request with "-ERR <text>" after the
-// replies of the commands before it, as Redis does; the caller closes.
+// replies of the commands before it, as Redis does, and closes the
+// connection once they are written.
 func (c *Conn) protocolError(err error) {
 	s := c.srv
 	s.protoErrors.Add(1)
 	s.logger.Debug("resp: protocol error", "id", c.id, "addr", c.remote, "err", err.Error())
 	c.Out = redcon.AppendError(c.Out, "ERR "+err.Error())
-	c.write()
+	c.closeAfter = true
 }

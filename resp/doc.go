@@ -1,6 +1,6 @@
 // Package resp is the network side of cellserver: a Redis protocol (RESP2)
-// server. It owns the listener, the accept loop, one goroutine per
-// connection, the request reader and its limits, pipelining, reply
+// server. It owns the listener, the accept loop, the event loops that
+// serve connections, the request reader and its limits, pipelining, reply
 // buffering and graceful shutdown. It knows nothing about commands: a
 // [Handler] receives each command as a slice of arguments and appends its
 // reply to [Conn.Out].
@@ -16,6 +16,28 @@
 // passes 64 KiB within a batch it is written out early, so a long pipeline
 // does not buffer all its replies; a reply buffer grown past 1 MiB is
 // dropped after the batch.
+//
+// # Event loops
+//
+// On Linux, plain TCP connections are served by event loops
+// ([Config.EventLoops], default one per GOMAXPROCS), as Redis serves them:
+// each loop waits on epoll (level-triggered) for all of its connections,
+// reads once from each ready one in the order epoll reports them and runs
+// its batch, then writes the replies of the whole round, calling
+// BeforeWrite for each first. A connection is assigned to a loop at accept,
+// round-robin. Compared with a goroutine per connection this saves the
+// speculative read(2) that ends each batch and the scheduler's work of
+// parking and waking a goroutine per request, and serves ready clients
+// first come, first served, which keeps tail latency close to the median.
+// A client whose socket buffer is full is not read until it drains (its
+// input stays in the kernel); one that makes no progress for OutputTimeout
+// is closed, as is an idle one past IdleTimeout, by a check that runs
+// every 100 ms (or half the timeout, when shorter). The price is Redis's
+// too: a slow command delays the other clients of its loop.
+//
+// TLS connections, systems other than Linux, and EventLoops -1 get a
+// goroutine per connection, which runs the same batches with blocking
+// reads and writes under deadlines.
 //
 // The request reader is cellserver's own, not redcon's: redcon's reader
 // has no size limits (its buffer doubles without bound) and allocates for
@@ -91,10 +113,12 @@
 //
 // # Concurrency
 //
-// A Server's methods are safe for concurrent use. Each connection has one
-// goroutine, which runs its Handler calls one at a time; handler calls for
-// different connections run in parallel, so state shared between
-// connections needs the handler's own synchronisation.
+// A Server's methods are safe for concurrent use. Each connection's
+// Handler calls run one at a time, on its event loop or its own goroutine;
+// handler calls for different connections run in parallel (on different
+// loops), so state shared between connections needs the handler's own
+// synchronisation. A Handler must not block waiting for another client of
+// the server: that client may be on the same loop.
 //
 // Conn methods safe to call from any goroutine (for example from another
 // connection's handler, through [Server.Range], for CLIENT LIST or CLIENT

@@ -94,13 +94,15 @@ type Server struct {
 	protoErrors atomic.Int64
 	outputDrops atomic.Int64
 
-	mu        sync.Mutex // guards the fields below
-	listeners map[*net.Listener]struct{}
-	addr      net.Addr
-	conns     map[*Conn]struct{}
-	closedIn  int64         // net input bytes of connections that have ended
-	closedOut int64         // net output bytes of connections that have ended
-	done      chan struct{} // closed when shutdown begins; ends an accept backoff
+	mu         sync.Mutex // guards the fields below
+	listeners  map[*net.Listener]struct{}
+	addr       net.Addr
+	conns      map[*Conn]struct{}
+	closedIn   int64         // net input bytes of connections that have ended
+	closedOut  int64         // net output bytes of connections that have ended
+	done       chan struct{} // closed when shutdown begins; ends an accept backoff
+	loopsTried bool          // the event loops were started, or failed to
+	loops      []*loop       // event loops; empty: a goroutine per connection
 	// connWG counts registered connections. Add is called only with mu
 	// held and inShutdown false, so Shutdown may Wait once it is set.
 	connWG sync.WaitGroup
@@ -220,21 +222,57 @@ func (s *Server) accept(nc net.Conn) {
 	}
 	c := &Conn{
 		srv:     s,
-		nc:      nc,
-		raw:     newRawSock(nc),
 		id:      s.nextID.Add(1),
 		remote:  addrString(nc.RemoteAddr()),
 		local:   addrString(nc.LocalAddr()),
 		created: time.Now(),
 		rd:      newReader(&s.cfg),
 	}
+	if lp := s.eventLoop(c.id); lp != nil {
+		if fd, ok := detachFD(nc); ok {
+			c.lp, c.fd, c.fdOpen = lp, fd, true
+		}
+	}
+	if c.lp == nil {
+		c.nc, c.raw = nc, newRawSock(nc)
+	}
 	c.lastActive.Store(c.created.UnixNano())
+	c.idleSince = c.created.UnixNano()
 	s.conns[c] = struct{}{}
 	s.connWG.Add(1)
 	s.mu.Unlock()
 
 	s.totalConns.Add(1)
-	go s.serveConn(c)
+	if c.lp != nil {
+		c.lp.add(c)
+	} else {
+		go s.serveConn(c)
+	}
+}
+
+// eventLoop returns the event loop for connection id, starting the loops
+// on first use, or nil when connections get goroutines of their own. The
+// caller holds s.mu.
+func (s *Server) eventLoop(id int64) *loop {
+	if s.cfg.EventLoops < 0 {
+		return nil
+	}
+	if !s.loopsTried {
+		s.loopsTried = true
+		n := s.cfg.EventLoops
+		if n == 0 {
+			n = runtime.GOMAXPROCS(0)
+		}
+		loops, err := newLoops(s, n)
+		if err != nil {
+			s.logger.Warn("resp: no event loops; serving each connection on its own goroutine", "err", err)
+		}
+		s.loops = loops
+	}
+	if len(s.loops) == 0 {
+		return nil
+	}
+	return s.loops[int(id%int64(len(s.loops)))]
 }
 
 func addrString(a net.Addr) string {
@@ -255,19 +293,25 @@ func (s *Server) serveConn(c *Conn) {
 		}
 		c.state.Store(connClosed)
 		c.nc.Close()
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.closedIn += c.netIn.Load()
-		s.closedOut += c.netOut.Load()
-		s.mu.Unlock()
-		if opened {
-			s.closeHandler(c)
-		}
-		s.connWG.Done()
+		s.finish(c, opened)
 	}()
 	s.handler.Open(c)
 	opened = true
 	c.serve()
+}
+
+// finish unregisters a closed connection and runs Handler.Close if Open
+// returned normally.
+func (s *Server) finish(c *Conn, opened bool) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.closedIn += c.netIn.Load()
+	s.closedOut += c.netOut.Load()
+	s.mu.Unlock()
+	if opened {
+		s.closeHandler(c)
+	}
+	s.connWG.Done()
 }
 
 // closeHandler calls Handler.Close, logging a panic instead of raising it.
@@ -337,6 +381,9 @@ func (s *Server) beginShutdown() ([]*Conn, error) {
 	if !s.inShutdown.Load() {
 		s.inShutdown.Store(true)
 		close(s.done)
+		for _, l := range s.loops {
+			l.wake()
+		}
 	}
 	var lnErr error
 	for ln := range s.listeners {

@@ -141,6 +141,9 @@ func startServer(t testing.TB, cfg Config, h Handler) (*Server, string) {
 	if cfg.Logger == nil {
 		cfg.Logger = discardLogger()
 	}
+	if cfg.EventLoops == 0 {
+		cfg.EventLoops = testEventLoops
+	}
 	s := NewServer(cfg, h)
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ln) }()
@@ -695,9 +698,9 @@ func TestConfigValidate(t *testing.T) {
 		d.MaxQueryBuffer != 64<<20 || d.MaxInlineLen != 64<<10 || d.Logger == nil {
 		t.Errorf("defaults %+v", d)
 	}
-	bad := Config{MaxClients: -1, IdleTimeout: -1, MaxBulkLen: -1, MaxMultiBulkLen: 1 << 31, MaxQueryBuffer: -1, MaxInlineLen: -1}
+	bad := Config{MaxClients: -1, IdleTimeout: -1, MaxBulkLen: -1, MaxMultiBulkLen: 1 << 31, MaxQueryBuffer: -1, MaxInlineLen: -1, EventLoops: -2}
 	err := bad.Validate()
-	for _, f := range []string{"MaxClients", "IdleTimeout", "MaxBulkLen", "MaxMultiBulkLen", "MaxQueryBuffer", "MaxInlineLen"} {
+	for _, f := range []string{"MaxClients", "IdleTimeout", "MaxBulkLen", "MaxMultiBulkLen", "MaxQueryBuffer", "MaxInlineLen", "EventLoops"} {
 		if err == nil || !strings.Contains(err.Error(), f) {
 			t.Errorf("error lacks %s: %v", f, err)
 		}

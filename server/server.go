@@ -58,6 +58,10 @@ type Config struct {
 	// OutputTimeout disconnects a client that does not read its replies for
 	// this long. The default value is 30s.
 	OutputTimeout time.Duration
+	// EventLoops is the number of epoll event loops serving plain TCP
+	// clients on Linux: 0 (the default) means one per GOMAXPROCS, -1 a
+	// goroutine per connection instead (see resp.Config.EventLoops).
+	EventLoops int
 	// Password, when set, must be given with AUTH before other commands.
 	Password string
 	// TLSCertFile and TLSKeyFile, when set, make the listener speak TLS
@@ -269,6 +273,7 @@ func (c Config) respConfig() resp.Config {
 		MaxQueryBuffer:  c.MaxQueryBuffer,
 		MaxOutputBuffer: c.MaxOutputBuffer,
 		OutputTimeout:   c.OutputTimeout,
+		EventLoops:      c.EventLoops,
 		Logger:          c.Logger,
 	}
 }
@@ -295,6 +300,7 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "client-query-buffer-limit", Value: itoa(c.MaxQueryBuffer)},
 		{Name: "client-output-buffer-limit", Value: itoa(max(c.MaxOutputBuffer, 0))},
 		{Name: "client-output-timeout", Value: c.OutputTimeout.String()},
+		{Name: "event-loops", Value: itoa(int64(c.EventLoops))},
 		{Name: "requirepass", Value: pass},
 		{Name: "shutdown-timeout", Value: c.ShutdownTimeout.String()},
 		{Name: "tls-cert-file", Value: c.TLSCertFile},

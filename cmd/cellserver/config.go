@@ -149,6 +149,7 @@ var options = []option{
 	{"client-query-buffer-limit", "64mb", "most unparsed bytes buffered per client", setInt64(func(c *server.Config) *int64 { return &c.MaxQueryBuffer })},
 	{"client-output-buffer-limit", "64mb", "disconnect a client whose replies to one batch exceed this many bytes", setInt64(func(c *server.Config) *int64 { return &c.MaxOutputBuffer })},
 	{"client-output-timeout", "30s", "disconnect a client that does not read its replies for this long", setDuration(func(c *server.Config) *time.Duration { return &c.OutputTimeout })},
+	{"event-loops", "0", "epoll event loops serving TCP clients (0: one per CPU; -1: a goroutine per client instead)", setInt(func(c *server.Config) *int { return &c.EventLoops })},
 	{"databases", "16", "number of databases (SELECT 0..n-1)", setInt(func(c *server.Config) *int { return &c.Databases })},
 	{"shards", "256", "lock shards per database (rounded up to a power of two)", setInt(func(c *server.Config) *int { return &c.Shards })},
 	{"shutdown-timeout", "10s", "how long shutdown waits for in-flight commands", setDuration(func(c *server.Config) *time.Duration { return &c.ShutdownTimeout })},

@@ -1,0 +1,547 @@
+//go:build linux
+
+package resp
+
+import (
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// loopEvents is the most readiness events one epoll_wait returns.
+const loopEvents = 512
+
+// maxCronInterval is the longest time between two checks of the idle and
+// output timeouts of a loop's clients (Redis checks client timeouts from
+// its 10 Hz cron, too).
+const maxCronInterval = 100 * time.Millisecond
+
+// A loop serves plain TCP connections from one goroutine with epoll, the
+// way Redis's event loop does. One round:
+//
+//  1. epoll_wait for the ready clients (level-triggered);
+//  2. for each, in the order epoll reports them (the order their input
+//     arrived), read once and run every complete command read, appending
+//     replies to Conn.Out;
+//  3. write the replies of the round, calling BeforeWrite first for each
+//     client (so with fsync "always" one sync covers the whole round);
+//  4. every cron interval, close clients past IdleTimeout or whose replies
+//     have made no progress for OutputTimeout.
+//
+// A client whose socket buffer is full waits for EPOLLOUT and is not read
+// meanwhile, so its input is left in the kernel (backpressure) and its
+// replies never exceed what one batch produced.
+//
+// Only the loop's goroutine touches its connections' sockets, except
+// Kill and Shutdown, which may shut a socket down (shutdown(2), under
+// Conn.fdMu) from any goroutine: the loop then sees the hang-up and
+// closes the descriptor itself.
+type loop struct {
+	srv    *Server
+	epfd   int
+	wakefd int // eventfd: new connections, shutdown
+
+	mu     sync.Mutex // guards adds, exited and writes to wakefd
+	adds   []*Conn    // accepted, not yet registered
+	exited bool
+
+	// Owned by the loop's goroutine.
+	conns    []*Conn // by descriptor
+	live     int     // non-nil entries of conns
+	writes   []*Conn // connections with replies to write this round
+	waiting  int     // connections waiting for EPOLLOUT
+	events   []unix.EpollEvent
+	ev       unix.EpollEvent // argument of epoll_ctl, kept off the heap
+	now      int64           // Unix nanoseconds at the start of the round
+	nextCron int64
+}
+
+// eventfdOne is the 8-byte increment written to wake a loop.
+var eventfdOne = [8]byte{1}
+
+// newLoops starts n event loops for s.
+func newLoops(s *Server, n int) ([]*loop, error) {
+	loops := make([]*loop, 0, n)
+	for range n {
+		l := &loop{srv: s, epfd: -1, wakefd: -1, events: make([]unix.EpollEvent, loopEvents)}
+		err := l.init()
+		if err != nil {
+			l.release()
+			for _, l := range loops {
+				l.release()
+			}
+			return nil, err
+		}
+		loops = append(loops, l)
+	}
+	for _, l := range loops {
+		go l.run()
+	}
+	return loops, nil
+}
+
+func (l *loop) init() error {
+	var err error
+	if l.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+		return err
+	}
+	if l.wakefd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		return err
+	}
+	l.ev = unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(l.wakefd)}
+	return unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, l.wakefd, &l.ev)
+}
+
+// release closes the loop's own descriptors.
+func (l *loop) release() {
+	if l.wakefd >= 0 {
+		unix.Close(l.wakefd)
+		l.wakefd = -1
+	}
+	if l.epfd >= 0 {
+		unix.Close(l.epfd)
+		l.epfd = -1
+	}
+}
+
+// detachFD takes the socket of a plain TCP connection away from Go's
+// poller: it returns a duplicate descriptor (non-blocking, as the original
+// was) and closes nc. It fails for anything but a *net.TCPConn.
+func detachFD(nc net.Conn) (int, bool) {
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		return -1, false
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return -1, false
+	}
+	fd := -1
+	var dupErr error
+	if err := rc.Control(func(s uintptr) {
+		fd, dupErr = unix.FcntlInt(s, unix.F_DUPFD_CLOEXEC, 0)
+	}); err != nil || dupErr != nil {
+		return -1, false
+	}
+	tc.Close()
+	return fd, true
+}
+
+// shutdownFD ends both directions of a socket without releasing its
+// descriptor.
+func shutdownFD(fd int) { unix.Shutdown(fd, unix.SHUT_RDWR) }
+
+// add hands an accepted connection to the loop.
+func (l *loop) add(c *Conn) {
+	l.mu.Lock()
+	if l.exited {
+		// The server shut down and the loop ended between accept and
+		// here: the connection never starts.
+		l.mu.Unlock()
+		c.state.Store(connClosed)
+		l.closeFD(c)
+		l.srv.finish(c, false)
+		return
+	}
+	l.adds = append(l.adds, c)
+	unix.Write(l.wakefd, eventfdOne[:])
+	l.mu.Unlock()
+}
+
+// wake interrupts the loop's wait, so it looks at the server's state.
+func (l *loop) wake() {
+	l.mu.Lock()
+	if !l.exited {
+		unix.Write(l.wakefd, eventfdOne[:])
+	}
+	l.mu.Unlock()
+}
+
+func (l *loop) run() {
+	s := l.srv
+	for {
+		n, err := unix.EpollWait(l.epfd, l.events, l.timeout())
+		if err != nil && err != unix.EINTR {
+			s.logger.Error("resp: event loop failed; closing its clients", "err", err)
+			l.exit()
+			return
+		}
+		l.now = time.Now().UnixNano()
+		for i := range max(n, 0) {
+			ev := &l.events[i]
+			fd := int(ev.Fd)
+			if fd == l.wakefd {
+				l.takeAdds()
+				continue
+			}
+			if fd < len(l.conns) {
+				if c := l.conns[fd]; c != nil {
+					l.event(c)
+				}
+			}
+		}
+		l.flush()
+		if (s.cfg.IdleTimeout > 0 || l.waiting > 0) && l.now >= l.nextCron {
+			l.cron()
+		}
+		if s.inShutdown.Load() && l.shutdown() {
+			return
+		}
+	}
+}
+
+// timeout is the epoll_wait timeout in milliseconds: until the next cron
+// when one is due, else forever.
+func (l *loop) timeout() int {
+	if l.srv.cfg.IdleTimeout <= 0 && l.waiting == 0 {
+		return -1
+	}
+	d := l.nextCron - time.Now().UnixNano()
+	if d <= 0 {
+		return 0
+	}
+	return int((d + int64(time.Millisecond) - 1) / int64(time.Millisecond))
+}
+
+// cronInterval is the time between checks of the timeouts: a tenth of a
+// second, or half the shortest timeout when that is shorter.
+func (l *loop) cronInterval() time.Duration {
+	d := maxCronInterval
+	for _, t := range []time.Duration{l.srv.cfg.IdleTimeout, l.srv.cfg.OutputTimeout} {
+		if t > 0 && t/2 < d {
+			d = max(t/2, time.Millisecond)
+		}
+	}
+	return d
+}
+
+// takeAdds registers the connections handed over by accept.
+func (l *loop) takeAdds() {
+	var buf [8]byte
+	unix.Read(l.wakefd, buf[:])
+	l.mu.Lock()
+	adds := l.adds
+	l.adds = nil
+	l.mu.Unlock()
+	for _, c := range adds {
+		l.open(c)
+	}
+}
+
+func (l *loop) open(c *Conn) {
+	if c.fd >= len(l.conns) {
+		grown := make([]*Conn, max(2*len(l.conns), c.fd+1, 64))
+		copy(grown, l.conns)
+		l.conns = grown
+	}
+	l.conns[c.fd] = c
+	l.live++
+	l.ev = unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(c.fd)}
+	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, c.fd, &l.ev); err != nil {
+		l.srv.logger.Error("resp: cannot watch client socket; closing it", "id", c.id, "addr", c.remote, "err", err)
+		l.close(c)
+		return
+	}
+	l.runOpen(c)
+	if c.fd >= 0 {
+		l.serve(c) // writes what Open replied, or goes idle
+	}
+}
+
+func (l *loop) runOpen(c *Conn) {
+	defer l.recoverConn(c)
+	l.srv.handler.Open(c)
+	c.opened = true
+}
+
+// recoverConn isolates a panic in the Handler as the goroutine of a
+// connection does: logged with its stack, it ends only that connection.
+func (l *loop) recoverConn(c *Conn) {
+	if v := recover(); v != nil {
+		l.srv.logPanic(c, "ServeRESP or Open", v)
+		l.close(c)
+	}
+}
+
+// event handles the readiness of a connection's socket.
+func (l *loop) event(c *Conn) {
+	if c.waitOut {
+		if c.killed.Load() {
+			l.close(c)
+			return
+		}
+		if l.write(c) {
+			l.serve(c) // the rest of the batch the full socket held up
+		}
+		return
+	}
+	if c.queued {
+		return // its replies are written first; level-triggered epoll reports the input again
+	}
+	if !c.state.CompareAndSwap(connIdle, connActive) {
+		l.close(c) // killed, or claimed by Shutdown
+		return
+	}
+	n, err := c.rd.readFD(c.fd)
+	if n > 0 {
+		c.netIn.Add(int64(n))
+		c.lastActive.Store(l.now)
+		c.idleSince = l.now
+		c.qbuf.Store(int64(c.rd.buffered()))
+		l.serve(c)
+		return
+	}
+	if err == unix.EAGAIN {
+		l.done(c)
+		return
+	}
+	l.close(c) // end of input, or a reset
+}
+
+// serve runs the commands buffered for c and queues their replies.
+func (l *loop) serve(c *Conn) {
+	defer l.recoverConn(c)
+	for {
+		r := c.execute()
+		if r == batchClose {
+			l.close(c)
+			return
+		}
+		if r == batchDone {
+			break
+		}
+		if !l.write(c) {
+			return // closed, or waiting for EPOLLOUT
+		}
+	}
+	c.qbuf.Store(int64(c.rd.buffered()))
+	if c.killed.Load() {
+		l.close(c)
+		return
+	}
+	if len(c.Out) > 0 {
+		if !c.queued {
+			c.queued = true
+			l.writes = append(l.writes, c)
+		}
+		return
+	}
+	l.done(c)
+}
+
+// flush writes the replies of the round.
+func (l *loop) flush() {
+	for i, c := range l.writes {
+		l.writes[i] = nil
+		c.queued = false
+		if c.fd < 0 {
+			continue
+		}
+		if c.killed.Load() {
+			l.close(c)
+			continue
+		}
+		if l.flushOne(c) {
+			l.done(c)
+		}
+	}
+	l.writes = l.writes[:0]
+}
+
+func (l *loop) flushOne(c *Conn) (ok bool) {
+	defer l.recoverConn(c)
+	return l.write(c)
+}
+
+// write writes c.Out. It returns true once all of it is written; false when
+// the socket is full (c then waits for EPOLLOUT) or c was closed.
+func (l *loop) write(c *Conn) bool {
+	if !c.before {
+		if b := l.srv.before; b != nil {
+			if err := b.BeforeWrite(c); err != nil {
+				c.Out = c.Out[:0]
+				l.close(c)
+				return false
+			}
+		}
+		c.before = true
+	}
+	for c.outOff < len(c.Out) {
+		n, err := unix.Write(c.fd, c.Out[c.outOff:])
+		if n > 0 {
+			c.outOff += n
+			c.netOut.Add(int64(n))
+			c.outSince = l.now
+		}
+		switch err {
+		case nil, unix.EINTR:
+		case unix.EAGAIN:
+			c.outLen.Store(int64(len(c.Out) - c.outOff))
+			if !c.waitOut {
+				c.waitOut = true
+				l.waiting++
+				l.watch(c, unix.EPOLLOUT)
+			}
+			return false
+		default:
+			l.close(c)
+			return false
+		}
+	}
+	if c.waitOut {
+		c.waitOut = false
+		l.waiting--
+		c.outLen.Store(0)
+		l.watch(c, unix.EPOLLIN)
+	}
+	c.Out = c.Out[:0]
+	c.outOff = 0
+	c.before = false
+	return true
+}
+
+// watch sets the events the loop waits for on c's socket.
+func (l *loop) watch(c *Conn, events uint32) {
+	l.ev = unix.EpollEvent{Events: events, Fd: int32(c.fd)}
+	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_MOD, c.fd, &l.ev); err != nil {
+		l.close(c)
+	}
+}
+
+// done ends a batch whose replies are all written: the connection closes
+// if asked to, else becomes idle (unless the server is shutting down).
+func (l *loop) done(c *Conn) {
+	if cap(c.Out) > maxRetainedBuf {
+		c.Out = nil
+	}
+	if c.closeAfter {
+		l.close(c)
+		return
+	}
+	// Become idle, then look for shutdown, as the goroutine of a
+	// connection does.
+	c.state.Store(connIdle)
+	if l.srv.inShutdown.Load() {
+		l.close(c)
+	}
+}
+
+// cron closes the clients past IdleTimeout, and those whose replies have
+// made no progress for OutputTimeout (or IdleTimeout when shorter).
+func (l *loop) cron() {
+	s := l.srv
+	idle := int64(s.cfg.IdleTimeout)
+	out := int64(s.cfg.OutputTimeout)
+	if idle > 0 && idle < out {
+		out = idle
+	}
+	for _, c := range l.conns {
+		switch {
+		case c == nil:
+		case c.waitOut:
+			if l.now-c.outSince >= out {
+				s.logger.Debug("resp: closing client that does not read its replies", "id", c.id, "addr", c.remote)
+				l.close(c)
+			}
+		case idle > 0 && l.now-c.idleSince >= idle:
+			if c.state.CompareAndSwap(connIdle, connClosed) {
+				s.logger.Debug("resp: closing idle client", "id", c.id, "addr", c.remote)
+				l.close(c)
+			}
+		}
+	}
+	l.nextCron = l.now + int64(l.cronInterval())
+}
+
+// shutdown closes the loop's idle connections once the server is shutting
+// down, and ends the loop when none is left. It reports whether it did.
+func (l *loop) shutdown() bool {
+	for _, c := range l.conns {
+		if c != nil && (c.state.Load() == connClosed || c.state.CompareAndSwap(connIdle, connClosed)) {
+			l.close(c)
+		}
+	}
+	if l.live > 0 {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.adds) > 0 {
+		return false // the eventfd is readable: the next round takes them
+	}
+	l.exited = true
+	l.release()
+	return true
+}
+
+// exit closes every connection of a loop whose epoll failed, and ends it.
+func (l *loop) exit() {
+	l.mu.Lock()
+	l.exited = true
+	adds := l.adds
+	l.adds = nil
+	l.mu.Unlock()
+	for _, c := range l.conns {
+		if c != nil {
+			l.close(c)
+		}
+	}
+	for _, c := range adds {
+		c.state.Store(connClosed)
+		l.closeFD(c)
+		l.srv.finish(c, false)
+	}
+	l.mu.Lock()
+	l.release()
+	l.mu.Unlock()
+}
+
+// close closes a connection of the loop, once.
+func (l *loop) close(c *Conn) {
+	if c.fd < 0 {
+		return
+	}
+	c.state.Store(connClosed)
+	if c.waitOut {
+		c.waitOut = false
+		l.waiting--
+	}
+	l.conns[c.fd] = nil
+	l.live--
+	l.closeFD(c)
+	c.Out = nil
+	c.outLen.Store(0)
+	l.srv.finish(c, c.opened)
+}
+
+// closeFD closes c's descriptor (which also removes it from epoll).
+func (l *loop) closeFD(c *Conn) {
+	c.fdMu.Lock()
+	c.fdOpen = false
+	unix.Close(c.fd)
+	c.fd = -1
+	c.fdMu.Unlock()
+}
+
+// readFD reads once from a non-blocking socket into the buffer. It returns
+// io.EOF at the end of input and unix.EAGAIN when nothing is ready.
+func (r *reader) readFD(fd int) (int, error) {
+	r.makeRoom()
+	for {
+		n, err := unix.Read(fd, r.buf[r.end:])
+		if n > 0 {
+			r.end += n
+			return n, nil
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err == nil {
+			err = io.EOF
+		}
+		return 0, err
+	}
+}

@@ -1,0 +1,22 @@
+//go:build !linux
+
+package resp
+
+import (
+	"errors"
+	"net"
+)
+
+// loop is an epoll event loop; other systems serve every connection on a
+// goroutine of its own.
+type loop struct{}
+
+func newLoops(*Server, int) ([]*loop, error) {
+	return nil, errors.New("resp: event loops need Linux")
+}
+
+func (l *loop) add(*Conn) {}
+func (l *loop) wake()     {}
+
+func detachFD(net.Conn) (int, bool) { return -1, false }
+func shutdownFD(int)                {}

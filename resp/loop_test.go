@@ -1,0 +1,84 @@
+package resp
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// A client that pipelines more replies than the socket buffers hold
+// before reading any receives all of them, in order: the server pauses on
+// the full socket (an event loop waits for EPOLLOUT, mid-batch) and goes
+// on as the client reads.
+func TestServerBackpressure(t *testing.T) {
+	h := newTestHandler()
+	_, addr := startServer(t, Config{}, h)
+	c := dial(t, addr)
+	// A small receive window (no autotuning) keeps the server's socket
+	// full: 18 MB of replies against a few MB of buffers.
+	if err := c.(*net.TCPConn).SetReadBuffer(32 << 10); err != nil {
+		t.Fatal(err)
+	}
+	const n, size = 300, 60000
+	req := strings.Repeat(fmt.Sprintf("BIG %d\r\nPING\r\n", size), n)
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	reply := fmt.Sprintf("$%d\r\n%s\r\n+PONG\r\n", size, strings.Repeat("b", size))
+	got := make([]byte, len(reply))
+	for i := range n {
+		if _, err := io.ReadFull(c, got); err != nil {
+			t.Fatalf("reply %d: %v", i, err)
+		}
+		if string(got) != reply {
+			t.Fatalf("reply %d differs", i)
+		}
+	}
+	roundTrip(t, c, "PING\r\n", "+PONG\r\n")
+	if r := h.ran.Load(); r != 2*n+1 {
+		t.Errorf("%d commands ran, want %d", r, 2*n+1)
+	}
+}
+
+// Clients served by one loop are served concurrently: many clients, each
+// with its own pipeline, all get their own replies.
+func TestServerManyClientsOneLoop(t *testing.T) {
+	_, addr := startServer(t, Config{EventLoops: 1}, newTestHandler())
+	const clients, rounds = 40, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for i := range clients {
+		c := dial(t, addr)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				arg := fmt.Sprintf("c%d-r%d", i, r)
+				req := fmt.Sprintf("ECHO %s\r\nECHO %s\r\n", arg, arg)
+				want := fmt.Sprintf("$%d\r\n%s\r\n", len(arg), arg)
+				want += want
+				if _, err := io.WriteString(c, req); err != nil {
+					errs <- err
+					return
+				}
+				got := make([]byte, len(want))
+				if _, err := io.ReadFull(c, got); err != nil {
+					errs <- err
+					return
+				}
+				if string(got) != want {
+					errs <- fmt.Errorf("client %d round %d: got %q, want %q", i, r, got, want)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
