@@ -259,13 +259,17 @@ func checkKeys(t *testing.T, c *rawConn, name string, row infoRow) {
 		t.Errorf("%s: optional arguments before the first key", name)
 		return
 	}
+	// A subcommand's arguments are documented after its own name, which
+	// is argument 1 of the call.
+	words := strings.Split(name, "|")
+	pos += len(words) - 1
 	if pos != row.firstKey {
 		t.Errorf("%s: first key documented as argument %d, COMMAND INFO says %d", name, pos, row.firstKey)
 	}
 	if row.flags["movablekeys"] {
 		return // no generic example; CL.ALL's keys are checked in limiters.txt
 	}
-	if pos != 1 {
+	if pos != len(words) {
 		t.Errorf("%s: the key is argument %d, not the first", name, pos)
 	}
 	// An example call: the key, then "1" for every required argument
@@ -279,10 +283,10 @@ func checkKeys(t *testing.T, c *rawConn, name string, row infoRow) {
 			call = append(call, "1")
 		}
 	}
-	for len(call) < len(minArgs(row.arity)) {
+	for len(words)-1+len(call) < len(minArgs(row.arity)) {
 		call = append(call, "1")
 	}
-	example := append([]string{"COMMAND", "GETKEYS", name}, call...)
+	example := append(append([]string{"COMMAND", "GETKEYS"}, words...), call...)
 	v := c.mustDo(t, example...)
 	if v.kind != '*' || len(v.elems) == 0 || v.elems[0].str != "the-key" {
 		t.Errorf("%q: %v, want the key first", example, v)

@@ -96,9 +96,10 @@ const (
 )
 
 // EntryOverhead is the estimated memory of one entry beyond its key bytes
-// and its object: the 40-byte entry, its index slot at the table's lowest
-// load and a share of the partly filled chunk and page (see table).
-const EntryOverhead = 56
+// and its object: the 56-byte entry (which holds a key of up to 16 bytes
+// itself), its index slot at the table's lowest load and a share of the
+// partly filled chunk (see table).
+const EntryOverhead = 64
 
 // Sizer is implemented by objects (Value.Obj) that report their memory.
 type Sizer interface{ MemSize() int }
@@ -385,6 +386,21 @@ func (s *Shard) Peek(key []byte, now int64) *Value {
 	s.sec = now / 1000
 	e.touch(s.sec) // recency only: not a change to persist
 	return s.load(idx)
+}
+
+// Usage returns the accounted memory of key (as maxmemory counts it: key
+// bytes, EntryOverhead and its object), or -1 if it does not exist or has
+// expired at now. s.mu must be held.
+func (s *Shard) Usage(key []byte, now int64) int64 {
+	idx, _, ok := s.t.lookup(key, s.hash(key))
+	if !ok {
+		return -1
+	}
+	e := s.t.at(idx)
+	if e.exp != 0 && now > e.exp {
+		return -1
+	}
+	return s.t.size(e)
 }
 
 // Set stores v under key, replacing any previous value. s.mu must be held.

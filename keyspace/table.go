@@ -8,10 +8,10 @@ import (
 // A shard's keys live in a table built for memory per key, not in a Go
 // map: a map[string]*Value costs about 150 bytes per limiter key (the
 // map's slot, the key's string allocation, the Value allocation) where the
-// table costs about 50 (one 40-byte entry, a 4-byte index slot at load
-// 3/8..3/4, the key's bytes in a shared page).
+// table costs about 65 (one 56-byte entry holding a short key, a 4-byte
+// index slot at load 3/8..3/4).
 //
-//   - entries: fixed 40-byte records without pointers, in chunks of
+//   - entries: fixed 56-byte records without pointers, in chunks of
 //     chunkLen that never move (growing adds a chunk; nothing is copied,
 //     so growth leaves no garbage and the garbage collector never scans
 //     them). A removed entry goes on a free list threaded through koff.
@@ -19,16 +19,19 @@ import (
 //     []uint32; a slot holds 8 bits of the key's hash (a tag that rejects
 //     most non-matching probes without touching the entry) and the entry's
 //     index plus one. 0 is empty; tombstone marks a removed slot.
-//   - key bytes: packed into pages of pageSize bytes; a page whose keys are
+//   - key bytes: a key of up to inlineKey bytes (most limiter keys) is
+//     kept in its entry, so finding it touches the slot and the entry
+//     only. Longer ones are packed into pages of pageSize bytes; a page whose keys are
 //     all gone is released, and the pages are compacted when more than half
 //     of their bytes are dead. Keys longer than bigKey bytes, and the
 //     non-scalar state of some kinds (Value.Obj), live in objs.
 const (
-	chunkBits  = 8
+	chunkBits  = 8 // 256 entries: 14336 bytes, a size class of its own
 	chunkLen   = 1 << chunkBits
 	pageBits   = 14
 	pageSize   = 1 << pageBits
 	bigKey     = 1024
+	inlineKey  = 16 // the longest key kept in its entry
 	idxMask    = 1<<24 - 1
 	tombstone  = idxMask // a slot's index field: removed
 	maxEntries = idxMask - 1
@@ -45,8 +48,9 @@ type entry struct {
 	exp  int64
 	koff uint32 // page<<pageBits | offset; bigKeyOff; next free entry + 1 when free
 	klen uint32
-	meta uint32 // 0: a free entry
-	obj  uint32 // index+1 into objs; 0: none
+	meta uint32          // 0: a free entry
+	obj  uint32          // index+1 into objs; 0: none
+	ik   [inlineKey]byte // the key, when klen <= inlineKey
 }
 
 func (e *entry) kind() Kind      { return Kind(e.meta) }
@@ -88,6 +92,9 @@ func (t *table) at(i uint32) *entry { return &t.chunks[i>>chunkBits][i&(chunkLen
 
 // key returns e's key bytes (valid until the table changes).
 func (t *table) key(e *entry) []byte {
+	if e.klen <= inlineKey {
+		return e.ik[:e.klen:e.klen]
+	}
 	if e.koff == bigKeyOff {
 		return t.objs[e.obj-1].key
 	}
@@ -221,8 +228,13 @@ func (t *table) remove(idx uint32, pos int) {
 	}
 }
 
-// storeKey copies key into a page (or objs, for a long key) and sets e.koff.
+// storeKey copies key into e (a short key), a page, or objs (a long key),
+// and sets e.koff. e.klen must be set.
 func (t *table) storeKey(e *entry, key []byte) {
+	if len(key) <= inlineKey {
+		copy(e.ik[:], key)
+		return
+	}
 	if len(key) > bigKey {
 		e.koff = bigKeyOff
 		t.objSlotOf(e).key = append([]byte(nil), key...)
@@ -257,6 +269,9 @@ func (t *table) newPage() {
 // releaseKey gives e's key bytes back; a page left without live keys is
 // released at once.
 func (t *table) releaseKey(e *entry) {
+	if e.klen <= inlineKey {
+		return
+	}
 	if e.koff == bigKeyOff {
 		t.objs[e.obj-1].key = nil
 		return
@@ -281,7 +296,7 @@ func (t *table) compactPages() {
 	t.pages, t.pageLive, t.freePages, t.cur, t.keyBytes = nil, nil, nil, -1, 0
 	for i := uint32(0); i < t.next; i++ {
 		e := t.at(i)
-		if e.meta == 0 || e.koff == bigKeyOff {
+		if e.meta == 0 || e.klen <= inlineKey || e.koff == bigKeyOff {
 			continue
 		}
 		off := e.koff & (pageSize - 1)

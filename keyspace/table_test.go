@@ -22,9 +22,9 @@ func (j *mirror) Delete(_ int, key []byte) { delete(j.m, string(key)) }
 func (j *mirror) DeleteDB(int)             { clear(j.m) }
 func (j *mirror) DeleteAll()               { clear(j.m) }
 
-func TestEntryIs40Bytes(t *testing.T) {
-	if n := unsafe.Sizeof(entry{}); n != 40 {
-		t.Fatalf("entry is %d bytes, want 40 (the memory target per key depends on it)", n)
+func TestEntryIs56Bytes(t *testing.T) {
+	if n := unsafe.Sizeof(entry{}); n != 56 {
+		t.Fatalf("entry is %d bytes, want 56 (the memory target per key depends on it)", n)
 	}
 }
 
@@ -184,10 +184,15 @@ func checkTable(t *testing.T, seed uint64, step int, sh *Shard, model map[string
 		if int(e.klen) != len(k) {
 			fail("entry %d: klen %d, key bytes %d", i, e.klen, len(k))
 		}
-		if e.koff != bigKeyOff {
+		switch {
+		case len(k) <= inlineKey:
+			if len(k) > 0 && &k[0] != &e.ik[0] {
+				fail("short key %q not kept in its entry", k)
+			}
+		case e.koff != bigKeyOff:
 			keyBytes += len(k)
-		} else if len(k) <= bigKey {
-			fail("short key %q kept in objs", k)
+		case len(k) <= bigKey:
+			fail("key %q kept in objs", k)
 		}
 		want, ok := model[string(k)]
 		if !ok {
