@@ -98,6 +98,9 @@ type Server struct {
 	log      *slog.Logger
 	started  time.Time
 	monoBase time.Time // a fixed instant with a monotonic reading, for latencies
+	// realClock: clock is time.Now, so a client may derive the wall
+	// clock from the monotonic one (client.wallNS).
+	realClock bool
 
 	table map[string]*Spec // lower-case name -> spec
 	specs []*Spec          // every spec, subcommands included, by id
@@ -129,6 +132,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		cfg.Keyspace = ks
 	}
+	realClock := cfg.Clock == nil
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
@@ -170,6 +174,7 @@ func New(cfg Config) (*Server, error) {
 		loopback:    cfg.Loopback,
 		ks:          cfg.Keyspace,
 		clock:       cfg.Clock,
+		realClock:   realClock,
 		version:     cfg.Version,
 		password:    cfg.Password,
 		settings:    cfg.Settings,
@@ -367,12 +372,23 @@ func (s *Server) call(x *ctx, sp *Spec) {
 	x.haveNow = false
 	// Latency is measured on the monotonic clock alone (time.Since of a
 	// fixed instant reads it once; time.Now would read the wall clock
-	// too). The command reads the wall clock itself, once, under its shard
-	// lock: reading it here, before the lock, could let a command decide
-	// with a time older than the state another client just wrote.
-	start := time.Since(s.monoBase)
+	// too). A command pipelined behind another starts where that one
+	// ended, so a batch of commands reads the clock once per command. The
+	// command reads the wall clock itself, once, under its shard lock:
+	// reading it here, before the lock, could let a command decide with a
+	// time older than the state another client just wrote.
+	cl := x.cl
+	var start time.Duration
+	if b := x.c.Batch(); b == cl.lastBatch && cl.lastEnd != 0 {
+		start = cl.lastEnd
+	} else {
+		start = time.Since(s.monoBase)
+		cl.lastBatch = b
+	}
 	sp.Run(x)
-	d := time.Since(s.monoBase) - start
+	end := time.Since(s.monoBase)
+	cl.lastEnd = end
+	d := end - start
 	sp.stats.observe(d.Nanoseconds())
 	s.slowlog.maybeAdd(x, d)
 	sp.stats.calls.Add(1)

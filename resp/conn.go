@@ -45,7 +45,8 @@ type Conn struct {
 	created time.Time
 	rd      reader
 
-	closeAfter bool // set by CloseAfterReply
+	closeAfter bool   // set by CloseAfterReply
+	reads      uint64 // reads of input that returned data (Batch)
 
 	killed     atomic.Bool
 	state      atomic.Int32
@@ -99,6 +100,13 @@ func (c *Conn) QueryBufLen() int { return int(c.qbuf.Load()) }
 // unless a write to the client is in progress (Redis CLIENT LIST omem, in
 // spirit).
 func (c *Conn) OutLen() int { return int(c.outLen.Load()) }
+
+// Batch identifies the input read the commands being run came from: it
+// changes with every read that returns data, so commands with the same
+// Batch were pipelined together and run back to back, with no wait for
+// the network between them. Call it only from the Handler methods of this
+// connection.
+func (c *Conn) Batch() uint64 { return c.reads }
 
 // SetContext attaches a value of the handler's choosing to the connection.
 func (c *Conn) SetContext(v any) { c.ctx.Store(&v) }
@@ -227,6 +235,7 @@ func (c *Conn) serve() {
 			if c.write() != nil {
 				return
 			}
+			c.reads++ // the write may have waited for the client
 			continue
 		}
 		if c.killed.Load() {
@@ -272,6 +281,7 @@ func (c *Conn) read() (int, error) {
 	}
 	n, err := c.rd.fill(c.nc)
 	if n > 0 {
+		c.reads++
 		c.netIn.Add(int64(n))
 		c.lastActive.Store(time.Now().UnixNano())
 		c.qbuf.Store(int64(c.rd.buffered()))

@@ -274,6 +274,7 @@ func (l *loop) event(c *Conn) {
 			return
 		}
 		if l.write(c) {
+			c.reads++  // the rest of the batch waited for the client
 			l.serve(c) // the rest of the batch the full socket held up
 		}
 		return
@@ -287,6 +288,7 @@ func (l *loop) event(c *Conn) {
 	}
 	n, err := c.rd.readFD(c.fd)
 	if n > 0 {
+		c.reads++
 		c.netIn.Add(int64(n))
 		c.lastActive.Store(l.now)
 		c.idleSince = l.now
@@ -316,6 +318,7 @@ func (l *loop) serve(c *Conn) {
 		if !l.write(c) {
 			return // closed, or waiting for EPOLLOUT
 		}
+		c.reads++ // as after a wait for the client (see Conn.Batch)
 	}
 	c.qbuf.Store(int64(c.rd.buffered()))
 	if c.killed.Load() {
