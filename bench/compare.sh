@@ -200,7 +200,8 @@ now_ms() { date +%s%3N; }
 # run_one SERVER PORT ROUND PIPELINE WORKLOAD CMD...: one redis-benchmark run,
 # appended to results.csv as round,pipeline,workload,server,rps,p50,p99,
 # server CPU %, client CPU % (of one core, over the run's wall time: a
-# figure near 100 means that process was the bottleneck).
+# figure near 100 means that process was the bottleneck), server CPU
+# microseconds per request.
 run_one() {
 	local server=$1 port=$2 round=$3 pl=$4 wl=$5
 	shift 5
@@ -229,7 +230,11 @@ run_one() {
 	local line
 	line=$(awk -F'"' 'NR==2 {print $4 "," $10 "," $14}' "$out")
 	[[ -n "$line" ]] || { echo "compare.sh: no result in $out" >&2; cat "$out" "$out.err" >&2; exit 1; }
-	echo "$round,$pl,$wl,$server,$line,$cpus" >>"$raw/results.csv"
+	# Server CPU time per request, in microseconds: what the server would
+	# need per request if the client were not the bottleneck.
+	local us
+	us=$(awk -v rps="${line%%,*}" -v s="${cpus%%,*}" 'BEGIN { printf "%.2f", (rps > 0 ? s / 100 / rps * 1e6 : 0) }')
+	echo "$round,$pl,$wl,$server,$line,$cpus,$us" >>"$raw/results.csv"
 	printf '  round %d  -P %-2s  %-14s %-10s %12s rps  p99 %s ms  cpu server/client %s %%\n' "$round" "$pl" "$wl" "$server" \
 		"${line%%,*}" "${line##*,}" "${cpus/,//}"
 }
@@ -261,16 +266,17 @@ function median(list,   n, a, i, j, t) {
 	return a[int((n + 1) / 2)]
 }
 { rps[$3, $2, $4] = rps[$3, $2, $4] " " $5; p99[$3, $2, $4] = p99[$3, $2, $4] " " $7
-  scpu[$3, $2, $4] = scpu[$3, $2, $4] " " $8; ccpu[$3, $2, $4] = ccpu[$3, $2, $4] " " $9 }
+  scpu[$3, $2, $4] = scpu[$3, $2, $4] " " $8; ccpu[$3, $2, $4] = ccpu[$3, $2, $4] " " $9
+  us[$3, $2, $4] = us[$3, $2, $4] " " $10 }
 END {
 	nw = split(wls, w, " "); np = split(pls, p, " ")
 	label["ping"] = "PING"
 	label["set-rand"] = "SET key:rand (100k keys)"
 	label["throttle-rand"] = "GCRA, 100k random keys"
 	label["throttle-hot"] = "GCRA, one hot key"
-	fmt = "%-26s %3s %12s %12s %7s %10s %10s %16s %16s\n"
-	printf fmt, "workload", "-P", "redis rps", "cell rps", "ratio", "redis p99", "cell p99", "cpu% redis/cli", "cpu% cell/cli"
-	md = "| workload | -P | redis rps | cellserver rps | ratio cell/redis | redis p99 ms | cellserver p99 ms | CPU % redis / client | CPU % cellserver / client |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+	fmt = "%-26s %3s %12s %12s %7s %10s %10s %16s %16s %9s %9s %9s\n"
+	printf fmt, "workload", "-P", "redis rps", "cell rps", "ratio", "redis p99", "cell p99", "cpu% redis/cli", "cpu% cell/cli", "redis us", "cell us", "us ratio"
+	md = "| workload | -P | redis rps | cellserver rps | ratio cell/redis | redis p99 ms | cellserver p99 ms | CPU % redis / client | CPU % cellserver / client | redis CPU µs/req | cellserver CPU µs/req | CPU ratio redis/cell |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
 	for (i = 1; i <= nw; i++) for (k = 1; k <= np; k++) {
 		key = w[i] SUBSEP p[k]
 		rr = median(rps[w[i], p[k], "redis"]); cr = median(rps[w[i], p[k], "cellserver"])
@@ -278,8 +284,10 @@ END {
 		ratio = (rr > 0) ? sprintf("%.2f", cr / rr) : "-"
 		rc = median(scpu[w[i], p[k], "redis"]) "/" median(ccpu[w[i], p[k], "redis"])
 		cc = median(scpu[w[i], p[k], "cellserver"]) "/" median(ccpu[w[i], p[k], "cellserver"])
-		printf fmt, label[w[i]], p[k], sprintf("%.0f", rr), sprintf("%.0f", cr), ratio, rp, cp, rc, cc
-		md = md sprintf("| %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s |\n", label[w[i]], p[k], rr, cr, ratio, rp, cp, rc, cc)
+		ru = median(us[w[i], p[k], "redis"]); cu = median(us[w[i], p[k], "cellserver"])
+		uratio = (cu > 0) ? sprintf("%.2f", ru / cu) : "-"
+		printf fmt, label[w[i]], p[k], sprintf("%.0f", rr), sprintf("%.0f", cr), ratio, rp, cp, rc, cc, ru, cu, uratio
+		md = md sprintf("| %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", label[w[i]], p[k], rr, cr, ratio, rp, cp, rc, cc, ru, cu, uratio)
 	}
 	printf "\n%s", md > "/dev/stderr"
 }' "$raw/results.csv" >"$tmp/table.txt" 2>"$tmp/table.md"
@@ -287,6 +295,8 @@ END {
 echo
 echo "== medians of $ROUNDS round(s), $REQUESTS requests per run, $CLIENTS clients"
 echo "   GCRA rows: redis = EVALSHA bench/gcra.lua 1 key 15 30 60; cellserver = CL.THROTTLE key 15 30 60"
+echo "   us = server CPU microseconds per request (user+system time / requests); us ratio = redis us / cellserver us,"
+echo "   the throughput ratio the servers would show if redis-benchmark (one thread) were not the bottleneck"
 cat "$tmp/table.txt"
 cat "$tmp/table.md"
 echo
