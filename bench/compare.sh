@@ -290,6 +290,20 @@ END {
 		md = md sprintf("| %s | %s | %.0f | %.0f | %s | %s | %s | %s | %s | %s | %s | %s |\n", label[w[i]], p[k], rr, cr, ratio, rp, cp, rc, cc, ru, cu, uratio)
 	}
 	printf "\n%s", md > "/dev/stderr"
+
+	# The targets of the performance issue: CL.THROTTLE against Redis SET
+	# and against the Lua GCRA, the hot key against random keys.
+	printf "\n%-52s %3s %10s %10s %7s %10s %10s\n", "target", "-P", "baseline", "cell rps", "ratio", "base p99", "cell p99"
+	for (k = 1; k <= np; k++) {
+		ct = median(rps["throttle-rand", p[k], "cellserver"]); cp = median(p99["throttle-rand", p[k], "cellserver"])
+		rs = median(rps["set-rand", p[k], "redis"]); rsp = median(p99["set-rand", p[k], "redis"])
+		rl = median(rps["throttle-rand", p[k], "redis"]); rlp = median(p99["throttle-rand", p[k], "redis"])
+		ch = median(rps["throttle-hot", p[k], "cellserver"]); chp = median(p99["throttle-hot", p[k], "cellserver"])
+		tfmt = "%-52s %3s %10.0f %10.0f %7.2f %10s %10s\n"
+		if (rs > 0) printf tfmt, "CL.THROTTLE random keys / Redis SET random keys", p[k], rs, ct, ct / rs, rsp, cp
+		if (rl > 0) printf tfmt, "CL.THROTTLE random keys / Redis Lua GCRA random keys", p[k], rl, ct, ct / rl, rlp, cp
+		if (ct > 0) printf tfmt, "CL.THROTTLE hot key / CL.THROTTLE random keys", p[k], ct, ch, ch / ct, cp, chp
+	}
 }' "$raw/results.csv" >"$tmp/table.txt" 2>"$tmp/table.md"
 
 echo

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"math/bits"
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -632,6 +633,10 @@ func (db *DB) Stats(now int64, locked bool) Stats {
 	return st
 }
 
+// sweepYieldEvery is how many shards Sweep goes through between two
+// runtime.Gosched calls.
+const sweepYieldEvery = 32
+
 // SweepConfig bounds one active-expiry pass.
 type SweepConfig struct {
 	// PerShard is the most keys removed from one shard in one round.
@@ -648,6 +653,11 @@ func (ks *Keyspace) Sweep(now int64, cfg SweepConfig) int {
 	total := 0
 	for _, db := range ks.dbs {
 		for i := range db.shards {
+			if i%sweepYieldEvery == sweepYieldEvery-1 {
+				// A pass over every shard takes a few hundred µs; with
+				// one P, an event loop waiting for it would wait that long.
+				runtime.Gosched()
+			}
 			s := &db.shards[i]
 			for r := 0; r < cfg.Rounds; r++ {
 				s.mu.Lock()
