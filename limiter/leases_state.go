@@ -21,10 +21,21 @@ func (ls *Leases) Put(token string, expireAt int64) {
 }
 
 // MemSize estimates the memory of the leases in bytes: the Leases itself
-// (two slice headers) plus the capacity of its entries and token bytes.
+// (two slice headers and the first arrays) plus the capacity of its
+// entries and token bytes when they have moved to the heap.
 func (ls *Leases) MemSize() int {
-	return 48 + cap(ls.ents)*leaseBytes + cap(ls.toks)
+	n := leasesBytes
+	if cap(ls.ents) > 0 && &ls.ents[:1][0] != &ls.ent0[0] {
+		n += cap(ls.ents) * leaseBytes
+	}
+	if cap(ls.toks) > 0 && &ls.toks[:1][0] != &ls.tok0[0] {
+		n += cap(ls.toks)
+	}
+	return n
 }
+
+// leasesBytes is the size of a Leases on 64-bit machines.
+const leasesBytes = 80
 
 // MemSize estimates the memory of the log in bytes: LogEntryBytes per
 // entry of capacity, plus the slice header and the total.
