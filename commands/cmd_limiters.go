@@ -472,8 +472,13 @@ func cmdAll(x *ctx) {
 		for i := range checks {
 			// Look the key up again: inserting an earlier check's new key
 			// may have evicted this one (maxmemory), and its entry must
-			// not be written behind the map's back.
-			checks[i].apply(shards[i], shards[i].Peek(checks[i].key, nowMS), now)
+			// not be written behind the map's back. A single check's view
+			// is still the shard's current one: nothing ran in between.
+			v := vals[i]
+			if len(checks) > 1 {
+				v = shards[i].Peek(checks[i].key, nowMS)
+			}
+			checks[i].apply(shards[i], v, now)
 		}
 	}
 	x.decided(!admitted, limitedKey)
@@ -518,10 +523,17 @@ func parseChecks(checks []check, args [][]byte) ([]check, string) {
 // checkName returns the interned name of a limiter command (lower-case),
 // or "" when b is not one, without allocating.
 func checkName(b []byte) string {
-	for name := range checkArgs {
-		if string(b) == name {
-			return name
-		}
+	switch string(b) { // a switch on string(b) does not allocate
+	case "cl.throttle":
+		return "cl.throttle"
+	case "cl.fixed":
+		return "cl.fixed"
+	case "cl.sliding":
+		return "cl.sliding"
+	case "cl.slidinglog":
+		return "cl.slidinglog"
+	case "cl.acquire":
+		return "cl.acquire"
 	}
 	return string(b)
 }

@@ -90,3 +90,19 @@ func TestKeyPositions(t *testing.T) {
 		}
 	}
 }
+
+// checkName knows every name of checkArgs, without allocating.
+func TestCheckNameInternsEveryCheck(t *testing.T) {
+	for name := range checkArgs {
+		b := []byte(name)
+		if got := checkName(b); got != name {
+			t.Errorf("checkName(%q) = %q", name, got)
+		}
+		if n := testing.AllocsPerRun(100, func() { checkName(b) }); n != 0 {
+			t.Errorf("checkName(%q): %v allocs", name, n)
+		}
+	}
+	if got := checkName([]byte("cl.peek")); got != "cl.peek" {
+		t.Errorf("checkName of an unknown name = %q", got)
+	}
+}
