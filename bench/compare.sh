@@ -239,6 +239,10 @@ run_one() {
 		"${line%%,*}" "${line##*,}" "${cpus/,//}"
 }
 
+# steal_ticks: CPU time the hypervisor gave to others (/proc/stat "steal"),
+# in clock ticks over both CPUs: on a VM, the noise this run suffered.
+steal_ticks() { awk '/^cpu / {print $9}' /proc/stat; }
+steal0=$(steal_ticks)
 echo "== running ($((ROUNDS * ${#workloads[@]} * 2 * $(wc -w <<<"$PIPELINES"))) redis-benchmark runs)"
 : >"$raw/results.csv"
 for round in $(seq "$ROUNDS"); do
@@ -257,6 +261,7 @@ cerr=$(redis-cli -p "$cport" INFO stats | tr -d '\r' | sed -n 's/^total_error_re
 rerr=$(redis-cli -p "$rport" INFO stats | tr -d '\r' | sed -n 's/^total_error_replies://p')
 echo "error replies: cellserver ${cerr:-?}, redis ${rerr:-?}" | tee -a "$tmp/header.txt"
 echo "loadavg:   $(cut -d' ' -f1-3 /proc/loadavg) at end, $(cpu_pressure)" | tee -a "$tmp/header.txt"
+echo "steal:     $(($(steal_ticks) - steal0)) ticks (1/$clk_tck s) of CPU taken by the hypervisor during the runs" | tee -a "$tmp/header.txt"
 
 # The table: medians over rounds (for an even count, the lower middle).
 awk -F, -v wls="${workloads[*]}" -v pls="$PIPELINES" '
