@@ -1,7 +1,6 @@
 package keyspace
 
 import (
-	"bytes"
 	"cmp"
 	"errors"
 	"hash/maphash"
@@ -97,7 +96,7 @@ const (
 )
 
 // EntryOverhead is the estimated memory of one entry beyond its key bytes
-// and its object: the 56-byte entry (which holds a key of up to 16 bytes
+// and its object: the 56-byte entry (which holds a key of up to 23 bytes
 // itself), its index slot at the table's lowest load and a share of the
 // partly filled chunk (see table).
 const EntryOverhead = 64
@@ -456,7 +455,7 @@ func (s *Shard) holds(idx uint32, key []byte) bool {
 		return false
 	}
 	e := s.t.at(idx)
-	return e.meta != 0 && int(e.klen) == len(key) && bytes.Equal(s.t.key(e), key)
+	return e.meta != 0 && s.t.hasKey(e, key)
 }
 
 // Restore inserts v under key in database db without telling the journal:

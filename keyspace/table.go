@@ -2,6 +2,7 @@ package keyspace
 
 import (
 	"bytes"
+	"encoding/binary"
 	"hash/maphash"
 )
 
@@ -31,7 +32,8 @@ const (
 	pageBits   = 14
 	pageSize   = 1 << pageBits
 	bigKey     = 1024
-	inlineKey  = 16 // the longest key kept in its entry
+	inlineKey  = 23   // the longest key kept in its entry
+	longKey    = 0xff // kb[0] of an entry whose key is not inline
 	idxMask    = 1<<24 - 1
 	tombstone  = idxMask // a slot's index field: removed
 	maxEntries = idxMask - 1
@@ -42,16 +44,34 @@ const (
 
 // entry is one key's record. meta holds the Kind in its low 8 bits and the
 // last access time (seconds, modulo 2^24, as Redis's LRU clock) above.
+//
+// kb holds the key. A key of up to inlineKey bytes is inline: kb[0] is its
+// length and kb[1:] its bytes. Otherwise kb[0] is longKey, kb[4:8] koff
+// (page<<pageBits | offset, or bigKeyOff for a key kept in objs) and
+// kb[8:12] the key's length. A free entry keeps the next free entry + 1
+// in kb[4:8].
 type entry struct {
 	n    uint64
 	m    int64
 	exp  int64
-	koff uint32 // page<<pageBits | offset; bigKeyOff; next free entry + 1 when free
-	klen uint32
-	meta uint32          // 0: a free entry
-	obj  uint32          // index+1 into objs; 0: none
-	ik   [inlineKey]byte // the key, when klen <= inlineKey
+	meta uint32 // 0: a free entry
+	obj  uint32 // index+1 into objs; 0: none
+	kb   [inlineKey + 1]byte
 }
+
+// klen returns the length of e's key.
+func (e *entry) klen() uint32 {
+	if l := e.kb[0]; l != longKey {
+		return uint32(l)
+	}
+	return binary.LittleEndian.Uint32(e.kb[8:12])
+}
+
+// inline reports whether e's key is kept in e.
+func (e *entry) inline() bool { return e.kb[0] != longKey }
+
+func (e *entry) koff() uint32     { return binary.LittleEndian.Uint32(e.kb[4:8]) }
+func (e *entry) setKoff(v uint32) { binary.LittleEndian.PutUint32(e.kb[4:8], v) }
 
 func (e *entry) kind() Kind      { return Kind(e.meta) }
 func (e *entry) atime() uint32   { return e.meta >> 8 }
@@ -92,15 +112,24 @@ func (t *table) at(i uint32) *entry { return &t.chunks[i>>chunkBits][i&(chunkLen
 
 // key returns e's key bytes (valid until the table changes).
 func (t *table) key(e *entry) []byte {
-	if e.klen <= inlineKey {
-		return e.ik[:e.klen:e.klen]
+	if l := e.kb[0]; l != longKey {
+		return e.kb[1 : 1+l : 1+l]
 	}
-	if e.koff == bigKeyOff {
+	koff, klen := e.koff(), e.klen()
+	if koff == bigKeyOff {
 		return t.objs[e.obj-1].key
 	}
-	p := e.koff >> pageBits
-	off := e.koff & (pageSize - 1)
-	return t.pages[p][off : off+e.klen : off+e.klen]
+	p := koff >> pageBits
+	off := koff & (pageSize - 1)
+	return t.pages[p][off : off+klen : off+klen]
+}
+
+// hasKey reports whether e (in use) holds key.
+func (t *table) hasKey(e *entry, key []byte) bool {
+	if l := e.kb[0]; l != longKey {
+		return int(l) == len(key) && string(e.kb[1:1+l]) == string(key)
+	}
+	return int(e.klen()) == len(key) && bytes.Equal(t.key(e), key)
 }
 
 func slotTag(h uint64) uint32 { return uint32(h>>24) & 0xff << 24 }
@@ -127,8 +156,7 @@ func (t *table) find(key []byte, h uint64) (idx uint32, pos int, found bool) {
 				ins = int(i)
 			}
 		case s&^idxMask == tag:
-			e := t.at(s&idxMask - 1)
-			if int(e.klen) == len(key) && bytes.Equal(t.key(e), key) {
+			if t.hasKey(t.at(s&idxMask-1), key) {
 				return s&idxMask - 1, int(i), true
 			}
 		}
@@ -152,7 +180,7 @@ func (t *table) insert(seed maphash.Seed, key []byte, h uint64, kind Kind) uint3
 	_, pos, _ := t.find(key, h)
 	idx := t.newEntry()
 	e := t.at(idx)
-	*e = entry{klen: uint32(len(key)), meta: uint32(kind)}
+	*e = entry{meta: uint32(kind)}
 	t.storeKey(e, key)
 	if t.slots[pos] == 0 {
 		t.filled++
@@ -190,7 +218,7 @@ func (t *table) rehash(seed maphash.Seed) {
 func (t *table) newEntry() uint32 {
 	if t.free != 0 {
 		idx := t.free - 1
-		t.free = t.at(idx).koff
+		t.free = t.at(idx).koff()
 		return idx
 	}
 	idx := t.next
@@ -209,7 +237,8 @@ func (t *table) remove(idx uint32, pos int) {
 		t.objs[e.obj-1] = objSlot{}
 		t.objFree = append(t.objFree, e.obj-1)
 	}
-	*e = entry{koff: t.free}
+	*e = entry{}
+	e.setKoff(t.free)
 	t.free = idx + 1
 	t.live--
 	mask := len(t.slots) - 1
@@ -229,14 +258,17 @@ func (t *table) remove(idx uint32, pos int) {
 }
 
 // storeKey copies key into e (a short key), a page, or objs (a long key),
-// and sets e.koff. e.klen must be set.
+// and sets e.kb.
 func (t *table) storeKey(e *entry, key []byte) {
 	if len(key) <= inlineKey {
-		copy(e.ik[:], key)
+		e.kb[0] = byte(len(key))
+		copy(e.kb[1:], key)
 		return
 	}
+	e.kb[0] = longKey
+	binary.LittleEndian.PutUint32(e.kb[8:12], uint32(len(key)))
 	if len(key) > bigKey {
-		e.koff = bigKeyOff
+		e.setKoff(bigKeyOff)
 		t.objSlotOf(e).key = append([]byte(nil), key...)
 		return
 	}
@@ -247,7 +279,7 @@ func (t *table) storeKey(e *entry, key []byte) {
 		t.newPage()
 	}
 	copy(t.pages[t.cur][t.curOff:], key)
-	e.koff = uint32(t.cur)<<pageBits | t.curOff
+	e.setKoff(uint32(t.cur)<<pageBits | t.curOff)
 	t.curOff += uint32(len(key))
 	t.pageLive[t.cur] += uint32(len(key))
 	t.keyBytes += len(key)
@@ -269,16 +301,16 @@ func (t *table) newPage() {
 // releaseKey gives e's key bytes back; a page left without live keys is
 // released at once.
 func (t *table) releaseKey(e *entry) {
-	if e.klen <= inlineKey {
+	if e.inline() {
 		return
 	}
-	if e.koff == bigKeyOff {
+	if e.koff() == bigKeyOff {
 		t.objs[e.obj-1].key = nil
 		return
 	}
-	p := int(e.koff >> pageBits)
-	t.pageLive[p] -= e.klen
-	t.keyBytes -= int(e.klen)
+	p := int(e.koff() >> pageBits)
+	t.pageLive[p] -= e.klen()
+	t.keyBytes -= int(e.klen())
 	if t.pageLive[p] == 0 {
 		t.pages[p] = nil
 		t.freePages = append(t.freePages, uint32(p))
@@ -296,11 +328,12 @@ func (t *table) compactPages() {
 	t.pages, t.pageLive, t.freePages, t.cur, t.keyBytes = nil, nil, nil, -1, 0
 	for i := uint32(0); i < t.next; i++ {
 		e := t.at(i)
-		if e.meta == 0 || e.klen <= inlineKey || e.koff == bigKeyOff {
+		if e.meta == 0 || e.inline() || e.koff() == bigKeyOff {
 			continue
 		}
-		off := e.koff & (pageSize - 1)
-		t.storeKey(e, old[e.koff>>pageBits][off:off+e.klen])
+		koff, klen := e.koff(), e.klen()
+		off := koff & (pageSize - 1)
+		t.storeKey(e, old[koff>>pageBits][off:off+klen])
 	}
 }
 
@@ -329,7 +362,7 @@ func (t *table) setObj(e *entry, o any) {
 		s := t.objSlotOf(e)
 		s.v, s.size = o, objSize(o)
 	case e.obj == 0:
-	case e.koff == bigKeyOff: // the slot keeps the key
+	case !e.inline() && e.koff() == bigKeyOff: // the slot keeps the key
 		s := &t.objs[e.obj-1]
 		s.v, s.size = nil, 0
 	default:
@@ -349,7 +382,7 @@ func (t *table) obj(e *entry) any {
 
 // size is the accounted memory of e: its key, EntryOverhead and its object.
 func (t *table) size(e *entry) int64 {
-	n := int64(e.klen) + EntryOverhead
+	n := int64(e.klen()) + EntryOverhead
 	if e.obj != 0 {
 		n += int64(t.objs[e.obj-1].size)
 	}

@@ -181,15 +181,17 @@ func checkTable(t *testing.T, seed uint64, step int, sh *Shard, model map[string
 		}
 		used++
 		k := tb.key(e)
-		if int(e.klen) != len(k) {
-			fail("entry %d: klen %d, key bytes %d", i, e.klen, len(k))
+		if int(e.klen()) != len(k) {
+			fail("entry %d: klen %d, key bytes %d", i, e.klen(), len(k))
 		}
 		switch {
 		case len(k) <= inlineKey:
-			if len(k) > 0 && &k[0] != &e.ik[0] {
+			if !e.inline() || len(k) > 0 && &k[0] != &e.kb[1] {
 				fail("short key %q not kept in its entry", k)
 			}
-		case e.koff != bigKeyOff:
+		case e.inline():
+			fail("key %q of %d bytes kept in its entry", k, len(k))
+		case e.koff() != bigKeyOff:
 			keyBytes += len(k)
 		case len(k) <= bigKey:
 			fail("key %q kept in objs", k)
@@ -207,7 +209,7 @@ func checkTable(t *testing.T, seed uint64, step int, sh *Shard, model map[string
 		}
 		bytesSum += tb.size(e)
 	}
-	for f := tb.free; f != 0; f = tb.at(f - 1).koff {
+	for f := tb.free; f != 0; f = tb.at(f - 1).koff() {
 		free--
 	}
 	if used != tb.live || free != 0 {
