@@ -3,9 +3,12 @@
 package resp
 
 import (
+	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -22,7 +25,9 @@ const maxCronInterval = 100 * time.Millisecond
 // A loop serves plain TCP connections from one goroutine with epoll, the
 // way Redis's event loop does. One round:
 //
-//  1. epoll_wait for the ready clients (level-triggered);
+//  1. epoll_wait for the ready clients (level-triggered; with none ready
+//     the goroutine parks in Go's poller, which watches the epoll
+//     descriptor itself);
 //  2. for each, in the order epoll reports them (the order their input
 //     arrived), read once and run every complete command read, appending
 //     replies to Conn.Out;
@@ -40,9 +45,18 @@ const maxCronInterval = 100 * time.Millisecond
 // Conn.fdMu) from any goroutine: the loop then sees the hang-up and
 // closes the descriptor itself.
 type loop struct {
-	srv    *Server
-	epfd   int
-	wakefd int // eventfd: new connections, shutdown
+	srv  *Server
+	epfd int
+	// The epoll descriptor as a pollable file: with nothing ready, the
+	// loop's goroutine parks in Go's own poller until epfd is readable,
+	// instead of blocking its thread in epoll_wait. A thread blocked in a
+	// system call has its P taken away by the runtime, which wakes another
+	// thread to hold it; on a busy core that costs context switches and
+	// shows in the tail latency.
+	epFile   *os.File
+	epRaw    syscall.RawConn
+	deadline bool // a read deadline is set on epFile
+	wakefd   int  // eventfd: new connections, shutdown
 
 	mu     sync.Mutex // guards adds, exited and writes to wakefd
 	adds   []*Conn    // accepted, not yet registered
@@ -88,6 +102,17 @@ func (l *loop) init() error {
 	if l.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
 		return err
 	}
+	// Non-blocking, so that os.NewFile registers it with Go's poller.
+	if err = unix.SetNonblock(l.epfd, true); err != nil {
+		return err
+	}
+	l.epFile = os.NewFile(uintptr(l.epfd), "epoll")
+	if err = l.epFile.SetReadDeadline(time.Time{}); err != nil {
+		return err // not in Go's poller: waiting on it would not block
+	}
+	if l.epRaw, err = l.epFile.SyscallConn(); err != nil {
+		return err
+	}
 	if l.wakefd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 		return err
 	}
@@ -100,6 +125,11 @@ func (l *loop) release() {
 	if l.wakefd >= 0 {
 		unix.Close(l.wakefd)
 		l.wakefd = -1
+	}
+	if l.epFile != nil {
+		l.epFile.Close() // closes epfd
+		l.epFile = nil
+		l.epfd = -1
 	}
 	if l.epfd >= 0 {
 		unix.Close(l.epfd)
@@ -163,8 +193,8 @@ func (l *loop) wake() {
 func (l *loop) run() {
 	s := l.srv
 	for {
-		n, err := unix.EpollWait(l.epfd, l.events, l.timeout())
-		if err != nil && err != unix.EINTR {
+		n, err := l.wait()
+		if err != nil {
 			s.logger.Error("resp: event loop failed; closing its clients", "err", err)
 			l.exit()
 			return
@@ -193,17 +223,50 @@ func (l *loop) run() {
 	}
 }
 
-// timeout is the epoll_wait timeout in milliseconds: until the next cron
-// when one is due, else forever.
-func (l *loop) timeout() int {
-	if l.srv.cfg.IdleTimeout <= 0 && l.waiting == 0 {
-		return -1
+// wait returns the ready events: at once if there are any, else when
+// some arrive or the next cron is due (0 events).
+func (l *loop) wait() (int, error) {
+	n, err := l.pollNow()
+	if n != 0 || err != nil {
+		return n, err
 	}
-	d := l.nextCron - time.Now().UnixNano()
-	if d <= 0 {
-		return 0
+	switch {
+	case l.srv.cfg.IdleTimeout > 0 || l.waiting > 0:
+		d := time.Duration(l.nextCron - time.Now().UnixNano())
+		if d <= 0 {
+			return 0, nil
+		}
+		l.epFile.SetReadDeadline(time.Now().Add(d))
+		l.deadline = true
+	case l.deadline:
+		l.epFile.SetReadDeadline(time.Time{})
+		l.deadline = false
 	}
-	return int((d + int64(time.Millisecond) - 1) / int64(time.Millisecond))
+	// RawConn.Read calls the function, and while it returns false waits
+	// for epfd to become readable. Go's poller watches epfd
+	// edge-triggered, but the function reads the (level-triggered) ready
+	// list itself before every wait, so no event is missed.
+	rerr := l.epRaw.Read(func(uintptr) bool {
+		n, err = l.pollNow()
+		return n != 0 || err != nil
+	})
+	if rerr != nil {
+		if errors.Is(rerr, os.ErrDeadlineExceeded) {
+			return 0, nil
+		}
+		return 0, rerr
+	}
+	return n, err
+}
+
+// pollNow returns the ready events without waiting.
+func (l *loop) pollNow() (int, error) {
+	for {
+		n, err := unix.EpollWait(l.epfd, l.events, 0)
+		if err != unix.EINTR {
+			return max(n, 0), err
+		}
+	}
 }
 
 // cronInterval is the time between checks of the timeouts: a tenth of a
