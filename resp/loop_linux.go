@@ -56,7 +56,10 @@ type loop struct {
 	epFile   *os.File
 	epRaw    syscall.RawConn
 	deadline bool // a read deadline is set on epFile
-	wakefd   int  // eventfd: new connections, shutdown
+	pollFn   func(uintptr) bool
+	polled   int // poll's results
+	pollErr  error
+	wakefd   int // eventfd: new connections, shutdown
 
 	mu     sync.Mutex // guards adds, exited and writes to wakefd
 	adds   []*Conn    // accepted, not yet registered
@@ -113,6 +116,7 @@ func (l *loop) init() error {
 	if l.epRaw, err = l.epFile.SyscallConn(); err != nil {
 		return err
 	}
+	l.pollFn = l.poll
 	if l.wakefd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 		return err
 	}
@@ -246,17 +250,20 @@ func (l *loop) wait() (int, error) {
 	// for epfd to become readable. Go's poller watches epfd
 	// edge-triggered, but the function reads the (level-triggered) ready
 	// list itself before every wait, so no event is missed.
-	rerr := l.epRaw.Read(func(uintptr) bool {
-		n, err = l.pollNow()
-		return n != 0 || err != nil
-	})
-	if rerr != nil {
+	if rerr := l.epRaw.Read(l.pollFn); rerr != nil {
 		if errors.Is(rerr, os.ErrDeadlineExceeded) {
 			return 0, nil
 		}
 		return 0, rerr
 	}
-	return n, err
+	return l.polled, l.pollErr
+}
+
+// poll is the function wait gives RawConn.Read (made once, as l.pollFn:
+// a closure made per wait would be an allocation per wait).
+func (l *loop) poll(uintptr) bool {
+	l.polled, l.pollErr = l.pollNow()
+	return l.polled != 0 || l.pollErr != nil
 }
 
 // pollNow returns the ready events without waiting.
