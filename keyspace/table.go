@@ -27,19 +27,23 @@ import (
 //     of their bytes are dead. Keys longer than bigKey bytes, and the
 //     non-scalar state of some kinds (Value.Obj), live in objs.
 const (
-	chunkBits  = 8 // 256 entries: 14336 bytes, a size class of its own
-	chunkLen   = 1 << chunkBits
-	pageBits   = 14
-	pageSize   = 1 << pageBits
-	bigKey     = 1024
-	inlineKey  = 23   // the longest key kept in its entry
-	longKey    = 0xff // kb[0] of an entry whose key is not inline
-	idxMask    = 1<<24 - 1
-	tombstone  = idxMask // a slot's index field: removed
-	maxEntries = idxMask - 1
-	bigKeyOff  = ^uint32(0) // koff of a key kept in objs
-	atimeMask  = 1<<24 - 1
-	minSlots   = 8
+	chunkBits = 8 // 256 entries: 14336 bytes, a size class of its own
+	chunkLen  = 1 << chunkBits
+	// Object slots come in chunks too: growing a slice of them would copy
+	// it and leave the old array (pointers, so scanned) as garbage.
+	objChunkBits = 6 // 64 slots: 3 KiB, a size class of its own
+	objChunkLen  = 1 << objChunkBits
+	pageBits     = 14
+	pageSize     = 1 << pageBits
+	bigKey       = 1024
+	inlineKey    = 23   // the longest key kept in its entry
+	longKey      = 0xff // kb[0] of an entry whose key is not inline
+	idxMask      = 1<<24 - 1
+	tombstone    = idxMask // a slot's index field: removed
+	maxEntries   = idxMask - 1
+	bigKeyOff    = ^uint32(0) // koff of a key kept in objs
+	atimeMask    = 1<<24 - 1
+	minSlots     = 8
 )
 
 // entry is one key's record. meta holds the Kind in its low 8 bits and the
@@ -100,8 +104,9 @@ type table struct {
 	curOff    uint32
 	keyBytes  int // live key bytes in pages
 
-	objs    []objSlot
+	objs    []*[objChunkLen]objSlot // in chunks that never move, as entries
 	objFree []uint32
+	nobjs   uint32 // object slots ever handed out
 
 	limit       int    // most live entries (maxEntries; lowered by tests)
 	cursor      uint32 // where the next sweep or eviction sample starts
@@ -110,6 +115,9 @@ type table struct {
 
 func (t *table) at(i uint32) *entry { return &t.chunks[i>>chunkBits][i&(chunkLen-1)] }
 
+// objAt returns object slot i (an entry's obj - 1).
+func (t *table) objAt(i uint32) *objSlot { return &t.objs[i>>objChunkBits][i&(objChunkLen-1)] }
+
 // key returns e's key bytes (valid until the table changes).
 func (t *table) key(e *entry) []byte {
 	if l := e.kb[0]; l != longKey {
@@ -117,7 +125,7 @@ func (t *table) key(e *entry) []byte {
 	}
 	koff, klen := e.koff(), e.klen()
 	if koff == bigKeyOff {
-		return t.objs[e.obj-1].key
+		return t.objAt(e.obj - 1).key
 	}
 	p := koff >> pageBits
 	off := koff & (pageSize - 1)
@@ -234,7 +242,7 @@ func (t *table) remove(idx uint32, pos int) {
 	e := t.at(idx)
 	t.releaseKey(e)
 	if e.obj != 0 {
-		t.objs[e.obj-1] = objSlot{}
+		*t.objAt(e.obj - 1) = objSlot{}
 		t.objFree = append(t.objFree, e.obj-1)
 	}
 	*e = entry{}
@@ -305,7 +313,7 @@ func (t *table) releaseKey(e *entry) {
 		return
 	}
 	if e.koff() == bigKeyOff {
-		t.objs[e.obj-1].key = nil
+		t.objAt(e.obj - 1).key = nil
 		return
 	}
 	p := int(e.koff() >> pageBits)
@@ -342,7 +350,7 @@ func (t *table) objSlotOf(e *entry) *objSlot {
 	if e.obj == 0 {
 		e.obj = t.objSlotIndex()
 	}
-	return &t.objs[e.obj-1]
+	return t.objAt(e.obj - 1)
 }
 
 func (t *table) objSlotIndex() uint32 {
@@ -351,8 +359,12 @@ func (t *table) objSlotIndex() uint32 {
 		t.objFree = t.objFree[:n-1]
 		return i + 1
 	}
-	t.objs = append(t.objs, objSlot{})
-	return uint32(len(t.objs))
+	i := t.nobjs
+	if int(i>>objChunkBits) == len(t.objs) {
+		t.objs = append(t.objs, new([objChunkLen]objSlot))
+	}
+	t.nobjs++
+	return i + 1
 }
 
 // setObj stores o as e's object with its accounted size; nil removes it.
@@ -363,10 +375,10 @@ func (t *table) setObj(e *entry, o any) {
 		s.v, s.size = o, objSize(o)
 	case e.obj == 0:
 	case !e.inline() && e.koff() == bigKeyOff: // the slot keeps the key
-		s := &t.objs[e.obj-1]
+		s := t.objAt(e.obj - 1)
 		s.v, s.size = nil, 0
 	default:
-		t.objs[e.obj-1] = objSlot{}
+		*t.objAt(e.obj - 1) = objSlot{}
 		t.objFree = append(t.objFree, e.obj-1)
 		e.obj = 0
 	}
@@ -377,14 +389,14 @@ func (t *table) obj(e *entry) any {
 	if e.obj == 0 {
 		return nil
 	}
-	return t.objs[e.obj-1].v
+	return t.objAt(e.obj - 1).v
 }
 
 // size is the accounted memory of e: its key, EntryOverhead and its object.
 func (t *table) size(e *entry) int64 {
 	n := int64(e.klen()) + EntryOverhead
 	if e.obj != 0 {
-		n += int64(t.objs[e.obj-1].size)
+		n += int64(t.objAt(e.obj - 1).size)
 	}
 	return n
 }
