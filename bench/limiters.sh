@@ -50,7 +50,7 @@ declare -A cmds=(
   [CL.ALL/2]="CL.ALL CL.THROTTLE g:__rand_int__ 15 30 60 1 CL.FIXED u:__rand_int__ 30 60 1"
 )
 order=(CL.THROTTLE CL.PEEK CL.FIXED CL.SLIDING CL.SLIDINGLOG CL.ACQUIRE CL.ALL/1 CL.ALL/2)
-declare -A rpsruns p99runs
+declare -A rpsruns p99runs rpsround
 median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 for P in 1 16; do
   for r in $(seq "$ROUNDS"); do
@@ -60,19 +60,27 @@ for P in 1 16; do
       out=$("${clipin[@]}" redis-benchmark -p "$port" -c 50 -n "$REQUESTS" -r 100000 -P "$P" --csv "${argv[@]}" 2>/dev/null | tail -1)
       stop
       echo "$r,$P,$c,$out" >>"$tmp/runs.csv"
-      rpsruns[$c/$P]+=" $(echo "$out" | awk -F'","' '{print $2}')"
+      rps1=$(echo "$out" | awk -F'","' '{print $2}')
+      rpsruns[$c/$P]+=" $rps1"
+      rpsround[$c/$P/$r]=$rps1
       p99runs[$c/$P]+=" $(echo "$out" | awk -F'","' '{print $7}')"
     done
   done
 done
 printf '\nmedians of %d round(s) x %d requests, 50 clients, -r 100000 (CL.ALL/n: n checks per call)\n' "$ROUNDS" "$REQUESTS"
-printf '%-14s %4s %12s %8s %10s\n' command -P rps "vs thr" "p99 ms"
+printf '(vs thr: ratio of the medians; per round: median over rounds of the ratio to CL.THROTTLE in the same round,\n'
+printf ' which a slow phase of a shared machine moves less)\n'
+printf '%-14s %4s %12s %8s %10s %10s\n' command -P rps "vs thr" "per round" "p99 ms"
 for P in 1 16; do
   base=$(echo "${rpsruns[CL.THROTTLE/$P]}" | median)
   for c in "${order[@]}"; do
     rps=$(echo "${rpsruns[$c/$P]}" | median)
     p99=$(echo "${p99runs[$c/$P]}" | median)
-    printf '%-14s %4s %12.0f %8.2f %10s\n' "$c" "$P" "$rps" "$(awk -v a="$rps" -v b="$base" 'BEGIN{print a/b}')" "$p99"
+    ratios=""
+    for r in $(seq "$ROUNDS"); do
+      ratios+=" $(awk -v a="${rpsround[$c/$P/$r]}" -v b="${rpsround[CL.THROTTLE/$P/$r]}" 'BEGIN{printf "%.4f", (b > 0 ? a/b : 0)}')"
+    done
+    printf '%-14s %4s %12.0f %8.2f %10.2f %10s\n' "$c" "$P" "$rps" "$(awk -v a="$rps" -v b="$base" 'BEGIN{print a/b}')" "$(echo "$ratios" | median)" "$p99"
   done
 done
 
