@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -573,6 +574,18 @@ func persistMode(c Config) string {
 	return "pebble dir=" + c.DataDir + " fsync=" + c.Fsync
 }
 
+// ioModel says how client connections are served, for the startup log.
+func (s *Server) ioModel() string {
+	switch {
+	case s.tls != nil || s.cfg.EventLoops < 0 || runtime.GOOS != "linux":
+		return "a goroutine each"
+	case s.cfg.EventLoops == 0:
+		return fmt.Sprintf("%d event loops", runtime.GOMAXPROCS(0))
+	default:
+		return fmt.Sprintf("%d event loops", s.cfg.EventLoops)
+	}
+}
+
 func isLoopbackAddr(a net.Addr) bool {
 	if ta, ok := a.(*net.TCPAddr); ok {
 		return ta.IP.IsLoopback()
@@ -639,7 +652,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.cfg.Logger.Info("cellserver started", "version", s.cfg.Version, "addr", s.Addr().String(),
 		"tls", s.tls != nil, "metrics", s.cfg.MetricsAddr, "persistence", persistMode(s.cfg), "maxclients", s.cfg.MaxClients, "maxmemory", s.cfg.MaxMemory, "maxmemory-policy", s.cfg.MaxMemoryPolicy, "timeout", s.cfg.IdleTimeout.String(),
-		"proto-max-bulk-len", s.cfg.MaxBulkLen, "client-query-buffer-limit", s.cfg.MaxQueryBuffer)
+		"proto-max-bulk-len", s.cfg.MaxBulkLen, "client-query-buffer-limit", s.cfg.MaxQueryBuffer, "clients-served-by", s.ioModel())
 	if s.cfg.Password == "" && !isLoopbackAddr(s.Addr()) {
 		if s.cfg.DisableProtectedMode {
 			s.cfg.Logger.Warn("WARNING: listening on a non-loopback address with no password and protected mode off: anyone who can reach " +
