@@ -66,13 +66,12 @@ type Conn struct {
 	fdMu   sync.Mutex
 	fdOpen bool // guarded by fdMu
 	// The fields below belong to the loop's goroutine.
-	opened    bool  // Handler.Open returned normally
-	outOff    int   // bytes of Out already written
-	before    bool  // BeforeWrite has run for the replies in Out
-	queued    bool  // in the loop's list of replies to write this round
-	waitOut   bool  // blocked on a full socket: waiting for EPOLLOUT
-	outSince  int64 // Unix nanoseconds of the last write progress
-	idleSince int64 // Unix nanoseconds of the last input, for IdleTimeout
+	opened   bool  // Handler.Open returned normally
+	outOff   int   // bytes of Out already written
+	before   bool  // BeforeWrite has run for the replies in Out
+	queued   bool  // in the loop's list of replies to write this round
+	waitOut  bool  // blocked on a full socket: waiting for EPOLLOUT
+	outSince int64 // Unix nanoseconds of the last write progress
 }
 
 // ID returns the connection's identifier: unique within the Server and
@@ -289,13 +288,22 @@ func (c *Conn) read() (int, error) {
 	return n, err
 }
 
-// write writes c.Out to the client and empties it.
-func (c *Conn) write() error {
+// beforeWrite runs the Handler's BeforeWrite, if it has one; on error the
+// replies are dropped and the connection must close.
+func (c *Conn) beforeWrite() error {
 	if b := c.srv.before; b != nil {
 		if err := b.BeforeWrite(c); err != nil {
 			c.Out = c.Out[:0]
 			return err
 		}
+	}
+	return nil
+}
+
+// write writes c.Out to the client and empties it.
+func (c *Conn) write() error {
+	if err := c.beforeWrite(); err != nil {
+		return err
 	}
 	c.outLen.Store(int64(len(c.Out)))
 	out := c.Out

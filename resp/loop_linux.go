@@ -361,7 +361,6 @@ func (l *loop) event(c *Conn) {
 		c.reads++
 		c.netIn.Add(int64(n))
 		c.lastActive.Store(l.now)
-		c.idleSince = l.now
 		c.qbuf.Store(int64(c.rd.buffered()))
 		l.serve(c)
 		return
@@ -433,12 +432,9 @@ func (l *loop) flushOne(c *Conn) (ok bool) {
 // the socket is full (c then waits for EPOLLOUT) or c was closed.
 func (l *loop) write(c *Conn) bool {
 	if !c.before {
-		if b := l.srv.before; b != nil {
-			if err := b.BeforeWrite(c); err != nil {
-				c.Out = c.Out[:0]
-				l.close(c)
-				return false
-			}
+		if c.beforeWrite() != nil {
+			l.close(c)
+			return false
 		}
 		c.before = true
 	}
@@ -519,7 +515,7 @@ func (l *loop) cron() {
 				s.logger.Debug("resp: closing client that does not read its replies", "id", c.id, "addr", c.remote)
 				l.close(c)
 			}
-		case idle > 0 && l.now-c.idleSince >= idle:
+		case idle > 0 && l.now-c.lastActive.Load() >= idle:
 			if c.state.CompareAndSwap(connIdle, connClosed) {
 				s.logger.Debug("resp: closing idle client", "id", c.id, "addr", c.remote)
 				l.close(c)

@@ -237,7 +237,6 @@ func (s *Server) accept(nc net.Conn) {
 		c.nc, c.raw = nc, newRawSock(nc)
 	}
 	c.lastActive.Store(c.created.UnixNano())
-	c.idleSince = c.created.UnixNano()
 	s.conns[c] = struct{}{}
 	s.connWG.Add(1)
 	s.mu.Unlock()
@@ -254,15 +253,12 @@ func (s *Server) accept(nc net.Conn) {
 // on first use, or nil when connections get goroutines of their own. The
 // caller holds s.mu.
 func (s *Server) eventLoop(id int64) *loop {
-	if s.cfg.EventLoops < 0 {
+	n := s.EventLoops()
+	if n == 0 {
 		return nil
 	}
 	if !s.loopsTried {
 		s.loopsTried = true
-		n := s.cfg.EventLoops
-		if n == 0 {
-			n = runtime.GOMAXPROCS(0)
-		}
 		loops, err := newLoops(s, n)
 		if err != nil {
 			s.logger.Warn("resp: no event loops; serving each connection on its own goroutine", "err", err)
@@ -273,6 +269,22 @@ func (s *Server) eventLoop(id int64) *loop {
 		return nil
 	}
 	return s.loops[int(id%int64(len(s.loops)))]
+}
+
+// EventLoops returns how many event loops serve the server's plain TCP
+// connections: Config.EventLoops, GOMAXPROCS for 0, and 0 (a goroutine
+// per connection) for -1 or on systems other than Linux. If the loops
+// cannot be started at the first connection, the server logs a warning
+// and uses goroutines after all.
+func (s *Server) EventLoops() int {
+	switch {
+	case s.cfg.EventLoops < 0 || runtime.GOOS != "linux":
+		return 0
+	case s.cfg.EventLoops == 0:
+		return runtime.GOMAXPROCS(0)
+	default:
+		return s.cfg.EventLoops
+	}
 }
 
 func addrString(a net.Addr) string {

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -576,14 +575,10 @@ func persistMode(c Config) string {
 
 // ioModel says how client connections are served, for the startup log.
 func (s *Server) ioModel() string {
-	switch {
-	case s.tls != nil || s.cfg.EventLoops < 0 || runtime.GOOS != "linux":
-		return "a goroutine each"
-	case s.cfg.EventLoops == 0:
-		return fmt.Sprintf("%d event loops", runtime.GOMAXPROCS(0))
-	default:
-		return fmt.Sprintf("%d event loops", s.cfg.EventLoops)
+	if n := s.net.EventLoops(); n > 0 && s.tls == nil {
+		return fmt.Sprintf("%d event loops", n)
 	}
+	return "a goroutine each"
 }
 
 func isLoopbackAddr(a net.Addr) bool {
