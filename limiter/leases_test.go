@@ -588,3 +588,25 @@ func TestLeasesSize(t *testing.T) {
 		t.Fatalf("Leases is %d bytes, leasesBytes says %d", n, leasesBytes)
 	}
 }
+
+// MemSize counts the Leases alone while its one lease and short token fit
+// inside it, and adds the heap arrays once they do not.
+func TestLeasesMemSize(t *testing.T) {
+	var ls Leases
+	if n := ls.MemSize(); n != leasesBytes {
+		t.Errorf("empty: MemSize %d, want %d", n, leasesBytes)
+	}
+	ls.Apply(t0, s, []byte("sixteen-byte-tok"))
+	if n := ls.MemSize(); n != leasesBytes {
+		t.Errorf("one lease, 16-byte token: MemSize %d, want %d", n, leasesBytes)
+	}
+	var long Leases
+	long.Apply(t0, s, []byte("seventeen-byte-tk"))
+	if n := long.MemSize(); n != leasesBytes+cap(long.toks) || cap(long.toks) < 17 {
+		t.Errorf("one lease, 17-byte token: MemSize %d, token capacity %d", n, cap(long.toks))
+	}
+	ls.Apply(t0, s, []byte("z"))
+	if n := ls.MemSize(); n != leasesBytes+leaseBytes*cap(ls.ents)+cap(ls.toks) || cap(ls.ents) < 2 {
+		t.Errorf("two leases: MemSize %d, entries capacity %d, token capacity %d", n, cap(ls.ents), cap(ls.toks))
+	}
+}

@@ -1,9 +1,11 @@
 package resp
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -80,5 +82,46 @@ func TestServerManyClientsOneLoop(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// Batch is the same for commands that arrived in one read and changes
+// with the next read: the commands of one pipelined write share it, a
+// command sent after their replies does not.
+func TestServerBatch(t *testing.T) {
+	_, addr := startServer(t, Config{}, newTestHandler())
+	c := dial(t, addr)
+	if _, err := io.WriteString(c, "BATCH\r\nBATCH\r\nBATCH\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	var got [4]int
+	rd := bufio.NewReader(c)
+	for i := range 3 {
+		if _, err := fmt.Fscanf(rd, ":%d\r\n", &got[i]); err != nil {
+			t.Fatalf("reply %d: %v", i, err)
+		}
+	}
+	if _, err := io.WriteString(c, "BATCH\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fmt.Fscanf(rd, ":%d\r\n", &got[3]); err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != got[1] || got[1] != got[2] || got[3] == got[2] || got[0] == 0 {
+		t.Errorf("batches %v: want the first three equal and non-zero, the fourth different", got)
+	}
+}
+
+// EventLoops resolves the configured count: GOMAXPROCS for 0, none for -1
+// and off Linux.
+func TestServerEventLoopsCount(t *testing.T) {
+	for _, tc := range []struct{ cfg, want int }{{-1, 0}, {0, runtime.GOMAXPROCS(0)}, {3, 3}} {
+		want := tc.want
+		if runtime.GOOS != "linux" {
+			want = 0
+		}
+		if got := NewServer(Config{EventLoops: tc.cfg}, newTestHandler()).EventLoops(); got != want {
+			t.Errorf("EventLoops %d: %d loops, want %d", tc.cfg, got, want)
+		}
 	}
 }

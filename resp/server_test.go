@@ -99,6 +99,8 @@ func (h *testHandler) ServeRESP(c *Conn, args [][]byte) {
 		c.Out = redcon.AppendInt(c.Out, int64(cap(c.Out)))
 	case "QBUF":
 		c.Out = redcon.AppendInt(c.Out, int64(c.QueryBufLen()))
+	case "BATCH":
+		c.Out = redcon.AppendInt(c.Out, int64(c.Batch()))
 	case "CTX":
 		c.Out = redcon.AppendInt(c.Out, c.Context().(int64))
 	case "LIMIT":
