@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/limiter"
 	"github.com/cellserver/cellserver/resp"
 	"github.com/tidwall/redcon"
 )
@@ -24,6 +25,7 @@ type client struct {
 	// for (fsync always); 0 when nothing is pending.
 	pendingSeq uint64
 	lower      [32]byte             // scratch for lower-casing command names
+	leases     limiter.Leases       // scratch for packed CL.ACQUIRE state (leasesOf)
 	lastCmd    atomic.Pointer[Spec] // read by CLIENT LIST
 
 	// Clock readings (see ctx.clockNS and Server.call), in ns: the wall

@@ -173,8 +173,9 @@ func parseCheck(name string, args [][]byte) (c check, msg string) {
 }
 
 // decide evaluates c against the key's current value v (nil if absent) at
-// now without changing anything. It returns an error text or "".
-func (c *check) decide(v *keyspace.Value, now int64) string {
+// now without changing anything. scratch is the client's Leases for
+// unpacking (see leasesOf). It returns an error text or "".
+func (c *check) decide(v *keyspace.Value, now int64, scratch *limiter.Leases) string {
 	if v != nil && v.Kind != c.kind && !(c.kind == keyspace.KindGCRA && v.Kind == keyspace.KindString) {
 		return msgWrongType
 	}
@@ -222,13 +223,7 @@ func (c *check) decide(v *keyspace.Value, now int64) string {
 		d := l.Decide(now, c.per, c.limit, c.q)
 		c.t, c.store = decisionTuple(d, c.ms), !d.Limited && (c.q > 0 || v != nil)
 	case keyspace.KindLeases:
-		var ls *limiter.Leases
-		if v != nil {
-			ls = v.Obj.(*limiter.Leases)
-		} else {
-			ls = new(limiter.Leases)
-		}
-		d := ls.Acquire(now, c.per, c.limit, c.token)
+		d := leasesOf(v, scratch).Acquire(now, c.per, c.limit, c.token)
 		c.t, c.store = decisionTuple(d, c.ms), !d.Limited
 	}
 	return ""
@@ -236,7 +231,7 @@ func (c *check) decide(v *keyspace.Value, now int64) string {
 
 // apply performs what decide found, on shard sh (locked) where the key's
 // current value is v (nil if absent).
-func (c *check) apply(sh *keyspace.Shard, v *keyspace.Value, now int64) {
+func (c *check) apply(sh *keyspace.Shard, v *keyspace.Value, now int64, scratch *limiter.Leases) {
 	if !c.store {
 		return
 	}
@@ -258,15 +253,43 @@ func (c *check) apply(sh *keyspace.Shard, v *keyspace.Value, now int64) {
 		}
 		nv = keyspace.Value{Kind: keyspace.KindLog, Obj: l, Exp: expiryMS(l.Apply(now, c.per, c.q))}
 	case keyspace.KindLeases:
-		var ls *limiter.Leases
-		if v != nil {
-			ls = v.Obj.(*limiter.Leases)
-		} else {
-			ls = new(limiter.Leases)
-		}
-		nv = keyspace.Value{Kind: keyspace.KindLeases, Obj: ls, Exp: expiryMS(ls.Apply(now, c.per, c.token))}
+		ls := leasesOf(v, scratch)
+		nv = leasesValue(ls, scratch, ls.Apply(now, c.per, c.token))
 	}
 	sh.Replace(c.key, v, nv)
+}
+
+// leasesOf returns the leases of v, a KindLeases value (nil: the key does
+// not exist). A value whose one lease is packed into N and M (see
+// leasesValue) is unpacked into scratch, which is also what an absent key
+// gets, empty: scratch is then only valid until its next use.
+func leasesOf(v *keyspace.Value, scratch *limiter.Leases) *limiter.Leases {
+	if v == nil {
+		scratch.Unpack(0, 0)
+		return scratch
+	}
+	if ls, ok := v.Obj.(*limiter.Leases); ok {
+		return ls
+	}
+	scratch.Unpack(v.N, v.M)
+	return scratch
+}
+
+// leasesValue returns the value that stores ls (from leasesOf), whose last
+// lease ends at expireAt (ns). One lease with a token of up to
+// limiter.PackedTokenLen bytes is packed into N and M, so the key takes no
+// object: no allocation, and no memory read beyond its entry. Other leases
+// keep a *limiter.Leases (a copy when ls is scratch).
+func leasesValue(ls, scratch *limiter.Leases, expireAt int64) keyspace.Value {
+	v := keyspace.Value{Kind: keyspace.KindLeases, Exp: expiryMS(expireAt)}
+	if tok, exp, ok := ls.Pack(); ok {
+		v.N, v.M = tok, exp
+	} else if ls == scratch {
+		v.Obj = ls.Clone()
+	} else {
+		v.Obj = ls
+	}
+	return v
 }
 
 // trailingMS strips a final MS argument (any case) and reports it.
@@ -296,7 +319,7 @@ func runCheck(x *ctx, minArgs, maxArgs int) {
 	defer x.unlock(sh)
 	now := x.clockNS()
 	v := sh.Lookup(c.key, floorDiv(now, 1e6))
-	if msg := c.decide(v, now); msg != "" {
+	if msg := c.decide(v, now, &x.cl.leases); msg != "" {
 		x.errorReply(msg)
 		return
 	}
@@ -304,7 +327,7 @@ func runCheck(x *ctx, minArgs, maxArgs int) {
 		x.oom()
 		return
 	}
-	c.apply(sh, v, now)
+	c.apply(sh, v, now, &x.cl.leases)
 	x.decided(c.t.limited, c.key)
 	x.tuple(c.t)
 }
@@ -330,13 +353,12 @@ func cmdRelease(x *ctx) {
 		x.errorReply(msgWrongType)
 		return
 	}
-	ls := v.Obj.(*limiter.Leases)
+	ls := leasesOf(v, &x.cl.leases)
 	released, exp := ls.Release(now, x.args[2])
 	if ls.Held(now) == 0 {
 		sh.Delete(key, floorDiv(now, 1e6))
 	} else {
-		v.Exp = expiryMS(exp)
-		sh.Changed(key, v)
+		sh.Replace(key, v, leasesValue(ls, &x.cl.leases, exp))
 	}
 	if released {
 		x.int(1)
@@ -449,7 +471,7 @@ func cmdAll(x *ctx) {
 	var limitedKey []byte
 	for i := range checks {
 		vals[i] = shards[i].Lookup(checks[i].key, nowMS)
-		if msg := checks[i].decide(vals[i], now); msg != "" {
+		if msg := checks[i].decide(vals[i], now, &x.cl.leases); msg != "" {
 			x.errorReply(msg)
 			return
 		}
@@ -478,7 +500,7 @@ func cmdAll(x *ctx) {
 			if len(checks) > 1 {
 				v = shards[i].Peek(checks[i].key, nowMS)
 			}
-			checks[i].apply(shards[i], v, now)
+			checks[i].apply(shards[i], v, now, &x.cl.leases)
 		}
 	}
 	x.decided(!admitted, limitedKey)
@@ -594,8 +616,7 @@ func cmdLimiterInfo(x *ctx) {
 			f = append(f, field{"oldest_ms", l.Entries[0].T / 1e6}, field{"newest_ms", l.Entries[len(l.Entries)-1].T / 1e6})
 		}
 	case keyspace.KindLeases:
-		ls := v.Obj.(*limiter.Leases)
-		toks := ls.Tokens(now)
+		toks := leasesOf(v, &x.cl.leases).Tokens(now)
 		sort.Strings(toks)
 		f = []field{{"kind", "concurrency"}, {"leases", int64(len(toks))}, {"tokens", toks}}
 	}

@@ -50,7 +50,8 @@ const (
 	KindSliding
 	// KindLog is CL.SLIDINGLOG state: Obj holds a *limiter.Log.
 	KindLog
-	// KindLeases is CL.ACQUIRE state: Obj holds a *limiter.Leases.
+	// KindLeases is CL.ACQUIRE state: Obj holds a *limiter.Leases, or is
+	// nil when the one lease is packed into N and M (limiter.Leases.Pack).
 	KindLeases
 )
 

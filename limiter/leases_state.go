@@ -40,3 +40,47 @@ const leasesBytes = 80
 // MemSize estimates the memory of the log in bytes: LogEntryBytes per
 // entry of capacity, plus the slice header and the total.
 func (l *Log) MemSize() int { return 32 + cap(l.Entries)*LogEntryBytes }
+
+// PackedTokenLen is the longest token that a packed Leases holds.
+const PackedTokenLen = 7
+
+// Pack returns the compact form of ls when it holds exactly one lease and
+// that lease's token has at most PackedTokenLen bytes: the token with its
+// length (never 0) and the lease's end in ns. A store can keep those two
+// integers instead of the Leases, and Unpack gives the Leases back. ok is
+// false for any other ls.
+func (ls *Leases) Pack() (tok uint64, exp int64, ok bool) {
+	if len(ls.ents) != 1 || ls.ents[0].end > PackedTokenLen {
+		return 0, 0, false
+	}
+	t := ls.toks[:ls.ents[0].end]
+	tok = uint64(len(t)) + 1
+	for i, b := range t {
+		tok |= uint64(b) << (8 * (i + 1))
+	}
+	return tok, ls.ents[0].exp, true
+}
+
+// Unpack sets ls to the leases that Pack described: none when tok is 0,
+// otherwise the one lease of tok's token ending at exp. ls must not be
+// shared: it is reset in place, and its storage is reused.
+func (ls *Leases) Unpack(tok uint64, exp int64) {
+	ls.ents, ls.toks = ls.ent0[:0], ls.tok0[:0]
+	if tok == 0 {
+		return
+	}
+	n := min(max(int(tok&0xff)-1, 0), PackedTokenLen)
+	for i := range n {
+		ls.toks = append(ls.toks, byte(tok>>(8*(i+1))))
+	}
+	ls.ents = append(ls.ents, lease{exp: exp, end: n})
+}
+
+// Clone returns a copy of ls that shares no memory with it.
+func (ls *Leases) Clone() *Leases {
+	c := new(Leases)
+	for i, e := range ls.ents {
+		c.insert(i, ls.token(i), e.exp)
+	}
+	return c
+}

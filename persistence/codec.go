@@ -36,11 +36,14 @@ const ValueFormat = 1
 //	             Units int64, which must equal the sum of the entries' N
 //	concurrency  uvarint lease count c; c leases of (uvarint token length,
 //	             token bytes, expiry int64 in ns), tokens in strictly
-//	             increasing byte order (EncodeValue sorts them)
+//	             increasing byte order (EncodeValue sorts them); N and M
+//	             are 0 (a value whose one lease is packed into N and M is
+//	             written as its lease list, and DecodeValue packs it again)
 //
 // DecodeValue rejects anything else: a short or long input, an unknown kind,
 // a count that the remaining bytes cannot hold, a non-minimal uvarint, a
-// Units that disagrees with the entries, or leases out of order.
+// Units that disagrees with the entries, leases out of order, or
+// concurrency state with N or M set.
 const headerSize = 1 + 1 + 8 + 8 + 8
 
 // logEntrySize is the encoded size of one limiter.LogEntry.
@@ -48,12 +51,19 @@ const logEntrySize = 16
 
 // EncodeValue appends the encoding of v to dst and returns the extended
 // slice. A nil Obj encodes as the kind's empty object (empty string, empty
-// log, no leases).
+// log), except for concurrency state, where it means the leases packed
+// into N and M (none when N is 0; see limiter.Leases.Pack).
 //
 // It panics if v.Kind is not one of keyspace's kinds or if Obj has the wrong
 // type for the kind: both are bugs in the caller, and writing such a record
 // would only make the next start fail.
 func EncodeValue(dst []byte, v keyspace.Value) []byte {
+	var packed *limiter.Leases
+	if v.Kind == keyspace.KindLeases && v.Obj == nil {
+		packed = new(limiter.Leases)
+		packed.Unpack(v.N, v.M)
+		v.N, v.M = 0, 0
+	}
 	dst = append(dst, ValueFormat, byte(v.Kind))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(v.Exp))
 	dst = binary.LittleEndian.AppendUint64(dst, v.N)
@@ -87,7 +97,7 @@ func EncodeValue(dst []byte, v keyspace.Value) []byte {
 		}
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(l.Units))
 	case keyspace.KindLeases:
-		var ls *limiter.Leases
+		ls := packed
 		switch o := v.Obj.(type) {
 		case nil:
 		case *limiter.Leases:
@@ -192,7 +202,14 @@ func DecodeValue(b []byte) (keyspace.Value, error) {
 			}
 			ls.Put(string(tok), exp)
 		}
-		v.Obj = ls
+		if v.N != 0 || v.M != 0 {
+			return keyspace.Value{}, corruptf("%s value: N and M must be 0", v.Kind)
+		}
+		if tok, exp, ok := ls.Pack(); ok {
+			v.N, v.M = tok, exp // the form the commands store
+		} else {
+			v.Obj = ls
+		}
 	default:
 		return keyspace.Value{}, corruptf("unknown value kind %d", b[1])
 	}

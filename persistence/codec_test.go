@@ -55,19 +55,33 @@ func randValue(rng *rand.Rand, k keyspace.Kind) keyspace.Value {
 		v.Obj = l
 	case keyspace.KindLeases:
 		ls := &limiter.Leases{}
-		for range rng.IntN(3) * rng.IntN(50) {
-			tok := make([]byte, rng.IntN(40))
+		n, maxTok := rng.IntN(3)*rng.IntN(50), 40
+		if rng.IntN(3) == 0 { // one lease, its token around the packing limit
+			n, maxTok = 1, 2*limiter.PackedTokenLen
+		}
+		for range n {
+			tok := make([]byte, rng.IntN(maxTok))
 			for i := range tok {
 				tok[i] = byte(rng.Uint32())
 			}
 			ls.Put(string(tok), randInt64(rng))
 		}
 		v.Obj = ls
+		// The commands store one lease with a short token packed.
+		if tok, exp, ok := ls.Pack(); ok && rng.IntN(2) == 0 {
+			v.N, v.M, v.Obj = tok, exp, nil
+		}
 	}
 	return v
 }
 
-func leases(ls *limiter.Leases) map[string]int64 {
+// leases returns the leases of a concurrency value, packed or not.
+func leases(v keyspace.Value) map[string]int64 {
+	ls, _ := v.Obj.(*limiter.Leases)
+	if v.Obj == nil {
+		ls = new(limiter.Leases)
+		ls.Unpack(v.N, v.M)
+	}
 	m := map[string]int64{}
 	if ls != nil {
 		ls.Each(func(tok string, exp int64) { m[tok] = exp })
@@ -77,6 +91,9 @@ func leases(ls *limiter.Leases) map[string]int64 {
 
 // equalValues compares two Values, Leases by their contents.
 func equalValues(a, b keyspace.Value) bool {
+	if a.Kind == keyspace.KindLeases && b.Kind == a.Kind && a.Exp == b.Exp {
+		return reflect.DeepEqual(leases(a), leases(b)) // packed or not
+	}
 	if a.Kind != b.Kind || a.N != b.N || a.M != b.M || a.Exp != b.Exp {
 		return false
 	}
@@ -91,8 +108,6 @@ func equalValues(a, b keyspace.Value) bool {
 			return x.Units == y.Units
 		}
 		return reflect.DeepEqual(x, y)
-	case keyspace.KindLeases:
-		return reflect.DeepEqual(leases(a.Obj.(*limiter.Leases)), leases(b.Obj.(*limiter.Leases)))
 	}
 	return a.Obj == nil && b.Obj == nil
 }
@@ -101,7 +116,7 @@ func TestValueRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	counts := map[keyspace.Kind]int{}
 	const values = 6000
-	bytesOut := 0
+	bytesOut, packedCount := 0, 0
 	for i := range values {
 		k := allKinds[i%len(allKinds)]
 		v := randValue(rng, k)
@@ -125,9 +140,25 @@ func TestValueRoundTrip(t *testing.T) {
 		if again := EncodeValue(nil, got); !bytes.Equal(again, enc) {
 			t.Fatalf("%s: re-encoding differs:\n %x\n %x", k, again, enc)
 		}
+		if k == keyspace.KindLeases {
+			// Decoding packs what packs, as the commands store it.
+			packable := len(leases(got)) == 1
+			for tok := range leases(got) {
+				packable = packable && len(tok) <= limiter.PackedTokenLen
+			}
+			if packed := got.Obj == nil; packed != packable {
+				t.Fatalf("leases %v decoded packed=%v, want %v", leases(got), packed, packable)
+			}
+			if packable {
+				packedCount++
+			}
+		}
 		counts[k]++
 	}
-	t.Logf("round-tripped %d random values (%v), %d bytes encoded", values, counts, bytesOut)
+	t.Logf("round-tripped %d random values (%v; %d concurrency values packed), %d bytes encoded", values, counts, packedCount, bytesOut)
+	if packedCount == 0 {
+		t.Fatalf("no packed concurrency value was checked")
+	}
 }
 
 func TestDecodeDoesNotAlias(t *testing.T) {
@@ -165,8 +196,8 @@ func TestEncodeEmptyObjects(t *testing.T) {
 				t.Errorf("log: %+v", o)
 			}
 		case *limiter.Leases:
-			if len(leases(o)) != 0 {
-				t.Errorf("leases: %v", leases(o))
+			if len(leases(got)) != 0 {
+				t.Errorf("leases: %v", leases(got))
 			}
 		default:
 			t.Errorf("%s: Obj %T", v.Kind, got.Obj)
@@ -217,6 +248,11 @@ func TestValueGolden(t *testing.T) {
 		{keyspace.Value{Kind: keyspace.KindLeases, Obj: ls},
 			"01" + "06" + "0000000000000000" + "0000000000000000" + "0000000000000000" +
 				"02" + "01" + "61" + "ffffffffffffffff" + "01" + "62" + "0700000000000000"},
+		// One lease packed as the commands store it ("a" until 9 ns): written
+		// as its lease list, N and M 0.
+		{keyspace.Value{Kind: keyspace.KindLeases, N: 'a'<<8 | 2, M: 9},
+			"01" + "06" + "0000000000000000" + "0000000000000000" + "0000000000000000" +
+				"01" + "01" + "61" + "0900000000000000"},
 	} {
 		got := hex.EncodeToString(EncodeValue(nil, tc.v))
 		if got != tc.want {
@@ -304,6 +340,8 @@ func TestDecodeCorrupt(t *testing.T) {
 		"lease non-minimal length":  cat(hdr(keyspace.KindLeases), []byte{1, 0x81, 0x00, 'a'}, le(1)),
 		"leases count too large":    cat(hdr(keyspace.KindLeases), []byte{2, 0}, le(1)),
 		"leases count, no bytes":    cat(hdr(keyspace.KindLeases)),
+		"leases with N set":         cat(EncodeValue(nil, keyspace.Value{Kind: keyspace.KindLeases})[:10], le(2), le(0), []byte{1, 1, 'a'}, le(1)),
+		"leases with M set":         cat(EncodeValue(nil, keyspace.Value{Kind: keyspace.KindLeases})[:10], le(0), le(5), []byte{1, 1, 'a'}, le(1)),
 		"gcra with an object":       cat(hdr(keyspace.KindGCRA), []byte{0}),
 		"empty":                     nil,
 		"version only":              {ValueFormat},
