@@ -61,8 +61,8 @@ func benchDispatch(b *testing.B, cmds [][]string) {
 	for i := range args {
 		conn.Out = conn.Out[:0]
 		srv.ServeRESP(conn, args[i])
-		if !bytes.HasPrefix(conn.Out, []byte("*5\r\n")) {
-			b.Fatalf("CL.THROTTLE %s: reply %q", args[i][1], conn.Out)
+		if !limiterReply(conn.Out) {
+			b.Fatalf("%s %s: reply %q", args[i][0], args[i][1], conn.Out)
 		}
 	}
 
@@ -72,9 +72,15 @@ func benchDispatch(b *testing.B, cmds [][]string) {
 		conn.Out = conn.Out[:0]
 		srv.ServeRESP(conn, args[i%n])
 	}
-	if !bytes.HasPrefix(conn.Out, []byte("*5\r\n")) {
+	if !limiterReply(conn.Out) {
 		b.Fatalf("last reply %q", conn.Out)
 	}
+}
+
+// limiterReply reports whether out starts with a limiter reply: a 5-tuple,
+// or CL.ALL's array of them.
+func limiterReply(out []byte) bool {
+	return bytes.HasPrefix(out, []byte("*5\r\n")) || bytes.HasPrefix(out, []byte("*1\r\n*5\r\n"))
 }
 
 // BenchmarkDispatchLimiters runs each limiter command of the family over
@@ -93,6 +99,10 @@ func BenchmarkDispatchLimiters(b *testing.B) {
 		{"CL.SLIDING", func(k string) []string { return []string{"CL.SLIDING", k, "30", "60"} }},
 		{"CL.SLIDINGLOG", func(k string) []string { return []string{"CL.SLIDINGLOG", k, "30", "60"} }},
 		{"CL.ACQUIRE", func(k string) []string { return []string{"CL.ACQUIRE", k, "30", "60", "tok"} }},
+		{"CL.ACQUIRE-uuid", func(k string) []string {
+			return []string{"CL.ACQUIRE", k, "30", "60", "f81d4fae-7dec-11d0-a765-00a0c91e6bf6"}
+		}},
+		{"CL.ALL-1", func(k string) []string { return []string{"CL.ALL", "CL.THROTTLE", k, "15", "30", "60", "1"} }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			cmds := make([][]string, keys)

@@ -26,6 +26,7 @@ type client struct {
 	pendingSeq uint64
 	lower      [32]byte             // scratch for lower-casing command names
 	leases     limiter.Leases       // scratch for packed CL.ACQUIRE state (leasesOf)
+	checks     [4]check             // CL.ALL's parsed checks (cmdAll)
 	lastCmd    atomic.Pointer[Spec] // read by CLIENT LIST
 
 	// Clock readings (see ctx.clockNS and Server.call), in ns: the wall

@@ -104,28 +104,21 @@ type check struct {
 	expireErr bool // CL.THROTTLE: allowed, but its TTL cannot be set
 }
 
-// checkArgs is how many arguments after the command name each limiter
-// takes inside CL.ALL (quantity explicit, MS not counted).
-var checkArgs = map[string]int{
-	"cl.throttle": 5, "cl.fixed": 4, "cl.sliding": 4, "cl.slidinglog": 4, "cl.acquire": 4,
-}
-
-// parseCheck parses the arguments of the limiter command name (key first,
-// then its parameters; a trailing MS already removed). It returns an error
-// text or "".
-func parseCheck(name string, args [][]byte) (c check, msg string) {
+// parse sets c, which must be zero, to the call of the limiter command
+// name with args (key first, then its parameters; a trailing MS already
+// removed). It returns an error text or "".
+func (c *check) parse(name string, args [][]byte) (msg string) {
 	c.name, c.key = name, args[0]
 	switch name {
 	case "cl.throttle":
 		for _, a := range args {
 			if !utf8.Valid(a) {
-				return c, msgCellBadUTF8
+				return msgCellBadUTF8
 			}
 		}
 		c.kind = keyspace.KindGCRA
-		var msg string
 		c.gp, msg = throttleParams(args[1:])
-		return c, msg
+		return msg
 	case "cl.fixed", "cl.sliding", "cl.slidinglog":
 		switch name {
 		case "cl.fixed":
@@ -137,39 +130,39 @@ func parseCheck(name string, args [][]byte) (c check, msg string) {
 		}
 		n, ok := parseRedisInt(args[1])
 		if !ok || limiter.CheckLimit(n) != nil {
-			return c, msgLimit
+			return msgLimit
 		}
 		if c.kind == keyspace.KindSliding && n > limiter.MaxSlidingLimit {
-			return c, msgSlidingLimit
+			return msgSlidingLimit
 		}
 		c.limit = n
 		if c.per, ok = parsePeriod(args[2]); !ok {
-			return c, msgPeriod
+			return msgPeriod
 		}
 		c.q = 1
 		if len(args) > 3 {
 			if c.q, ok = parseRedisInt(args[3]); !ok {
-				return c, msgQuantity
+				return msgQuantity
 			}
 			if c.q < 0 && c.kind == keyspace.KindLog {
-				return c, msgQuantityNeg
+				return msgQuantityNeg
 			}
 		}
-		return c, ""
+		return ""
 	case "cl.acquire":
 		c.kind = keyspace.KindLeases
 		n, ok := parseRedisInt(args[1])
 		if !ok || limiter.CheckLimit(n) != nil {
-			return c, msgLimit
+			return msgLimit
 		}
 		c.limit = n
 		if c.per, ok = parsePeriod(args[2]); !ok {
-			return c, msgLease
+			return msgLease
 		}
 		c.token = args[3]
-		return c, ""
+		return ""
 	}
-	return c, errUnknownCheck(name)
+	return errUnknownCheck(name)
 }
 
 // decide evaluates c against the key's current value v (nil if absent) at
@@ -308,8 +301,8 @@ func runCheck(x *ctx, minArgs, maxArgs int) {
 		x.errorReply(errWrongArity(x.spec.Name))
 		return
 	}
-	c, msg := parseCheck(x.spec.Name, args)
-	if msg != "" {
+	var c check
+	if msg := c.parse(x.spec.Name, args); msg != "" {
 		x.errorReply(msg)
 		return
 	}
@@ -427,8 +420,9 @@ func cmdPeek(x *ctx) {
 // with its quantity; all are decided under their shard locks (taken in
 // shard order), and applied only if every one is admitted.
 func cmdAll(x *ctx) {
-	var checkBuf [4]check // most calls have a few checks: no allocation
-	checks, msg := parseChecks(checkBuf[:0], x.args[1:])
+	// The client's buffer holds up to four checks without allocating, and
+	// without zeroing four checks on every call.
+	checks, msg := parseChecks(x.cl.checks[:0], x.args[1:])
 	if msg != "" {
 		x.errorReply(msg)
 		return
@@ -515,16 +509,16 @@ func cmdAll(x *ctx) {
 func parseChecks(checks []check, args [][]byte) ([]check, string) {
 	var lower [16]byte
 	for i := 0; i < len(args); {
-		name := checkName(lowerInto(lower[:0], args[i]))
-		n, ok := checkArgs[name]
-		if !ok {
+		name, n := checkName(lowerInto(lower[:0], args[i]))
+		if n == 0 {
 			return nil, errUnknownCheck(string(args[i]))
 		}
 		if i+1+n > len(args) {
 			return nil, errCheckArity(name)
 		}
-		c, msg := parseCheck(name, args[i+1:i+1+n])
-		if msg != "" {
+		checks = append(checks, check{}) // parsed in place: a check is large
+		c := &checks[len(checks)-1]
+		if msg := c.parse(name, args[i+1:i+1+n]); msg != "" {
 			return nil, msg
 		}
 		i += 1 + n
@@ -532,32 +526,35 @@ func parseChecks(checks []check, args [][]byte) ([]check, string) {
 			c.ms = true
 			i++
 		}
-		for j := range checks { // a handful of checks: a linear scan beats a map
+		for j := range len(checks) - 1 { // a handful of checks: a linear scan beats a map
 			if string(checks[j].key) == string(c.key) {
 				return nil, msgAllDupKey
 			}
 		}
-		checks = append(checks, c)
 	}
 	return checks, ""
 }
 
-// checkName returns the interned name of a limiter command (lower-case),
-// or "" when b is not one, without allocating.
-func checkName(b []byte) string {
+// checkNames lists the limiter commands that CL.ALL takes as checks.
+var checkNames = []string{"cl.throttle", "cl.fixed", "cl.sliding", "cl.slidinglog", "cl.acquire"}
+
+// checkName returns the interned name of a limiter command (lower-case)
+// and how many arguments follow it inside CL.ALL (quantity explicit, MS
+// not counted), without allocating; for any other b, string(b) and 0.
+func checkName(b []byte) (string, int) {
 	switch string(b) { // a switch on string(b) does not allocate
 	case "cl.throttle":
-		return "cl.throttle"
+		return "cl.throttle", 5
 	case "cl.fixed":
-		return "cl.fixed"
+		return "cl.fixed", 4
 	case "cl.sliding":
-		return "cl.sliding"
+		return "cl.sliding", 4
 	case "cl.slidinglog":
-		return "cl.slidinglog"
+		return "cl.slidinglog", 4
 	case "cl.acquire":
-		return "cl.acquire"
+		return "cl.acquire", 4
 	}
-	return string(b)
+	return string(b), 0
 }
 
 // allKeys returns the positions of CL.ALL's keys for COMMAND GETKEYS and
@@ -565,8 +562,8 @@ func checkName(b []byte) string {
 func allKeys(args [][]byte) []int {
 	var pos []int
 	for i := 1; i < len(args); {
-		n, ok := checkArgs[string(lowerInto(make([]byte, 0, 16), args[i]))]
-		if !ok || i+1+n > len(args) {
+		_, n := checkName(lowerInto(make([]byte, 0, 16), args[i]))
+		if n == 0 || i+1+n > len(args) {
 			return nil
 		}
 		pos = append(pos, i+1)

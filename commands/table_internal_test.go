@@ -91,18 +91,25 @@ func TestKeyPositions(t *testing.T) {
 	}
 }
 
-// checkName knows every name of checkArgs, without allocating.
+// checkName knows every name of checkNames, with its argument count inside
+// CL.ALL (the README's syntax: key, parameters, quantity), without
+// allocating.
 func TestCheckNameInternsEveryCheck(t *testing.T) {
-	for name := range checkArgs {
+	args := map[string]int{"cl.throttle": 5, "cl.fixed": 4, "cl.sliding": 4, "cl.slidinglog": 4, "cl.acquire": 4}
+	if len(args) != len(checkNames) {
+		t.Errorf("checkNames %v, want the checks %v", checkNames, args)
+	}
+	for _, name := range checkNames {
 		b := []byte(name)
-		if got := checkName(b); got != name {
-			t.Errorf("checkName(%q) = %q", name, got)
+		got, n := checkName(b)
+		if got != name || n != args[name] {
+			t.Errorf("checkName(%q) = %q, %d; want %d arguments", name, got, n, args[name])
 		}
 		if n := testing.AllocsPerRun(100, func() { checkName(b) }); n != 0 {
 			t.Errorf("checkName(%q): %v allocs", name, n)
 		}
 	}
-	if got := checkName([]byte("cl.peek")); got != "cl.peek" {
-		t.Errorf("checkName of an unknown name = %q", got)
+	if got, n := checkName([]byte("cl.peek")); got != "cl.peek" || n != 0 {
+		t.Errorf("checkName of an unknown name = %q, %d", got, n)
 	}
 }
