@@ -35,7 +35,7 @@ func (ls *Leases) MemSize() int {
 }
 
 // leasesBytes is the size of a Leases on 64-bit machines.
-const leasesBytes = 80
+const leasesBytes = 104
 
 // MemSize estimates the memory of the log in bytes: LogEntryBytes per
 // entry of capacity, plus the slice header and the total.

@@ -596,17 +596,24 @@ func TestLeasesMemSize(t *testing.T) {
 	if n := ls.MemSize(); n != leasesBytes {
 		t.Errorf("empty: MemSize %d, want %d", n, leasesBytes)
 	}
-	ls.Apply(t0, s, []byte("sixteen-byte-tok"))
+	// A UUID's text, the usual token, fits inside.
+	uuid := []byte("f81d4fae-7dec-11d0-a765-00a0c91e6bf6")
+	ls.Apply(t0, s, uuid)
 	if n := ls.MemSize(); n != leasesBytes {
-		t.Errorf("one lease, 16-byte token: MemSize %d, want %d", n, leasesBytes)
+		t.Errorf("one lease, %d-byte token: MemSize %d, want %d", len(uuid), n, leasesBytes)
 	}
 	var long Leases
-	long.Apply(t0, s, []byte("seventeen-byte-tk"))
-	if n := long.MemSize(); n != leasesBytes+cap(long.toks) || cap(long.toks) < 17 {
-		t.Errorf("one lease, 17-byte token: MemSize %d, token capacity %d", n, cap(long.toks))
+	long.Apply(t0, s, bytes.Repeat([]byte("t"), len(long.tok0)+1))
+	if n := long.MemSize(); n != leasesBytes+cap(long.toks) || cap(long.toks) <= len(long.tok0) {
+		t.Errorf("one lease, %d-byte token: MemSize %d, token capacity %d", len(long.tok0)+1, n, cap(long.toks))
 	}
 	ls.Apply(t0, s, []byte("z"))
-	if n := ls.MemSize(); n != leasesBytes+leaseBytes*cap(ls.ents)+cap(ls.toks) || cap(ls.ents) < 2 {
+	// Two leases: the entries move to the heap; 37 token bytes still fit.
+	if n := ls.MemSize(); n != leasesBytes+leaseBytes*cap(ls.ents) || cap(ls.ents) < 2 || &ls.toks[0] != &ls.tok0[0] {
 		t.Errorf("two leases: MemSize %d, entries capacity %d, token capacity %d", n, cap(ls.ents), cap(ls.toks))
+	}
+	ls.Apply(t0, s, []byte("zz-and-the-token-bytes-no-longer-fit"))
+	if n := ls.MemSize(); n != leasesBytes+leaseBytes*cap(ls.ents)+cap(ls.toks) || cap(ls.toks) <= len(ls.tok0) {
+		t.Errorf("three leases: MemSize %d, entries capacity %d, token capacity %d", n, cap(ls.ents), cap(ls.toks))
 	}
 }

@@ -335,16 +335,17 @@ func (l *Log) Apply(now, period, q int64) (expireAt int64) {
 // same order (lease i's token is toks[ents[i-1].end:ents[i].end]).
 // Removing a lease compacts both, so they only hold the leases not yet
 // pruned. Both start in arrays inside the Leases, so a key with one lease
-// and a token of up to 16 bytes (the common case) is one 80-byte
+// and a token of up to 40 bytes (a UUID's text is 36) is one 104-byte
 // allocation, read with one cache miss or two; more leases move them to
-// the heap. A Leases must not be copied once used (the slices may point
+// the heap. (One lease with a token of up to PackedTokenLen bytes needs no
+// Leases at all in the keyspace: see Pack.) A Leases must not be copied once used (the slices may point
 // into it).
 type Leases struct {
 	_    noCopy
 	ents []lease
 	toks []byte
 	ent0 [1]lease
-	tok0 [16]byte
+	tok0 [40]byte
 }
 
 // noCopy makes go vet's copylocks check report copies of a Leases.
