@@ -269,7 +269,7 @@ func (l *loop) poll(uintptr) bool {
 // pollNow returns the ready events without waiting.
 func (l *loop) pollNow() (int, error) {
 	for {
-		n, err := unix.EpollWait(l.epfd, l.events, 0)
+		n, err := rawEpollPoll(l.epfd, l.events)
 		if err != unix.EINTR {
 			return max(n, 0), err
 		}
@@ -439,7 +439,7 @@ func (l *loop) write(c *Conn) bool {
 		c.before = true
 	}
 	for c.outOff < len(c.Out) {
-		n, err := unix.Write(c.fd, c.Out[c.outOff:])
+		n, err := rawWrite(c.fd, c.Out[c.outOff:])
 		if n > 0 {
 			c.outOff += n
 			c.netOut.Add(int64(n))
@@ -600,7 +600,7 @@ func (l *loop) closeFD(c *Conn) {
 func (r *reader) readFD(fd int) (int, error) {
 	r.makeRoom()
 	for {
-		n, err := unix.Read(fd, r.buf[r.end:])
+		n, err := rawRead(fd, r.buf[r.end:])
 		if n > 0 {
 			r.end += n
 			return n, nil
