@@ -15,7 +15,7 @@ import (
 // A key whose one lease has a short token is stored packed, without an
 // object; a second token, or a long one, gives it a limiter.Leases again,
 // and releasing back to one short token packs it again. The replies, CL.INFO
-// and the key's TTL must not show which form is stored: this runs random
+// and the key's PTTL must not show which form is stored: this runs random
 // CL.ACQUIRE and CL.RELEASE calls against the server and against a plain
 // limiter.Leases per key, and checks MEMORY USAGE for the form.
 func TestConcurrencyPackedMatchesModel(t *testing.T) {
@@ -73,9 +73,15 @@ func TestConcurrencyPackedMatchesModel(t *testing.T) {
 			t.Fatalf("%s: MEMORY USAGE: %v", where, err)
 		}
 		// Stored leases are pruned when written, so the model's own
-		// entries (live or not) are what the server stores.
+		// entries (live or not) are what the server stores; the key expires
+		// with the last of them (its end rounded up to the millisecond).
 		var stored []string
-		ls.Each(func(tok string, _ int64) { stored = append(stored, tok) })
+		var last int64
+		ls.Each(func(tok string, exp int64) { stored = append(stored, tok); last = max(last, exp) })
+		pttl, err := rdb.PTTL(ctx, key).Result()
+		if want := ceilMS(last) - ns/1e6; err != nil || pttl.Milliseconds() != want {
+			t.Fatalf("%s: PTTL %v, %v; want %d ms", where, pttl, err, want)
+		}
 		packed := len(stored) == 1 && len(stored[0]) <= limiter.PackedTokenLen
 		if entryOnly := usage == int64(len(key))+keyspace.EntryOverhead; entryOnly != packed {
 			t.Fatalf("%s: stored %q, MEMORY USAGE %d: packed %v, want %v", where, stored, usage, entryOnly, packed)
