@@ -155,6 +155,9 @@ func (c *check) parse(name string, args [][]byte) (msg string) {
 		if !ok || limiter.CheckLimit(n) != nil {
 			return msgLimit
 		}
+		if n > limiter.MaxLeases {
+			return msgLeasesLimit
+		}
 		c.limit = n
 		if c.per, ok = parsePeriod(args[2]); !ok {
 			return msgLease

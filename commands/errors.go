@@ -150,6 +150,7 @@ func errorCode(msg string) string {
 const (
 	msgLimit        = "ERR limit must be a positive integer"
 	msgSlidingLimit = "ERR limit must be between 1 and 4294967295 for CL.SLIDING"
+	msgLeasesLimit  = "ERR limit must be between 1 and 10000 for CL.ACQUIRE"
 	msgPeriod       = "ERR period must be a positive number of seconds or a duration such as 250ms, 1.5s, 10m, 1h, at most 10 years"
 	msgLease        = "ERR lease must be a positive number of seconds or a duration such as 250ms, 1.5s, 10m, 1h, at most 10 years"
 	msgQuantity     = "ERR quantity must be an integer"

@@ -134,6 +134,15 @@ type SlidingState struct {
 	Prev, Cur int64
 }
 
+// MaxLeases is the largest limit of a concurrency limiter, so the most
+// live leases one key can hold through Acquire and Apply (which admit a new
+// token only below the limit). Acquire, Apply and Release each scan the
+// key's leases: an acquire and a release of one token cost about 0.2 µs at
+// 10 leases, 70 µs at MaxLeases and 2.3 ms at 200,000
+// (BenchmarkAcquireManyLeases), so this bound is what keeps one call on a
+// key short.
+const MaxLeases = 10000
+
 // MaxSlidingLimit is the largest limit of a sliding-window counter: its two
 // counts are stored in 32 bits each.
 const MaxSlidingLimit = math.MaxUint32
