@@ -36,10 +36,11 @@ type client struct {
 	lastEnd            time.Duration
 	lastBatch          uint64
 
-	inMulti   bool
-	multiBad  bool // a command failed to queue: EXEC aborts
-	queue     []queued
-	multiSeen atomic.Int32 // queued commands, -1 outside MULTI; read by CLIENT LIST
+	inMulti    bool
+	multiBad   bool // a command failed to queue: EXEC aborts
+	queue      []queued
+	queueBytes int64        // queuedSize of queue
+	multiSeen  atomic.Int32 // queued commands, -1 outside MULTI; read by CLIENT LIST
 
 	mu      sync.Mutex // guards name, libName, libVer
 	name    string
@@ -62,6 +63,7 @@ func (cl *client) resetMulti() {
 	cl.inMulti = false
 	cl.multiBad = false
 	cl.queue = nil
+	cl.queueBytes = 0
 }
 
 // ctx is the execution context of one command. Reply helpers append to the

@@ -353,6 +353,49 @@ func cmdDiscard(x *ctx) {
 	x.ok()
 }
 
+// The defaults of Config.MultiMaxCommands and Config.MultiMaxBytes. EXEC
+// runs its queue holding every shard lock, so these bound how long one
+// transaction keeps every other client waiting, as well as its memory.
+const (
+	DefaultMultiMaxCommands       = 10000
+	DefaultMultiMaxBytes    int64 = 64 << 20
+)
+
+// queuedArgBytes is what a queued command costs beyond its arguments'
+// bytes, per argument: the slice header that holds it.
+const queuedArgBytes = 24
+
+// queuedSize is what queuing args counts against Config.MultiMaxBytes:
+// the arguments' bytes plus queuedArgBytes each.
+func queuedSize(args [][]byte) int64 {
+	n := int64(len(args)) * queuedArgBytes
+	for _, a := range args {
+		n += int64(len(a))
+	}
+	return n
+}
+
+// enqueue queues a command inside MULTI and returns "", or the error that
+// refuses it when the queue would pass its limits. Once the transaction
+// is bound to abort (multiBad), commands are answered QUEUED but not kept,
+// as Redis does: EXEC will not run them.
+func (s *Server) enqueue(cl *client, sp *Spec, args [][]byte) string {
+	if cl.multiBad {
+		return ""
+	}
+	if len(cl.queue) >= s.multiMax {
+		return msgMultiQueueCmds
+	}
+	size := queuedSize(args)
+	if size > s.multiBytes-cl.queueBytes {
+		return msgMultiQueueBytes
+	}
+	cl.queueBytes += size
+	cl.queue = append(cl.queue, queued{spec: sp, args: copyArgs(args)})
+	cl.multiSeen.Store(int32(len(cl.queue)))
+	return ""
+}
+
 // EXEC runs the queued commands with every shard lock held, so no other
 // client's command can interleave with them.
 func cmdExec(x *ctx) {

@@ -92,3 +92,63 @@ func TestAcquireLeasesBounded(t *testing.T) {
 }
 
 var _ = bytes.Equal
+
+// TestMultiQueueLimits: MULTI queues at most MultiMaxCommands commands and
+// MultiMaxBytes bytes; the command past either gets an error, later ones
+// are answered QUEUED but not kept, and EXEC aborts without running
+// anything, as Redis does after a command fails to queue. The next MULTI
+// starts from an empty queue.
+func TestMultiQueueLimits(t *testing.T) {
+	const execAbort = "-EXECABORT Transaction discarded because of previous errors.\r\n"
+	t.Run("commands", func(t *testing.T) {
+		d := newDirect(t, commands.Config{MultiMaxCommands: 5})
+		for round := range 2 {
+			d.want("+OK\r\n", "MULTI")
+			for range 5 {
+				d.want("+QUEUED\r\n", "CL.FIXED", "f", "100", "60")
+			}
+			if round == 1 { // at the cap exactly, EXEC runs them all
+				d.want("*5\r\n*5\r\n:0\r\n:100\r\n:99\r\n", "EXEC")
+				break
+			}
+			d.want("-ERR MULTI queue is full: at most multi-max-commands commands can be queued\r\n", "CL.FIXED", "f", "100", "60")
+			d.want("+QUEUED\r\n", "CL.FIXED", "f", "100", "60")
+			d.want(execAbort, "EXEC")
+			d.want(":0\r\n", "EXISTS", "f") // nothing ran
+		}
+	})
+	t.Run("bytes", func(t *testing.T) {
+		// SET k <300 bytes>: 304 bytes of arguments + 3*24 = 376 bytes.
+		d := newDirect(t, commands.Config{MultiMaxBytes: 2*376 + 375})
+		val := strings.Repeat("v", 300)
+		d.want("+OK\r\n", "MULTI")
+		d.want("+QUEUED\r\n", "SET", "a", val)
+		d.want("+QUEUED\r\n", "SET", "b", val)
+		d.want("-ERR MULTI queue is full: at most multi-max-bytes bytes can be queued\r\n", "SET", "c", val)
+		d.want("+QUEUED\r\n", "GET", "a") // would fit, but the transaction is already doomed
+		d.want(execAbort, "EXEC")
+		d.want(":0\r\n", "EXISTS", "a")
+		d.want("+OK\r\n", "MULTI")
+		d.want("+QUEUED\r\n", "SET", "a", val)
+		d.want("+QUEUED\r\n", "SET", "b", val)
+		d.want("+QUEUED\r\n", "SET", "c", val[:299]) // 1127 bytes: exactly the cap
+		d.want("*3\r\n+OK\r\n+OK\r\n+OK\r\n", "EXEC")
+	})
+	t.Run("defaults", func(t *testing.T) {
+		d := newDirect(t, commands.Config{})
+		d.want("+OK\r\n", "MULTI")
+		for range commands.DefaultMultiMaxCommands {
+			d.want("+QUEUED\r\n", "GET", "k")
+		}
+		d.want("-ERR MULTI queue is full", "GET", "k")
+		d.want(execAbort, "EXEC")
+		// One SET of DefaultMultiMaxBytes: over by its key and name.
+		d.want("+OK\r\n", "MULTI")
+		big := make([]byte, commands.DefaultMultiMaxBytes)
+		if got := d.doBytes([][]byte{[]byte("SET"), []byte("k"), big}); !strings.HasPrefix(got, "-ERR MULTI queue is full: at most multi-max-bytes") {
+			t.Fatalf("SET of %d bytes in MULTI: %.100q", len(big), got)
+		}
+		d.want(execAbort, "EXEC")
+		t.Logf("default caps: %d commands, %d bytes", commands.DefaultMultiMaxCommands, commands.DefaultMultiMaxBytes)
+	})
+}

@@ -158,6 +158,13 @@ const (
 	msgAllDupKey    = "ERR CL.ALL checks must use distinct keys"
 )
 
+// A command past the MULTI queue's limits (Config.MultiMaxCommands,
+// MultiMaxBytes) gets one of these, and EXEC then aborts.
+const (
+	msgMultiQueueCmds  = "ERR MULTI queue is full: at most multi-max-commands commands can be queued"
+	msgMultiQueueBytes = "ERR MULTI queue is full: at most multi-max-bytes bytes can be queued"
+)
+
 func errUnknownCheck(name string) string {
 	return "ERR CL.ALL: unknown check '" + cstr([]byte(name)) + "' (expected CL.THROTTLE, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG or CL.ACQUIRE)"
 }

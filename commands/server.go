@@ -70,6 +70,12 @@ type Config struct {
 	// intervals of TopPrefixInterval. The defaults are 10 and 1 minute.
 	TopPrefixes       int
 	TopPrefixInterval time.Duration
+	// MultiMaxCommands and MultiMaxBytes cap what one client queues
+	// between MULTI and EXEC: commands, and bytes (see queuedSize). The
+	// command past either gets an error and EXEC aborts. The defaults are
+	// DefaultMultiMaxCommands and DefaultMultiMaxBytes.
+	MultiMaxCommands int
+	MultiMaxBytes    int64
 }
 
 // Durability is what the persistence write path offers for group commit.
@@ -113,6 +119,8 @@ type Server struct {
 	persistInfo func() []string
 	protected   bool
 	loopback    func(string) bool
+	multiMax    int   // commands one MULTI may queue
+	multiBytes  int64 // bytes one MULTI may queue (queuedSize)
 
 	errMu       sync.Mutex // guards errStats
 	errStats    map[string]int64
@@ -166,6 +174,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Loopback == nil {
 		cfg.Loopback = isLoopback
 	}
+	if cfg.MultiMaxCommands == 0 {
+		cfg.MultiMaxCommands = DefaultMultiMaxCommands
+	}
+	if cfg.MultiMaxBytes == 0 {
+		cfg.MultiMaxBytes = DefaultMultiMaxBytes
+	}
+	if cfg.MultiMaxCommands < 0 || cfg.MultiMaxBytes < 0 {
+		return nil, errors.New("commands: MULTI queue limits must not be negative")
+	}
 	s := &Server{
 		monoBase:    time.Now(),
 		durability:  cfg.Durability,
@@ -182,6 +199,8 @@ func New(cfg Config) (*Server, error) {
 		log:         cfg.Logger,
 		started:     cfg.Clock(),
 		errStats:    make(map[string]int64),
+		multiMax:    cfg.MultiMaxCommands,
+		multiBytes:  cfg.MultiMaxBytes,
 	}
 	s.slowlog = slowlog{slowerThan: cfg.SlowlogSlowerThan, maxLen: cfg.SlowlogMaxLen}
 	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock)
@@ -340,8 +359,10 @@ func (s *Server) dispatch(x *ctx) {
 			s.reject(x, sp, msgNotInMulti)
 			return
 		}
-		cl.queue = append(cl.queue, queued{spec: sp, args: copyArgs(x.args)})
-		cl.multiSeen.Store(int32(len(cl.queue)))
+		if msg := s.enqueue(cl, sp, x.args); msg != "" {
+			s.reject(x, sp, msg)
+			return
+		}
 		x.status("QUEUED")
 		return
 	}

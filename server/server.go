@@ -58,6 +58,12 @@ type Config struct {
 	// OutputTimeout disconnects a client that does not read its replies for
 	// this long. The default value is 30s.
 	OutputTimeout time.Duration
+	// MultiMaxCommands and MultiMaxBytes cap what one client queues
+	// between MULTI and EXEC (commands; argument bytes plus 24 per
+	// argument). The defaults are 10000 and 64 MiB
+	// (commands.DefaultMultiMaxCommands, DefaultMultiMaxBytes).
+	MultiMaxCommands int
+	MultiMaxBytes    int64
 	// EventLoops is the number of epoll event loops serving plain TCP
 	// clients on Linux: 0 (the default) means one per GOMAXPROCS, -1 a
 	// goroutine per connection instead (see resp.Config.EventLoops).
@@ -129,6 +135,9 @@ type Config struct {
 const (
 	DefaultAddr            = "127.0.0.1:6379"
 	DefaultShutdownTimeout = 10 * time.Second
+	// The MULTI queue's caps (--multi-max-commands, --multi-max-bytes).
+	DefaultMultiMaxCommands = commands.DefaultMultiMaxCommands
+	DefaultMultiMaxBytes    = commands.DefaultMultiMaxBytes
 )
 
 // withDefaults returns c with zero values replaced by defaults.
@@ -153,6 +162,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxQueryBuffer == 0 {
 		c.MaxQueryBuffer = 64 << 20
+	}
+	if c.MultiMaxCommands == 0 {
+		c.MultiMaxCommands = commands.DefaultMultiMaxCommands
+	}
+	if c.MultiMaxBytes == 0 {
+		c.MultiMaxBytes = commands.DefaultMultiMaxBytes
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
@@ -221,6 +236,12 @@ func (c Config) Validate() error {
 	}
 	if c.SlowlogMaxLen < 0 {
 		bad("slowlog-max-len %d: must not be negative", c.SlowlogMaxLen)
+	}
+	if c.MultiMaxCommands < 0 {
+		bad("multi-max-commands %d: must not be negative", c.MultiMaxCommands)
+	}
+	if c.MultiMaxBytes < 0 {
+		bad("multi-max-bytes %d: must not be negative", c.MultiMaxBytes)
 	}
 	if c.TopPrefixes < 1 || c.TopPrefixes > 1000 {
 		bad("metrics-top-prefixes %d: must be between 1 and 1000", c.TopPrefixes)
@@ -300,6 +321,8 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "client-query-buffer-limit", Value: itoa(c.MaxQueryBuffer)},
 		{Name: "client-output-buffer-limit", Value: itoa(max(c.MaxOutputBuffer, 0))},
 		{Name: "client-output-timeout", Value: c.OutputTimeout.String()},
+		{Name: "multi-max-commands", Value: itoa(int64(c.MultiMaxCommands))},
+		{Name: "multi-max-bytes", Value: itoa(c.MultiMaxBytes)},
 		{Name: "event-loops", Value: itoa(int64(c.EventLoops))},
 		{Name: "requirepass", Value: pass},
 		{Name: "shutdown-timeout", Value: c.ShutdownTimeout.String()},
@@ -411,6 +434,8 @@ func New(cfg Config) (*Server, error) {
 		SlowlogMaxLen:      cfg.SlowlogMaxLen,
 		TopPrefixes:        cfg.TopPrefixes,
 		Loopback:           cfg.Loopback,
+		MultiMaxCommands:   cfg.MultiMaxCommands,
+		MultiMaxBytes:      cfg.MultiMaxBytes,
 	})
 	if err != nil {
 		return nil, err

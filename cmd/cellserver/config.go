@@ -148,6 +148,8 @@ var options = []option{
 	{"proto-max-multibulk-len", "1048576", "most arguments in one command", setInt64(func(c *server.Config) *int64 { return &c.MaxMultiBulkLen })},
 	{"client-query-buffer-limit", "64mb", "most unparsed bytes buffered per client", setInt64(func(c *server.Config) *int64 { return &c.MaxQueryBuffer })},
 	{"client-output-buffer-limit", "64mb", "disconnect a client whose replies to one batch exceed this many bytes", setInt64(func(c *server.Config) *int64 { return &c.MaxOutputBuffer })},
+	{"multi-max-commands", strconv.Itoa(server.DefaultMultiMaxCommands), "most commands one client may queue between MULTI and EXEC; the next gets an error and EXEC aborts", setInt(func(c *server.Config) *int { return &c.MultiMaxCommands })},
+	{"multi-max-bytes", strconv.FormatInt(server.DefaultMultiMaxBytes, 10), "most bytes (arguments plus 24 per argument) one client may queue between MULTI and EXEC", setInt64(func(c *server.Config) *int64 { return &c.MultiMaxBytes })},
 	{"client-output-timeout", "30s", "disconnect a client that does not read its replies for this long", setDuration(func(c *server.Config) *time.Duration { return &c.OutputTimeout })},
 	{"event-loops", "0", "epoll event loops serving TCP clients (0: one per CPU; -1: a goroutine per client instead)", setInt(func(c *server.Config) *int { return &c.EventLoops })},
 	{"databases", "16", "number of databases (SELECT 0..n-1)", setInt(func(c *server.Config) *int { return &c.Databases })},
