@@ -1,7 +1,10 @@
 package commands
 
 import (
+	"bytes"
+	"cmp"
 	"math"
+	"slices"
 	"sort"
 	"time"
 	"unicode/utf8"
@@ -438,18 +441,9 @@ func cmdAll(x *ctx) {
 		shards = append(shards, db.Shard(checks[i].key))
 		vals = append(vals, nil)
 	}
-	// The lock order: shards sorted by index (insertion sort: few items).
-	for _, sh := range shards {
-		order = append(order, sh)
-		for j := len(order) - 1; j > 0; j-- {
-			_, a := order[j-1].Order()
-			_, b := order[j].Order()
-			if a <= b {
-				break
-			}
-			order[j-1], order[j] = order[j], order[j-1]
-		}
-	}
+	// The lock order: shards sorted by index.
+	order = append(order, shards...)
+	sortShards(order)
 	for i, sh := range order {
 		if i == 0 || sh != order[i-1] {
 			x.lock(sh)
@@ -507,35 +501,110 @@ func cmdAll(x *ctx) {
 	}
 }
 
+// maxAllChecks is the most checks one CL.ALL takes (msgAllTooMany). A
+// call at the cap takes about 1.7 ms (BenchmarkAllChecks/checks=1024),
+// most of it with its shards locked.
+const maxAllChecks = 1024
+
+// fewChecks is the most checks whose keys are compared pairwise; more are
+// sorted.
+const fewChecks = 8
+
 // parseChecks appends CL.ALL's arguments, split into checks, to checks.
-// Keys must differ.
+// Keys must differ. The first problem in argument order is reported: a
+// repeated key among the checks before a bad one comes first.
 func parseChecks(checks []check, args [][]byte) ([]check, string) {
 	var lower [16]byte
+	msg := ""
 	for i := 0; i < len(args); {
+		if len(checks) == maxAllChecks {
+			msg = msgAllTooMany
+			break
+		}
 		name, n := checkName(lowerInto(lower[:0], args[i]))
 		if n == 0 {
-			return nil, errUnknownCheck(string(args[i]))
+			msg = errUnknownCheck(string(args[i]))
+			break
 		}
 		if i+1+n > len(args) {
-			return nil, errCheckArity(name)
+			msg = errCheckArity(name)
+			break
 		}
 		checks = append(checks, check{}) // parsed in place: a check is large
 		c := &checks[len(checks)-1]
-		if msg := c.parse(name, args[i+1:i+1+n]); msg != "" {
-			return nil, msg
+		if msg = c.parse(name, args[i+1:i+1+n]); msg != "" {
+			checks = checks[:len(checks)-1]
+			break
 		}
 		i += 1 + n
 		if i < len(args) && eqFold(args[i], "ms") && name != "cl.throttle" {
 			c.ms = true
 			i++
 		}
-		for j := range len(checks) - 1 { // a handful of checks: a linear scan beats a map
-			if string(checks[j].key) == string(c.key) {
-				return nil, msgAllDupKey
-			}
-		}
+	}
+	if hasDupKey(checks) {
+		return nil, msgAllDupKey
+	}
+	if msg != "" {
+		return nil, msg
 	}
 	return checks, ""
+}
+
+// hasDupKey reports whether two checks have the same key: pairwise for a
+// few checks (no allocation), by sorting for more.
+func hasDupKey(checks []check) bool {
+	if len(checks) <= fewChecks {
+		for i := 1; i < len(checks); i++ {
+			for j := range i {
+				if string(checks[j].key) == string(checks[i].key) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return dupSorted(len(checks), func(i int) []byte { return checks[i].key }, bytes.Compare)
+}
+
+// dupSorted reports whether two of n keys (key(i) is the i-th) are equal,
+// with O(n log n) calls of cmp: it sorts their indexes by cmp and compares
+// neighbours.
+func dupSorted(n int, key func(int) []byte, cmp func(a, b []byte) int) bool {
+	idx := make([]int32, n)
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	slices.SortFunc(idx, func(a, b int32) int { return cmp(key(int(a)), key(int(b))) })
+	for i := 1; i < n; i++ {
+		if cmp(key(int(idx[i-1])), key(int(idx[i]))) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// sortShards sorts shards into the lock order (by index; one database):
+// by insertion for a few, else in O(n log n).
+func sortShards(shards []*keyspace.Shard) {
+	if len(shards) > fewChecks {
+		slices.SortFunc(shards, func(a, b *keyspace.Shard) int {
+			_, i := a.Order()
+			_, j := b.Order()
+			return cmp.Compare(i, j)
+		})
+		return
+	}
+	for k := 1; k < len(shards); k++ {
+		for j := k; j > 0; j-- {
+			_, a := shards[j-1].Order()
+			_, b := shards[j].Order()
+			if a <= b {
+				break
+			}
+			shards[j-1], shards[j] = shards[j], shards[j-1]
+		}
+	}
 }
 
 // checkNames lists the limiter commands that CL.ALL takes as checks.

@@ -1,9 +1,9 @@
 package commands_test
 
 import (
-	"bytes"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,12 +18,12 @@ import (
 // call goes through ServeRESP (lookup, arity, MULTI queueing, dispatch) on
 // a zero resp.Conn, without a network.
 type direct struct {
-	t    *testing.T
+	t    testing.TB
 	srv  *commands.Server
 	conn *resp.Conn
 }
 
-func newDirect(t *testing.T, cfg commands.Config) *direct {
+func newDirect(t testing.TB, cfg commands.Config) *direct {
 	t.Helper()
 	if cfg.Clock == nil {
 		cfg.Clock = servertest.NewClock(limT0).Now
@@ -91,8 +91,6 @@ func TestAcquireLeasesBounded(t *testing.T) {
 	t.Logf("%d leases acquired at the largest limit; limit %s refused", limiter.MaxLeases, over)
 }
 
-var _ = bytes.Equal
-
 // TestMultiQueueLimits: MULTI queues at most MultiMaxCommands commands and
 // MultiMaxBytes bytes; the command past either gets an error, later ones
 // are answered QUEUED but not kept, and EXEC aborts without running
@@ -151,4 +149,159 @@ func TestMultiQueueLimits(t *testing.T) {
 		d.want(execAbort, "EXEC")
 		t.Logf("default caps: %d commands, %d bytes", commands.DefaultMultiMaxCommands, commands.DefaultMultiMaxBytes)
 	})
+}
+
+// checkArgs returns one CL.ALL check on key of limiter kind i%4, with
+// quantity 0 (nothing is stored).
+func checkArgs(i int, key string) []string {
+	switch i % 4 {
+	case 0:
+		return []string{"CL.THROTTLE", key, "10", "10", "60", "0"}
+	case 1:
+		return []string{"CL.FIXED", key, "100", "60", "0", "MS"}
+	case 2:
+		return []string{"CL.SLIDING", key, "100", "1m", "0"}
+	}
+	return []string{"CL.SLIDINGLOG", key, "100", "60", "0"}
+}
+
+// allArgs returns CL.ALL's arguments for n checks on keys keyOf(i), of
+// the limiter kinds in turn.
+func allArgs(n int, keyOf func(i int) string) []string {
+	args := []string{"CL.ALL"}
+	for i := range n {
+		args = append(args, checkArgs(i, keyOf(i))...)
+	}
+	return args
+}
+
+// TestAllMaxChecks: CL.ALL takes up to 1024 checks and refuses more with
+// an error, before locking or deciding anything; a repeated key is found
+// among the largest number of checks as among two.
+func TestAllMaxChecks(t *testing.T) {
+	d := newDirect(t, commands.Config{})
+	key := func(i int) string { return "all:" + strconv.Itoa(i) }
+	d.want("*1024\r\n*5\r\n:0\r\n", allArgs(1024, key)...)
+	const tooMany = "-ERR CL.ALL takes at most 1024 checks\r\n"
+	if got := d.do(allArgs(1025, key)...); got != tooMany {
+		t.Fatalf("CL.ALL with 1025 checks: %.100q, want %q", got, tooMany)
+	}
+	if got := d.do(allArgs(100000, key)...); got != tooMany {
+		t.Fatalf("CL.ALL with 100000 checks: %.100q, want %q", got, tooMany)
+	}
+	dup := func(i int) string { return key(i % 1023) } // check 1023 repeats check 0's key
+	d.want("-ERR CL.ALL checks must use distinct keys\r\n", allArgs(1024, dup)...)
+}
+
+// TestAllDupKeysModel compares CL.ALL's verdict (the first problem in
+// argument order: a repeated key, a bad or incomplete check, too many
+// checks; else one tuple per check) with a plain model over random calls
+// of 1 to 1100 checks drawn from key pools, half of them small enough to
+// repeat.
+func TestAllDupKeysModel(t *testing.T) {
+	d := newDirect(t, commands.Config{})
+	rng := rand.New(rand.NewPCG(7, 12))
+	const cases = 3000
+	verdicts := map[string]int{}
+	for c := range cases {
+		n := 1 + rng.IntN(12)
+		switch rng.IntN(10) {
+		case 0:
+			n = 1 + rng.IntN(200)
+		case 1:
+			n = 1000 + rng.IntN(100)
+		}
+		pool := 1 + rng.IntN(4*n)
+		if rng.IntN(2) == 0 {
+			pool = 1 << 40 // keys all but surely distinct
+		}
+		bad, badKind := -1, 0
+		if rng.IntN(3) == 0 {
+			bad, badKind = rng.IntN(n), rng.IntN(3)
+		}
+		args := []string{"CL.ALL"}
+		want := ""
+		seen := map[string]bool{}
+		for i := range n {
+			j := rng.IntN(pool)
+			k := "m:" + strconv.Itoa(j)
+			if want == "" && i == 1024 {
+				want = "-ERR CL.ALL takes at most 1024 checks\r\n"
+			}
+			if i == bad {
+				switch badKind {
+				case 0:
+					args = append(args, "CL.BOGUS", k, "1")
+					if want == "" {
+						want = "-ERR CL.ALL: unknown check 'CL.BOGUS' (expected CL.THROTTLE, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG or CL.ACQUIRE)\r\n"
+					}
+				case 1:
+					args = append(args, "cl.fixed", k, "0", "60", "0")
+					if want == "" {
+						want = "-ERR limit must be a positive integer\r\n"
+					}
+				case 2: // the call ends inside this check
+					args = append(args, "cl.sliding", k, "10")
+					if want == "" {
+						want = "-ERR CL.ALL: incomplete check, expected CL.SLIDING key limit period quantity [MS]\r\n"
+					}
+				}
+				if badKind == 2 {
+					break
+				}
+				continue
+			}
+			args = append(args, checkArgs(j, k)...) // a key keeps its kind from case to case
+			if want == "" && seen[k] {
+				want = "-ERR CL.ALL checks must use distinct keys\r\n"
+			}
+			seen[k] = true
+		}
+		if want == "" {
+			want = "*" + strconv.Itoa(n) + "\r\n"
+		}
+		if len(args) < 6 { // CL.ALL's arity, checked first
+			want = "-ERR wrong number of arguments for 'cl.all' command\r\n"
+		}
+		got := d.do(args...)
+		if !strings.HasPrefix(got, want) || (want[0] == '-' && got != want) {
+			t.Fatalf("case %d (%d checks, pool %d, bad check %d kind %d): %.120q, want %q", c, n, pool, bad, badKind, got, want)
+		}
+		verdict := "tuples"
+		for _, v := range []string{"distinct keys", "at most 1024", "unknown check", "limit must", "incomplete", "wrong number"} {
+			if strings.Contains(want, v) {
+				verdict = v
+			}
+		}
+		if len(args) > 1+8*6 {
+			verdict += " (9 checks or more)"
+		}
+		verdicts[verdict]++
+	}
+	t.Logf("%d random CL.ALL calls checked against the model; verdicts: %v", cases, verdicts)
+}
+
+// BenchmarkAllChecks is one CL.ALL of n CL.THROTTLE checks on distinct
+// keys, each admitted and stored (a bucket too large to fill), through
+// the dispatcher: n = 1024 is the largest call.
+func BenchmarkAllChecks(b *testing.B) {
+	for _, n := range []int{1, 8, 9, 64, 1024} {
+		b.Run("checks="+strconv.Itoa(n), func(b *testing.B) {
+			d := newDirect(b, commands.Config{})
+			args := [][]byte{[]byte("CL.ALL")}
+			for i := range n {
+				for _, a := range []string{"CL.THROTTLE", "bench:" + strconv.Itoa(i), "1000000000000", "1000000", "1", "1"} {
+					args = append(args, []byte(a))
+				}
+			}
+			want := "*" + strconv.Itoa(n) + "\r\n*5\r\n:0\r\n"
+			if got := d.doBytes(args); !strings.HasPrefix(got, want) {
+				b.Fatalf("reply %.100q", got)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				d.doBytes(args)
+			}
+		})
+	}
 }

@@ -156,6 +156,7 @@ const (
 	msgQuantity     = "ERR quantity must be an integer"
 	msgQuantityNeg  = "ERR quantity must not be negative for CL.SLIDINGLOG"
 	msgAllDupKey    = "ERR CL.ALL checks must use distinct keys"
+	msgAllTooMany   = "ERR CL.ALL takes at most 1024 checks"
 )
 
 // A command past the MULTI queue's limits (Config.MultiMaxCommands,
