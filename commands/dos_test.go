@@ -305,3 +305,29 @@ func BenchmarkAllChecks(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkExecFullQueue is EXEC of a transaction at the default command
+// cap (queued untimed): DefaultMultiMaxCommands CL.THROTTLE on distinct
+// keys, each admitted and stored, run with every shard lock held.
+func BenchmarkExecFullQueue(b *testing.B) {
+	d := newDirect(b, commands.Config{})
+	cmds := make([][][]byte, commands.DefaultMultiMaxCommands)
+	for i := range cmds {
+		for _, a := range []string{"CL.THROTTLE", "bench:" + strconv.Itoa(i), "1000000000000", "1000000", "1", "1"} {
+			cmds[i] = append(cmds[i], []byte(a))
+		}
+	}
+	multi, exec := [][]byte{[]byte("MULTI")}, [][]byte{[]byte("EXEC")}
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		d.doBytes(multi)
+		for _, c := range cmds {
+			d.doBytes(c)
+		}
+		b.StartTimer()
+		if got := d.doBytes(exec); !strings.HasPrefix(got, "*10000\r\n*5\r\n:0\r\n") {
+			b.Fatalf("EXEC: %.100q", got)
+		}
+	}
+}
