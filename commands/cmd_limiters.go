@@ -568,16 +568,16 @@ func hasDupKey(checks []check) bool {
 }
 
 // dupSorted reports whether two of n keys (key(i) is the i-th) are equal,
-// with O(n log n) calls of cmp: it sorts their indexes by cmp and compares
-// neighbours.
-func dupSorted(n int, key func(int) []byte, cmp func(a, b []byte) int) bool {
+// with O(n log n) calls of compare: it sorts their indexes by compare and
+// compares neighbours.
+func dupSorted(n int, key func(int) []byte, compare func(a, b []byte) int) bool {
 	idx := make([]int32, n)
 	for i := range idx {
 		idx[i] = int32(i)
 	}
-	slices.SortFunc(idx, func(a, b int32) int { return cmp(key(int(a)), key(int(b))) })
+	slices.SortFunc(idx, func(a, b int32) int { return compare(key(int(a)), key(int(b))) })
 	for i := 1; i < n; i++ {
-		if cmp(key(int(idx[i-1])), key(int(idx[i]))) == 0 {
+		if compare(key(int(idx[i-1])), key(int(idx[i]))) == 0 {
 			return true
 		}
 	}

@@ -24,10 +24,11 @@
 //
 // # Transactions
 //
-// MULTI queues copies of the commands; EXEC takes every shard lock of every
-// database, in the global order, and runs them, so no other client's
-// command interleaves. CL.ALL locks only the shards of its keys, sorted by
-// shard index.
+// MULTI queues copies of the commands, up to Config.MultiMaxCommands and
+// MultiMaxBytes; EXEC takes every shard lock of every database, in the
+// global order, and runs them, so no other client's command interleaves.
+// CL.ALL locks only the shards of its keys (at most 1024), sorted by shard
+// index.
 //
 // # Errors
 //

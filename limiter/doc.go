@@ -31,4 +31,6 @@
 // Callers validate arguments with CheckLimit and CheckPeriod: limits must be
 // positive, periods positive and at most MaxPeriod, so that no time
 // computation can overflow an int64 before the year 2200.
+// A concurrency limiter's limit is also at most MaxLeases, which bounds the
+// leases a key holds and so the work of each call on it.
 package limiter
