@@ -160,7 +160,7 @@ func checkArgs(i int, key string) []string {
 	case 1:
 		return []string{"CL.FIXED", key, "100", "60", "0", "MS"}
 	case 2:
-		return []string{"CL.SLIDING", key, "100", "1m", "0"}
+		return []string{"CL.SLIDING", key, "100", "60", "0"}
 	}
 	return []string{"CL.SLIDINGLOG", key, "100", "60", "0"}
 }
@@ -328,6 +328,38 @@ func BenchmarkExecFullQueue(b *testing.B) {
 		b.StartTimer()
 		if got := d.doBytes(exec); !strings.HasPrefix(got, "*10000\r\n*5\r\n:0\r\n") {
 			b.Fatalf("EXEC: %.100q", got)
+		}
+	}
+}
+
+// TestAllFewChecksNoAllocs: CL.ALL with up to four checks (the client's
+// buffer) allocates nothing once its keys exist, as a lone CL.THROTTLE.
+func TestAllFewChecksNoAllocs(t *testing.T) {
+	if testing.CoverMode() != "" {
+		t.Skip("coverage instrumentation changes allocations")
+	}
+	srv, err := commands.New(commands.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := new(resp.Conn)
+	srv.Open(conn)
+	defer srv.Close(conn)
+	for n := 1; n <= 4; n++ {
+		var args [][]byte
+		for _, a := range allArgs(n, func(i int) string { return "few:" + strconv.Itoa(i) }) {
+			args = append(args, []byte(a))
+		}
+		call := func() {
+			conn.Out = conn.Out[:0]
+			srv.ServeRESP(conn, args)
+		}
+		call()
+		if want := "*" + strconv.Itoa(n) + "\r\n*5\r\n:0\r\n"; !strings.HasPrefix(string(conn.Out), want) {
+			t.Fatalf("%d checks: reply %.100q", n, conn.Out)
+		}
+		if allocs := testing.AllocsPerRun(200, call); allocs != 0 {
+			t.Errorf("CL.ALL with %d checks: %v allocations per call, want 0", n, allocs)
 		}
 	}
 }
