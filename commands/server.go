@@ -386,6 +386,11 @@ func (s *Server) call(x *ctx, sp *Spec) {
 		cl.lastBatch = b
 	}
 	sp.Run(x)
+	if !x.locked {
+		// maxmemory with allkeys-lru: evict what this command (or, after
+		// EXEC, the transaction) added or grew beyond the cap.
+		s.ks.Evict()
+	}
 	end := time.Since(s.monoBase)
 	cl.lastEnd = end
 	d := end - start
