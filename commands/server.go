@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"log/slog"
 	"net"
@@ -119,6 +120,9 @@ type Server struct {
 	expired     atomic.Int64 // keys removed by the active sweep
 	oomRefusals atomic.Int64 // commands refused for lack of memory
 	cmdsTotal   atomic.Int64
+
+	// passDigest is the SHA-256 of password, which AUTH compares with.
+	passDigest [sha256.Size]byte
 }
 
 type netHolder struct{ Network }
@@ -183,6 +187,7 @@ func New(cfg Config) (*Server, error) {
 		started:     cfg.Clock(),
 		errStats:    make(map[string]int64),
 	}
+	s.passDigest = sha256.Sum256([]byte(cfg.Password))
 	s.slowlog = slowlog{slowerThan: cfg.SlowlogSlowerThan, maxLen: cfg.SlowlogMaxLen}
 	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock)
 	s.buildTable(commandTable())
