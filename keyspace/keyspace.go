@@ -89,10 +89,12 @@ type Policy uint8
 // The maxmemory policies.
 const (
 	// AllKeysLRU evicts the least recently used of a few sampled keys of
-	// the shard that needs room (Redis's allkeys-lru, approximated as
-	// Redis does). An evicted limiter key simply starts afresh.
+	// the shard that needs room, and of every shard in turn when values
+	// grew (Evict) (Redis's allkeys-lru, approximated as Redis does). An
+	// evicted limiter key simply starts afresh.
 	AllKeysLRU Policy = iota
-	// NoEviction refuses to create keys past the limit (the OOM error).
+	// NoEviction refuses to create keys or grow values past the limit
+	// (the OOM error; see CanInsert and CanReplace).
 	NoEviction
 )
 
