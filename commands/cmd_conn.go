@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"crypto/sha256"
 	"crypto/subtle"
 	"strconv"
 	"strings"
@@ -49,12 +50,16 @@ func cmdReset(x *ctx) {
 	x.status("RESET")
 }
 
-// checkPassword compares in constant time.
+// checkPassword compares pass with the configured password through their
+// SHA-256 digests, in constant time: the time taken depends on neither
+// the password's length nor how much of it pass gets right (comparing the
+// strings themselves would return at once on a length mismatch).
 func (s *Server) checkPassword(user, pass []byte) bool {
 	if user != nil && string(user) != "default" {
 		return false
 	}
-	return subtle.ConstantTimeCompare(pass, []byte(s.password)) == 1
+	d := sha256.Sum256(pass)
+	return subtle.ConstantTimeCompare(d[:], s.passDigest[:]) == 1
 }
 
 // AUTH [username] password

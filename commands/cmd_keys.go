@@ -130,15 +130,15 @@ func cmdSet(x *ctx) {
 		}
 		return
 	}
-	if v == nil && !x.s.ks.CanInsert() {
-		x.oom()
-		return
-	}
 	if opt.keepTTL && v != nil {
 		exp = v.Exp
 	}
-	val := append([]byte(nil), args[2]...)
-	sh.Set(key, keyspace.Value{Kind: keyspace.KindString, Obj: val, Exp: exp})
+	nv := keyspace.Value{Kind: keyspace.KindString, Obj: append([]byte(nil), args[2]...), Exp: exp}
+	if !x.s.ks.CanReplace(v, nv) { // a new key, or a longer value
+		x.oom()
+		return
+	}
+	sh.Replace(key, v, nv)
 	if opt.get {
 		x.bulkOrNull(old, v != nil)
 		return

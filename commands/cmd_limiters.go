@@ -228,6 +228,25 @@ func (c *check) decide(v *keyspace.Value, now int64, scratch *limiter.Leases) st
 	return ""
 }
 
+// needsRoom reports whether apply may take more memory than the key
+// holds now (v, nil if absent): a new key, or a value that can grow (a
+// log given units, a lease set given a lease). maxmemory's noeviction
+// refuses such a change at the cap; the fixed-size kinds never grow.
+func (c *check) needsRoom(v *keyspace.Value) bool {
+	if !c.store {
+		return false
+	}
+	switch {
+	case v == nil:
+		return true
+	case c.kind == keyspace.KindLog:
+		return c.q > 0
+	case c.kind == keyspace.KindLeases:
+		return true
+	}
+	return false
+}
+
 // apply performs what decide found, on shard sh (locked) where the key's
 // current value is v (nil if absent).
 func (c *check) apply(sh *keyspace.Shard, v *keyspace.Value, now int64, scratch *limiter.Leases) {
@@ -322,7 +341,7 @@ func runCheck(x *ctx, minArgs, maxArgs int) {
 		x.errorReply(msg)
 		return
 	}
-	if c.store && v == nil && !x.s.ks.CanInsert() {
+	if c.needsRoom(v) && !x.s.ks.CanInsert() {
 		x.oom()
 		return
 	}
@@ -477,7 +496,7 @@ func cmdAll(x *ctx) {
 	}
 	if admitted {
 		for i := range checks {
-			if checks[i].store && vals[i] == nil && !x.s.ks.CanInsert() {
+			if checks[i].needsRoom(vals[i]) && !x.s.ks.CanInsert() {
 				x.oom()
 				return
 			}

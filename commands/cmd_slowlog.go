@@ -32,14 +32,66 @@ const (
 	slowlogMaxArgLen = 128
 )
 
+// redacted replaces a secret argument in the SLOWLOG, as in Redis 7.
+const redacted = "(redacted)"
+
+// redactors say which arguments of a command are secrets (by position in
+// args, the command name at 0), as Redis's redactClientCommandArgument
+// calls do: AUTH's username and password (every argument here, also in a
+// malformed call), HELLO's AUTH username and password, and the value of
+// a sensitive parameter given to CONFIG SET.
+var redactors = map[string]func(args [][]byte, secret []bool){
+	"auth": func(args [][]byte, secret []bool) {
+		for i := 1; i < len(args); i++ {
+			secret[i] = true
+		}
+	},
+	"hello": func(args [][]byte, secret []bool) {
+		for i := 2; i < len(args); i++ {
+			if eqFold(args[i], "auth") {
+				for j := i + 1; j <= i+2 && j < len(args); j++ {
+					secret[j] = true
+				}
+				i += 2
+			}
+		}
+	},
+	"config|set": func(args [][]byte, secret []bool) {
+		for i := 2; i+1 < len(args); i += 2 {
+			if sensitiveConfig(args[i]) {
+				secret[i+1] = true
+			}
+		}
+	},
+}
+
+// sensitiveConfig reports whether a configuration parameter holds a
+// secret (Redis's SENSITIVE_CONFIG parameters).
+func sensitiveConfig(name []byte) bool {
+	for _, n := range []string{"requirepass", "masterauth", "tls-key-file-pass", "tls-client-key-file-pass"} {
+		if eqFold(name, n) {
+			return true
+		}
+	}
+	return false
+}
+
 func (l *slowlog) maybeAdd(x *ctx, d time.Duration) {
-	if l.slowerThan < 0 || d < l.slowerThan {
+	if l.slowerThan < 0 || d < l.slowerThan || x.spec.Flags&SkipSlowlog != 0 {
 		return
+	}
+	var secret []bool
+	if r := redactors[x.spec.Name]; r != nil {
+		secret = make([]bool, len(x.args))
+		r(x.args, secret)
 	}
 	argc := min(len(x.args), slowlogMaxArgc)
 	args := make([]string, 0, argc)
 	for i := 0; i < argc; i++ {
 		a := x.args[i]
+		if secret != nil && secret[i] {
+			a = []byte(redacted)
+		}
 		if i == slowlogMaxArgc-1 && len(x.args) > slowlogMaxArgc {
 			args = append(args, "... ("+strconv.Itoa(len(x.args)-slowlogMaxArgc+1)+" more arguments)")
 			break

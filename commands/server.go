@@ -2,6 +2,7 @@ package commands
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"log/slog"
 	"net"
@@ -127,6 +128,9 @@ type Server struct {
 	expired     atomic.Int64 // keys removed by the active sweep
 	oomRefusals atomic.Int64 // commands refused for lack of memory
 	cmdsTotal   atomic.Int64
+
+	// passDigest is the SHA-256 of password, which AUTH compares with.
+	passDigest [sha256.Size]byte
 }
 
 type netHolder struct{ Network }
@@ -202,6 +206,7 @@ func New(cfg Config) (*Server, error) {
 		multiMax:    cfg.MultiMaxCommands,
 		multiBytes:  cfg.MultiMaxBytes,
 	}
+	s.passDigest = sha256.Sum256([]byte(cfg.Password))
 	s.slowlog = slowlog{slowerThan: cfg.SlowlogSlowerThan, maxLen: cfg.SlowlogMaxLen}
 	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock)
 	s.buildTable(commandTable())
@@ -407,6 +412,11 @@ func (s *Server) call(x *ctx, sp *Spec) {
 		cl.lastBatch = b
 	}
 	sp.Run(x)
+	if !x.locked {
+		// maxmemory with allkeys-lru: evict what this command (or, after
+		// EXEC, the transaction) added or grew beyond the cap.
+		s.ks.Evict()
+	}
 	end := time.Since(s.monoBase)
 	cl.lastEnd = end
 	d := end - start

@@ -146,14 +146,22 @@ func newPrefixTracker(sep byte, topN int, interval time.Duration, now func() tim
 	return pt
 }
 
+// NoPrefix is the prefix under which the most-limited-prefixes statistics
+// count a key that has no separator: such a key is a whole identifier (an
+// e-mail address, an IP address), which the metrics must not expose.
+const NoPrefix = "(none)"
+
+// prefix returns key up to its first separator, or NoPrefix.
 func (pt *prefixTracker) prefix(key []byte) []byte {
 	for i, c := range key {
 		if c == pt.sep {
 			return key[:i]
 		}
 	}
-	return key
+	return noPrefix
 }
+
+var noPrefix = []byte(NoPrefix)
 
 // add counts one limited decision for key.
 func (pt *prefixTracker) add(key []byte) {

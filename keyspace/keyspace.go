@@ -89,10 +89,12 @@ type Policy uint8
 // The maxmemory policies.
 const (
 	// AllKeysLRU evicts the least recently used of a few sampled keys of
-	// the shard that needs room (Redis's allkeys-lru, approximated as
-	// Redis does). An evicted limiter key simply starts afresh.
+	// the shard that needs room, and of every shard in turn when values
+	// grew (Evict) (Redis's allkeys-lru, approximated as Redis does). An
+	// evicted limiter key simply starts afresh.
 	AllKeysLRU Policy = iota
-	// NoEviction refuses to create keys past the limit (the OOM error).
+	// NoEviction refuses to create keys or grow values past the limit
+	// (the OOM error; see CanInsert and CanReplace).
 	NoEviction
 )
 
@@ -159,6 +161,8 @@ type Keyspace struct {
 	policy    Policy
 	used      atomic.Int64 // estimated bytes of every entry
 	evicted   atomic.Int64 // keys evicted by AllKeysLRU
+
+	evictCursor atomic.Uint64 // the shard Evict visits next (over every database)
 }
 
 // MemoryStats reports the estimated memory of the keys and the evictions.
@@ -174,11 +178,81 @@ func (ks *Keyspace) Memory() MemoryStats {
 	return MemoryStats{Used: ks.used.Load(), MaxMemory: ks.maxMemory, Policy: ks.policy, Evicted: ks.evicted.Load()}
 }
 
-// CanInsert reports whether a new key may be created: always with
-// AllKeysLRU (room is made by eviction), and under NoEviction only while
-// the estimated memory is below MaxMemory.
+// CanInsert reports whether a new key may be created, or an existing
+// value grown: always with AllKeysLRU (room is made by eviction, see
+// Evict), and under NoEviction only while the estimated memory is below
+// MaxMemory. As in Redis, the command that passes the check may take the
+// memory past MaxMemory by what it adds; the next one is refused.
 func (ks *Keyspace) CanInsert() bool {
 	return ks.maxMemory == 0 || ks.policy != NoEviction || ks.used.Load() < ks.maxMemory
+}
+
+// CanReplace reports whether cur (key's current value as Lookup returned
+// it, nil when absent) may be replaced by nv: as CanInsert, except that a
+// replacement whose object takes no more memory than cur's is always
+// allowed. nv.Obj must be a new object: a change made to cur's object in
+// place is not seen here.
+func (ks *Keyspace) CanReplace(cur *Value, nv Value) bool {
+	return ks.CanInsert() || (cur != nil && objSize(nv.Obj) <= objSize(cur.Obj))
+}
+
+// Evict enforces MaxMemory under AllKeysLRU: while the estimated memory
+// is above it, it evicts the least recently used of a few sampled keys of
+// one shard, going round the shards of every database, one shard lock at
+// a time (the caller must hold none). Replace makes room for a new key in
+// its own shard only; Evict is what also reclaims the memory of values
+// that grew, and of keys whose shard had nothing else to evict. It
+// returns the number of keys evicted; it is a no-op (one atomic load)
+// below MaxMemory, without a cap, and under NoEviction.
+func (ks *Keyspace) Evict() int {
+	if ks.maxMemory == 0 || ks.policy != AllKeysLRU || ks.used.Load() <= ks.maxMemory {
+		return 0
+	}
+	perDB := uint64(len(ks.dbs[0].shards))
+	total := uint64(len(ks.dbs)) * perDB
+	n, idle := 0, uint64(0)
+	// idle counts the shards visited since the last eviction: a whole
+	// round without one means every shard is empty.
+	for ks.used.Load() > ks.maxMemory && idle < total {
+		i := ks.evictCursor.Add(1) % total
+		s := &ks.dbs[i/perDB].shards[i%perDB]
+		s.mu.Lock()
+		if s.t.live > 0 {
+			s.evictOne()
+			n++
+			idle = 0
+		} else {
+			idle++
+		}
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// Audit recomputes the memory of every entry from its key and its object
+// as they are now (entries), and returns it with the sum of the shards'
+// figures (shards) and the keyspace's (total, Memory().Used): the three
+// differ if a change escaped the accounting. It holds every shard lock
+// (LockAll) meanwhile, so it is a check for tests and debugging, not for
+// a busy server.
+func (ks *Keyspace) Audit() (entries, shards, total int64) {
+	ks.LockAll()
+	defer ks.UnlockAll()
+	for _, db := range ks.dbs {
+		for i := range db.shards {
+			s := &db.shards[i]
+			for j := uint32(0); j < s.t.next; j++ {
+				if e := s.t.at(j); e.meta != 0 {
+					entries += int64(e.klen()) + EntryOverhead
+					if o := s.t.obj(e); o != nil {
+						entries += int64(objSize(o))
+					}
+				}
+			}
+			shards += s.bytes
+		}
+	}
+	return entries, shards, ks.used.Load()
 }
 
 // New returns an empty Keyspace.
@@ -321,16 +395,22 @@ func (s *Shard) makeRoom(need int64, force bool) {
 			return
 		}
 		force = false
-		cand := s.t.sample(5, s.samples[:0])
-		victim := cand[0]
-		for _, i := range cand[1:] {
-			if older(s.t.at(i).atime(), s.t.at(victim).atime()) {
-				victim = i
-			}
-		}
-		s.removeEntry(victim)
-		ks.evicted.Add(1)
+		s.evictOne()
 	}
+}
+
+// evictOne evicts the least recently used of up to 5 sampled entries of
+// the shard, which must hold one. s.mu must be held.
+func (s *Shard) evictOne() {
+	cand := s.t.sample(5, s.samples[:0])
+	victim := cand[0]
+	for _, i := range cand[1:] {
+		if older(s.t.at(i).atime(), s.t.at(victim).atime()) {
+			victim = i
+		}
+	}
+	s.removeEntry(victim)
+	s.ks.evicted.Add(1)
 }
 
 // older reports whether LRU clock a is before b, modulo 2^24 seconds.

@@ -212,3 +212,116 @@ func TestNoEvictionRefuses(t *testing.T) {
 		t.Fatal("deleting a key did not make room")
 	}
 }
+
+// growObj is an object whose size a test changes in place.
+type growObj struct{ n int }
+
+func (g *growObj) MemSize() int { return g.n }
+
+func set(ks *Keyspace, db int, key string, v Value) {
+	k := []byte(key)
+	sh := ks.DB(db).Shard(k)
+	sh.Lock()
+	sh.Set(k, v)
+	sh.Unlock()
+}
+
+// TestEvictReclaimsGrowth: a value that grows in a shard holding nothing
+// else to evict takes the memory past MaxMemory; Evict, going round every
+// shard of every database, brings it back under.
+func TestEvictReclaimsGrowth(t *testing.T) {
+	const limit = 64 << 10
+	ks, err := New(Config{MaxMemory: limit, Databases: 2, Shards: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200; i++ {
+		set(ks, i%2, fmt.Sprint("small:", i), Value{Kind: KindGCRA})
+	}
+	if n := ks.Evict(); n != 0 {
+		t.Fatalf("evicted %d keys below the cap", n)
+	}
+	for i := 0; i < 20; i++ {
+		set(ks, 0, fmt.Sprint("small:", 2*i), Value{Kind: KindString, Obj: make([]byte, 8<<10)})
+	}
+	if used := ks.Memory().Used; used <= limit {
+		t.Fatalf("used %d: the test must grow values past the cap", used)
+	}
+	n := ks.Evict()
+	if m := ks.Memory(); m.Used > limit || n == 0 || m.Evicted < int64(n) {
+		t.Fatalf("Evict removed %d keys, memory %+v", n, m)
+	}
+	// One value larger than the cap: it is evicted (with others, sampled
+	// before it), and Evict stops under the cap.
+	set(ks, 1, "huge", Value{Kind: KindString, Obj: make([]byte, 2*limit)})
+	ks.Evict()
+	sh := ks.DB(1).Shard([]byte("huge"))
+	sh.Lock()
+	huge := sh.Peek([]byte("huge"), 0)
+	sh.Unlock()
+	if m := ks.Memory(); m.Used > limit || huge != nil {
+		t.Fatalf("after a value beyond the cap: %+v, huge kept: %v", m, huge != nil)
+	}
+	// Every key gone: Evict stops after one round of empty shards.
+	ks.FlushAll(false)
+	ks.used.Add(limit + 1) // as if an entry had escaped the accounting
+	if n := ks.Evict(); n != 0 {
+		t.Fatalf("evicted %d keys from an empty keyspace", n)
+	}
+	ks.used.Add(-limit - 1)
+	// NoEviction never evicts.
+	ne, _ := New(Config{MaxMemory: 100, Policy: NoEviction, Shards: 1})
+	set(ne, 0, "a", Value{Kind: KindString, Obj: make([]byte, 1000)})
+	if n := ne.Evict(); n != 0 {
+		t.Fatalf("noeviction evicted %d", n)
+	}
+}
+
+// TestCanReplace: under NoEviction at the cap, a new key or a larger
+// object is refused, a smaller or equal one is not.
+func TestCanReplace(t *testing.T) {
+	ks, _ := New(Config{MaxMemory: 1000, Policy: NoEviction, Shards: 1})
+	small := Value{Kind: KindString, Obj: make([]byte, 100)}
+	big := Value{Kind: KindString, Obj: make([]byte, 2000)}
+	if !ks.CanReplace(nil, big) {
+		t.Fatal("refused below the cap")
+	}
+	set(ks, 0, "k", big)
+	sh := ks.DB(0).Shard([]byte("k"))
+	sh.Lock()
+	cur := sh.Lookup([]byte("k"), 0)
+	got := [3]bool{ks.CanReplace(nil, small), ks.CanReplace(cur, Value{Kind: KindString, Obj: make([]byte, 3000)}), ks.CanReplace(cur, small)}
+	sh.Unlock()
+	if got != [3]bool{false, false, true} {
+		t.Fatalf("at the cap: new key, larger, smaller = %v, want false false true", got)
+	}
+}
+
+// TestAuditSeesUnaccountedChange: Audit's figures agree while every change
+// goes through Replace or Changed, and differ when an object grew in place
+// without Changed (the check the commands' invariant test relies on).
+func TestAuditSeesUnaccountedChange(t *testing.T) {
+	ks := newKS(t, 4)
+	g := &growObj{n: 100}
+	set(ks, 0, "g", Value{Kind: KindLog, Obj: g})
+	set(ks, 3, "s", Value{Kind: KindString, Obj: []byte("abc")})
+	if e, s, tot := ks.Audit(); e != s || s != tot || e == 0 {
+		t.Fatalf("entries %d, shards %d, total %d", e, s, tot)
+	}
+	k := []byte("g")
+	sh := ks.DB(0).Shard(k)
+	sh.Lock()
+	v := sh.Lookup(k, 0)
+	g.n = 500
+	sh.Unlock()
+	if e, s, tot := ks.Audit(); e != s+400 || s != tot {
+		t.Fatalf("after an unrecorded growth: entries %d, shards %d, total %d", e, s, tot)
+	}
+	sh.Lock()
+	v = sh.Lookup(k, 0)
+	sh.Changed(k, v)
+	sh.Unlock()
+	if e, s, tot := ks.Audit(); e != s || s != tot {
+		t.Fatalf("after Changed: entries %d, shards %d, total %d", e, s, tot)
+	}
+}

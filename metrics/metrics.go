@@ -134,7 +134,7 @@ func newCollector(src Sources) *collector {
 		errors:      d("errors_total", "Error replies, by error code (the reply's first word, e.g. ERR, WRONGTYPE).", "code"),
 		expired:     d("expired_keys_total", "Keys removed by the active-expiry sweep."),
 		prefixTop: d("limited_key_prefix_top",
-			"Limited decisions in the last complete interval for each of the most-limited key prefixes (the key up to the first separator).", "prefix"),
+			"Limited decisions in the last complete interval for each of the most-limited key prefixes (the key up to the first separator; keys without one count under \"(none)\").", "prefix"),
 		prefixUntracked: d("limited_key_prefix_untracked",
 			"Limited decisions in the last complete interval whose key prefix did not fit the bounded prefix table."),
 		keys:          d("keys", "Live keys, by database and kind (only non-zero combinations).", "db", "kind"),

@@ -682,6 +682,10 @@ func (s *Server) Run(ctx context.Context) error {
 				"not on the loopback interface. Set --requirepass (or --protected-mode no on a trusted network).")
 		}
 	}
+	if m := s.MetricsAddr(); m != nil && !isLoopbackAddr(m) {
+		s.cfg.Logger.Warn("WARNING: metrics on a non-loopback address: anyone who can reach " + m.String() +
+			" can read /metrics (no password; key prefixes, traffic). Bind --metrics-addr to 127.0.0.1 or firewall its port.")
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- s.Serve() }()
 	select {

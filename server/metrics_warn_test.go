@@ -1,0 +1,67 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cellserver/cellserver/server"
+	"github.com/redis/go-redis/v9"
+)
+
+// lockedBuffer is a bytes.Buffer safe for the server's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestMetricsNonLoopbackWarns: the metrics port has no authentication, so
+// serving it beyond the loopback interface is logged as a warning at
+// startup; on loopback it is not.
+func TestMetricsNonLoopbackWarns(t *testing.T) {
+	for _, tc := range []struct {
+		metrics string
+		warn    bool
+	}{{"127.0.0.1:0", false}, {":0", true}} {
+		var logs lockedBuffer
+		srv, err := server.New(server.Config{Addr: "127.0.0.1:0", MetricsAddr: tc.metrics, Password: "pw",
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Listen(); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.Run(ctx) }()
+		// A reply means Run has reached Serve, after its startup lines.
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr().String(), Password: "pw"})
+		if err := rdb.Ping(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+		rdb.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(logs.String(), "WARNING: metrics on a non-loopback address"); got != tc.warn {
+			t.Errorf("metrics-addr %s: warning logged %v, want %v:\n%s", tc.metrics, got, tc.warn, logs.String())
+		}
+	}
+}
