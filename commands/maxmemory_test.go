@@ -41,10 +41,10 @@ var growthCases = []growthCase{
 		return c.mustDo(t, "CL.SLIDINGLOG", key, "1000000000", "1h", "1")
 	}, func(used int64) int64 { return used }},
 	{"cl.acquire", func(t *testing.T, c *rawConn, key string, i int) respValue {
-		return c.mustDo(t, "CL.ACQUIRE", key, "1000000000", "1h", fmt.Sprintf("token-%08d", i))
+		return c.mustDo(t, "CL.ACQUIRE", key, "10000", "1h", fmt.Sprintf("token-%08d", i))
 	}, func(used int64) int64 { return used }},
 	{"cl.all", func(t *testing.T, c *rawConn, key string, i int) respValue {
-		return c.mustDo(t, "CL.ALL", "CL.SLIDINGLOG", key, "1000000000", "1h", "1", "CL.ACQUIRE", key+":leases", "1000000000", "1h", fmt.Sprintf("token-%08d", i))
+		return c.mustDo(t, "CL.ALL", "CL.SLIDINGLOG", key, "1000000000", "1h", "1", "CL.ACQUIRE", key+":leases", "10000", "1h", fmt.Sprintf("token-%08d", i))
 	}, func(used int64) int64 { return used }},
 }
 
