@@ -35,6 +35,14 @@ func cmdQuit(x *ctx) {
 	x.c.CloseAfterReply()
 }
 
+// setAuthed records whether the client has authenticated, and tells the
+// connection, which holds a client that has not to Redis's small request
+// limits (resp.Conn.SetAuthenticated).
+func (cl *client) setAuthed(ok bool) {
+	cl.authed = ok
+	cl.conn.SetAuthenticated(ok)
+}
+
 // RESET: leave MULTI, go back to database 0, drop the name, require AUTH
 // again if a password is set; reply +RESET.
 func cmdReset(x *ctx) {
@@ -45,7 +53,7 @@ func cmdReset(x *ctx) {
 	cl.mu.Lock()
 	cl.name = ""
 	cl.mu.Unlock()
-	cl.authed = x.s.password == ""
+	cl.setAuthed(x.s.password == "")
 	x.status("RESET")
 }
 
@@ -85,7 +93,7 @@ func cmdAuth(x *ctx) {
 		x.errorReply(msgWrongPass)
 		return
 	}
-	x.cl.authed = true
+	x.cl.setAuthed(true)
 	x.ok()
 }
 
@@ -125,7 +133,7 @@ func cmdHello(x *ctx) {
 			x.errorReply(msgWrongPass)
 			return
 		}
-		x.cl.authed = true
+		x.cl.setAuthed(true)
 	}
 	if !x.cl.authed {
 		x.errorReply(msgHelloNoAuth)

@@ -246,7 +246,10 @@ func (s *Server) SweepOnce() int {
 
 // Open implements resp.Handler.
 func (s *Server) Open(c *resp.Conn) {
-	cl := &client{conn: c, authed: s.password == ""}
+	cl := &client{conn: c}
+	// Before the first read, so the connection's limits for clients that
+	// have not authenticated apply from the first byte.
+	cl.setAuthed(s.password == "")
 	cl.multiSeen.Store(-1) // not in MULTI
 	cl.x.s = s
 	cl.x.c = c

@@ -33,6 +33,18 @@ const (
 	QueryBufferOverhead = 64 << 10
 )
 
+// Limits of a client that has not authenticated (see
+// [Conn.SetAuthenticated]): Redis's, fixed, so that a client without the
+// password cannot make the server hold a large request.
+const (
+	// UnauthMaxMultiBulkLen is the most elements in a command of a client
+	// that has not authenticated.
+	UnauthMaxMultiBulkLen = 10
+	// UnauthMaxBulkLen is the largest bulk string, in bytes, of a client
+	// that has not authenticated.
+	UnauthMaxBulkLen = 16384
+)
+
 // maxCountLine bounds a "*N" or "$N" line, counting every byte before its
 // '\n' (Redis PROTO_INLINE_MAX_SIZE). A valid count line is at most 23
 // bytes; the bound only decides which error a garbage line gets.

@@ -149,10 +149,26 @@ func (c *Conn) hangUp() {
 	c.fdMu.Unlock()
 }
 
+// SetAuthenticated says whether the client has authenticated, for the
+// commands of this connection not yet parsed. Until it has, a command of
+// more than UnauthMaxMultiBulkLen (10) elements is answered with
+// "Protocol error: unauthenticated multibulk length", and a bulk of more
+// than UnauthMaxBulkLen (16384) bytes with "Protocol error:
+// unauthenticated bulk length", and the connection closes, as Redis does:
+// a client without the password cannot make the server hold a large
+// request. A connection starts authenticated; a Handler that requires a
+// password calls SetAuthenticated(false) in Open, which runs before the
+// first read, so the limits apply from the first byte, and
+// SetAuthenticated(true) once the client has authenticated. Call it only
+// from the Handler methods of this connection.
+func (c *Conn) SetAuthenticated(ok bool) { c.rd.unauth = !ok }
+
 // SetMaxMultiBulkLen overrides Config.MaxMultiBulkLen for the commands of
 // this connection not yet parsed; n <= 0 restores the configured value.
-// A handler can lower the limit for unauthenticated clients and restore it
-// after AUTH. Call it only from the Handler methods of this connection.
+// A larger command gets the error of Config.MaxMultiBulkLen (for the
+// limits of a client that has not authenticated, with their own errors,
+// see SetAuthenticated). Call it only from the Handler methods of this
+// connection.
 func (c *Conn) SetMaxMultiBulkLen(n int64) {
 	if n <= 0 {
 		n = c.srv.cfg.MaxMultiBulkLen

@@ -70,6 +70,13 @@
 //   - MaxMultiBulkLen, default 1048576: a larger "*N" gets
 //     "Protocol error: invalid multibulk length". [Conn.SetMaxMultiBulkLen]
 //     and [Conn.SetMaxBulkLen] lower the limits per connection.
+//   - A client that has not authenticated ([Conn.SetAuthenticated]) may
+//     send at most 10 elements per command and bulks of at most 16384
+//     bytes: beyond, "Protocol error: unauthenticated multibulk length" or
+//     "unauthenticated bulk length", and the connection closes.
+//   - Whatever length a "$len" line declares, the read buffer grows only
+//     as the bulk's bytes arrive (to twice what has arrived), so a client
+//     cannot make the server reserve memory it does not send.
 //   - MaxQueryBuffer, default 64 MiB: the unparsed input held for one
 //     client, in practice the size of the command being received; past it
 //     "Protocol error: client query buffer limit reached".
@@ -126,8 +133,8 @@
 // OutLen, Context, SetContext and Kill. QueryBufLen and OutLen are
 // snapshots updated once per read or write.
 //
-// Conn.Out, CloseAfterReply, SetMaxMultiBulkLen and SetMaxBulkLen belong
-// to the connection's goroutine: use them only inside the Handler methods
-// called for that connection. The arguments given to ServeRESP are valid
-// only until it returns.
+// Conn.Out, CloseAfterReply, SetAuthenticated, SetMaxMultiBulkLen and
+// SetMaxBulkLen belong to the connection's goroutine: use them only inside
+// the Handler methods called for that connection. The arguments given to
+// ServeRESP are valid only until it returns.
 package resp
