@@ -86,6 +86,12 @@ type Server struct {
 	before  BeforeWriter // handler's BeforeWrite, if it has one
 	logger  *slog.Logger
 
+	// now is the clock of the event loops, in Unix nanoseconds: time.Now,
+	// or a test's. cronHook, if set (tests), runs after each check of the
+	// loops' timeouts, with the time of the check.
+	now      func() int64
+	cronHook func(now int64)
+
 	nextID     atomic.Int64
 	inShutdown atomic.Bool // set once, under mu, by Shutdown or Close
 
@@ -125,6 +131,7 @@ func NewServer(cfg Config, h Handler) *Server {
 		listeners: make(map[*net.Listener]struct{}),
 		conns:     make(map[*Conn]struct{}),
 		done:      make(chan struct{}),
+		now:       func() int64 { return time.Now().UnixNano() },
 	}
 }
 
