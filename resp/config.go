@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"time"
 )
 
@@ -114,6 +115,14 @@ type Config struct {
 	// goroutine of its own instead, which is also what TLS connections and
 	// other systems get.
 	EventLoops int
+
+	// Refuse, if set, is asked about each accepted connection before it
+	// counts towards MaxClients: a non-nil result is written to the client
+	// as is and the connection closed at once, with no Handler call, and
+	// it counts in Stats.RejectedConnections (Redis's protected mode
+	// refuses clients the same way, as it accepts them). It runs on the
+	// accepting goroutine, so it must be quick.
+	Refuse func(remote net.Addr) []byte
 
 	// Logger receives accept errors and handler panics (error level) and
 	// client protocol errors (debug level). nil means slog.Default().

@@ -62,7 +62,9 @@
 // Each limit is a [Config] field; zero means the default.
 //
 //   - MaxClients, default 10000: a connection past it gets
-//     "-ERR max number of clients reached" and is closed.
+//     "-ERR max number of clients reached" and is closed. A connection
+//     that Config.Refuse turns away (protected mode) gets its reply and is
+//     closed as it is accepted, before it counts.
 //   - IdleTimeout, default 0 (never): a client silent that long is closed;
 //     the same bound applies to each write to it.
 //   - MaxBulkLen, default 16 MiB: a larger "$len" gets
