@@ -97,7 +97,10 @@ func TestReaderDeclaredBulkReservesNothing(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	allocated := after.TotalAlloc - before.TotalAlloc
 	t.Logf("%d clients declaring %d-byte bulks: %d bytes allocated", clients, size, allocated)
-	if limit := uint64(clients * (initReadBuf + 4<<10)); allocated > limit {
+	// The buffers are checked exactly below; the process-wide count gets
+	// room for whatever else runs, and still fails on a single buffer
+	// sized for a declared bulk.
+	if limit := uint64(4 << 20); allocated > limit {
 		t.Errorf("allocated %d bytes, want at most %d", allocated, limit)
 	}
 	for i, r := range readers {
@@ -236,8 +239,10 @@ func TestServerDeclaredBulksReserveNothing(t *testing.T) {
 	allocated := after.TotalAlloc - before.TotalAlloc
 	t.Logf("%d clients declaring %d-byte bulks: %d bytes allocated in the process", clients, size, allocated)
 	// 16 KiB per connection on the server, plus the clients' and the
-	// connections' own overhead: well under the declared 256 MiB.
-	if limit := uint64(clients*(64<<10) + 1<<20); allocated > limit {
+	// connections' own overhead and whatever else runs (about 300 KiB in
+	// all, measured): the limit fails on a single buffer sized for a
+	// declared 16 MiB bulk.
+	if limit := uint64(8 << 20); allocated > limit {
 		t.Errorf("allocated %d bytes, want at most %d", allocated, limit)
 	}
 
