@@ -36,6 +36,14 @@ func cmdQuit(x *ctx) {
 	x.c.CloseAfterReply()
 }
 
+// setAuthed records whether the client has authenticated, and tells the
+// connection, which holds a client that has not to Redis's small request
+// limits (resp.Conn.SetAuthenticated).
+func (cl *client) setAuthed(ok bool) {
+	cl.authed = ok
+	cl.conn.SetAuthenticated(ok)
+}
+
 // RESET: leave MULTI, go back to database 0, drop the name, require AUTH
 // again if a password is set; reply +RESET.
 func cmdReset(x *ctx) {
@@ -46,7 +54,7 @@ func cmdReset(x *ctx) {
 	cl.mu.Lock()
 	cl.name = ""
 	cl.mu.Unlock()
-	cl.authed = x.s.password == ""
+	cl.setAuthed(x.s.password == "")
 	x.status("RESET")
 }
 
@@ -90,7 +98,7 @@ func cmdAuth(x *ctx) {
 		x.errorReply(msgWrongPass)
 		return
 	}
-	x.cl.authed = true
+	x.cl.setAuthed(true)
 	x.ok()
 }
 
@@ -130,7 +138,7 @@ func cmdHello(x *ctx) {
 			x.errorReply(msgWrongPass)
 			return
 		}
-		x.cl.authed = true
+		x.cl.setAuthed(true)
 	}
 	if !x.cl.authed {
 		x.errorReply(msgHelloNoAuth)

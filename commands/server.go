@@ -270,17 +270,43 @@ func (s *Server) SweepOnce() int {
 
 // Open implements resp.Handler.
 func (s *Server) Open(c *resp.Conn) {
-	cl := &client{conn: c, authed: s.password == ""}
+	cl := &client{conn: c}
+	// Before the first read, so the connection's limits for clients that
+	// have not authenticated apply from the first byte.
+	cl.setAuthed(s.password == "")
 	cl.multiSeen.Store(-1) // not in MULTI
 	cl.x.s = s
 	cl.x.c = c
 	cl.x.cl = cl
 	c.SetContext(cl)
-	// Protected mode: the client's first command gets the DENIED error,
-	// then the connection closes (answering a command rather than
-	// writing at once lets every client library show the text).
+	// Protected mode is enforced as clients are accepted (Refuse, set as
+	// resp.Config.Refuse). Should a connection layer without that hook
+	// serve a remote client, its first command gets the DENIED error,
+	// then the connection closes.
 	cl.denied = s.protected && !s.loopback(c.RemoteAddr())
 }
+
+// Refuse is resp.Config.Refuse for this server: with protected mode on, a
+// client from a non-loopback address receives the DENIED error and is
+// closed as it is accepted, before it counts towards maxclients (Redis
+// refuses it in its accept handler too), so idle remote connections cannot
+// take the slots of local clients. It returns nil for a client to serve.
+func (s *Server) Refuse(remote net.Addr) []byte {
+	if !s.protected {
+		return nil
+	}
+	addr := ""
+	if remote != nil {
+		addr = remote.String()
+	}
+	if s.loopback(addr) {
+		return nil
+	}
+	return rawDenied
+}
+
+// rawDenied is msgDenied as the error reply Refuse sends.
+var rawDenied = []byte("-" + msgDenied + "\r\n")
 
 // BeforeWrite implements resp.BeforeWriter: with fsync "always", replies
 // wait until the changes of this client's write commands are durable; many

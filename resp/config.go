@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"time"
 )
 
@@ -31,6 +32,18 @@ const (
 	// must be: room for the count and header lines and the other, smaller
 	// arguments of a command that carries one maximal bulk.
 	QueryBufferOverhead = 64 << 10
+)
+
+// Limits of a client that has not authenticated (see
+// [Conn.SetAuthenticated]): Redis's, fixed, so that a client without the
+// password cannot make the server hold a large request.
+const (
+	// UnauthMaxMultiBulkLen is the most elements in a command of a client
+	// that has not authenticated.
+	UnauthMaxMultiBulkLen = 10
+	// UnauthMaxBulkLen is the largest bulk string, in bytes, of a client
+	// that has not authenticated.
+	UnauthMaxBulkLen = 16384
 )
 
 // maxCountLine bounds a "*N" or "$N" line, counting every byte before its
@@ -102,6 +115,14 @@ type Config struct {
 	// goroutine of its own instead, which is also what TLS connections and
 	// other systems get.
 	EventLoops int
+
+	// Refuse, if set, is asked about each accepted connection before it
+	// counts towards MaxClients: a non-nil result is written to the client
+	// as is and the connection closed at once, with no Handler call, and
+	// it counts in Stats.RejectedConnections (Redis's protected mode
+	// refuses clients the same way, as it accepts them). It runs on the
+	// accepting goroutine, so it must be quick.
+	Refuse func(remote net.Addr) []byte
 
 	// Logger receives accept errors and handler panics (error level) and
 	// client protocol errors (debug level). nil means slog.Default().

@@ -71,7 +71,7 @@ type Conn struct {
 	before   bool  // BeforeWrite has run for the replies in Out
 	queued   bool  // in the loop's list of replies to write this round
 	waitOut  bool  // blocked on a full socket: waiting for EPOLLOUT
-	outSince int64 // Unix nanoseconds of the last write progress
+	outSince int64 // Unix nanoseconds of the last write progress while waitOut
 }
 
 // ID returns the connection's identifier: unique within the Server and
@@ -149,10 +149,26 @@ func (c *Conn) hangUp() {
 	c.fdMu.Unlock()
 }
 
+// SetAuthenticated says whether the client has authenticated, for the
+// commands of this connection not yet parsed. Until it has, a command of
+// more than UnauthMaxMultiBulkLen (10) elements is answered with
+// "Protocol error: unauthenticated multibulk length", and a bulk of more
+// than UnauthMaxBulkLen (16384) bytes with "Protocol error:
+// unauthenticated bulk length", and the connection closes, as Redis does:
+// a client without the password cannot make the server hold a large
+// request. A connection starts authenticated; a Handler that requires a
+// password calls SetAuthenticated(false) in Open, which runs before the
+// first read, so the limits apply from the first byte, and
+// SetAuthenticated(true) once the client has authenticated. Call it only
+// from the Handler methods of this connection.
+func (c *Conn) SetAuthenticated(ok bool) { c.rd.unauth = !ok }
+
 // SetMaxMultiBulkLen overrides Config.MaxMultiBulkLen for the commands of
 // this connection not yet parsed; n <= 0 restores the configured value.
-// A handler can lower the limit for unauthenticated clients and restore it
-// after AUTH. Call it only from the Handler methods of this connection.
+// A larger command gets the error of Config.MaxMultiBulkLen (for the
+// limits of a client that has not authenticated, with their own errors,
+// see SetAuthenticated). Call it only from the Handler methods of this
+// connection.
 func (c *Conn) SetMaxMultiBulkLen(n int64) {
 	if n <= 0 {
 		n = c.srv.cfg.MaxMultiBulkLen
@@ -320,15 +336,27 @@ func (c *Conn) write() error {
 	}
 	var err error
 	if len(out) > 0 {
-		// The socket buffer is full: wait, at most the output timeout.
+		// The socket buffer is full: wait until the client has read it
+		// all, giving up only when a whole output timeout passes without
+		// progress. A deadline ends a Write that made progress too, so
+		// each deadline that passed with bytes written grants another
+		// timeout: a client reading a large reply as fast as it can is
+		// not dropped as a slow one.
 		d := c.srv.cfg.OutputTimeout
 		if idle := c.srv.cfg.IdleTimeout; idle > 0 && idle < d {
 			d = idle
 		}
-		c.nc.SetWriteDeadline(time.Now().Add(d))
-		var n int
-		n, err = c.nc.Write(out)
-		c.netOut.Add(int64(n))
+		for len(out) > 0 {
+			c.nc.SetWriteDeadline(time.Now().Add(d))
+			var n int
+			n, err = c.nc.Write(out)
+			c.netOut.Add(int64(n))
+			out = out[n:]
+			if err == nil || n == 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+				break
+			}
+			err = nil
+		}
 		if err == nil && c.raw != nil {
 			// A deadline left behind would fail the next raw write once
 			// it passes.

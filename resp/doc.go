@@ -62,7 +62,9 @@
 // Each limit is a [Config] field; zero means the default.
 //
 //   - MaxClients, default 10000: a connection past it gets
-//     "-ERR max number of clients reached" and is closed.
+//     "-ERR max number of clients reached" and is closed. A connection
+//     that Config.Refuse turns away (protected mode) gets its reply and is
+//     closed as it is accepted, before it counts.
 //   - IdleTimeout, default 0 (never): a client silent that long is closed;
 //     the same bound applies to each write to it.
 //   - MaxBulkLen, default 16 MiB: a larger "$len" gets
@@ -70,6 +72,13 @@
 //   - MaxMultiBulkLen, default 1048576: a larger "*N" gets
 //     "Protocol error: invalid multibulk length". [Conn.SetMaxMultiBulkLen]
 //     and [Conn.SetMaxBulkLen] lower the limits per connection.
+//   - A client that has not authenticated ([Conn.SetAuthenticated]) may
+//     send at most 10 elements per command and bulks of at most 16384
+//     bytes: beyond, "Protocol error: unauthenticated multibulk length" or
+//     "unauthenticated bulk length", and the connection closes.
+//   - Whatever length a "$len" line declares, the read buffer grows only
+//     as the bulk's bytes arrive (to twice what has arrived), so a client
+//     cannot make the server reserve memory it does not send.
 //   - MaxQueryBuffer, default 64 MiB: the unparsed input held for one
 //     client, in practice the size of the command being received; past it
 //     "Protocol error: client query buffer limit reached".
@@ -126,8 +135,8 @@
 // OutLen, Context, SetContext and Kill. QueryBufLen and OutLen are
 // snapshots updated once per read or write.
 //
-// Conn.Out, CloseAfterReply, SetMaxMultiBulkLen and SetMaxBulkLen belong
-// to the connection's goroutine: use them only inside the Handler methods
-// called for that connection. The arguments given to ServeRESP are valid
-// only until it returns.
+// Conn.Out, CloseAfterReply, SetAuthenticated, SetMaxMultiBulkLen and
+// SetMaxBulkLen belong to the connection's goroutine: use them only inside
+// the Handler methods called for that connection. The arguments given to
+// ServeRESP are valid only until it returns.
 package resp

@@ -22,6 +22,11 @@ const (
 	msgTooBigInline     = "Protocol error: too big inline request"
 	msgUnbalanced       = "Protocol error: unbalanced quotes in request"
 	msgQueryBufLimit    = "Protocol error: client query buffer limit reached"
+	// msgUnauthMultibulk and msgUnauthBulk answer a client that has not
+	// authenticated and announces more than UnauthMaxMultiBulkLen elements
+	// or a bulk over UnauthMaxBulkLen bytes (Redis processMultibulkBuffer).
+	msgUnauthMultibulk = "Protocol error: unauthenticated multibulk length"
+	msgUnauthBulk      = "Protocol error: unauthenticated bulk length"
 	// msgExpectedDollar is followed by the offending byte and a closing
 	// quote: "Protocol error: expected '$', got 'X'".
 	msgExpectedDollar = "Protocol error: expected '$', got '"
@@ -44,6 +49,8 @@ var (
 	errTooBigInline     = &protocolError{msgTooBigInline}
 	errUnbalanced       = &protocolError{msgUnbalanced}
 	errQueryBufLimit    = &protocolError{msgQueryBufLimit}
+	errUnauthMultibulk  = &protocolError{msgUnauthMultibulk}
+	errUnauthBulk       = &protocolError{msgUnauthBulk}
 )
 
 // errExpectedDollar reports the byte found where a bulk header ('$') was

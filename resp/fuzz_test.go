@@ -29,6 +29,8 @@ func FuzzReader(f *testing.F) {
 		"*3\n",
 		"*65\r\n",
 		"*1\r\n$1025\r\n",
+		"*11\r\n",
+		"*1\r\n$1000\r\n",
 		"*2\r\n$1\r\na\r\n$1\r\nb\r\n*1\r\n$1\r\nab\r\n",
 		"PING\r\n*1\r\n$4\r\nPING\r\n*x\r\nPING\r\n",
 		string(bytes.Repeat([]byte("x"), 300)),
@@ -45,6 +47,17 @@ func FuzzReader(f *testing.F) {
 			if herr != werr || !reflect.DeepEqual(have, whole) {
 				t.Fatalf("chunks of %d: %q, %q; whole: %q, %q", n, have, herr, whole, werr)
 			}
+		}
+
+		// The same with the limits of a client that has not
+		// authenticated.
+		ur := newTestReader(fuzzLimits)
+		ur.unauth = true
+		uwhole, uerr := parseAll(t, ur, &chunkReader{data: data})
+		ur = newTestReader(fuzzLimits)
+		ur.unauth = true
+		if have, herr := parseAll(t, ur, &chunkReader{data: data, n: 3}); herr != uerr || !reflect.DeepEqual(have, uwhole) {
+			t.Fatalf("unauthenticated, chunks of 3: %q, %q; whole: %q, %q", have, herr, uwhole, uerr)
 		}
 
 		// Round trip: encode the accepted commands, check the encoding

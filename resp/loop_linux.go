@@ -203,7 +203,7 @@ func (l *loop) run() {
 			l.exit()
 			return
 		}
-		l.now = time.Now().UnixNano()
+		l.now = s.now()
 		for i := range max(n, 0) {
 			ev := &l.events[i]
 			fd := int(ev.Fd)
@@ -236,7 +236,7 @@ func (l *loop) wait() (int, error) {
 	}
 	switch {
 	case l.srv.cfg.IdleTimeout > 0 || l.waiting > 0:
-		d := time.Duration(l.nextCron - time.Now().UnixNano())
+		d := time.Duration(l.nextCron - l.srv.now())
 		if d <= 0 {
 			return 0, nil
 		}
@@ -438,17 +438,24 @@ func (l *loop) write(c *Conn) bool {
 		}
 		c.before = true
 	}
+	progress := false
 	for c.outOff < len(c.Out) {
 		n, err := rawWrite(c.fd, c.Out[c.outOff:])
 		if n > 0 {
 			c.outOff += n
 			c.netOut.Add(int64(n))
-			c.outSince = l.now
+			progress = true
 		}
 		switch err {
 		case nil, unix.EINTR:
 		case unix.EAGAIN:
 			c.outLen.Store(int64(len(c.Out) - c.outOff))
+			if progress || !c.waitOut {
+				// Bytes left, or the wait begins, now: not at the start
+				// of the round, which a long command may have made
+				// long ago. (A write that empties Out needs no stamp.)
+				c.outSince = l.srv.now()
+			}
 			if !c.waitOut {
 				c.waitOut = true
 				l.waiting++
@@ -523,6 +530,9 @@ func (l *loop) cron() {
 		}
 	}
 	l.nextCron = l.now + int64(l.cronInterval())
+	if s.cronHook != nil {
+		s.cronHook(l.now)
+	}
 }
 
 // shutdown closes the loop's idle connections once the server is shutting

@@ -60,8 +60,9 @@ type reader struct {
 	remaining int64 // bulks still expected by the current "*N" command
 	args      [][]byte
 
-	// Limits; see Config. maxMulti and maxBulk may be changed per
+	// Limits; see Config. maxMulti, maxBulk and unauth may be changed per
 	// connection between commands.
+	unauth    bool // the client has not authenticated: Unauth* limits apply
 	maxBulk   int64
 	maxMulti  int64
 	maxQuery  int
@@ -134,6 +135,9 @@ func (r *reader) next() ([][]byte, error) {
 			if !ok || n > r.maxMulti {
 				return nil, errInvalidMultibulk
 			}
+			if r.unauth && n > UnauthMaxMultiBulkLen {
+				return nil, errUnauthMultibulk
+			}
 			r.pos = nl + 1
 			if n <= 0 {
 				r.state = stIdle
@@ -158,6 +162,9 @@ func (r *reader) next() ([][]byte, error) {
 			n, ok := parseCount(r.buf[r.pos+1 : nl])
 			if !ok || n < 0 || n > r.maxBulk {
 				return nil, errInvalidBulk
+			}
+			if r.unauth && n > UnauthMaxBulkLen {
+				return nil, errUnauthBulk
 			}
 			r.pos = nl + 1
 			// n <= maxBulk, which Config.Validate keeps well inside int.
@@ -272,10 +279,14 @@ func parseCount(b []byte) (int64, bool) {
 // room: dropping consumed bytes, and growing the buffer when the pending
 // command needs it. It returns what src.Read returned.
 //
-// Growth is to the exact size when a bulk of known length is awaited (one
-// allocation for a large value), and otherwise at least doubles, so a long
-// command arriving in small pieces costs O(its size) in copies. The buffer
-// never grows past maxQuery+minRead: next fails before that is needed.
+// The buffer grows only when the bytes received of the pending command
+// leave less than minRead free, and then doubles (stopping at the end of
+// an awaited bulk), so a long command arriving in small pieces costs
+// O(its size) in copies, and the buffer stays under twice what has
+// arrived (plus minRead): a client announcing a large bulk and sending
+// little gets little memory, whatever length it declares.
+// The buffer never grows past maxQuery+minRead: next fails before that is
+// needed.
 func (r *reader) fill(src io.Reader) (int, error) {
 	r.makeRoom()
 	n, err := src.Read(r.buf[r.end:])
@@ -285,8 +296,7 @@ func (r *reader) fill(src io.Reader) (int, error) {
 	return n, err
 }
 
-// makeRoom ensures at least minRead bytes of free space after end, or room
-// for the whole of an awaited bulk.
+// makeRoom ensures at least minRead bytes of free space after end.
 func (r *reader) makeRoom() {
 	if r.start == r.end {
 		// Nothing pending: no command is in progress, so nothing points
@@ -300,10 +310,13 @@ func (r *reader) makeRoom() {
 		}
 		return
 	}
+	// Only what has arrived counts: a declared bulk length alone reserves
+	// nothing.
 	pending := r.end - r.start
 	required := pending + minRead
-	if r.state == stBulkData && r.want-r.start > required {
-		required = r.want - r.start
+	if r.state == stBulkData {
+		// The rest of the bulk is enough, if that is less.
+		required = min(required, max(r.want-r.start, pending+1))
 	}
 	switch {
 	case len(r.buf)-r.start >= required:
@@ -314,6 +327,10 @@ func (r *reader) makeRoom() {
 		r.moveTo(r.buf)
 	default:
 		size := max(2*len(r.buf), required)
+		if r.state == stBulkData && 2*(r.want-r.pos) >= len(r.buf) {
+			// Growing for a long bulk: not past its end.
+			size = min(size, max(r.want-r.start, required))
+		}
 		if limit := r.maxQuery + minRead; size > limit {
 			size = max(limit, required)
 		}

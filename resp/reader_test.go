@@ -368,7 +368,10 @@ func TestReaderResumable(t *testing.T) {
 	}
 }
 
-func TestReaderLargeBulkGrowsOnce(t *testing.T) {
+// A large bulk grows the buffer as its bytes arrive: doubling from 16 KiB,
+// then the exact size of the command for the last step, then 16 KiB again
+// once it is consumed.
+func TestReaderLargeBulkGrowsWithData(t *testing.T) {
 	const size = 10 << 20
 	in := fmt.Sprintf("*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$%d\r\n", size) + strings.Repeat("v", size) + "\r\n"
 	r := newTestReader(limits{})
@@ -377,9 +380,12 @@ func TestReaderLargeBulkGrowsOnce(t *testing.T) {
 	if herr != "" || len(have) != 1 || have[0][0] != "SET" || have[0][1] != "key" || len(have[0][2]) != size {
 		t.Fatalf("have %d commands, error %q", len(have), herr)
 	}
-	// 16 KiB, then the exact size of the command, then 16 KiB again
-	// once it is consumed.
-	if want := []int{initReadBuf, len(in), initReadBuf}; !reflect.DeepEqual(g.lens, want) {
+	var want []int
+	for n := initReadBuf; n < len(in); n *= 2 {
+		want = append(want, n)
+	}
+	want = append(want, len(in), initReadBuf)
+	if !reflect.DeepEqual(g.lens, want) {
 		t.Errorf("buffer sizes %v, want %v", g.lens, want)
 	}
 }

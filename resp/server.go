@@ -53,7 +53,8 @@ type Stats struct {
 	// refused ones excluded (total_connections_received).
 	TotalConnections int64
 	// RejectedConnections is the number of connections refused because
-	// MaxClients were connected (rejected_connections).
+	// MaxClients were connected, or by Config.Refuse
+	// (rejected_connections).
 	RejectedConnections int64
 	// ProtocolErrors is the number of clients closed for a malformed or
 	// over-limit request.
@@ -74,9 +75,15 @@ const (
 	acceptDelayMax = time.Second
 )
 
-// rejectWriteTimeout bounds the write of the "max number of clients" error,
-// which happens on the accept goroutine.
-const rejectWriteTimeout = 100 * time.Millisecond
+// rejectWriteTimeout bounds the write of the "max number of clients" error
+// or of a Config.Refuse reply, which happens on the accept goroutine for a
+// plain TCP connection (its socket buffer is empty: the write does not
+// wait). Any other connection (TLS: the write runs the handshake first)
+// is refused on a goroutine of its own, within refuseSlowTimeout.
+const (
+	rejectWriteTimeout = 100 * time.Millisecond
+	refuseSlowTimeout  = 10 * time.Second
+)
 
 // Server accepts RESP2 connections and serves them with a [Handler]. Create
 // one with [NewServer]; its methods are safe for concurrent use.
@@ -85,6 +92,12 @@ type Server struct {
 	handler Handler
 	before  BeforeWriter // handler's BeforeWrite, if it has one
 	logger  *slog.Logger
+
+	// now is the clock of the event loops, in Unix nanoseconds: time.Now,
+	// or a test's. cronHook, if set (tests), runs after each check of the
+	// loops' timeouts, with the time of the check.
+	now      func() int64
+	cronHook func(now int64)
 
 	nextID     atomic.Int64
 	inShutdown atomic.Bool // set once, under mu, by Shutdown or Close
@@ -125,6 +138,7 @@ func NewServer(cfg Config, h Handler) *Server {
 		listeners: make(map[*net.Listener]struct{}),
 		conns:     make(map[*Conn]struct{}),
 		done:      make(chan struct{}),
+		now:       func() int64 { return time.Now().UnixNano() },
 	}
 }
 
@@ -206,6 +220,13 @@ func (s *Server) untrackListener(ln *net.Listener) {
 // accept registers a new connection and starts its goroutine, or refuses
 // it when MaxClients are connected or shutdown has begun.
 func (s *Server) accept(nc net.Conn) {
+	if s.cfg.Refuse != nil {
+		if msg := s.cfg.Refuse(nc.RemoteAddr()); msg != nil {
+			s.rejected.Add(1)
+			refuse(nc, msg)
+			return
+		}
+	}
 	s.mu.Lock()
 	if s.inShutdown.Load() {
 		s.mu.Unlock()
@@ -215,9 +236,7 @@ func (s *Server) accept(nc net.Conn) {
 	if len(s.conns) >= s.cfg.MaxClients {
 		s.mu.Unlock()
 		s.rejected.Add(1)
-		nc.SetWriteDeadline(time.Now().Add(rejectWriteTimeout))
-		nc.Write(rawMaxClients)
-		nc.Close()
+		refuse(nc, rawMaxClients)
 		return
 	}
 	c := &Conn{
@@ -247,6 +266,21 @@ func (s *Server) accept(nc net.Conn) {
 	} else {
 		go s.serveConn(c)
 	}
+}
+
+// refuse writes msg to a connection that is not served and closes it.
+func refuse(nc net.Conn, msg []byte) {
+	if _, ok := nc.(*net.TCPConn); ok {
+		nc.SetWriteDeadline(time.Now().Add(rejectWriteTimeout))
+		nc.Write(msg)
+		nc.Close()
+		return
+	}
+	go func() {
+		nc.SetDeadline(time.Now().Add(refuseSlowTimeout))
+		nc.Write(msg)
+		nc.Close()
+	}()
 }
 
 // eventLoop returns the event loop for connection id, starting the loops

@@ -717,3 +717,50 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("inline larger than the query buffer accepted")
 	}
 }
+
+// dialFrom connects to addr from the loopback address ip (any address of
+// 127.0.0.0/8 is local on Linux), so that tests can tell clients apart by
+// their source address.
+func dialFrom(t testing.TB, ip, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: testTimeout}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Skipf("cannot connect from %s: %v", ip, err)
+	}
+	c.SetDeadline(time.Now().Add(testTimeout))
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Connections that Config.Refuse turns away get its reply and the close as
+// they are accepted, before they send anything, and never count towards
+// MaxClients: local clients are still served.
+func TestServerRefuse(t *testing.T) {
+	const msg = "-DENIED go away\r\n"
+	h := newTestHandler()
+	refuse := func(a net.Addr) []byte {
+		if ta, ok := a.(*net.TCPAddr); ok && ta.IP.Equal(net.IPv4(127, 0, 0, 2)) {
+			return []byte(msg)
+		}
+		return nil
+	}
+	s, addr := startServer(t, Config{MaxClients: 2, Refuse: refuse}, h)
+	const remotes = 10
+	for i := range remotes {
+		c := dialFrom(t, "127.0.0.2", addr)
+		if got := readToEOF(t, c); got != msg {
+			t.Fatalf("refused client %d got %q, want %q then the close", i, got, msg)
+		}
+	}
+	for range 2 {
+		roundTrip(t, dial(t, addr), "PING\r\n", "+PONG\r\n")
+	}
+	st := s.Stats()
+	if st.ConnectedClients != 2 || st.RejectedConnections != remotes || st.TotalConnections != 2 {
+		t.Errorf("stats %+v", st)
+	}
+	if n := h.opens.Load(); n != 2 {
+		t.Errorf("Handler.Open ran %d times, want 2", n)
+	}
+}

@@ -440,7 +440,9 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	rs := resp.NewServer(cfg.respConfig(), cmds)
+	rcfg := cfg.respConfig()
+	rcfg.Refuse = cmds.Refuse // protected mode refuses at accept
+	rs := resp.NewServer(rcfg, cmds)
 	cmds.SetNetwork(rs)
 	tcfg, err := cfg.tlsConfig()
 	if err != nil {
