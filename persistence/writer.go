@@ -138,7 +138,7 @@ type Writer struct {
 }
 
 // batch is a run of queued changes handed to the store: the changes
-// numbered lo..hi (none when lo > hi), and the arena their keys and values
+// numbered lo..hi, and the arena their keys and values
 // live in.
 type batch struct {
 	ops    []Op
@@ -292,11 +292,14 @@ func (w *Writer) Close() {
 	<-w.done
 }
 
-// take hands the queue to a new batch; the spare buffers become the
-// queue's.
+// take hands the queue to a new batch, nil if it is empty; the spare
+// buffers become the queue's.
 func (w *Writer) take() *batch {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.seq == w.taken {
+		return nil
+	}
 	b := &batch{ops: w.queue, arena: w.arena, lo: w.taken + 1, hi: w.seq}
 	w.taken = w.seq
 	w.queue, w.arena = w.spareQ, w.spareAr
@@ -343,7 +346,7 @@ func (w *Writer) flush(final bool) {
 			return
 		}
 	}
-	if b := w.take(); b.lo <= b.hi {
+	if b := w.take(); b != nil {
 		if !w.write(b) {
 			w.retry = b
 			return
