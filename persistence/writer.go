@@ -373,7 +373,7 @@ func (w *Writer) flush(final bool) {
 // written again).
 func (w *Writer) write(b *batch) bool {
 	start := time.Now()
-	if err := w.store.Write(b.ops, w.mode == FsyncAlways); err != nil {
+	if err := guard(func() error { return w.store.Write(b.ops, w.mode == FsyncAlways) }); err != nil {
 		w.attemptFailed(err, b, false)
 		return false
 	}
@@ -460,10 +460,22 @@ func (w *Writer) recovered() {
 	w.log.Warn("persistence: the store accepts writes again; write commands are accepted", "failed_for", time.Since(since).String())
 }
 
+// guard runs a Store call, turning a panic into an error: a store that
+// panics (whatever its contract says) makes writes fail, it does not end
+// the process.
+func guard(call func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("store panicked: %v", v)
+		}
+	}()
+	return call()
+}
+
 // syncNow syncs the store; a success ends a sync failure.
 func (w *Writer) syncNow() error {
 	start := time.Now()
-	if err := w.store.Sync(); err != nil {
+	if err := guard(w.store.Sync); err != nil {
 		return err
 	}
 	now := time.Now()

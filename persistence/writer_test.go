@@ -488,3 +488,50 @@ func TestWriterCloseWhileFailingDoesNotHang(t *testing.T) {
 		t.Error("WaitDurable after Close returns nil for a change never written")
 	}
 }
+
+// panicStore panics in Write and Sync while broken is set.
+type panicStore struct {
+	*Memory
+	broken atomic.Bool
+}
+
+func (s *panicStore) Write(ops []Op, sync bool) error {
+	if s.broken.Load() {
+		panic("pebble: no space left on device")
+	}
+	return s.Memory.Write(ops, sync)
+}
+
+func (s *panicStore) Sync() error {
+	if s.broken.Load() {
+		panic("pebble: no space left on device")
+	}
+	return s.Memory.Sync()
+}
+
+// TestWriterSurvivesAPanickingStore: a store that panics in Write or Sync
+// makes writes fail (reported, not acknowledged, retried), it does not end
+// the process.
+func TestWriterSurvivesAPanickingStore(t *testing.T) {
+	for _, mode := range []Fsync{FsyncAlways, FsyncEverySec} {
+		t.Run(mode.String(), func(t *testing.T) {
+			st := &panicStore{Memory: NewMemory()}
+			st.broken.Store(true)
+			w := NewWriter(st, mode, quietLog)
+			ctx, cancel := context.WithCancel(context.Background())
+			go w.Run(ctx)
+			defer func() { cancel(); w.Close() }()
+			m := wmodel{}
+			m.put(w, "a", strValue(3, 'a'))
+			waitFor(t, "the failure reported", func() bool { return w.Failing() != nil })
+			if err := w.WaitDurable(w.Seq()); err == nil {
+				t.Fatal("WaitDurable returned nil for a change whose Write panicked")
+			}
+			st.broken.Store(false)
+			waitFor(t, "recovery", func() bool { return w.Failing() == nil })
+			m.put(w, "b", strValue(3, 'b'))
+			waitWritten(t, w)
+			m.compare(t, st)
+		})
+	}
+}
