@@ -190,3 +190,12 @@ const msgDenied = "DENIED cellserver is running in protected mode because protec
 
 // msgOOM is Redis's refusal under maxmemory with the noeviction policy.
 const msgOOM = "OOM command not allowed when used memory > 'maxmemory'."
+
+// msgMisconf refuses write commands while the data directory cannot be
+// written (Redis: "MISCONF Errors writing to the AOF file: <reason>").
+const msgMisconf = "MISCONF Errors writing to the data directory (--data-dir): %s. Write commands are refused until a write succeeds; reads still work."
+
+// errMisconf is msgMisconf with the store's error as the reason.
+func errMisconf(err error) string {
+	return strings.Replace(msgMisconf, "%s", err.Error(), 1)
+}

@@ -57,6 +57,11 @@ type Config struct {
 	// PersistenceInfo returns the lines of INFO's persistence section;
 	// nil means persistence is off.
 	PersistenceInfo func() []string
+	// WriteError, when set, reports why the persistence store refuses
+	// writes (nil while it accepts them). Meanwhile commands flagged Write
+	// (and EXEC of a transaction holding one) are refused with MISCONF, as
+	// Redis does when it cannot write its AOF; reads go on.
+	WriteError func() error
 	// SlowlogSlowerThan is the execution time from which a command is
 	// kept in the SLOWLOG; negative turns the log off, 1ns keeps every
 	// command. The default value (zero) is 10ms, Redis's 10000 µs.
@@ -118,6 +123,7 @@ type Server struct {
 	slowlog     slowlog
 	durability  Durability
 	persistInfo func() []string
+	writeErr    func() error
 	protected   bool
 	loopback    func(string) bool
 	multiMax    int   // commands one MULTI may queue
@@ -191,6 +197,7 @@ func New(cfg Config) (*Server, error) {
 		monoBase:    time.Now(),
 		durability:  cfg.Durability,
 		persistInfo: cfg.PersistenceInfo,
+		writeErr:    cfg.WriteError,
 		protected:   cfg.ProtectedMode,
 		loopback:    cfg.Loopback,
 		ks:          cfg.Keyspace,
@@ -385,6 +392,12 @@ func (s *Server) dispatch(x *ctx) {
 		s.reject(x, sp, msgNoAuth)
 		return
 	}
+	if s.writeErr != nil && (sp.Flags&Write != 0 || sp.Name == "exec" && queuedWrite(cl.queue)) {
+		if err := s.writeErr(); err != nil {
+			s.reject(x, sp, errMisconf(err))
+			return
+		}
+	}
 	if cl.inMulti && sp.Flags&RunsInMulti == 0 {
 		if sp.Flags&NoMulti != 0 {
 			s.reject(x, sp, msgNotInMulti)
@@ -398,6 +411,17 @@ func (s *Server) dispatch(x *ctx) {
 		return
 	}
 	s.call(x, sp)
+}
+
+// queuedWrite reports whether a transaction holds a command flagged Write
+// (Redis: c->mstate.cmd_flags & CMD_WRITE).
+func queuedWrite(q []queued) bool {
+	for _, c := range q {
+		if c.spec.Flags&Write != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // reject answers a command that can neither run nor be queued, as Redis's

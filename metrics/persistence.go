@@ -16,7 +16,7 @@ func PersistenceCollector(w *persistence.Writer, st persistence.Store) prometheu
 		syncLat:  prometheus.NewDesc(Namespace+"_persistence_last_sync_seconds", "Duration of the last sync to disk.", nil, nil),
 		lastSync: prometheus.NewDesc(Namespace+"_persistence_last_sync_timestamp_seconds", "Unix time of the last sync to disk.", nil, nil),
 		disk:     prometheus.NewDesc(Namespace+"_persistence_disk_bytes", "Bytes the store uses on disk.", nil, nil),
-		failed:   prometheus.NewDesc(Namespace+"_persistence_failed", "1 if writing to the store failed and writes stopped.", nil, nil),
+		failed:   prometheus.NewDesc(Namespace+"_persistence_failed", "1 while the store refuses writes (write commands are refused with MISCONF until a write succeeds).", nil, nil),
 	}
 }
 

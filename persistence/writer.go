@@ -50,12 +50,26 @@ func (f Fsync) String() string {
 	return "everysec"
 }
 
-// ErrWriterClosed is returned by WaitDurable once the Writer is closed or failed.
+// ErrWriterClosed is returned by WaitDurable once the Writer is closed.
 var ErrWriterClosed = errors.New("persistence: writer closed")
 
 // flushInterval is how often queued changes are written when nobody waits
 // for them (fsync everysec or no).
 const flushInterval = 5 * time.Millisecond
+
+// The backoff between attempts while the store fails: the first retry
+// comes after retryMin, each failure doubles the wait, up to retryMax.
+const (
+	retryMin = 100 * time.Millisecond
+	retryMax = time.Second
+)
+
+// The largest buffers kept for the next batch; larger ones are dropped
+// after their batch is written, so that one burst does not pin memory.
+const (
+	maxSpareOps   = 1 << 16
+	maxSpareArena = 8 << 20
+)
 
 // Writer is the write path: it implements keyspace.Journal, so every change
 // is encoded and queued, in order, while the shard lock is held; a
@@ -64,6 +78,12 @@ const flushInterval = 5 * time.Millisecond
 // they happened, so an older state never overwrites a newer one, and
 // FLUSHDB's range deletion is ordered with the puts around it.
 //
+// When the store fails (a full disk, an I/O error), the batch is kept and
+// written again, ahead of everything queued after it, with a backoff of
+// retryMin doubling to retryMax, until the store takes it; meanwhile
+// Failing reports the error (commands then refuse write commands, as
+// Redis's MISCONF) and WaitDurable returns it.
+//
 // Writer is safe for concurrent use.
 type Writer struct {
 	store Store
@@ -71,17 +91,39 @@ type Writer struct {
 	log   *slog.Logger
 	wake  chan struct{}
 
-	mu      sync.Mutex // guards queue, arena, seq, spare*
+	// Each array is owned by exactly one of: the queue, a batch being
+	// written (or kept for a retry), the spares. take moves the spares to
+	// the queue and clears them; recycle puts a written batch's arrays
+	// back only into empty spare slots. So enqueue never appends into an
+	// array the store is reading.
+	mu      sync.Mutex // guards queue, arena, seq, taken, spare*
 	queue   []Op
 	arena   []byte // keys and encoded values of queue
 	seq     uint64 // changes queued so far
+	taken   uint64 // changes handed to batches so far
 	spareQ  []Op
 	spareAr []byte
 
-	durMu   sync.Mutex // guards durable, failed; durCond waits on it
-	durCond *sync.Cond
-	durable uint64 // changes written (and synced, with FsyncAlways)
-	failed  error
+	// Run's own state, touched only by its goroutine.
+	retry    *batch // a batch the store refused, written before anything newer
+	backoff  time.Duration
+	nextTry  time.Time
+	attempts int // failed attempts in the current failure
+
+	durMu      sync.Mutex // guards the fields below; durCond waits on it
+	durCond    *sync.Cond
+	durable    uint64 // changes written (and synced, with FsyncAlways)
+	err        error  // the store's last error while failing; nil when writes succeed
+	syncFailed bool   // a Sync failed and no Sync has succeeded since
+	inRange    bool   // failLo..failHi belong to the current failure
+	failLo     uint64 // the changes of the batches refused during the
+	failHi     uint64 // latest failure: their waiters get failErr
+	failErr    error
+	failedAt   time.Time // when the current failure began
+	closed     bool
+
+	failing  atomic.Pointer[error] // err, for Failing (read per command)
+	failures atomic.Uint64         // failed Write and Sync calls since start
 
 	written  atomic.Uint64
 	lastWr   atomic.Int64   // unix ns of the last batch written
@@ -93,6 +135,15 @@ type Writer struct {
 	stopOnce sync.Once
 	stop     chan struct{}
 	done     chan struct{}
+}
+
+// batch is a run of queued changes handed to the store: the changes
+// numbered lo..hi, and the arena their keys and values
+// live in.
+type batch struct {
+	ops    []Op
+	arena  []byte
+	lo, hi uint64
 }
 
 // NewWriter returns a Writer for store; call Run to start writing.
@@ -109,8 +160,12 @@ func NewWriter(store Store, mode Fsync, log *slog.Logger) *Writer {
 // Mode returns the fsync policy.
 func (w *Writer) Mode() Fsync { return w.mode }
 
+// enqueue is called with shard locks held: the mutex is released by a
+// defer, so a panic in EncodeValue (a bug: a value of an unknown kind)
+// reaches the caller without leaving every other writer blocked.
 func (w *Writer) enqueue(kind OpKind, db int, key []byte, v *keyspace.Value) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	start := len(w.arena)
 	w.arena = append(w.arena, key...)
 	op := Op{Kind: kind, DB: db}
@@ -126,7 +181,6 @@ func (w *Writer) enqueue(kind OpKind, db int, key []byte, v *keyspace.Value) {
 	}
 	w.queue = append(w.queue, op)
 	w.seq++
-	w.mu.Unlock()
 	if w.mode == FsyncAlways {
 		select {
 		case w.wake <- struct{}{}:
@@ -155,18 +209,37 @@ func (w *Writer) Seq() uint64 {
 	return w.seq
 }
 
+// Failing returns the store's error while writes fail (from the first
+// failed Write or Sync until one succeeds again), nil otherwise. It is
+// cheap enough to call for every command.
+func (w *Writer) Failing() error {
+	if p := w.failing.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
 // WaitDurable blocks until the first seq changes are written (and synced
-// with FsyncAlways), or the writer failed or closed.
+// with FsyncAlways). It returns an error instead when the store refused a
+// batch holding change number seq (even if a retry stored it since), while
+// the store fails, or once the Writer is closed with change seq unwritten:
+// nil always means stored.
 func (w *Writer) WaitDurable(seq uint64) error {
 	w.durMu.Lock()
 	defer w.durMu.Unlock()
-	for w.durable < seq && w.failed == nil {
+	for {
+		switch {
+		case w.failErr != nil && w.failLo <= seq && seq <= w.failHi:
+			return w.failErr
+		case w.durable >= seq:
+			return nil
+		case w.err != nil:
+			return w.err
+		case w.closed:
+			return ErrWriterClosed
+		}
 		w.durCond.Wait()
 	}
-	if w.durable >= seq {
-		return nil
-	}
-	return w.failed
 }
 
 // Run writes queued changes until ctx ends or Close is called, then writes
@@ -186,17 +259,30 @@ func (w *Writer) Run(ctx context.Context) {
 		case <-w.wake:
 		case <-tick.C:
 		}
-		w.flush()
+		w.flush(false)
 	}
 }
 
+// final is Run's last round: one more attempt whatever the backoff, then
+// a sync. Changes the store still refuses are logged as lost.
 func (w *Writer) final() {
-	w.flush()
+	w.flush(true)
 	w.syncWG.Wait()
 	if err := w.syncNow(); err != nil {
-		w.fail(err)
+		w.log.Error("persistence: final sync failed", "err", err)
+		w.setFailing(err, true)
 	}
-	w.fail(ErrWriterClosed)
+	w.mu.Lock()
+	seq := w.seq
+	w.mu.Unlock()
+	w.durMu.Lock()
+	w.closed = true
+	unwritten := seq - w.durable
+	w.durMu.Unlock()
+	w.durCond.Broadcast()
+	if unwritten > 0 {
+		w.log.Error("persistence: closing while the store fails: changes not written", "changes", unwritten, "err", w.Failing())
+	}
 }
 
 // Close writes and syncs every queued change and stops Run; it waits for
@@ -206,37 +292,68 @@ func (w *Writer) Close() {
 	<-w.done
 }
 
-func (w *Writer) fail(err error) {
-	w.durMu.Lock()
-	if w.failed == nil {
-		w.failed = err
+// take hands the queue to a new batch, nil if it is empty; the spare
+// buffers become the queue's.
+func (w *Writer) take() *batch {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.seq == w.taken {
+		return nil
 	}
-	w.durMu.Unlock()
-	w.durCond.Broadcast()
+	b := &batch{ops: w.queue, arena: w.arena, lo: w.taken + 1, hi: w.seq}
+	w.taken = w.seq
+	w.queue, w.arena = w.spareQ, w.spareAr
+	w.spareQ, w.spareAr = nil, nil
+	return b
 }
 
-// flush writes the queue as one batch.
-func (w *Writer) flush() {
+// recycle keeps a written batch's buffers as spares, unless they grew
+// large or a spare is already there.
+func (w *Writer) recycle(b *batch) {
+	clear(b.ops) // drop references into the arena
 	w.mu.Lock()
-	ops, arena, seq := w.queue, w.arena, w.seq
-	w.queue, w.arena = w.spareQ[:0], w.spareAr[:0]
+	if w.spareQ == nil && cap(b.ops) <= maxSpareOps {
+		w.spareQ = b.ops[:0]
+	}
+	if w.spareAr == nil && cap(b.arena) <= maxSpareArena {
+		w.spareAr = b.arena[:0]
+	}
 	w.mu.Unlock()
-	if len(ops) > 0 {
-		start := time.Now()
-		if err := w.store.Write(ops, w.mode == FsyncAlways); err != nil {
-			w.log.Error("persistence: write failed; stopping writes", "err", err)
-			w.fail(fmt.Errorf("persistence: %w", err))
+}
+
+// flush writes the batch kept for a retry, if any, then the queue as one
+// batch. While the store fails it does nothing before the backoff ends,
+// unless final.
+func (w *Writer) flush(final bool) {
+	if w.Failing() != nil && !final && time.Now().Before(w.nextTry) {
+		return
+	}
+	if w.retry != nil {
+		if !w.write(w.retry) {
 			return
 		}
-		now := time.Now()
-		w.flushNS.Store(int64(now.Sub(start)))
-		w.lastWr.Store(now.UnixNano())
-		if w.mode == FsyncAlways {
-			w.syncNS.Store(int64(now.Sub(start)))
-			w.lastSync.Store(now.UnixNano())
-		}
-		w.written.Add(uint64(len(ops)))
+		w.recycle(w.retry)
+		w.retry = nil
 	}
+	w.durMu.Lock()
+	syncFailed := w.syncFailed
+	w.durMu.Unlock()
+	if syncFailed {
+		// The last synced state is unknown: writes count as failing
+		// until a sync succeeds.
+		if err := w.syncNow(); err != nil {
+			w.attemptFailed(err, nil, true)
+			return
+		}
+	}
+	if b := w.take(); b != nil {
+		if !w.write(b) {
+			w.retry = b
+			return
+		}
+		w.recycle(b)
+	}
+	w.recovered()
 	if w.mode == FsyncEverySec && time.Since(time.Unix(0, w.lastSync.Load())) >= time.Second && w.syncing.CompareAndSwap(false, true) {
 		// Sync in the background, one at a time, so that a slow fsync
 		// does not stop later batches from reaching the store.
@@ -245,63 +362,163 @@ func (w *Writer) flush() {
 			defer w.syncWG.Done()
 			defer w.syncing.Store(false)
 			if err := w.syncNow(); err != nil {
-				w.log.Error("persistence: sync failed", "err", err)
+				w.log.Error("persistence: sync failed; refusing write commands until a sync succeeds", "err", err)
+				w.setFailing(err, true)
 			}
 		}()
 	}
-	// Keep the buffers for the next swap unless they grew large.
-	for i := range ops {
-		ops[i] = Op{}
-	}
-	w.mu.Lock()
-	if cap(ops) <= 1<<16 {
-		w.spareQ = ops[:0]
-	}
-	if cap(arena) <= 8<<20 {
-		w.spareAr = arena[:0]
-	}
-	w.mu.Unlock()
-	w.durMu.Lock()
-	if seq > w.durable {
-		w.durable = seq
-	}
-	w.durMu.Unlock()
-	w.durCond.Broadcast()
 }
 
-func (w *Writer) syncNow() error {
+// write writes b; false means the store refused it (b must be kept and
+// written again).
+func (w *Writer) write(b *batch) bool {
 	start := time.Now()
-	err := w.store.Sync()
-	if err == nil {
-		now := time.Now()
+	if err := guard(func() error { return w.store.Write(b.ops, w.mode == FsyncAlways) }); err != nil {
+		w.attemptFailed(err, b, false)
+		return false
+	}
+	now := time.Now()
+	w.flushNS.Store(int64(now.Sub(start)))
+	w.lastWr.Store(now.UnixNano())
+	if w.mode == FsyncAlways {
 		w.syncNS.Store(int64(now.Sub(start)))
 		w.lastSync.Store(now.UnixNano())
 	}
-	return err
+	w.written.Add(uint64(len(b.ops)))
+	w.durMu.Lock()
+	if b.hi > w.durable {
+		w.durable = b.hi
+	}
+	w.durMu.Unlock()
+	w.durCond.Broadcast()
+	return true
+}
+
+// attemptFailed records a failed Write (of b) or Sync and schedules the
+// next attempt.
+func (w *Writer) attemptFailed(err error, b *batch, isSync bool) {
+	first := w.setFailing(err, isSync)
+	if b != nil {
+		w.durMu.Lock()
+		if !w.inRange {
+			w.inRange, w.failLo = true, b.lo
+		}
+		w.failHi = max(w.failHi, b.hi)
+		w.failErr = w.err
+		w.durMu.Unlock()
+		w.durCond.Broadcast()
+	}
+	w.backoff = min(max(2*w.backoff, retryMin), retryMax)
+	w.nextTry = time.Now().Add(w.backoff)
+	w.attempts++
+	what := "write"
+	if isSync {
+		what = "sync"
+	}
+	if first {
+		w.log.Error("persistence: "+what+" failed; refusing write commands until the store accepts a write again",
+			"err", err, "retry_in", w.backoff.String())
+	} else {
+		w.log.Warn("persistence: "+what+" failed again", "err", err, "attempts", w.attempts, "retry_in", w.backoff.String())
+	}
+}
+
+// setFailing enters (or stays in) the failing state with err; true if the
+// Writer was not failing before.
+func (w *Writer) setFailing(err error, isSync bool) bool {
+	w.failures.Add(1)
+	err = fmt.Errorf("persistence: %w", err)
+	w.durMu.Lock()
+	first := w.err == nil
+	if first {
+		w.failedAt = time.Now()
+	}
+	w.err = err
+	if isSync {
+		w.syncFailed = true
+	}
+	w.failing.Store(&err)
+	w.durMu.Unlock()
+	w.durCond.Broadcast()
+	return first
+}
+
+// recovered leaves the failing state after a successful round, unless a
+// background sync failed meanwhile.
+func (w *Writer) recovered() {
+	w.backoff, w.attempts = 0, 0
+	w.durMu.Lock()
+	if w.err == nil || w.syncFailed {
+		w.durMu.Unlock()
+		return
+	}
+	since := w.failedAt
+	w.err, w.inRange, w.syncFailed = nil, false, false
+	w.failing.Store(nil)
+	w.durMu.Unlock()
+	w.durCond.Broadcast()
+	w.log.Warn("persistence: the store accepts writes again; write commands are accepted", "failed_for", time.Since(since).String())
+}
+
+// guard runs a Store call, turning a panic into an error: a store that
+// panics (whatever its contract says) makes writes fail, it does not end
+// the process.
+func guard(call func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("store panicked: %v", v)
+		}
+	}()
+	return call()
+}
+
+// syncNow syncs the store; a success ends a sync failure.
+func (w *Writer) syncNow() error {
+	start := time.Now()
+	if err := guard(w.store.Sync); err != nil {
+		return err
+	}
+	now := time.Now()
+	w.syncNS.Store(int64(now.Sub(start)))
+	w.lastSync.Store(now.UnixNano())
+	w.durMu.Lock()
+	w.syncFailed = false
+	w.durMu.Unlock()
+	return nil
 }
 
 // WriterStats are the write path's figures for INFO and metrics.
 type WriterStats struct {
 	Mode          Fsync
-	Pending       int    // changes queued, not yet written
+	Pending       int    // changes queued or refused, not yet written
 	Written       uint64 // changes written since start
 	LastWrite     time.Time
 	LastSync      time.Time
 	LastWriteTime time.Duration
 	LastSyncTime  time.Duration
-	Err           error
+	// Err is the store's error while writes fail (write commands are
+	// refused), nil when they succeed.
+	Err error
+	// FailingSince is when the current failure began (zero when Err is
+	// nil); Failures counts the failed Write and Sync calls since start.
+	FailingSince time.Time
+	Failures     uint64
 }
 
 // Stats returns the current figures.
 func (w *Writer) Stats() WriterStats {
 	w.mu.Lock()
-	pending := len(w.queue)
+	seq := w.seq
 	w.mu.Unlock()
 	w.durMu.Lock()
-	err := w.failed
+	err, since, durable := w.err, w.failedAt, w.durable
 	w.durMu.Unlock()
-	if errors.Is(err, ErrWriterClosed) {
-		err = nil
+	pending := 0
+	if seq > durable {
+		pending = int(seq - durable)
+	}
+	if err == nil {
+		since = time.Time{}
 	}
 	ts := func(ns int64) time.Time {
 		if ns == 0 {
@@ -311,5 +528,6 @@ func (w *Writer) Stats() WriterStats {
 	}
 	return WriterStats{Mode: w.mode, Pending: pending, Written: w.written.Load(),
 		LastWrite: ts(w.lastWr.Load()), LastSync: ts(w.lastSync.Load()),
-		LastWriteTime: time.Duration(w.flushNS.Load()), LastSyncTime: time.Duration(w.syncNS.Load()), Err: err}
+		LastWriteTime: time.Duration(w.flushNS.Load()), LastSyncTime: time.Duration(w.syncNS.Load()),
+		Err: err, FailingSince: since, Failures: w.failures.Load()}
 }

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -413,7 +414,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	var durability commands.Durability
 	var persistInfo func() []string
+	var writeErr func() error
 	if writer != nil {
+		writeErr = writer.Failing
 		if writer.Mode() == persistence.FsyncAlways {
 			durability = writer
 		}
@@ -422,6 +425,7 @@ func New(cfg Config) (*Server, error) {
 	cmds, err := commands.New(commands.Config{
 		Durability:         durability,
 		PersistenceInfo:    persistInfo,
+		WriteError:         writeErr,
 		Keyspace:           ks,
 		Clock:              cfg.Clock,
 		Settings:           cfg.Settings(),
@@ -641,9 +645,9 @@ func persistenceInfo(cfg Config, w *persistence.Writer, st persistence.Store, lo
 		}
 		return t.Unix()
 	}
-	status := "ok"
+	status, lastErr := "ok", ""
 	if ws.Err != nil {
-		status = "err"
+		status, lastErr = "err", strings.NewReplacer("\r", " ", "\n", " ").Replace(ws.Err.Error())
 	}
 	return []string{
 		"loading:0",
@@ -657,6 +661,9 @@ func persistenceInfo(cfg Config, w *persistence.Writer, st persistence.Store, lo
 		fmt.Sprintf("last_sync_time:%d", unix(ws.LastSync)),
 		fmt.Sprintf("last_sync_usec:%d", ws.LastSyncTime.Microseconds()),
 		"last_write_status:" + status,
+		"last_write_error:" + lastErr,
+		fmt.Sprintf("writes_refused_since:%d", unix(ws.FailingSince)),
+		fmt.Sprintf("failed_write_attempts:%d", ws.Failures),
 		fmt.Sprintf("keys_loaded:%d", loaded.Keys),
 		fmt.Sprintf("expired_dropped_at_load:%d", loaded.Expired),
 		fmt.Sprintf("load_time_usec:%d", loaded.Duration.Microseconds()),

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -21,7 +22,7 @@ func main() {
 }
 
 // run parses args, starts the server and blocks until SIGINT/SIGTERM. It
-// returns the process exit code.
+// returns the process exit code. See handleSignals for the other signals.
 func run(args []string, stdout, stderr io.Writer) int {
 	cfg, code, done := loadConfig(args, os.Getenv, stdout, stderr)
 	if done {
@@ -41,9 +42,54 @@ func run(args []string, stdout, stderr io.Writer) int {
 		<-ctx.Done()
 		stop() // a second signal now kills the process at once
 	}()
+	defer handleSignals(logger)()
 	if err := srv.Run(ctx); err != nil {
 		logger.Error("cellserver stopped with an error", "err", err)
 		return 1
 	}
 	return 0
+}
+
+// ignoredSignals are the signals whose default action would end the
+// process at once, without writing pending changes, and that a process
+// manager or a script may send to a long-running server: SIGHUP (a closed
+// terminal, or "reload" in many service files), SIGUSR1 and SIGUSR2
+// ("reopen logs" in logrotate scripts). As Redis ignores SIGHUP, cellserver
+// ignores them and logs it; it has nothing to reload (logs go to stderr).
+// SIGQUIT keeps Go's behaviour: a goroutine dump on stderr and exit status
+// 2, for debugging, losing what a crash loses under the fsync policy.
+var ignoredSignals = []os.Signal{syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// handleSignals logs and ignores ignoredSignals, and ignores SIGPIPE (as
+// Redis does: a closed log pipe must not kill the server; the write fails
+// instead). The returned function stops it.
+func handleSignals(logger *slog.Logger) (stop func()) {
+	signal.Ignore(syscall.SIGPIPE)
+	ch := make(chan os.Signal, 4)
+	signal.Notify(ch, ignoredSignals...)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case sig := <-ch:
+				logger.Info("signal ignored", "signal", signalName(sig))
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// signalName is "SIGHUP" for syscall.SIGHUP (Go's String says "hangup").
+func signalName(sig os.Signal) string {
+	switch sig {
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGUSR1:
+		return "SIGUSR1"
+	case syscall.SIGUSR2:
+		return "SIGUSR2"
+	}
+	return sig.String()
 }
