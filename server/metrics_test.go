@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -33,8 +34,16 @@ func TestMetricsEndpoint(t *testing.T) {
 	if code, body := get(t, base+"/healthz"); code != 200 || body != "ok" {
 		t.Fatalf("/healthz: %d %q", code, body)
 	}
-	if code, _ := get(t, base+"/readyz"); code != 200 {
-		t.Fatalf("/readyz: %d", code)
+	// Serve marks the server ready once it runs; Start returns before that.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		code, _ := get(t, base+"/readyz")
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz: %d after 10s", code)
+		}
+		runtime.Gosched()
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
