@@ -651,13 +651,17 @@ func (d *diskFull) MaybeError(op errorfs.Op, path string) error {
 }
 
 // TestPebbleDiskFull fills the disk (ENOSPC on every file write) in the
-// middle of a stream of writes, as the Writer makes them (Write, then Sync
-// unless the Write synced; a failed batch stays queued and is written
-// again), and frees it later: no panic, errors while full, success at
-// once when space is back, and every change there after a reopen.
+// middle of a stream of writes, as the Writer makes them (fsync always:
+// synced Writes; everysec: Writes, then a Sync every few; no: Writes only,
+// so that the memtable fills and pebble switches to a new WAL, where
+// pebble v1.1.5 panics with the error; a batch whose Write or Sync failed,
+// and those written without sync since the last Sync, stay queued and are
+// written again), and frees it
+// later: no panic, errors while full, success at once when space is back,
+// and every change there after a reopen.
 func TestPebbleDiskFull(t *testing.T) {
-	for _, sync := range []bool{false, true} {
-		t.Run(fmt.Sprintf("sync=%v", sync), func(t *testing.T) {
+	for _, syncEvery := range []int{0, 1, 10, -1} { // 0: every Write synced; -1: no Sync
+		t.Run(fmt.Sprintf("syncEvery=%d", syncEvery), func(t *testing.T) {
 			mem := vfs.NewMem()
 			disk := &diskFull{}
 			p, err := OpenPebble("/data", PebbleOptions{FS: errorfs.Wrap(mem, disk), Logger: quiet})
@@ -665,22 +669,48 @@ func TestPebbleDiskFull(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := model{}
-			var queue [][]Op
-			flush := func() error {
+			var queue, unsynced [][]Op
+			// flush writes the queue; it syncs when sync is set or after
+			// syncEvery unsynced batches.
+			flush := func(sync bool) error {
+				var err error
 				for len(queue) > 0 {
-					err := p.Write(queue[0], sync)
-					if err == nil && !sync {
-						err = p.Sync()
+					if err = p.Write(queue[0], syncEvery == 0); err != nil {
+						break
 					}
-					if err != nil {
-						return err
-					}
-					want.apply(queue[0])
+					unsynced = append(unsynced, queue[0])
 					queue = queue[1:]
+					if syncEvery > 0 && len(unsynced) >= syncEvery {
+						if err = p.Sync(); err != nil {
+							break
+						}
+					}
+					if syncEvery == 0 || (syncEvery > 0 && len(unsynced) >= syncEvery) {
+						for _, ops := range unsynced {
+							want.apply(ops)
+						}
+						unsynced = unsynced[:0]
+					}
 				}
-				return nil
+				if err == nil && sync && len(unsynced) > 0 {
+					err = p.Sync()
+					if err == nil {
+						for _, ops := range unsynced {
+							want.apply(ops)
+						}
+						unsynced = unsynced[:0]
+					}
+				}
+				if err != nil { // what is not known stored goes back ahead of the queue
+					queue = append(append([][]Op(nil), unsynced...), queue...)
+					unsynced = unsynced[:0]
+				}
+				return err
 			}
 			value := strings.Repeat("v", 4000)
+			if syncEvery < 0 {
+				value = strings.Repeat("v", 100<<10) // 20 MB while full: past a 16 MiB memtable
+			}
 			var failed int
 			var enospc error
 			const n = 600 // 2.4 MB, past the 1 MiB the WAL preallocates
@@ -692,7 +722,7 @@ func TestPebbleDiskFull(t *testing.T) {
 					disk.full.Store(false)
 				}
 				queue = append(queue, []Op{put(i%3, fmt.Sprintf("k%04d", i), value), del(0, fmt.Sprintf("k%04d", i-30))})
-				err := flush()
+				err := flush(false)
 				switch {
 				case err == nil:
 				case i < n/3 || i >= 2*n/3:
@@ -703,6 +733,9 @@ func TestPebbleDiskFull(t *testing.T) {
 						enospc = err
 					}
 				}
+			}
+			if err := flush(true); err != nil {
+				t.Fatal(err)
 			}
 			if failed == 0 || enospc == nil {
 				t.Fatalf("disk full for %d writes (%d injected errors): %d failed, ENOSPC error %v", n/3, disk.hits.Load(), failed, enospc)
