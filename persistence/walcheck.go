@@ -3,6 +3,7 @@ package persistence
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -127,7 +128,10 @@ func scanWAL(data []byte, logNum uint32) WALDamage {
 			_, err = io.Copy(io.Discard, r)
 		}
 		if err == io.EOF {
-			return WALDamage{}
+			// The end, or a chunk header naming another log (what a
+			// recycled WAL holds past its end), which damage can fake too.
+			stop = errors.New("end of the log")
+			break
 		}
 		if err != nil {
 			stop = err
