@@ -88,10 +88,14 @@ type PebbleOptions struct {
 // file write) and opens the directory again, which replays the WAL. Until
 // that open succeeds (say, while the disk stays full), Write and Sync
 // return its error. Writes must then come from one goroutine: pebble may
-// block a commit that runs while another one panics. Changes written
-// without sync since the last sync may be missing from the WAL of the
-// database that failed (its writes failed, or its WAL buffer was never
-// written): like a crash, the replacement loses them.
+// block a commit that runs while another one panics.
+//
+// The batches written without sync since the last sync may be missing
+// from the WAL of a database that failed (its WAL writes failed, or its
+// WAL buffer was never written), so the store keeps a copy of them (the
+// unsynced tail) and writes them again, in order, into the replacement,
+// then syncs it: no Write that returned nil is lost by a replacement.
+// The tail is synced, and so emptied, whenever it passes maxTail bytes.
 type Pebble struct {
 	// mu is held shared by every operation and exclusively by Close, by
 	// the reopening after a failure, and by the Writes that delete db
@@ -114,7 +118,18 @@ type Pebble struct {
 	// reopened and abandoned count the instances replaced after a failure,
 	// and among them those left unclosed.
 	reopened, abandoned atomic.Int64
+
+	// tailMu serializes commits with the unsynced tail: held from a
+	// batch's commit to its append to tail, and by Sync from its sync to
+	// emptying tail. It comes after mu.
+	tailMu sync.Mutex
+	// tail holds the batches committed without sync since the last sync,
+	// in commit order, each as a 4-byte length and pebble's batch bytes.
+	tail []byte
 }
+
+// maxTail bounds the unsynced tail: past it, Write syncs.
+const maxTail = 16 << 20
 
 // instance is the state of one pebble.DB that a Pebble opened.
 type instance struct {
@@ -134,6 +149,14 @@ type instance struct {
 func (in *instance) fail(err error) error {
 	in.broken.CompareAndSwap(nil, &err)
 	return *in.broken.Load()
+}
+
+// err returns why the instance is broken, or nil.
+func (in *instance) err() error {
+	if b := in.broken.Load(); b != nil {
+		return *b
+	}
+	return nil
 }
 
 // errFenced is what a given-up database's file writes return.
@@ -618,6 +641,12 @@ func (p *Pebble) reopenLocked() error {
 		p.db, p.in = nil, nil
 	}
 	db, in, err := p.openDB()
+	if err == nil {
+		err = p.guard(in, "write the unsynced tail into", func() error { return p.rewriteTail(db, in) })
+		if err != nil {
+			p.closeDB(db, in)
+		}
+	}
 	if err != nil {
 		p.reopenErr = fmt.Errorf("persistence: reopen %s after a failure (%v): %w", p.dir, cause, err)
 		return p.reopenErr
@@ -625,6 +654,39 @@ func (p *Pebble) reopenLocked() error {
 	p.db, p.in, p.reopenErr = db, in, nil
 	p.reopened.Add(1)
 	p.log.Warn("persistence: reopened the data directory after a failure", "dir", p.dir, "after", cause)
+	return nil
+}
+
+// rewriteTail writes the unsynced tail into db, a replacement, in order,
+// and syncs it; the tail is then empty. Its batches may be in db already
+// (replayed from the WAL): writing them again in the same order, after
+// which nothing was committed, leaves the same state.
+func (p *Pebble) rewriteTail(db *pebble.DB, in *instance) error {
+	p.tailMu.Lock()
+	defer p.tailMu.Unlock()
+	if len(p.tail) == 0 {
+		return nil
+	}
+	for t := p.tail; len(t) > 0; {
+		n := binary.LittleEndian.Uint32(t)
+		b := db.NewBatch()
+		if err := b.SetRepr(bytes.Clone(t[4 : 4+n])); err != nil {
+			return p.wrap("write", err)
+		}
+		err := db.Apply(b, pebble.NoSync)
+		b.Close()
+		if err != nil {
+			return p.wrap("write", err)
+		}
+		t = t[4+n:]
+	}
+	if err := db.LogData(nil, pebble.Sync); err != nil {
+		return p.wrap("sync", err)
+	}
+	if err := in.err(); err != nil {
+		return err
+	}
+	p.tail = p.tail[:0]
 	return nil
 }
 
@@ -698,8 +760,33 @@ func (p *Pebble) Write(ops []Op, sync bool) error {
 				return p.wrap("write", err)
 			}
 		}
+		p.tailMu.Lock()
+		defer p.tailMu.Unlock()
+		var repr []byte
+		if !sync {
+			// Before Commit: pebble empties a large batch it commits.
+			repr = b.Repr()
+		}
 		if err := b.Commit(writeOptions(sync)); err != nil {
 			return p.wrap("write", err)
+		}
+		if err := in.err(); err != nil {
+			return err // pebble's commit logs Fatalf and returns nil
+		}
+		if sync {
+			p.tail = p.tail[:0]
+			return nil
+		}
+		p.tail = binary.LittleEndian.AppendUint32(p.tail, uint32(len(repr)))
+		p.tail = append(p.tail, repr...)
+		if len(p.tail) > maxTail {
+			if err := db.LogData(nil, pebble.Sync); err != nil {
+				return p.wrap("sync", err)
+			}
+			if err := in.err(); err != nil {
+				return err
+			}
+			p.tail = p.tail[:0]
 		}
 		return nil
 	})
@@ -736,9 +823,15 @@ func (p *Pebble) Sync() error {
 	}
 	defer unlock()
 	return p.guard(in, "sync", func() error {
+		p.tailMu.Lock()
+		defer p.tailMu.Unlock()
 		if err := db.LogData(nil, pebble.Sync); err != nil {
 			return p.wrap("sync", err)
 		}
+		if err := in.err(); err != nil {
+			return err
+		}
+		p.tail = p.tail[:0]
 		return nil
 	})
 }

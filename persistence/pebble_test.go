@@ -654,11 +654,10 @@ func (d *diskFull) MaybeError(op errorfs.Op, path string) error {
 // middle of a stream of writes, as the Writer makes them (fsync always:
 // synced Writes; everysec: Writes, then a Sync every few; no: Writes only,
 // so that the memtable fills and pebble switches to a new WAL, where
-// pebble v1.1.5 panics with the error; a batch whose Write or Sync failed,
-// and those written without sync since the last Sync, stay queued and are
-// written again), and frees it
-// later: no panic, errors while full, success at once when space is back,
-// and every change there after a reopen.
+// pebble v1.1.5 panics with the error; a batch whose Write failed stays
+// queued and is written again), and frees it later: no panic, errors
+// while full, success at once when space is back, and every change whose
+// Write returned nil there, in the store and after a reopen.
 func TestPebbleDiskFull(t *testing.T) {
 	for _, syncEvery := range []int{0, 1, 10, -1} { // 0: every Write synced; -1: no Sync
 		t.Run(fmt.Sprintf("syncEvery=%d", syncEvery), func(t *testing.T) {
@@ -669,43 +668,29 @@ func TestPebbleDiskFull(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := model{}
-			var queue, unsynced [][]Op
-			// flush writes the queue; it syncs when sync is set or after
-			// syncEvery unsynced batches.
+			var queue [][]Op
+			writes := 0
+			// flush writes the queue, a batch at a time, syncing when sync
+			// is set or after syncEvery Writes. A batch whose Write failed
+			// stays queued; one whose Write returned nil is stored, synced
+			// or not: the store keeps it across a replacement.
 			flush := func(sync bool) error {
-				var err error
 				for len(queue) > 0 {
-					if err = p.Write(queue[0], syncEvery == 0); err != nil {
-						break
+					if err := p.Write(queue[0], syncEvery == 0); err != nil {
+						return err
 					}
-					unsynced = append(unsynced, queue[0])
+					want.apply(queue[0])
 					queue = queue[1:]
-					if syncEvery > 0 && len(unsynced) >= syncEvery {
-						if err = p.Sync(); err != nil {
-							break
+					if writes++; syncEvery > 0 && writes%syncEvery == 0 {
+						if err := p.Sync(); err != nil {
+							return err
 						}
 					}
-					if syncEvery == 0 || (syncEvery > 0 && len(unsynced) >= syncEvery) {
-						for _, ops := range unsynced {
-							want.apply(ops)
-						}
-						unsynced = unsynced[:0]
-					}
 				}
-				if err == nil && sync && len(unsynced) > 0 {
-					err = p.Sync()
-					if err == nil {
-						for _, ops := range unsynced {
-							want.apply(ops)
-						}
-						unsynced = unsynced[:0]
-					}
+				if sync {
+					return p.Sync()
 				}
-				if err != nil { // what is not known stored goes back ahead of the queue
-					queue = append(append([][]Op(nil), unsynced...), queue...)
-					unsynced = unsynced[:0]
-				}
-				return err
+				return nil
 			}
 			value := strings.Repeat("v", 4000)
 			if syncEvery < 0 {
@@ -760,7 +745,7 @@ func TestPebbleGuard(t *testing.T) {
 		t.Run(fmt.Sprintf("%T", v), func(t *testing.T) {
 			mem := vfs.NewMem()
 			p := openT(t, "/data", PebbleOptions{FS: mem, Logger: quiet})
-			mustWrite(t, p, true, put(0, "a", "1"))
+			mustWrite(t, p, false, put(0, "a", "1")) // not synced: the tail
 			p.mu.RLock()
 			err := p.guard(p.in, "write", func() error { panic(v) })
 			p.mu.RUnlock()
