@@ -14,11 +14,17 @@ import (
 
 // TestDiskFullTmpfs runs the server on a 20 MB tmpfs (mounting one needs
 // root; the test is skipped without) and writes past its size with
-// --fsync everysec: the server must keep running and answering (pebble
+// --fsync everysec and no: the server must keep running and answering (pebble
 // v1.1.5 panics when it cannot write its WAL), and once space is freed (a
 // filler file removed) stop cleanly and start again from the directory.
 func TestDiskFullTmpfs(t *testing.T) {
 	needBinary(t)
+	for _, fsync := range []string{"everysec", "no"} {
+		t.Run(fsync, func(t *testing.T) { diskFullTmpfs(t, fsync) })
+	}
+}
+
+func diskFullTmpfs(t *testing.T, fsync string) {
 	mnt := t.TempDir()
 	if err := syscall.Mount("tmpfs", mnt, "tmpfs", 0, "size=20m"); err != nil {
 		t.Skipf("cannot mount a tmpfs (%v)", err)
@@ -29,7 +35,7 @@ func TestDiskFullTmpfs(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(mnt, "data")
-	p := startServer(t, "--data-dir", dir, "--fsync", "everysec")
+	p := startServer(t, "--data-dir", dir, "--fsync", fsync)
 	rdb := client(p.addr, 1)
 	defer rdb.Close()
 	ctx := context.Background()

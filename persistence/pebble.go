@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
@@ -118,6 +119,8 @@ type Pebble struct {
 	// reopened and abandoned count the instances replaced after a failure,
 	// and among them those left unclosed.
 	reopened, abandoned atomic.Int64
+	// lastUsage is the last DiskUsage figure read from pebble.
+	lastUsage atomic.Int64
 
 	// tailMu serializes commits with the unsynced tail: held from a
 	// batch's commit to its append to tail, and by Sync from its sync to
@@ -142,6 +145,9 @@ type instance struct {
 	// fenced: the database was given up; its file system refuses every
 	// write, so that it changes nothing while another one has the files.
 	fenced atomic.Bool
+	// usageBusy is set while a goroutine reads the database's metrics
+	// (see DiskUsage).
+	usageBusy atomic.Bool
 }
 
 // fail records err as the reason the instance is broken, unless one is
@@ -878,21 +884,42 @@ func (p *Pebble) Load(fn func(db int, key, value []byte) error) error {
 // DiskUsage implements Store with pebble's metrics (DiskSpaceUsage): WAL,
 // tables, manifest and OPTIONS files, and the obsolete files that pebble
 // has yet to delete in the background, so it falls some time after a
-// Compact, not at once. It is 0 once closed, or while the database is
-// being replaced after a failure.
+// Compact, not at once. It is 0 once closed.
+//
+// Pebble's metrics take its mutex, which pebble may hold forever if it
+// panicked holding it (see Pebble), so they are read on a goroutine of
+// their own, one at a time: if they take more than usageWait, or the
+// database is broken, DiskUsage returns the last figure read.
 func (p *Pebble) DiskUsage() int64 {
 	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.db == nil {
+	db, in, closed := p.db, p.in, p.closed
+	p.mu.RUnlock()
+	if closed {
 		return 0
 	}
-	var n int64
-	_ = p.guard(p.in, "read metrics of", func() error {
-		n = int64(p.db.Metrics().DiskSpaceUsage())
-		return nil
-	})
-	return n
+	if db == nil || in.err() != nil || !in.usageBusy.CompareAndSwap(false, true) {
+		return p.lastUsage.Load()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer in.usageBusy.Store(false)
+		defer close(done)
+		_ = p.guard(in, "read metrics of", func() error {
+			p.lastUsage.Store(int64(db.Metrics().DiskSpaceUsage()))
+			return nil
+		})
+	}()
+	t := time.NewTimer(usageWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	return p.lastUsage.Load()
 }
+
+// usageWait bounds how long DiskUsage waits for pebble's metrics.
+const usageWait = time.Second
 
 // WALDamage returns what the check of the newest WAL found when the store
 // was opened: damage, when PebbleOptions.LoadDamagedWAL let it open.
