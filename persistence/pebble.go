@@ -9,13 +9,16 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
+	"github.com/cockroachdb/pebble/vfs/errorfs"
 )
 
 // The disk layout, store format 1.
@@ -62,6 +65,11 @@ type PebbleOptions struct {
 	// Debug level, background errors and write stalls above. Nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// LoadDamagedWAL opens a directory whose newest WAL is damaged before
+	// its end (see checkNewestWAL), loading the changes before the damage
+	// and dropping those after it, with a warning. False (the default)
+	// refuses such a directory with ErrCorrupt.
+	LoadDamagedWAL bool
 }
 
 // Pebble is a Store on a pebble database in one directory. It holds the
@@ -71,19 +79,94 @@ type PebbleOptions struct {
 // (writes stall while 4 wait to be flushed, so at most 64 MiB), an 8 MiB
 // block cache, one compaction at a time and at most 256 open files. Load
 // reads everything once at start, so a larger cache would not help.
+//
+// No pebble panic leaves its methods: whatever pebble panics with (its
+// Logger.Fatalf, an error such as "no space left on device" when a WAL
+// write fails, a string), the call returns an error. A pebble database
+// that failed so cannot be used again; the next Write or Sync replaces it:
+// it closes it (or, if pebble panicked holding its own locks, which would
+// make Close block forever, leaves it behind a fence that fails its every
+// file write) and opens the directory again, which replays the WAL. Until
+// that open succeeds (say, while the disk stays full), Write and Sync
+// return its error. Writes must then come from one goroutine: pebble may
+// block a commit that runs while another one panics.
+//
+// The batches written without sync since the last sync may be missing
+// from the WAL of a database that failed (its WAL writes failed, or its
+// WAL buffer was never written), so the store keeps a copy of them (the
+// unsynced tail) and writes them again, in order, into the replacement,
+// then syncs it: no Write that returned nil is lost by a replacement.
+// The tail is synced, and so emptied, whenever it passes maxTail bytes.
 type Pebble struct {
-	// mu is held shared by every operation and exclusively by Close and by
-	// the Writes that delete db MaxDB's records (see the layout above).
-	mu   sync.RWMutex
-	db   *pebble.DB // nil once closed
-	lock *pebble.Lock
-	dir  string
+	// mu is held shared by every operation and exclusively by Close, by
+	// the reopening after a failure, and by the Writes that delete db
+	// MaxDB's records (see the layout above).
+	mu sync.RWMutex
+	db *pebble.DB // nil once closed, or while a failed one awaits reopening
+	in *instance  // db's state; nil with db
+	// closed is set by Close.
+	closed bool
+	// reopenErr is why the last reopening failed, if it did.
+	reopenErr error
+	lock      *pebble.Lock
+	dir       string
+	fs        vfs.FS // what OpenPebble was given (each instance sees it behind its fence)
+	log       *slog.Logger
 	// id identifies the directory in openDirs; nil unless on the real FS.
 	id os.FileInfo
-	// broken is the error that made pebble give up (Logger.Fatalf): after
-	// it, every Write and Sync returns it.
-	broken atomic.Pointer[error]
+	// walDamage is what the check of the newest WAL found at open.
+	walDamage WALDamage
+	// reopened and abandoned count the instances replaced after a failure,
+	// and among them those left unclosed.
+	reopened, abandoned atomic.Int64
+	// lastUsage is the last DiskUsage figure read from pebble.
+	lastUsage atomic.Int64
+
+	// tailMu serializes commits with the unsynced tail: held from a
+	// batch's commit to its append to tail, and by Sync from its sync to
+	// emptying tail. It comes after mu.
+	tailMu sync.Mutex
+	// tail holds the batches committed without sync since the last sync,
+	// in commit order, each as a 4-byte length and pebble's batch bytes.
+	tail []byte
 }
+
+// maxTail bounds the unsynced tail: past it, Write syncs.
+const maxTail = 16 << 20
+
+// instance is the state of one pebble.DB that a Pebble opened.
+type instance struct {
+	// broken is why the database cannot be used any more: pebble's
+	// Logger.Fatalf (from any goroutine) or a panic in a Pebble method.
+	broken atomic.Pointer[error]
+	// wedged: pebble panicked inside a call of ours and may hold its own
+	// locks, so its Close would block forever.
+	wedged atomic.Bool
+	// fenced: the database was given up; its file system refuses every
+	// write, so that it changes nothing while another one has the files.
+	fenced atomic.Bool
+	// usageBusy is set while a goroutine reads the database's metrics
+	// (see DiskUsage).
+	usageBusy atomic.Bool
+}
+
+// fail records err as the reason the instance is broken, unless one is
+// already recorded, and returns the recorded one.
+func (in *instance) fail(err error) error {
+	in.broken.CompareAndSwap(nil, &err)
+	return *in.broken.Load()
+}
+
+// err returns why the instance is broken, or nil.
+func (in *instance) err() error {
+	if b := in.broken.Load(); b != nil {
+		return *b
+	}
+	return nil
+}
+
+// errFenced is what a given-up database's file writes return.
+var errFenced = errors.New("persistence: this pebble instance was replaced after a failure")
 
 var _ Store = (*Pebble)(nil)
 
@@ -176,7 +259,7 @@ func OpenPebble(dir string, opts PebbleOptions) (_ *Pebble, err error) {
 			}
 		}()
 	}
-	p.dir = dir
+	p.dir, p.fs, p.log = dir, vfsys, log
 	lock, err := pebble.LockDirectory(dir, vfsys)
 	if err != nil {
 		return nil, lockError(dir, err)
@@ -186,15 +269,51 @@ func OpenPebble(dir string, opts PebbleOptions) (_ *Pebble, err error) {
 			lock.Close()
 		}
 	}()
+	p.lock = lock
 	// Only with the lock held: another process may be moving its markers.
 	if err := checkOrphans(vfsys, dir); err != nil {
 		return nil, err
 	}
+	if p.walDamage, err = checkNewestWAL(vfsys, dir); err != nil {
+		return nil, err
+	}
+	if p.walDamage.Damaged() {
+		if !opts.LoadDamagedWAL {
+			return nil, fmt.Errorf("%w: %s (start with --load-damaged-wal yes to load what precedes the damage and drop the rest)", ErrCorrupt, p.walDamage)
+		}
+		log.Warn("persistence: loading a damaged WAL: the changes after the damage are dropped",
+			"dir", dir, "wal", p.walDamage.File, "offset", p.walDamage.Offset,
+			"dropped_bytes", p.walDamage.DroppedBytes, "dropped_records", p.walDamage.DroppedRecords,
+			"dropped_changes", p.walDamage.DroppedChanges)
+	}
+	db, in, err := p.openDB()
+	if err != nil {
+		return nil, err
+	}
+	p.db, p.in = db, in
+	if err := p.checkFormat(); err != nil {
+		p.closeDB(db, in)
+		return nil, err
+	}
+	return p, nil
+}
+
+// openDB opens a pebble database on the directory, on a file system of
+// its own that fences it once it is given up.
+func (p *Pebble) openDB() (*pebble.DB, *instance, error) {
+	in := &instance{}
+	fenced := errorfs.Wrap(p.fs, errorfs.InjectorFunc(func(op errorfs.Op, _ string) error {
+		if in.fenced.Load() && op.OpKind() == errorfs.OpKindWrite && op != errorfs.OpFileClose {
+			return errFenced
+		}
+		return nil
+	}))
+	dir, log := p.dir, p.log
 	cache := pebble.NewCache(8 << 20)
 	defer cache.Unref() // Open takes its own reference
 	o := &pebble.Options{
-		FS:    vfsys,
-		Lock:  lock,
+		FS:    fenced,
+		Lock:  p.lock,
 		Cache: cache,
 		// Pinned, not FormatNewest, so that a pebble upgrade does not ratchet
 		// the directory past what this build's pebble reads.
@@ -203,10 +322,12 @@ func OpenPebble(dir string, opts PebbleOptions) (_ *Pebble, err error) {
 		MemTableStopWritesThreshold: 4,
 		MaxConcurrentCompactions:    func() int { return 1 },
 		MaxOpenFiles:                256,
-		Logger:                      pebbleLogger{log},
+		Logger:                      pebbleLogger{l: log, in: in, dir: dir},
 		EventListener: &pebble.EventListener{
 			BackgroundError: func(err error) {
-				log.Error("persistence: pebble background error", "dir", dir, "err", err)
+				if !in.fenced.Load() {
+					log.Error("persistence: pebble background error", "dir", dir, "err", err)
+				}
 			},
 			WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
 				log.Warn("persistence: pebble write stall", "dir", dir, "reason", info.Reason)
@@ -215,20 +336,39 @@ func OpenPebble(dir string, opts PebbleOptions) (_ *Pebble, err error) {
 		},
 	}
 	db, err := openRecovering(dir, o)
-	if err != nil {
-		switch {
-		case pebble.IsCorruptionError(err):
-			return nil, fmt.Errorf("%w: open %s: %w", ErrCorrupt, dir, err)
-		default:
-			return nil, fmt.Errorf("persistence: open %s: %w", dir, err)
+	if err == nil {
+		if b := in.broken.Load(); b != nil {
+			// Fatalf from one of pebble's goroutines during the open.
+			err = *b
+			p.closeDB(db, in)
 		}
 	}
-	p.db, p.lock = db, lock
-	if err := p.checkFormat(); err != nil {
-		db.Close()
-		return nil, err
+	if err != nil {
+		if pebble.IsCorruptionError(err) {
+			return nil, nil, fmt.Errorf("%w: open %s: %w", ErrCorrupt, dir, err)
+		}
+		return nil, nil, fmt.Errorf("persistence: open %s: %w", dir, err)
 	}
-	return p, nil
+	return db, in, nil
+}
+
+// closeDB closes db, then fences it; a panic in pebble's Close becomes its
+// error. A wedged database is not closed (its Close would block forever):
+// it stays open behind its fence, and its reference on the lock is
+// dropped so that the next open can take the lock.
+func (p *Pebble) closeDB(db *pebble.DB, in *instance) (err error) {
+	if in.wedged.Load() {
+		in.fenced.Store(true)
+		p.abandoned.Add(1)
+		return p.lock.Close() // from 2 references (ours and db's) to 1
+	}
+	defer func() {
+		in.fenced.Store(true)
+		if r := recover(); r != nil {
+			err = fmt.Errorf("persistence: close %s: pebble panicked: %w", p.dir, panicError(r))
+		}
+	}()
+	return db.Close()
 }
 
 // mkdirAllSynced creates dir and its missing parents, and syncs the parent
@@ -275,11 +415,15 @@ func mkdirAllSynced(vfsys vfs.FS, dir string) error {
 func openRecovering(dir string, o *pebble.Options) (db *pebble.DB, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			msg := fmt.Sprint(r)
-			if f, ok := r.(pebbleFatal); ok {
-				msg = f.msg
+			e := panicError(r)
+			var errno syscall.Errno
+			var pe *fs.PathError
+			if errors.As(e, &errno) || errors.As(e, &pe) {
+				// A file that cannot be written (a full disk), not damage.
+				db, err = nil, fmt.Errorf("pebble panicked opening %s: %w", dir, e)
+				return
 			}
-			db, err = nil, fmt.Errorf("%w: pebble panicked opening %s: %s", pebble.ErrCorruption, dir, msg)
+			db, err = nil, fmt.Errorf("%w: pebble panicked opening %s: %s", pebble.ErrCorruption, dir, e)
 		}
 	}()
 	return pebble.Open(dir, o)
@@ -351,10 +495,14 @@ func lockError(dir string, err error) error {
 
 // checkFormat reads the meta record, or writes it into a fresh store.
 func (p *Pebble) checkFormat() error {
-	v, closer, err := p.db.Get(metaKey)
+	return p.guard(p.in, "read format record in", func() error { return p.checkFormatLocked(p.db) })
+}
+
+func (p *Pebble) checkFormatLocked(db *pebble.DB) error {
+	v, closer, err := db.Get(metaKey)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
-		it, err := p.db.NewIter(nil)
+		it, err := db.NewIter(nil)
 		if err != nil {
 			return p.wrap("read", err)
 		}
@@ -370,7 +518,7 @@ func (p *Pebble) checkFormat() error {
 		if some {
 			return fmt.Errorf("%w: %s holds pebble data (first key %q) but no cellserver format record", ErrFormat, p.dir, key)
 		}
-		if err := p.db.Set(metaKey, []byte{StoreFormat}, pebble.Sync); err != nil {
+		if err := db.Set(metaKey, []byte{StoreFormat}, pebble.Sync); err != nil {
 			return p.wrap("write format record in", err)
 		}
 		return nil
@@ -396,33 +544,156 @@ func (p *Pebble) wrap(op string, err error) error {
 	return fmt.Errorf("persistence: %s %s: %w", op, p.dir, err)
 }
 
-// usable returns why the store cannot be used, if it cannot; p.mu is held.
-func (p *Pebble) usable() error {
-	if p.db == nil {
-		return ErrStoreClosed
+// panicError turns a recovered panic value into an error, keeping an
+// error's chain (errors.Is(err, syscall.ENOSPC) still holds).
+func panicError(r any) error {
+	switch v := r.(type) {
+	case pebbleFatal:
+		return errors.New(v.msg)
+	case error:
+		return v
 	}
-	if e := p.broken.Load(); e != nil {
-		return *e
+	return fmt.Errorf("%v", r)
+}
+
+// guard runs f, a call into pebble's database of instance in, and turns a
+// panic in it into an error: the instance is then broken (and wedged, as
+// pebble may have panicked holding its locks). A Fatalf that pebble logs
+// meanwhile, from any goroutine, makes the call fail too, even if pebble
+// went on: pebble's commit logs "fatal commit error" and returns nil.
+func (p *Pebble) guard(in *instance, op string, f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			in.wedged.Store(true)
+			err = in.fail(fmt.Errorf("persistence: %s %s: pebble panicked: %w", op, p.dir, panicError(r)))
+		}
+	}()
+	err = f()
+	if b := in.broken.Load(); b != nil {
+		return *b
+	}
+	return err
+}
+
+// acquire locks p.mu (exclusively if excl, else shared) with a usable
+// database: it first replaces one that failed (see Pebble). It returns
+// the unlock function, or the error that keeps the store unusable.
+func (p *Pebble) acquire(excl bool) (db *pebble.DB, in *instance, unlock func(), err error) {
+	lock, unlock := p.mu.RLock, p.mu.RUnlock
+	if excl {
+		lock, unlock = p.mu.Lock, p.mu.Unlock
+	}
+	for try := 0; ; try++ {
+		lock()
+		if p.closed {
+			unlock()
+			return nil, nil, nil, ErrStoreClosed
+		}
+		if p.db != nil && p.in.broken.Load() == nil {
+			return p.db, p.in, unlock, nil
+		}
+		unlock()
+		if try == 1 {
+			// Reopened, and broken again at once.
+			return nil, nil, nil, p.failure()
+		}
+		p.mu.Lock()
+		err := p.reopenLocked()
+		p.mu.Unlock()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+	}
+}
+
+// failure returns why the store is not usable now.
+func (p *Pebble) failure() error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	switch {
+	case p.closed:
+		return ErrStoreClosed
+	case p.in != nil:
+		if b := p.in.broken.Load(); b != nil {
+			return *b
+		}
+	case p.reopenErr != nil:
+		return p.reopenErr
 	}
 	return nil
 }
 
-// catchFatal turns the panic of pebbleLogger.Fatalf into an error that this
-// and every later Write and Sync return. Pebble calls Fatalf when a commit
-// fails (say, the WAL cannot be written): the database cannot go on, but the
-// server can report the error rather than die.
-func (p *Pebble) catchFatal(err *error) {
-	r := recover()
-	if r == nil {
-		return
+// reopenLocked gives up the broken database, if there is one, and opens
+// the directory again; p.mu is held exclusively.
+func (p *Pebble) reopenLocked() error {
+	if p.closed {
+		return ErrStoreClosed
 	}
-	f, ok := r.(pebbleFatal)
-	if !ok {
-		panic(r)
+	cause := p.reopenErr
+	if p.db != nil {
+		b := p.in.broken.Load()
+		if b == nil {
+			return nil // reopened by another call meanwhile
+		}
+		cause = *b
+		wedged := p.in.wedged.Load()
+		if err := p.closeDB(p.db, p.in); err != nil {
+			p.log.Debug("persistence: closing the failed pebble database", "dir", p.dir, "err", err)
+		}
+		if wedged {
+			p.log.Warn("persistence: pebble panicked holding its locks; its database is left open behind a fence and replaced (its memory stays allocated)",
+				"dir", p.dir, "err", cause)
+		}
+		p.db, p.in = nil, nil
 	}
-	e := fmt.Errorf("persistence: %s: pebble failed: %s", p.dir, f.msg)
-	p.broken.CompareAndSwap(nil, &e)
-	*err = *p.broken.Load()
+	db, in, err := p.openDB()
+	if err == nil {
+		err = p.guard(in, "write the unsynced tail into", func() error { return p.rewriteTail(db, in) })
+		if err != nil {
+			p.closeDB(db, in)
+		}
+	}
+	if err != nil {
+		p.reopenErr = fmt.Errorf("persistence: reopen %s after a failure (%v): %w", p.dir, cause, err)
+		return p.reopenErr
+	}
+	p.db, p.in, p.reopenErr = db, in, nil
+	p.reopened.Add(1)
+	p.log.Warn("persistence: reopened the data directory after a failure", "dir", p.dir, "after", cause)
+	return nil
+}
+
+// rewriteTail writes the unsynced tail into db, a replacement, in order,
+// and syncs it; the tail is then empty. Its batches may be in db already
+// (replayed from the WAL): writing them again in the same order, after
+// which nothing was committed, leaves the same state.
+func (p *Pebble) rewriteTail(db *pebble.DB, in *instance) error {
+	p.tailMu.Lock()
+	defer p.tailMu.Unlock()
+	if len(p.tail) == 0 {
+		return nil
+	}
+	for t := p.tail; len(t) > 0; {
+		n := binary.LittleEndian.Uint32(t)
+		b := db.NewBatch()
+		if err := b.SetRepr(bytes.Clone(t[4 : 4+n])); err != nil {
+			return p.wrap("write", err)
+		}
+		err := db.Apply(b, pebble.NoSync)
+		b.Close()
+		if err != nil {
+			return p.wrap("write", err)
+		}
+		t = t[4+n:]
+	}
+	if err := db.LogData(nil, pebble.Sync); err != nil {
+		return p.wrap("sync", err)
+	}
+	if err := in.err(); err != nil {
+		return err
+	}
+	p.tail = p.tail[:0]
+	return nil
 }
 
 func writeOptions(sync bool) *pebble.WriteOptions {
@@ -444,66 +715,87 @@ func needsExclusive(ops []Op) bool {
 }
 
 // Write implements Store. sync=false commits with pebble.NoSync (in the WAL,
-// not fsynced), sync=true with pebble.Sync.
-func (p *Pebble) Write(ops []Op, sync bool) (err error) {
+// not fsynced), sync=true with pebble.Sync. After a failure it first
+// reopens the database (see Pebble).
+func (p *Pebble) Write(ops []Op, sync bool) error {
 	if err := checkOps(ops); err != nil {
 		return err
 	}
-	if len(ops) == 0 {
-		if sync {
-			return p.Sync()
-		}
-		p.mu.RLock()
-		defer p.mu.RUnlock()
-		return p.usable()
+	if len(ops) == 0 && sync {
+		return p.Sync()
 	}
 	exclusive := needsExclusive(ops)
-	if exclusive {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-	} else {
-		p.mu.RLock()
-		defer p.mu.RUnlock()
-	}
-	if err := p.usable(); err != nil {
+	db, in, unlock, err := p.acquire(exclusive)
+	if err != nil {
 		return err
 	}
-	defer p.catchFatal(&err)
-	var b *pebble.Batch
-	if exclusive {
-		b = p.db.NewIndexedBatch()
-	} else {
-		b = p.db.NewBatch()
+	defer unlock()
+	if len(ops) == 0 {
+		return nil
 	}
-	defer b.Close()
-	var k []byte
-	for _, op := range ops {
-		switch op.Kind {
-		case OpPut:
-			k = recordKey(k[:0], op.DB, op.Key)
-			err = b.Set(k, op.Value, nil)
-		case OpDelete:
-			k = recordKey(k[:0], op.DB, op.Key)
-			err = b.Delete(k, nil)
-		case OpDeleteDB:
-			if op.DB < MaxDB {
-				err = b.DeleteRange(dbPrefix(op.DB), dbPrefix(op.DB+1), nil)
-			} else {
-				err = deleteLastDB(b)
+	return p.guard(in, "write", func() error {
+		var b *pebble.Batch
+		if exclusive {
+			b = db.NewIndexedBatch()
+		} else {
+			b = db.NewBatch()
+		}
+		defer b.Close()
+		var k []byte
+		var err error
+		for _, op := range ops {
+			switch op.Kind {
+			case OpPut:
+				k = recordKey(k[:0], op.DB, op.Key)
+				err = b.Set(k, op.Value, nil)
+			case OpDelete:
+				k = recordKey(k[:0], op.DB, op.Key)
+				err = b.Delete(k, nil)
+			case OpDeleteDB:
+				if op.DB < MaxDB {
+					err = b.DeleteRange(dbPrefix(op.DB), dbPrefix(op.DB+1), nil)
+				} else {
+					err = deleteLastDB(b)
+				}
+			case OpDeleteAll:
+				if err = b.DeleteRange(dbPrefix(0), dbPrefix(MaxDB), nil); err == nil {
+					err = deleteLastDB(b)
+				}
 			}
-		case OpDeleteAll:
-			if err = b.DeleteRange(dbPrefix(0), dbPrefix(MaxDB), nil); err == nil {
-				err = deleteLastDB(b)
+			if err != nil {
+				return p.wrap("write", err)
 			}
 		}
-		if err != nil {
+		p.tailMu.Lock()
+		defer p.tailMu.Unlock()
+		var repr []byte
+		if !sync {
+			// Before Commit: pebble empties a large batch it commits.
+			repr = b.Repr()
+		}
+		if err := b.Commit(writeOptions(sync)); err != nil {
 			return p.wrap("write", err)
 		}
-	}
-	if err := b.Commit(writeOptions(sync)); err != nil {
-		return p.wrap("write", err)
-	}
-	return nil
+		if err := in.err(); err != nil {
+			return err // pebble's commit logs Fatalf and returns nil
+		}
+		if sync {
+			p.tail = p.tail[:0]
+			return nil
+		}
+		p.tail = binary.LittleEndian.AppendUint32(p.tail, uint32(len(repr)))
+		p.tail = append(p.tail, repr...)
+		if len(p.tail) > maxTail {
+			if err := db.LogData(nil, pebble.Sync); err != nil {
+				return p.wrap("sync", err)
+			}
+			if err := in.err(); err != nil {
+				return err
+			}
+			p.tail = p.tail[:0]
+		}
+		return nil
+	})
 }
 
 // deleteLastDB adds to the indexed batch b the deletion of every record of
@@ -528,113 +820,172 @@ func deleteLastDB(b *pebble.Batch) error {
 }
 
 // Sync implements Store: it commits an empty LogData record with
-// pebble.Sync, which fsyncs the WAL and with it every earlier batch.
-func (p *Pebble) Sync() (err error) {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if err := p.usable(); err != nil {
+// pebble.Sync, which fsyncs the WAL and with it every earlier batch. After
+// a failure it first reopens the database (see Pebble).
+func (p *Pebble) Sync() error {
+	db, in, unlock, err := p.acquire(false)
+	if err != nil {
 		return err
 	}
-	defer p.catchFatal(&err)
-	if err := p.db.LogData(nil, pebble.Sync); err != nil {
-		return p.wrap("sync", err)
-	}
-	return nil
+	defer unlock()
+	return p.guard(in, "sync", func() error {
+		p.tailMu.Lock()
+		defer p.tailMu.Unlock()
+		if err := db.LogData(nil, pebble.Sync); err != nil {
+			return p.wrap("sync", err)
+		}
+		if err := in.err(); err != nil {
+			return err
+		}
+		p.tail = p.tail[:0]
+		return nil
+	})
 }
 
 // Load implements Store; the iterator reads a consistent snapshot.
 func (p *Pebble) Load(fn func(db int, key, value []byte) error) error {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.db == nil {
-		return ErrStoreClosed
-	}
-	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: dbPrefix(0)})
+	db, in, unlock, err := p.acquire(false)
 	if err != nil {
-		return p.wrap("read", err)
+		return err
 	}
-	for ok := it.First(); ok; ok = it.Next() {
-		k := it.Key()
-		if len(k) < 2 {
-			it.Close()
-			return fmt.Errorf("%w: %s: key %q outside the record space", ErrCorrupt, p.dir, k)
-		}
-		v, err := it.ValueAndErr()
+	defer unlock()
+	// An error of fn is returned as it is, not taken for a pebble failure.
+	var fnErr error
+	err = p.guard(in, "read", func() error {
+		it, err := db.NewIter(&pebble.IterOptions{LowerBound: dbPrefix(0)})
 		if err != nil {
-			it.Close()
 			return p.wrap("read", err)
 		}
-		if err := fn(int(binary.BigEndian.Uint16(k)), k[2:], v); err != nil {
-			it.Close()
-			return err
+		defer it.Close()
+		for ok := it.First(); ok; ok = it.Next() {
+			k := it.Key()
+			if len(k) < 2 {
+				return fmt.Errorf("%w: %s: key %q outside the record space", ErrCorrupt, p.dir, k)
+			}
+			v, err := it.ValueAndErr()
+			if err != nil {
+				return p.wrap("read", err)
+			}
+			if fnErr = fn(int(binary.BigEndian.Uint16(k)), k[2:], v); fnErr != nil {
+				return nil
+			}
 		}
+		if err := it.Error(); err != nil {
+			return p.wrap("read", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return p.wrap("read", err)
-	}
-	return nil
+	return fnErr
 }
 
 // DiskUsage implements Store with pebble's metrics (DiskSpaceUsage): WAL,
 // tables, manifest and OPTIONS files, and the obsolete files that pebble
 // has yet to delete in the background, so it falls some time after a
 // Compact, not at once. It is 0 once closed.
+//
+// Pebble's metrics take its mutex, which pebble may hold forever if it
+// panicked holding it (see Pebble), so they are read on a goroutine of
+// their own, one at a time: if they take more than usageWait, or the
+// database is broken, DiskUsage returns the last figure read.
 func (p *Pebble) DiskUsage() int64 {
 	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.db == nil {
+	db, in, closed := p.db, p.in, p.closed
+	p.mu.RUnlock()
+	if closed {
 		return 0
 	}
-	return int64(p.db.Metrics().DiskSpaceUsage())
+	if db == nil || in.err() != nil || !in.usageBusy.CompareAndSwap(false, true) {
+		return p.lastUsage.Load()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer in.usageBusy.Store(false)
+		defer close(done)
+		_ = p.guard(in, "read metrics of", func() error {
+			p.lastUsage.Store(int64(db.Metrics().DiskSpaceUsage()))
+			return nil
+		})
+	}()
+	t := time.NewTimer(usageWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+	return p.lastUsage.Load()
+}
+
+// usageWait bounds how long DiskUsage waits for pebble's metrics.
+const usageWait = time.Second
+
+// WALDamage returns what the check of the newest WAL found when the store
+// was opened: damage, when PebbleOptions.LoadDamagedWAL let it open.
+func (p *Pebble) WALDamage() WALDamage {
+	return p.walDamage
+}
+
+// Reopened returns how many times the database was replaced after a
+// failure, and how many of those were left open (see Pebble).
+func (p *Pebble) Reopened() (reopened, abandoned int64) {
+	return p.reopened.Load(), p.abandoned.Load()
 }
 
 // Compact implements Store: it flushes the memtable, then compacts every
 // level over the whole key range, which drops deleted records and the
 // range deletions that covered them.
 func (p *Pebble) Compact() error {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if err := p.usable(); err != nil {
+	db, in, unlock, err := p.acquire(false)
+	if err != nil {
 		return err
 	}
-	if err := p.db.Flush(); err != nil {
-		return p.wrap("flush", err)
-	}
-	levels, err := p.db.SSTables()
-	if err != nil {
-		return p.wrap("compact", err)
-	}
-	// Pebble's Compact needs an end key; the largest key of any table is
-	// one (Compact includes it), since no finite key follows all of db
-	// MaxDB's.
-	var last []byte
-	for _, tables := range levels {
-		for _, t := range tables {
-			if k := t.Largest.UserKey; bytes.Compare(k, last) > 0 {
-				last = k
+	defer unlock()
+	return p.guard(in, "compact", func() error {
+		if err := db.Flush(); err != nil {
+			return p.wrap("flush", err)
+		}
+		levels, err := db.SSTables()
+		if err != nil {
+			return p.wrap("compact", err)
+		}
+		// Pebble's Compact needs an end key; the largest key of any table is
+		// one (Compact includes it), since no finite key follows all of db
+		// MaxDB's.
+		var last []byte
+		for _, tables := range levels {
+			for _, t := range tables {
+				if k := t.Largest.UserKey; bytes.Compare(k, last) > 0 {
+					last = k
+				}
 			}
 		}
-	}
-	if len(last) == 0 {
+		if len(last) == 0 {
+			return nil
+		}
+		if err := db.Compact(nil, bytes.Clone(last), false); err != nil {
+			return p.wrap("compact", err)
+		}
 		return nil
-	}
-	if err := p.db.Compact(nil, bytes.Clone(last), false); err != nil {
-		return p.wrap("compact", err)
-	}
-	return nil
+	})
 }
 
 // Close implements Store. It closes pebble, which does not flush the
 // memtable (the WAL holds it and is replayed at the next open), and
-// releases the directory's lock.
+// releases the directory's lock. A panic in pebble becomes its error.
 func (p *Pebble) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.db == nil {
+	if p.closed {
 		return nil
 	}
-	err := p.db.Close()
-	p.db = nil
+	p.closed = true
+	var err error
+	if p.db != nil {
+		err = p.closeDB(p.db, p.in)
+		p.db, p.in = nil, nil
+	}
 	if lerr := p.lock.Close(); lerr != nil && err == nil {
 		err = lerr
 	}
@@ -647,9 +998,20 @@ func (p *Pebble) Close() error {
 	return nil
 }
 
-// pebbleLogger sends pebble's messages to slog. Fatalf panics with
-// pebbleFatal, which Write, Sync and OpenPebble recover.
-type pebbleLogger struct{ l *slog.Logger }
+// pebbleLogger sends pebble's messages to slog, for one instance.
+//
+// Fatalf, which pebble calls when it cannot go on, panics with pebbleFatal
+// while the instance is being opened (openRecovering recovers it: the
+// directory is damaged). Otherwise it marks the instance broken and
+// returns: pebble calls it from its own goroutines too (a MANIFEST write
+// failing in a flush), where a panic would end the process, and pebble
+// goes on with the error it had; the next Write or Sync fails and replaces
+// the instance.
+type pebbleLogger struct {
+	l   *slog.Logger
+	in  *instance
+	dir string
+}
 
 type pebbleFatal struct{ msg string }
 
@@ -658,11 +1020,34 @@ func (l pebbleLogger) Infof(format string, args ...any) {
 }
 
 func (l pebbleLogger) Errorf(format string, args ...any) {
+	if l.in.fenced.Load() {
+		return
+	}
 	l.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
 }
 
 func (l pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	l.l.Error(msg, "component", "pebble", "fatal", true)
-	panic(pebbleFatal{msg})
+	if !l.in.fenced.Load() {
+		l.l.Error(msg, "component", "pebble", "fatal", true)
+	}
+	if opening() {
+		panic(pebbleFatal{msg})
+	}
+	l.in.fail(fmt.Errorf("persistence: %s: pebble failed: %s", l.dir, msg))
+}
+
+// opening reports whether the calling goroutine is in openRecovering.
+func opening() bool {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	for {
+		f, more := frames.Next()
+		if strings.HasSuffix(f.Function, ".openRecovering") {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
 }

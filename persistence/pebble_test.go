@@ -18,6 +18,7 @@ import (
 
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
+	"github.com/cockroachdb/pebble/vfs/errorfs"
 )
 
 // quiet discards what pebble logs where a test provokes errors on purpose.
@@ -437,7 +438,7 @@ func TestOpenFormat(t *testing.T) {
 	mem := vfs.NewMem()
 	rawSet := func(t *testing.T, dir string, kv ...[]byte) {
 		t.Helper()
-		db, err := pebble.Open(dir, &pebble.Options{FS: mem, FormatMajorVersion: pebble.FormatVirtualSSTables, Logger: pebbleLogger{quiet}})
+		db, err := pebble.Open(dir, &pebble.Options{FS: mem, FormatMajorVersion: pebble.FormatVirtualSSTables, Logger: pebbleLogger{l: quiet, in: &instance{}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -453,7 +454,7 @@ func TestOpenFormat(t *testing.T) {
 
 	t.Run("FreshGetsFormat", func(t *testing.T) {
 		closeT(t, openT(t, "/fresh", PebbleOptions{FS: mem}))
-		db, err := pebble.Open("/fresh", &pebble.Options{FS: mem, Logger: pebbleLogger{quiet}})
+		db, err := pebble.Open("/fresh", &pebble.Options{FS: mem, Logger: pebbleLogger{l: quiet, in: &instance{}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -598,9 +599,11 @@ func TestPebbleSyncChoice(t *testing.T) {
 
 // TestPebbleWriteFailure checks that a WAL that cannot be written makes
 // Write and Sync return errors, not stop the process (pebble calls
-// Logger.Fatalf for a failed commit).
+// Logger.Fatalf for a failed commit), that they keep failing while it
+// cannot, and that they succeed again, every change kept, once it can.
 func TestPebbleWriteFailure(t *testing.T) {
-	ffs := &faultFS{FS: vfs.NewMem()}
+	mem := vfs.NewMem()
+	ffs := &faultFS{FS: mem}
 	p, err := OpenPebble("/data", PebbleOptions{FS: ffs, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -612,14 +615,156 @@ func TestPebbleWriteFailure(t *testing.T) {
 		t.Fatal("Write on a failing WAL: no error")
 	}
 	t.Logf("Write: %v", err)
-	if err2 := p.Write([]Op{put(0, "after", "1")}, false); err2 == nil {
-		t.Fatal("Write after a failure: no error")
-	}
+	// A Write without sync may be buffered; the Sync must fail.
+	_ = p.Write([]Op{put(0, "after", "1")}, false)
 	if err2 := p.Sync(); err2 == nil {
 		t.Fatal("Sync after a failure: no error")
 	}
-	// What Close says is pebble's business; it must return.
-	t.Logf("Close: %v", p.Close())
+	ffs.failWAL.Store(false)
+	mustWrite(t, p, true, put(0, "during", "1"), put(0, "after", "1"))
+	if n, _ := p.Reopened(); n == 0 {
+		t.Error("the store was not reopened after the failure")
+	}
+	closeT(t, p)
+	q := openT(t, "/data", PebbleOptions{FS: mem})
+	defer closeT(t, q)
+	checkRecords(t, q, []record{{0, "after", "1"}, {0, "before", "1"}, {0, "during", "1"}})
+}
+
+// diskFull is an errorfs injector: while full is set, file writes,
+// preallocations and syncs fail with ENOSPC, as on a full file system.
+type diskFull struct {
+	full atomic.Bool
+	hits atomic.Int64
+}
+
+func (d *diskFull) MaybeError(op errorfs.Op, path string) error {
+	if !d.full.Load() {
+		return nil
+	}
+	switch op {
+	case errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpFilePreallocate, errorfs.OpFileSync:
+		d.hits.Add(1)
+		return &fs.PathError{Op: "write", Path: path, Err: syscall.ENOSPC}
+	}
+	return nil
+}
+
+// TestPebbleDiskFull fills the disk (ENOSPC on every file write) in the
+// middle of a stream of writes, as the Writer makes them (fsync always:
+// synced Writes; everysec: Writes, then a Sync every few; no: Writes only,
+// so that the memtable fills and pebble switches to a new WAL, where
+// pebble v1.1.5 panics with the error; a batch whose Write failed stays
+// queued and is written again), and frees it later: no panic, errors
+// while full, success at once when space is back, and every change whose
+// Write returned nil there, in the store and after a reopen.
+func TestPebbleDiskFull(t *testing.T) {
+	for _, syncEvery := range []int{0, 1, 10, -1} { // 0: every Write synced; -1: no Sync
+		t.Run(fmt.Sprintf("syncEvery=%d", syncEvery), func(t *testing.T) {
+			mem := vfs.NewMem()
+			disk := &diskFull{}
+			p, err := OpenPebble("/data", PebbleOptions{FS: errorfs.Wrap(mem, disk), Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := model{}
+			var queue [][]Op
+			writes := 0
+			// flush writes the queue, a batch at a time, syncing when sync
+			// is set or after syncEvery Writes. A batch whose Write failed
+			// stays queued; one whose Write returned nil is stored, synced
+			// or not: the store keeps it across a replacement.
+			flush := func(sync bool) error {
+				for len(queue) > 0 {
+					if err := p.Write(queue[0], syncEvery == 0); err != nil {
+						return err
+					}
+					want.apply(queue[0])
+					queue = queue[1:]
+					if writes++; syncEvery > 0 && writes%syncEvery == 0 {
+						if err := p.Sync(); err != nil {
+							return err
+						}
+					}
+				}
+				if sync {
+					return p.Sync()
+				}
+				return nil
+			}
+			value := strings.Repeat("v", 4000)
+			if syncEvery < 0 {
+				value = strings.Repeat("v", 100<<10) // 20 MB while full: past a 16 MiB memtable
+			}
+			var failed int
+			var enospc error
+			const n = 600 // 2.4 MB, past the 1 MiB the WAL preallocates
+			for i := range n {
+				switch i {
+				case n / 3:
+					disk.full.Store(true)
+				case 2 * n / 3:
+					disk.full.Store(false)
+				}
+				queue = append(queue, []Op{put(i%3, fmt.Sprintf("k%04d", i), value), del(0, fmt.Sprintf("k%04d", i-30))})
+				err := flush(false)
+				switch {
+				case err == nil:
+				case i < n/3 || i >= 2*n/3:
+					t.Fatalf("write %d with space: %v", i, err)
+				default:
+					failed++
+					if enospc == nil && strings.Contains(err.Error(), "no space left on device") {
+						enospc = err
+					}
+				}
+			}
+			if err := flush(true); err != nil {
+				t.Fatal(err)
+			}
+			if failed == 0 || enospc == nil {
+				t.Fatalf("disk full for %d writes (%d injected errors): %d failed, ENOSPC error %v", n/3, disk.hits.Load(), failed, enospc)
+			}
+			reopened, abandoned := p.Reopened()
+			t.Logf("%d of %d writes failed while full (%d injected errors); reopened %d times (%d left open); e.g. %v",
+				failed, n/3, disk.hits.Load(), reopened, abandoned, enospc)
+			checkRecords(t, p, want.records())
+			closeT(t, p)
+			q := openT(t, "/data", PebbleOptions{FS: mem})
+			defer closeT(t, q)
+			checkRecords(t, q, want.records())
+		})
+	}
+}
+
+// TestPebbleGuard checks that whatever a pebble call panics with (a
+// string, an error, pebble's Fatalf) becomes an error, and that the next
+// Write replaces the database that panicked and stores its changes.
+func TestPebbleGuard(t *testing.T) {
+	for _, v := range []any{"pebble: a string", syscall.ENOSPC, &fs.PathError{Op: "write", Path: "x.log", Err: syscall.ENOSPC}, pebbleFatal{"fatal"}} {
+		t.Run(fmt.Sprintf("%T", v), func(t *testing.T) {
+			mem := vfs.NewMem()
+			p := openT(t, "/data", PebbleOptions{FS: mem, Logger: quiet})
+			mustWrite(t, p, false, put(0, "a", "1")) // not synced: the tail
+			p.mu.RLock()
+			err := p.guard(p.in, "write", func() error { panic(v) })
+			p.mu.RUnlock()
+			if err == nil || !strings.Contains(err.Error(), "panicked") {
+				t.Fatalf("guard: %v, want a panicked error", err)
+			}
+			if e, ok := v.(error); ok && !errors.Is(err, e) {
+				t.Errorf("guard: %v does not wrap %v", err, e)
+			}
+			mustWrite(t, p, false, put(0, "b", "2"))
+			if r, a := p.Reopened(); r != 1 || a != 1 {
+				t.Errorf("Reopened: %d, %d; want 1, 1", r, a)
+			}
+			closeT(t, p)
+			q := openT(t, "/data", PebbleOptions{FS: mem})
+			defer closeT(t, q)
+			checkRecords(t, q, []record{{0, "a", "1"}, {0, "b", "2"}})
+		})
+	}
 }
 
 // TestPebbleCompactReclaims checks DiskUsage and that Compact gives back the

@@ -108,6 +108,11 @@ type Config struct {
 	// default: a crash loses at most about a second) or "no" (the OS
 	// decides).
 	Fsync string
+	// LoadDamagedWAL starts from a data directory whose newest WAL is
+	// damaged before its end, loading the changes before the damage and
+	// dropping those after it (logged at WARN, counted in INFO
+	// persistence). False, the default, refuses to start from it.
+	LoadDamagedWAL bool
 	// MetricsAddr, when set, serves Prometheus metrics at /metrics and the
 	// probes /healthz and /readyz over HTTP on this address. Off by
 	// default.
@@ -334,6 +339,7 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "maxmemory-policy", Value: c.MaxMemoryPolicy},
 		{Name: "data-dir", Value: c.DataDir},
 		{Name: "fsync", Value: c.Fsync},
+		{Name: "load-damaged-wal", Value: map[bool]string{false: "no", true: "yes"}[c.LoadDamagedWAL]},
 		{Name: "slowlog-log-slower-than", Value: itoa(slowlogMicros(c.SlowlogSlowerThan))},
 		{Name: "slowlog-max-len", Value: itoa(int64(max(c.SlowlogMaxLen, 0)))},
 		{Name: "metrics-addr", Value: c.MetricsAddr},
@@ -379,16 +385,18 @@ func New(cfg Config) (*Server, error) {
 		store  persistence.Store
 		writer *persistence.Writer
 		loaded persistence.LoadStats
+		// walDamage is what OpenPebble found in the newest WAL.
+		walDamage persistence.WALDamage
 	)
 	policy, _ := parsePolicy(cfg.MaxMemoryPolicy)
 	kcfg := keyspace.Config{Databases: cfg.Databases, Shards: cfg.Shards, MaxMemory: cfg.MaxMemory, Policy: policy}
 	if cfg.DataDir != "" {
 		mode, _ := persistence.ParseFsync(cfg.Fsync)
-		st, err := persistence.OpenPebble(cfg.DataDir, persistence.PebbleOptions{Logger: cfg.Logger})
+		st, err := persistence.OpenPebble(cfg.DataDir, persistence.PebbleOptions{Logger: cfg.Logger, LoadDamagedWAL: cfg.LoadDamagedWAL})
 		if err != nil {
 			return nil, fmt.Errorf("data directory %s: %w", cfg.DataDir, err)
 		}
-		store = st
+		store, walDamage = st, st.WALDamage()
 		writer = persistence.NewWriter(store, mode, cfg.Logger)
 		kcfg.Journal = writer
 	}
@@ -420,7 +428,9 @@ func New(cfg Config) (*Server, error) {
 		if writer.Mode() == persistence.FsyncAlways {
 			durability = writer
 		}
-		persistInfo = func() []string { return persistenceInfo(cfg, writer, store, loaded) }
+		persistInfo = func() []string {
+			return append(persistenceInfo(cfg, writer, store, loaded), walDamageInfo(walDamage)...)
+		}
 	}
 	cmds, err := commands.New(commands.Config{
 		Durability:         durability,
@@ -668,6 +678,17 @@ func persistenceInfo(cfg Config, w *persistence.Writer, st persistence.Store, lo
 		fmt.Sprintf("expired_dropped_at_load:%d", loaded.Expired),
 		fmt.Sprintf("load_time_usec:%d", loaded.Duration.Microseconds()),
 		fmt.Sprintf("disk_usage_bytes:%d", st.DiskUsage()),
+	}
+}
+
+// walDamageInfo is the part of INFO persistence about the damage found in
+// the newest WAL at startup (with LoadDamagedWAL): the changes dropped.
+func walDamageInfo(d persistence.WALDamage) []string {
+	return []string{
+		fmt.Sprintf("loaded_damaged_wal:%d", map[bool]int{false: 0, true: 1}[d.Damaged()]),
+		fmt.Sprintf("damaged_wal_dropped_records:%d", d.DroppedRecords),
+		fmt.Sprintf("damaged_wal_dropped_changes:%d", d.DroppedChanges),
+		fmt.Sprintf("damaged_wal_dropped_bytes:%d", d.DroppedBytes),
 	}
 }
 

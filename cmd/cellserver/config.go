@@ -159,6 +159,7 @@ var options = []option{
 	{"maxmemory-policy", "allkeys-lru", "at maxmemory: allkeys-lru (evict; the key starts afresh) or noeviction (refuse new keys)", setString(func(c *server.Config) *string { return &c.MaxMemoryPolicy })},
 	{"data-dir", "", "keep state in a Pebble database in this directory (in memory only when empty)", setString(func(c *server.Config) *string { return &c.DataDir })},
 	{"fsync", "everysec", "with --data-dir: always (reply after the change is on disk), everysec or no", setString(func(c *server.Config) *string { return &c.Fsync })},
+	{"load-damaged-wal", "no", "with --data-dir: start even if the newest WAL is damaged before its end, dropping the changes after the damage (logged, counted in INFO persistence)", setBool(func(c *server.Config) *bool { return &c.LoadDamagedWAL })},
 	{"slowlog-log-slower-than", "10000", "log commands slower than this many microseconds in SLOWLOG (0: all, negative: none)", setSlowlog},
 	{"slowlog-max-len", "128", "entries kept by SLOWLOG", setInt(func(c *server.Config) *int { return &c.SlowlogMaxLen })},
 	{"metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz over HTTP on this address (off when empty)", setString(func(c *server.Config) *string { return &c.MetricsAddr })},

@@ -348,3 +348,33 @@ func startBinaryJSON(t *testing.T, bin string) (*exec.Cmd, string, <-chan error,
 		return a, ok
 	}, "--log-format", "json")
 }
+
+// TestLoadDamagedWALOption: --load-damaged-wal is off by default and set by
+// the flag, the environment or the config file; other values are refused.
+func TestLoadDamagedWALOption(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "cellserver.conf")
+	if err := os.WriteFile(file, []byte("load-damaged-wal yes\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{"default", nil, nil, false},
+		{"flag", []string{"--load-damaged-wal", "yes"}, nil, true},
+		{"env", nil, map[string]string{"CELLSERVER_LOAD_DAMAGED_WAL": "yes"}, true},
+		{"file", []string{"--config", file}, nil, true},
+		{"flag beats file", []string{"--config", file, "--load-damaged-wal", "no"}, nil, false},
+	} {
+		cfg, code, done := loadConfig(c.args, envFrom(c.env), io.Discard, io.Discard)
+		if done || cfg.LoadDamagedWAL != c.want {
+			t.Errorf("%s: LoadDamagedWAL %v (stopped %v, code %d), want %v", c.name, cfg.LoadDamagedWAL, done, code, c.want)
+		}
+	}
+	var stderr strings.Builder
+	if _, code, done := loadConfig([]string{"--load-damaged-wal", "maybe"}, envFrom(nil), io.Discard, &stderr); !done || code == 0 || !strings.Contains(stderr.String(), "load-damaged-wal") {
+		t.Errorf("--load-damaged-wal maybe: code %d, stderr %q", code, stderr.String())
+	}
+}
