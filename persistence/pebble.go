@@ -106,12 +106,15 @@ type Pebble struct {
 	in *instance  // db's state; nil with db
 	// closed is set by Close.
 	closed bool
-	// reopenErr is why the last reopening failed, if it did.
-	reopenErr error
-	lock      *pebble.Lock
-	dir       string
-	fs        vfs.FS // what OpenPebble was given (each instance sees it behind its fence)
-	log       *slog.Logger
+	// reopenErr is why the last reopening failed, if it did, and
+	// reopenCause the failure that made the store reopen (kept across
+	// failed reopenings, so their errors do not nest).
+	reopenErr   error
+	reopenCause error
+	lock        *pebble.Lock
+	dir         string
+	fs          vfs.FS // what OpenPebble was given (each instance sees it behind its fence)
+	log         *slog.Logger
 	// id identifies the directory in openDirs; nil unless on the real FS.
 	id os.FileInfo
 	// walDamage is what the check of the newest WAL found at open.
@@ -629,13 +632,14 @@ func (p *Pebble) reopenLocked() error {
 	if p.closed {
 		return ErrStoreClosed
 	}
-	cause := p.reopenErr
+	cause := p.reopenCause
 	if p.db != nil {
 		b := p.in.broken.Load()
 		if b == nil {
 			return nil // reopened by another call meanwhile
 		}
 		cause = *b
+		p.reopenCause = cause
 		wedged := p.in.wedged.Load()
 		if err := p.closeDB(p.db, p.in); err != nil {
 			p.log.Debug("persistence: closing the failed pebble database", "dir", p.dir, "err", err)
@@ -657,7 +661,7 @@ func (p *Pebble) reopenLocked() error {
 		p.reopenErr = fmt.Errorf("persistence: reopen %s after a failure (%v): %w", p.dir, cause, err)
 		return p.reopenErr
 	}
-	p.db, p.in, p.reopenErr = db, in, nil
+	p.db, p.in, p.reopenErr, p.reopenCause = db, in, nil, nil
 	p.reopened.Add(1)
 	p.log.Warn("persistence: reopened the data directory after a failure", "dir", p.dir, "after", cause)
 	return nil

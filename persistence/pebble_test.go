@@ -714,6 +714,11 @@ func TestPebbleDiskFull(t *testing.T) {
 					t.Fatalf("write %d with space: %v", i, err)
 				default:
 					failed++
+					// Each failed reopening names the first failure, not
+					// the previous reopening's error: the text stays short.
+					if len(err.Error()) > 1000 {
+						t.Fatalf("write %d: error text of %d bytes after %d failures: %.300s...", i, len(err.Error()), failed, err)
+					}
 					if enospc == nil && strings.Contains(err.Error(), "no space left on device") {
 						enospc = err
 					}
