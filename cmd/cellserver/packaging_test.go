@@ -14,7 +14,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -185,4 +187,67 @@ func TestTLSClientCertOptions(t *testing.T) {
 			t.Errorf("%q: code %d done %v, stderr %q, want %q", c.args, code, done, errb.String(), c.want)
 		}
 	}
+}
+
+// TestHealthcheckFollowsAddrEnv: the container's HEALTHCHECK runs
+// --healthcheck with no --addr, so it probes CELLSERVER_ADDR, on loopback
+// when that is 0.0.0.0 (the image's default).
+func TestHealthcheckFollowsAddrEnv(t *testing.T) {
+	_, addr := servertest.Start(t, server.Config{})
+	_, port, _ := net.SplitHostPort(addr)
+	t.Setenv("CELLSERVER_ADDR", "0.0.0.0:"+port)
+	var out, errb bytes.Buffer
+	if code := run([]string{"--healthcheck"}, &out, &errb); code != 0 || out.String() != "ok 127.0.0.1:"+port+"\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}
+
+// TestPackagingFiles checks what a Docker build depends on (no Docker
+// engine is needed):
+//   - go.mod's go line names no patch release: patches add no language
+//     feature or API, and the golang image sets GOTOOLCHAIN=local, so a
+//     go line of 1.26.8 fails on any 1.26 image older than that patch;
+//   - the Dockerfile's Go image is an exact release at least that go line;
+//   - /data is created in the build stage and copied with --chown to the
+//     nonroot user (65532) before VOLUME and WORKDIR, since the runtime
+//     image has no shell and only BuildKit chowns a WORKDIR;
+//   - .dockerignore keeps .git out of the build context.
+func TestPackagingFiles(t *testing.T) {
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join("..", "..", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	goLine := regexp.MustCompile(`(?m)^go ([0-9]+)\.([0-9]+)(?:\.([0-9]+))?$`).FindStringSubmatch(read("go.mod"))
+	if goLine == nil {
+		t.Fatal("go.mod: no go line")
+	}
+	if goLine[3] != "" && goLine[3] != "0" {
+		t.Errorf("go.mod: go %s.%s.%s names a patch release; use %s.%s.0 (or what the code needs)", goLine[1], goLine[2], goLine[3], goLine[1], goLine[2])
+	}
+	dockerfile := read("Dockerfile")
+	from := regexp.MustCompile(`(?m)^FROM golang:([0-9]+)\.([0-9]+)\.([0-9]+)-\S+ AS build$`).FindStringSubmatch(dockerfile)
+	if from == nil {
+		t.Errorf("Dockerfile: the build stage is not FROM golang:X.Y.Z-<os> AS build (an exact release)")
+	} else if num(from[1])*1000+num(from[2]) < num(goLine[1])*1000+num(goLine[2]) {
+		t.Errorf("Dockerfile: golang:%s.%s.%s is older than go.mod's go %s.%s", from[1], from[2], from[3], goLine[1], goLine[2])
+	}
+	final := dockerfile[strings.LastIndex(dockerfile, "\nFROM "):]
+	mk := strings.Index(dockerfile, "RUN mkdir -p /out/data")
+	cp := strings.Index(final, "COPY --from=build --chown=65532:65532 /out/data /data\n")
+	vol, wd := strings.Index(final, "\nVOLUME /data\n"), strings.Index(final, "\nWORKDIR /data\n")
+	if mk < 0 || mk > strings.LastIndex(dockerfile, "\nFROM ") || cp < 0 || vol < cp || wd < cp {
+		t.Errorf("Dockerfile: /data must be made in the build stage and copied with --chown=65532:65532 before VOLUME and WORKDIR (mkdir %d, copy %d, volume %d, workdir %d)", mk, cp, vol, wd)
+	}
+	if !regexp.MustCompile(`(?m)^\.git$`).MatchString(read(".dockerignore")) {
+		t.Errorf(".dockerignore does not exclude .git")
+	}
+}
+
+// num converts the digits a regexp matched.
+func num(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }
