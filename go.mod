@@ -1,6 +1,6 @@
 module github.com/cellserver/cellserver
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/cockroachdb/pebble v1.1.5

@@ -57,6 +57,27 @@ func cmdGet(x *ctx) {
 	x.bulk(b)
 }
 
+// STRLEN key: the length of what GET would answer (a CL.THROTTLE key's TAT
+// in decimal digits), 0 for a missing key, WRONGTYPE where GET says so.
+func cmdStrlen(x *ctx) {
+	key := x.args[1]
+	sh := x.db().Shard(key)
+	x.lock(sh)
+	defer x.unlock(sh)
+	v := sh.Peek(key, x.clockMS())
+	if v == nil {
+		x.int(0)
+		return
+	}
+	var scratch [20]byte
+	b, ok := stringValue(v, scratch[:0])
+	if !ok {
+		x.errorReply(msgWrongType)
+		return
+	}
+	x.int(int64(len(b)))
+}
+
 // SET key value [NX | XX] [GET] [EX seconds | PX milliseconds |
 // EXAT unix-time-seconds | PXAT unix-time-milliseconds | KEEPTTL]
 func cmdSet(x *ctx) {

@@ -32,6 +32,7 @@ const (
 	msgClientInfoArg = "ERR %s cannot contain spaces, newlines or special characters."
 	msgConfigSetRO   = "ERR CONFIG SET is not supported: cellserver's configuration is read-only at run time"
 	msgNoAuthNeeded  = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+	msgLatencyGraph  = "ERR No samples available for event '%s'"
 
 	// CL.THROTTLE, exactly as redis-cell 0.5.0 sends them (no ERR code).
 	cellPrefix        = "Cell error: Store error: "

@@ -77,6 +77,12 @@ type Config struct {
 	TLSCertFile   string
 	TLSKeyFile    string
 	TLSCACertFile string
+	// TLSClientCertFile and TLSClientKeyFile are the certificate
+	// cellserver presents as a TLS client (--healthcheck) to a server that
+	// requires one; when empty, the server certificate is used, as Redis
+	// does with tls-client-cert-file. Given together or not at all.
+	TLSClientCertFile string
+	TLSClientKeyFile  string
 	// DisableProtectedMode lets clients from non-loopback addresses in
 	// when no password is set. By default (false) such clients get
 	// Redis's protected-mode error and are disconnected.
@@ -335,6 +341,8 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "tls-cert-file", Value: c.TLSCertFile},
 		{Name: "tls-key-file", Value: c.TLSKeyFile},
 		{Name: "tls-ca-cert-file", Value: c.TLSCACertFile},
+		{Name: "tls-client-cert-file", Value: c.TLSClientCertFile},
+		{Name: "tls-client-key-file", Value: c.TLSClientKeyFile},
 		{Name: "maxmemory", Value: itoa(c.MaxMemory)},
 		{Name: "maxmemory-policy", Value: c.MaxMemoryPolicy},
 		{Name: "data-dir", Value: c.DataDir},

@@ -18,6 +18,17 @@ const tlsHandshakeTimeout = 10 * time.Second
 // tlsConfig builds the server's TLS configuration from the certificate
 // files, or returns nil when TLS is off.
 func (c Config) tlsConfig() (*tls.Config, error) {
+	if (c.TLSClientCertFile == "") != (c.TLSClientKeyFile == "") {
+		return nil, errors.New("tls: --tls-client-cert-file and --tls-client-key-file must be given together")
+	}
+	if c.TLSClientCertFile != "" {
+		if c.TLSCertFile == "" {
+			return nil, errors.New("tls: --tls-client-cert-file needs --tls-cert-file (TLS on)")
+		}
+		if _, err := tls.LoadX509KeyPair(c.TLSClientCertFile, c.TLSClientKeyFile); err != nil {
+			return nil, fmt.Errorf("tls: client certificate: %w", err)
+		}
+	}
 	if c.TLSCertFile == "" && c.TLSKeyFile == "" && c.TLSCACertFile == "" {
 		return nil, nil
 	}

@@ -142,6 +142,8 @@ var options = []option{
 	{"tls-cert-file", "", "serve TLS only, with this PEM certificate", setString(func(c *server.Config) *string { return &c.TLSCertFile })},
 	{"tls-key-file", "", "PEM private key of --tls-cert-file", setString(func(c *server.Config) *string { return &c.TLSKeyFile })},
 	{"tls-ca-cert-file", "", "require client certificates signed by these PEM CAs", setString(func(c *server.Config) *string { return &c.TLSCACertFile })},
+	{"tls-client-cert-file", "", "PEM certificate --healthcheck presents when --tls-ca-cert-file asks for one (empty: --tls-cert-file, which must then allow client auth)", setString(func(c *server.Config) *string { return &c.TLSClientCertFile })},
+	{"tls-client-key-file", "", "PEM private key of --tls-client-cert-file", setString(func(c *server.Config) *string { return &c.TLSClientKeyFile })},
 	{"maxclients", "10000", "maximum concurrent client connections", setInt(func(c *server.Config) *int { return &c.MaxClients })},
 	{"timeout", "0", "close clients idle this long (seconds or a duration; 0: never)", setDuration(func(c *server.Config) *time.Duration { return &c.IdleTimeout })},
 	{"proto-max-bulk-len", "16mb", "largest accepted argument, in bytes", setInt64(func(c *server.Config) *int64 { return &c.MaxBulkLen })},

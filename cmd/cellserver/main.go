@@ -9,13 +9,36 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/cellserver/cellserver/server"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version is what --version, INFO and the startup line report: the value
+// set at build time with -ldflags "-X main.version=..." (make build,
+// docker build), else the module version go install module@version
+// records in the binary, else "dev".
+var version string
+
+func init() {
+	info, ok := debug.ReadBuildInfo()
+	version = pickVersion(version, info, ok)
+}
+
+// pickVersion chooses the version to report from the -X value and the
+// build information. A plain go build of a checkout records the main
+// module's version as "(devel)" (or, with VCS stamping, a pseudo-version
+// such as v0.0.0-20260101000000-0123456789ab+dirty, which is kept).
+func pickVersion(ldflags string, info *debug.BuildInfo, ok bool) string {
+	if ldflags != "" {
+		return ldflags
+	}
+	if ok && info != nil && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		return info.Main.Version
+	}
+	return "dev"
+}
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))

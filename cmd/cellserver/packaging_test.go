@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/server"
+)
+
+// TestPickVersion: the -X value wins, then the module version go install
+// records, then "dev" (a go build of a checkout records "(devel)").
+func TestPickVersion(t *testing.T) {
+	mod := func(v string) *debug.BuildInfo {
+		return &debug.BuildInfo{Main: debug.Module{Path: "github.com/cellserver/cellserver", Version: v}}
+	}
+	for _, c := range []struct {
+		ldflags string
+		info    *debug.BuildInfo
+		ok      bool
+		want    string
+	}{
+		{"v1.2.3", mod("v0.13.0"), true, "v1.2.3"},
+		{"", mod("v0.13.0"), true, "v0.13.0"},
+		{"", mod("v0.0.0-20261124180000-0123456789ab+dirty"), true, "v0.0.0-20261124180000-0123456789ab+dirty"},
+		{"", mod("(devel)"), true, "dev"},
+		{"", mod(""), true, "dev"},
+		{"", nil, false, "dev"},
+		{"", mod("v0.13.0"), false, "dev"},
+	} {
+		if got := pickVersion(c.ldflags, c.info, c.ok); got != c.want {
+			t.Errorf("pickVersion(%q, %v, %v) = %q, want %q", c.ldflags, c.info, c.ok, got, c.want)
+		}
+	}
+}
+
+// TestVersionOfBuiltBinary: go build -ldflags "-X main.version=..." reports
+// that value; a plain go build (main module version "(devel)") reports dev.
+func TestVersionOfBuiltBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	for _, c := range []struct{ ldflags, want string }{
+		{"-X main.version=v9.8.7-test", "cellserver v9.8.7-test\n"},
+		{"", "cellserver dev\n"},
+	} {
+		bin := filepath.Join(t.TempDir(), "cellserver")
+		build := exec.Command("go", "build", "-ldflags", c.ldflags, "-o", bin, ".")
+		build.Stderr = os.Stderr
+		if err := build.Run(); err != nil {
+			t.Fatalf("build %q: %v", c.ldflags, err)
+		}
+		out, err := exec.Command(bin, "--version").Output()
+		if err != nil || string(out) != c.want {
+			t.Errorf("ldflags %q: --version = %q %v, want %q", c.ldflags, out, err, c.want)
+		}
+		info, err := exec.Command("go", "version", "-m", bin).Output()
+		if err != nil || !strings.Contains(string(info), "\tmod\tgithub.com/cellserver/cellserver\t(devel)") {
+			t.Errorf("go version -m: main module not (devel): %s %v", info, err)
+		}
+	}
+}
+
+// tlsFiles writes a CA, a server certificate for 127.0.0.1 with the given
+// extended key usages, and a client certificate, all PEM, into a fresh
+// directory.
+type tlsFiles struct{ ca, cert, key, clientCert, clientKey string }
+
+func writeTLSFiles(t *testing.T, serverUsage ...x509.ExtKeyUsage) tlsFiles {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "healthcheck test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	issue := func(cn string, usage []x509.ExtKeyUsage, ip bool) ([]byte, []byte) {
+		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usage}
+		if ip {
+			tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kb, _ := x509.MarshalECPrivateKey(key)
+		return der, kb
+	}
+	f := tlsFiles{ca: write("ca.pem", "CERTIFICATE", caDER)}
+	der, kb := issue("127.0.0.1", serverUsage, true)
+	f.cert, f.key = write("server.pem", "CERTIFICATE", der), write("server.key", "EC PRIVATE KEY", kb)
+	der, kb = issue("healthcheck", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, false)
+	f.clientCert, f.clientKey = write("client.pem", "CERTIFICATE", der), write("client.key", "EC PRIVATE KEY", kb)
+	return f
+}
+
+// TestHealthcheckTLSClientAuth: --healthcheck against a server that
+// requires client certificates (--tls-ca-cert-file). With a server
+// certificate valid for serverAuth only (what most CAs issue), the check
+// presents --tls-client-cert-file and passes; without that option it fails
+// before connecting and names the remedy (it used to present the server
+// certificate and fail the handshake). A server certificate that also
+// allows clientAuth still serves as the client certificate, as in Redis.
+func TestHealthcheckTLSClientAuth(t *testing.T) {
+	serverOnly := writeTLSFiles(t, x509.ExtKeyUsageServerAuth)
+	both := writeTLSFiles(t, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+	check := func(f tlsFiles, extra ...string) (int, string) {
+		t.Helper()
+		_, addr := servertest.Start(t, server.Config{TLSCertFile: f.cert, TLSKeyFile: f.key, TLSCACertFile: f.ca})
+		args := append([]string{"--healthcheck", "--addr", addr, "--tls-cert-file", f.cert, "--tls-key-file", f.key,
+			"--tls-ca-cert-file", f.ca}, extra...)
+		var out, errb bytes.Buffer
+		code := run(args, &out, &errb)
+		if code == 0 && out.String() != "ok "+addr+"\n" {
+			t.Errorf("healthcheck %q: stdout %q", extra, out.String())
+		}
+		return code, errb.String()
+	}
+	if code, errs := check(serverOnly, "--tls-client-cert-file", serverOnly.clientCert, "--tls-client-key-file", serverOnly.clientKey); code != 0 {
+		t.Errorf("serverAuth-only server certificate, --tls-client-cert-file: exit %d, stderr %q", code, errs)
+	}
+	if code, errs := check(serverOnly); code != 1 || !strings.Contains(errs, "set --tls-client-cert-file and --tls-client-key-file") {
+		t.Errorf("serverAuth-only server certificate, no client certificate: exit %d, stderr %q", code, errs)
+	}
+	if code, errs := check(both); code != 0 {
+		t.Errorf("server certificate allowing clientAuth: exit %d, stderr %q", code, errs)
+	}
+	// The same variables the container's HEALTHCHECK reads.
+	env := map[string]string{"CELLSERVER_TLS_CLIENT_CERT_FILE": serverOnly.clientCert, "CELLSERVER_TLS_CLIENT_KEY_FILE": serverOnly.clientKey}
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	if code, errs := check(serverOnly); code != 0 {
+		t.Errorf("client certificate from the environment: exit %d, stderr %q", code, errs)
+	}
+}
+
+// TestTLSClientCertOptions: the client certificate options go together and
+// need TLS on; a bad pair is refused at startup.
+func TestTLSClientCertOptions(t *testing.T) {
+	f := writeTLSFiles(t, x509.ExtKeyUsageServerAuth)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tls-cert-file", f.cert, "--tls-key-file", f.key, "--tls-client-cert-file", f.clientCert},
+			"--tls-client-cert-file and --tls-client-key-file must be given together"},
+		{[]string{"--tls-client-cert-file", f.clientCert, "--tls-client-key-file", f.clientKey},
+			"--tls-client-cert-file needs --tls-cert-file"},
+		{[]string{"--tls-cert-file", f.cert, "--tls-key-file", f.key, "--tls-client-cert-file", f.clientCert, "--tls-client-key-file", f.key},
+			"client certificate"},
+	} {
+		var errb bytes.Buffer
+		_, code, done := loadConfig(c.args, func(string) string { return "" }, io.Discard, &errb)
+		if !done || code != 2 || !strings.Contains(errb.String(), c.want) {
+			t.Errorf("%q: code %d done %v, stderr %q, want %q", c.args, code, done, errb.String(), c.want)
+		}
+	}
+}
+
+// TestHealthcheckFollowsAddrEnv: the container's HEALTHCHECK runs
+// --healthcheck with no --addr, so it probes CELLSERVER_ADDR, on loopback
+// when that is 0.0.0.0 (the image's default).
+func TestHealthcheckFollowsAddrEnv(t *testing.T) {
+	_, addr := servertest.Start(t, server.Config{})
+	_, port, _ := net.SplitHostPort(addr)
+	t.Setenv("CELLSERVER_ADDR", "0.0.0.0:"+port)
+	var out, errb bytes.Buffer
+	if code := run([]string{"--healthcheck"}, &out, &errb); code != 0 || out.String() != "ok 127.0.0.1:"+port+"\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+}
+
+// TestPackagingFiles checks what a Docker build depends on (no Docker
+// engine is needed):
+//   - go.mod's go line names no patch release: patches add no language
+//     feature or API, and the golang image sets GOTOOLCHAIN=local, so a
+//     go line of 1.26.8 fails on any 1.26 image older than that patch;
+//   - the Dockerfile's Go image is an exact release at least that go line;
+//   - /data is created in the build stage and copied with --chown to the
+//     nonroot user (65532) before VOLUME and WORKDIR, since the runtime
+//     image has no shell and only BuildKit chowns a WORKDIR;
+//   - .dockerignore keeps .git out of the build context.
+func TestPackagingFiles(t *testing.T) {
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join("..", "..", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	goLine := regexp.MustCompile(`(?m)^go ([0-9]+)\.([0-9]+)(?:\.([0-9]+))?$`).FindStringSubmatch(read("go.mod"))
+	if goLine == nil {
+		t.Fatal("go.mod: no go line")
+	}
+	if goLine[3] != "" && goLine[3] != "0" {
+		t.Errorf("go.mod: go %s.%s.%s names a patch release; use %s.%s.0 (or what the code needs)", goLine[1], goLine[2], goLine[3], goLine[1], goLine[2])
+	}
+	dockerfile := read("Dockerfile")
+	from := regexp.MustCompile(`(?m)^FROM golang:([0-9]+)\.([0-9]+)\.([0-9]+)-\S+ AS build$`).FindStringSubmatch(dockerfile)
+	if from == nil {
+		t.Errorf("Dockerfile: the build stage is not FROM golang:X.Y.Z-<os> AS build (an exact release)")
+	} else if num(from[1])*1000+num(from[2]) < num(goLine[1])*1000+num(goLine[2]) {
+		t.Errorf("Dockerfile: golang:%s.%s.%s is older than go.mod's go %s.%s", from[1], from[2], from[3], goLine[1], goLine[2])
+	}
+	final := dockerfile[strings.LastIndex(dockerfile, "\nFROM "):]
+	mk := strings.Index(dockerfile, "RUN mkdir -p /out/data")
+	cp := strings.Index(final, "COPY --from=build --chown=65532:65532 /out/data /data\n")
+	vol, wd := strings.Index(final, "\nVOLUME /data\n"), strings.Index(final, "\nWORKDIR /data\n")
+	if mk < 0 || mk > strings.LastIndex(dockerfile, "\nFROM ") || cp < 0 || vol < cp || wd < cp {
+		t.Errorf("Dockerfile: /data must be made in the build stage and copied with --chown=65532:65532 before VOLUME and WORKDIR (mkdir %d, copy %d, volume %d, workdir %d)", mk, cp, vol, wd)
+	}
+	if !regexp.MustCompile(`(?m)^\.git$`).MatchString(read(".dockerignore")) {
+		t.Errorf(".dockerignore does not exclude .git")
+	}
+}
+
+// num converts the digits a regexp matched.
+func num(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
+}

@@ -1,0 +1,98 @@
+package commands_test
+
+import (
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/cellserver/cellserver/commands"
+	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/server"
+)
+
+// TestLatencyHistogram checks LATENCY HISTOGRAM's reply shape, Redis 7.0's:
+// name, [calls, n, histogram_usec, [bound, cumulative count, ...]], bounds
+// and counts increasing, the last count equal to calls; a container
+// brings its subcommands, unknown names are skipped, a name given twice is
+// answered twice. With CELLSERVER_REFERENCE=host:port the same checks run
+// against a real Redis 7.0 (without the bucket bounds, Redis's differ).
+func TestLatencyHistogram(t *testing.T) {
+	addr := os.Getenv(referenceEnv)
+	ref := addr != ""
+	if !ref {
+		_, addr = servertest.Start(t, server.Config{})
+	}
+	c := dialRaw(t, addr)
+	if ref {
+		c.mustDo(t, "SELECT", "9")
+	}
+	c.mustDo(t, "CONFIG", "RESETSTAT") // empties the histograms, then counts itself
+	const calls = 25
+	for i := 0; i < calls; i++ {
+		c.mustDo(t, "STRLEN", "latency-test-key")
+	}
+	c.mustDo(t, "CONFIG", "GET", "maxclients")
+	bounds := map[int64]bool{}
+	for _, s := range commands.LatencyBuckets {
+		bounds[int64(s*1e6)] = true
+	}
+	// check verifies a histogram map and returns its names in order.
+	check := func(args ...string) []string {
+		t.Helper()
+		v := c.mustDo(t, append([]string{"LATENCY", "HISTOGRAM"}, args...)...)
+		if v.kind != '*' || len(v.elems)%2 != 0 {
+			t.Fatalf("LATENCY HISTOGRAM %q: %v", args, v)
+		}
+		var names []string
+		for i := 0; i < len(v.elems); i += 2 {
+			name, h := v.elems[i], v.elems[i+1]
+			if name.kind != '$' || h.kind != '*' || len(h.elems) != 4 || h.elems[0].str != "calls" || h.elems[1].kind != ':' ||
+				h.elems[2].str != "histogram_usec" || h.elems[3].kind != '*' || len(h.elems[3].elems)%2 != 0 || len(h.elems[3].elems) == 0 {
+				t.Fatalf("LATENCY HISTOGRAM %q: entry %v %v", args, name, h)
+			}
+			n, _ := strconv.ParseInt(h.elems[1].str, 10, 64)
+			var lastBound, lastCount int64
+			pairs := h.elems[3].elems
+			for j := 0; j < len(pairs); j += 2 {
+				b, _ := strconv.ParseInt(pairs[j].str, 10, 64)
+				k, _ := strconv.ParseInt(pairs[j+1].str, 10, 64)
+				if b <= lastBound || k <= lastCount || (!ref && !bounds[b]) {
+					t.Errorf("%s: pair %d (%d, %d) after (%d, %d)", name.str, j/2, b, k, lastBound, lastCount)
+				}
+				lastBound, lastCount = b, k
+			}
+			if lastCount != n {
+				t.Errorf("%s: last cumulative count %d, calls %d", name.str, lastCount, n)
+			}
+			if name.str == "strlen" && n != calls {
+				t.Errorf("strlen: calls %d, want %d", n, calls)
+			}
+			names = append(names, name.str)
+		}
+		return names
+	}
+	if got := check("strlen"); len(got) != 1 || got[0] != "strlen" {
+		t.Errorf("LATENCY HISTOGRAM strlen: %q", got)
+	}
+	if got := check("nosuch", "STRLEN", "strlen"); len(got) != 2 || got[0] != "strlen" || got[1] != "strlen" {
+		t.Errorf("LATENCY HISTOGRAM nosuch STRLEN strlen: %q", got)
+	}
+	if got := check("config"); len(got) != 2 || !(got[0] == "config|get" && got[1] == "config|resetstat" ||
+		got[0] == "config|resetstat" && got[1] == "config|get") {
+		t.Errorf("LATENCY HISTOGRAM config: %q", got)
+	}
+	if got := check("config|get"); len(got) != 1 || got[0] != "config|get" {
+		t.Errorf("LATENCY HISTOGRAM config|get: %q", got)
+	}
+	all := check()
+	seen := map[string]bool{}
+	for _, n := range all {
+		seen[n] = true
+	}
+	for _, n := range []string{"strlen", "config|get", "config|resetstat", "latency|histogram"} {
+		if !seen[n] {
+			t.Errorf("LATENCY HISTOGRAM: no %s in %q", n, all)
+		}
+	}
+	t.Logf("LATENCY HISTOGRAM with no argument: %d commands", len(all))
+}
