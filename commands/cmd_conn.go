@@ -103,16 +103,23 @@ func cmdAuth(x *ctx) {
 }
 
 // HELLO [protover [AUTH username password] [SETNAME clientname]]
-// Only RESP2 is spoken; HELLO 3 gets -NOPROTO, so clients fall back.
+// Only RESP2 is spoken; HELLO 3 gets -NOPROTO, so clients fall back. The
+// checks come in Redis's order (networking.c helloCommand): the version's
+// range, the options' syntax, AUTH, then NOAUTH for a client that has not
+// authenticated; only then does HELLO 3 get NOPROTO, which Redis would
+// answer by switching protocols. A HELLO answered with an error changes
+// nothing.
 func cmdHello(x *ctx) {
 	args := x.args[1:]
+	var v int64
 	if len(args) > 0 {
-		v, ok := parseRedisInt(args[0])
+		var ok bool
+		v, ok = parseRedisInt(args[0])
 		if !ok {
 			x.errorReply(msgProtoNotInt)
 			return
 		}
-		if v != 2 {
+		if v != 2 && v != 3 {
 			x.errorReply(msgNoProto)
 			return
 		}
@@ -138,11 +145,16 @@ func cmdHello(x *ctx) {
 			x.errorReply(msgWrongPass)
 			return
 		}
-		x.cl.setAuthed(true)
-	}
-	if !x.cl.authed {
+	} else if !x.cl.authed {
 		x.errorReply(msgHelloNoAuth)
 		return
+	}
+	if v == 3 {
+		x.errorReply(msgNoProto) // RESP3 is not spoken yet
+		return
+	}
+	if pass != nil {
+		x.cl.setAuthed(true)
 	}
 	if name != nil {
 		if !validClientName(name) {
