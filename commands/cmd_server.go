@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"runtime"
@@ -348,11 +349,26 @@ func cmdCommandHelp(x *ctx) {
 }
 
 // CONFIG GET parameter [parameter ...]: a read-only view of the effective
-// configuration, as a flat list of name/value pairs.
+// configuration, as a flat list of name/value pairs. As Redis 7.0's
+// configGetCommand: a parameter without glob characters ([*?) is looked up
+// ignoring case and echoed as the caller typed it (CONFIG GET MAXCLIENTS
+// answers "MAXCLIENTS"); a pattern matches ignoring case and answers the
+// canonical lower-case names; each setting appears once. Redis lists the
+// matches in its hash table's order, which changes with every process;
+// cellserver lists them in argument order, a pattern's in table order.
 func cmdConfigGet(x *ctx) {
 	var out []Setting
 	seen := map[string]bool{}
 	for _, pat := range x.args[2:] {
+		if !bytes.ContainsAny(pat, "[*?") {
+			for _, st := range x.s.settings {
+				if !seen[st.Name] && strings.EqualFold(st.Name, string(pat)) {
+					seen[st.Name] = true
+					out = append(out, Setting{Name: string(pat), Value: st.Value})
+				}
+			}
+			continue
+		}
 		for _, st := range x.s.settings {
 			if !seen[st.Name] && globMatch(pat, []byte(st.Name), true) {
 				seen[st.Name] = true
