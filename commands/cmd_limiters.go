@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -692,7 +693,11 @@ func cmdLimiterInfo(x *ctx) {
 	case keyspace.KindString:
 		f = []field{{"kind", "string"}, {"bytes", int64(len(v.Obj.([]byte)))}}
 	case keyspace.KindGCRA:
-		f = []field{{"kind", "gcra"}, {"tat_ns", int64(v.N)}, {"tat_in_ms", floorDiv(int64(v.N)-now, 1e6)}}
+		// tat_ns is a bulk string of decimal digits: nanoseconds since
+		// the epoch (about 1.8e18) are past 2^53, so a JavaScript client
+		// would round an integer reply. Every other figure is a count or
+		// milliseconds, exact as integers.
+		f = []field{{"kind", "gcra"}, {"tat_ns", strconv.FormatInt(int64(v.N), 10)}, {"tat_in_ms", floorDiv(int64(v.N)-now, 1e6)}}
 	case keyspace.KindFixed:
 		f = []field{{"kind", "fixed"}, {"window_start_ms", v.M / 1e6}, {"count", int64(v.N)}}
 	case keyspace.KindSliding:
