@@ -425,6 +425,7 @@ func cmdPeek(x *ctx) {
 	defer x.unlock(sh)
 	now := x.clockNS()
 	cur := sh.Peek(key, floorDiv(now, 1e6))
+	x.s.lookedUp(cur != nil)
 	tat, msg := storedTAT(cur)
 	if msg != "" {
 		x.errorReply(msg)
@@ -676,6 +677,7 @@ func cmdLimiterInfo(x *ctx) {
 	now := x.clockNS()
 	nowMS := floorDiv(now, 1e6)
 	v := sh.Peek(key, nowMS)
+	x.s.lookedUp(v != nil)
 	if v == nil {
 		x.nullArray()
 		return
