@@ -2,6 +2,7 @@ package commands_test
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -302,5 +303,29 @@ func TestInfoKeyspaceHits(t *testing.T) {
 	// EXISTS nokey, TTL nokey, CL.INFO nokey.
 	if h, m := stats(); h != "4" || m != "4" {
 		t.Errorf("hits %s misses %s, want 4 4", h, m)
+	}
+}
+
+// TestInfoConfigFile: config_file is the configuration file's absolute
+// path, as in Redis, and empty without one.
+func TestInfoConfigFile(t *testing.T) {
+	configFile := func(cfg server.Config) string {
+		_, addr := servertest.Start(t, cfg)
+		secs, _ := parseInfo(t, info(t, addr, "server"))
+		v, ok := secs["Server"].values["config_file"]
+		if !ok {
+			t.Fatal("no config_file in INFO server")
+		}
+		return v
+	}
+	if got := configFile(server.Config{}); got != "" {
+		t.Errorf("without a file: config_file %q, want empty", got)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := configFile(server.Config{ConfigFile: "cellserver.conf"}), filepath.Join(wd, "cellserver.conf"); got != want {
+		t.Errorf("config_file %q, want %q", got, want)
 	}
 }

@@ -228,7 +228,7 @@ func New(cfg Config) (*Server, error) {
 		multiBytes:  cfg.MultiMaxBytes,
 		runID:       newRunID(),
 		replID:      newRunID(),
-		configFile:  cfg.ConfigFile,
+		configFile:  absPath(cfg.ConfigFile),
 	}
 	s.inst.startupMemory = heapObjects()
 	s.notePeak(s.inst.startupMemory)

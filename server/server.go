@@ -135,6 +135,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Version is reported by INFO and --version.
 	Version string
+	// ConfigFile is the file the configuration was read from, if any
+	// (INFO server config_file).
+	ConfigFile string
 }
 
 // Defaults for Config's zero values.
@@ -450,6 +453,7 @@ func New(cfg Config) (*Server, error) {
 		Loopback:           cfg.Loopback,
 		MultiMaxCommands:   cfg.MultiMaxCommands,
 		MultiMaxBytes:      cfg.MultiMaxBytes,
+		ConfigFile:         cfg.ConfigFile,
 	})
 	if err != nil {
 		return nil, err
