@@ -179,7 +179,7 @@ func cmdHello(x *ctx) {
 	x.bulkStr("role")
 	x.bulkStr("master")
 	x.bulkStr("modules")
-	x.array(0)
+	x.loadedModules()
 }
 
 // validClientName is Redis's rule: printable ASCII without spaces.

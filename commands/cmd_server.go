@@ -655,7 +655,7 @@ func cmdInfo(x *ctx) {
 			fmt.Sprintf("go_goroutines:%d", runtime.NumGoroutine()))
 	}
 	if show("modules", true) {
-		section("Modules", "module:name=redis-cell,ver=1,api=1,filters=0,usedby=[],using=[],options=[]")
+		section("Modules", fmt.Sprintf("module:name=%s,ver=%d,api=1,filters=0,usedby=[],using=[],options=[]", cellModuleName, cellModuleVer))
 	}
 	if show("commandstats", false) {
 		var lines []string

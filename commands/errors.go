@@ -32,6 +32,8 @@ const (
 	msgClientInfoArg = "ERR %s cannot contain spaces, newlines or special characters."
 	msgConfigSetRO   = "ERR CONFIG SET is not supported: cellserver's configuration is read-only at run time"
 	msgNoAuthNeeded  = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+	// MODULE LOAD, LOADEX and UNLOAD: %s is the subcommand, upper-cased.
+	msgModuleBuiltIn = "ERR MODULE %s is not supported: cellserver loads no modules; redis-cell's commands are built in (MODULE LIST)"
 
 	// CL.THROTTLE, exactly as redis-cell 0.5.0 sends them (no ERR code).
 	cellPrefix        = "Cell error: Store error: "

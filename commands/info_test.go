@@ -329,3 +329,41 @@ func TestInfoConfigFile(t *testing.T) {
 		t.Errorf("config_file %q, want %q", got, want)
 	}
 }
+
+// TestModulesConsistent: MODULE LIST, HELLO's modules field and INFO
+// modules all report redis-cell, with the same name and version, so a
+// client that checks for the module finds it whichever it asks.
+func TestModulesConsistent(t *testing.T) {
+	_, addr := servertest.Start(t, server.Config{})
+	c := dialRaw(t, addr)
+	entry := func(what string, m respValue) (string, string) {
+		t.Helper()
+		if m.kind != '*' || len(m.elems) != 8 {
+			t.Fatalf("%s: module entry %v, want name, ver, path, args", what, m)
+		}
+		f := map[string]respValue{}
+		for i := 0; i < 8; i += 2 {
+			f[m.elems[i].str] = m.elems[i+1]
+		}
+		if f["ver"].kind != ':' || f["path"].kind != '$' || f["args"].kind != '*' {
+			t.Errorf("%s: module entry %v: want ver an integer, path a string, args an array", what, m)
+		}
+		return f["name"].str, f["ver"].str
+	}
+	list := c.mustDo(t, "MODULE", "LIST")
+	if list.kind != '*' || len(list.elems) != 1 {
+		t.Fatalf("MODULE LIST: %v, want one module", list)
+	}
+	name, ver := entry("MODULE LIST", list.elems[0])
+	hello := c.mustDo(t, "HELLO")
+	if hello.kind != '*' || len(hello.elems) != 14 || hello.elems[12].str != "modules" || len(hello.elems[13].elems) != 1 {
+		t.Fatalf("HELLO: %v, want one module", hello)
+	}
+	hName, hVer := entry("HELLO", hello.elems[13].elems[0])
+	secs, _ := parseInfo(t, info(t, addr, "modules"))
+	line := secs["Modules"].values["module"]
+	if name != "redis-cell" || hName != name || hVer != ver ||
+		!strings.HasPrefix(line, "name="+name+",ver="+ver+",") {
+		t.Errorf("MODULE LIST %s %s, HELLO %s %s, INFO module:%s: want redis-cell everywhere, one version", name, ver, hName, hVer, line)
+	}
+}
