@@ -42,3 +42,15 @@ func TestInstMetric(t *testing.T) {
 		t.Errorf("idle for 16 samples: rate %v, want 0", r)
 	}
 }
+
+// splitPending shows pending reply bytes as Redis's 16 KiB reply buffer
+// and list of 16 KiB blocks would hold them.
+func TestSplitPending(t *testing.T) {
+	for _, c := range []struct{ n, obl, oll, omem int }{
+		{0, 0, 0, 0}, {21, 21, 0, 0}, {16384, 16384, 0, 0}, {16385, 16384, 1, 1}, {16384 * 3, 16384, 2, 32768}, {16384*3 + 1, 16384, 3, 32769},
+	} {
+		if obl, oll, omem := splitPending(c.n); obl != c.obl || oll != c.oll || omem != c.omem {
+			t.Errorf("splitPending(%d) = %d %d %d, want %d %d %d", c.n, obl, oll, omem, c.obl, c.oll, c.omem)
+		}
+	}
+}
