@@ -252,6 +252,18 @@ func TestInfoRedisFields(t *testing.T) {
 					pos = max(pos, i)
 				}
 			}
+			if cfg.cfg.DataDir != "" {
+				// With AOF on, Redis adds aof_current_size (and fields
+				// about rewrites and its AOF buffer, left out here).
+				p := cell["Persistence"].values
+				if p["aof_enabled"] != "1" || valueShape(p["aof_current_size"]) != "int" || p["aof_current_size"] != p["disk_usage_bytes"] {
+					t.Errorf("with --data-dir: aof_enabled:%s aof_current_size:%s disk_usage_bytes:%s, want 1 and the data directory's size",
+						p["aof_enabled"], p["aof_current_size"], p["disk_usage_bytes"])
+				}
+			}
+			if p := cell["Persistence"].values; cfg.cfg.DataDir == "" && p["aof_enabled"] != "0" {
+				t.Errorf("in memory: aof_enabled:%s, want 0", p["aof_enabled"])
+			}
 			t.Logf("%d Redis fields checked; %d left out as meaningless here; sections %v", checked, len(infoNoMeaning), cellOrder)
 		})
 	}

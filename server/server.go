@@ -663,8 +663,11 @@ func persistenceInfo(cfg Config, w *persistence.Writer, st persistence.Store, lo
 	if ws.Err != nil {
 		status, lastErr = "err", strings.NewReplacer("\r", " ", "\n", " ").Replace(ws.Err.Error())
 	}
+	du := st.DiskUsage()
 	return []string{
 		"loading:0",
+		// Redis's field when AOF is on: the data directory's size.
+		fmt.Sprintf("aof_current_size:%d", du),
 		"persistence_mode:pebble",
 		"data_dir:" + cfg.DataDir,
 		"fsync:" + ws.Mode.String(),
@@ -681,7 +684,7 @@ func persistenceInfo(cfg Config, w *persistence.Writer, st persistence.Store, lo
 		fmt.Sprintf("keys_loaded:%d", loaded.Keys),
 		fmt.Sprintf("expired_dropped_at_load:%d", loaded.Expired),
 		fmt.Sprintf("load_time_usec:%d", loaded.Duration.Microseconds()),
-		fmt.Sprintf("disk_usage_bytes:%d", st.DiskUsage()),
+		fmt.Sprintf("disk_usage_bytes:%d", du),
 	}
 }
 
