@@ -463,7 +463,7 @@ func cmdInfo(x *ctx) {
 	// cellserver does not have (forks, RDB, AOF rewrites, scripting,
 	// defragmentation, I/O threads): info_test.go lists them, with why.
 	if show("server", true) {
-		hz := int64(time.Second / s.sweepInt)
+		hz := max(int64(time.Second/s.sweepInt), 1) // active expiry runs hz times a second
 		section("Server",
 			"redis_version:"+redisCompatVers,
 			"redis_git_sha1:00000000",
