@@ -40,6 +40,7 @@ type client struct {
 	multiBad   bool // a command failed to queue: EXEC aborts
 	queue      []queued
 	queueBytes int64        // queuedSize of queue
+	multiMem   atomic.Int64 // queueBytes, read by CLIENT LIST
 	multiSeen  atomic.Int32 // queued commands, -1 outside MULTI; read by CLIENT LIST
 
 	mu      sync.Mutex // guards name, libName, libVer
@@ -64,6 +65,7 @@ func (cl *client) resetMulti() {
 	cl.multiBad = false
 	cl.queue = nil
 	cl.queueBytes = 0
+	cl.multiMem.Store(0)
 }
 
 // ctx is the execution context of one command. Reply helpers append to the

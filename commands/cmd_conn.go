@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/cellserver/cellserver/resp"
 )
@@ -103,16 +104,23 @@ func cmdAuth(x *ctx) {
 }
 
 // HELLO [protover [AUTH username password] [SETNAME clientname]]
-// Only RESP2 is spoken; HELLO 3 gets -NOPROTO, so clients fall back.
+// Only RESP2 is spoken; HELLO 3 gets -NOPROTO, so clients fall back. The
+// checks come in Redis's order (networking.c helloCommand): the version's
+// range, the options' syntax, AUTH, then NOAUTH for a client that has not
+// authenticated; only then does HELLO 3 get NOPROTO, which Redis would
+// answer by switching protocols. A HELLO answered with an error changes
+// nothing.
 func cmdHello(x *ctx) {
 	args := x.args[1:]
+	var v int64
 	if len(args) > 0 {
-		v, ok := parseRedisInt(args[0])
+		var ok bool
+		v, ok = parseRedisInt(args[0])
 		if !ok {
 			x.errorReply(msgProtoNotInt)
 			return
 		}
-		if v != 2 {
+		if v != 2 && v != 3 {
 			x.errorReply(msgNoProto)
 			return
 		}
@@ -138,11 +146,16 @@ func cmdHello(x *ctx) {
 			x.errorReply(msgWrongPass)
 			return
 		}
-		x.cl.setAuthed(true)
-	}
-	if !x.cl.authed {
+	} else if !x.cl.authed {
 		x.errorReply(msgHelloNoAuth)
 		return
+	}
+	if v == 3 {
+		x.errorReply(msgNoProto) // RESP3 is not spoken yet
+		return
+	}
+	if pass != nil {
+		x.cl.setAuthed(true)
 	}
 	if name != nil {
 		if !validClientName(name) {
@@ -167,7 +180,7 @@ func cmdHello(x *ctx) {
 	x.bulkStr("role")
 	x.bulkStr("master")
 	x.bulkStr("modules")
-	x.array(0)
+	x.loadedModules()
 }
 
 // validClientName is Redis's rule: printable ASCII without spaces.
@@ -269,7 +282,7 @@ func cmdClientList(x *ctx) {
 	}
 	if ids == nil {
 		n.Range(func(c *resp.Conn) bool {
-			writeClientInfo(&b, c, now)
+			writeClientInfo(&b, c, now, x)
 			return true
 		})
 		x.bulkStr(b.String())
@@ -282,7 +295,7 @@ func cmdClientList(x *ctx) {
 	})
 	for _, id := range ids {
 		if c := byID[id]; c != nil {
-			writeClientInfo(&b, c, now)
+			writeClientInfo(&b, c, now, x)
 		}
 	}
 	x.bulkStr(b.String())
@@ -290,12 +303,30 @@ func cmdClientList(x *ctx) {
 
 func cmdClientInfo(x *ctx) {
 	var b strings.Builder
-	writeClientInfo(&b, x.c, time.Now())
+	writeClientInfo(&b, x.c, time.Now(), x)
 	x.bulkStr(b.String())
 }
 
-// writeClientInfo writes one CLIENT LIST line in Redis 7's field order.
-func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time) {
+// connMem is what a connection costs beyond its buffers, for tot-mem: the
+// connection's and the client's structures.
+const connMem = int(unsafe.Sizeof(resp.Conn{})) + int(unsafe.Sizeof(client{}))
+
+// writeClientInfo writes one CLIENT LIST line in Redis 7's field order. x
+// is the command asking: its own connection's line shows the command's
+// arguments (argv-mem) and the replies of the commands before it in the
+// batch (obl, omem), as Redis shows them. Another connection, idle between
+// commands as Redis's always are while one runs, shows argv-mem=0 and the
+// reply bytes being written.
+//
+// Memory fields: qbuf is the input buffered, qbuf-free the rest of the
+// input buffer; multi-mem is what MULTI has queued (arguments plus 24
+// bytes each, as --multi-max-bytes counts); rbs is the reply buffer's
+// size, and rbp too (cellserver keeps no peak). cellserver keeps pending
+// replies in one buffer; they are shown as Redis would hold the same
+// bytes: the first 16 KiB in its reply buffer (obl), the rest in a list
+// of 16 KiB blocks (oll blocks, omem bytes). tot-mem adds the buffers, the
+// arguments and the connection's own structures.
+func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 	cl, _ := c.Context().(*client)
 	if cl == nil {
 		return
@@ -320,6 +351,23 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time) {
 	if idle < 0 {
 		idle = 0
 	}
+	qbuf := c.QueryBufLen()
+	qbufFree := max(c.QueryBufCap()-qbuf, 0)
+	argvMem, obl, rbs := 0, c.OutLen(), c.OutCap()
+	if c == x.c {
+		for _, a := range x.args {
+			argvMem += len(a)
+		}
+		obl, rbs = len(c.Out), cap(c.Out)
+	}
+	obl, oll, omem := splitPending(obl)
+	multiMem := int(cl.multiMem.Load())
+	totMem := connMem + qbuf + qbufFree + argvMem + multiMem + rbs
+	events := "r"
+	if c.OutLen() > 0 {
+		events = "rw"
+	}
+	itoa := strconv.Itoa
 	fields := []string{
 		"id=" + strconv.FormatInt(c.ID(), 10),
 		"addr=" + c.RemoteAddr(),
@@ -332,11 +380,17 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time) {
 		"db=" + strconv.Itoa(int(cl.db.Load())),
 		"sub=0", "psub=0", "ssub=0",
 		"multi=" + strconv.Itoa(int(multi)),
-		"qbuf=" + strconv.Itoa(c.QueryBufLen()),
-		"qbuf-free=0", "argv-mem=0", "multi-mem=0", "rbs=0", "rbp=0",
-		"obl=0", "oll=0",
-		"omem=" + strconv.Itoa(c.OutLen()),
-		"tot-mem=0", "events=r",
+		"qbuf=" + itoa(qbuf),
+		"qbuf-free=" + itoa(qbufFree),
+		"argv-mem=" + itoa(argvMem),
+		"multi-mem=" + itoa(multiMem),
+		"rbs=" + itoa(rbs),
+		"rbp=" + itoa(rbs),
+		"obl=" + itoa(obl),
+		"oll=" + itoa(oll),
+		"omem=" + itoa(omem),
+		"tot-mem=" + itoa(totMem),
+		"events=" + events,
 		"cmd=" + cmd,
 		"user=default", "redir=-1", "resp=2",
 		"lib-name=" + libName,
@@ -344,6 +398,19 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time) {
 	}
 	b.WriteString(strings.Join(fields, " "))
 	b.WriteByte('\n')
+}
+
+// replyChunk is Redis's PROTO_REPLY_CHUNK_BYTES: the size of its reply
+// buffer and of the blocks of its reply list.
+const replyChunk = 16 << 10
+
+// splitPending shows pending reply bytes as Redis would hold them: obl in
+// the reply buffer, the rest in oll list blocks of omem bytes.
+func splitPending(n int) (obl, oll, omem int) {
+	obl = min(n, replyChunk)
+	omem = n - obl
+	oll = (omem + replyChunk - 1) / replyChunk
+	return obl, oll, omem
 }
 
 func cmdMulti(x *ctx) {
@@ -405,6 +472,7 @@ func (s *Server) enqueue(cl *client, sp *Spec, args [][]byte) string {
 		return msgMultiQueueBytes
 	}
 	cl.queueBytes += size
+	cl.multiMem.Store(cl.queueBytes)
 	cl.queue = append(cl.queue, queued{spec: sp, args: copyArgs(args)})
 	cl.multiSeen.Store(int32(len(cl.queue)))
 	return ""

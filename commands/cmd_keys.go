@@ -44,6 +44,7 @@ func cmdGet(x *ctx) {
 	x.lock(sh)
 	defer x.unlock(sh)
 	v := sh.Peek(key, x.clockMS())
+	x.s.lookedUp(v != nil)
 	if v == nil {
 		x.null()
 		return
@@ -221,7 +222,9 @@ func cmdExists(x *ctx) {
 	for _, key := range x.args[1:] {
 		sh := db.Shard(key)
 		x.lock(sh)
-		if sh.Peek(key, now) != nil {
+		found := sh.Peek(key, now) != nil
+		x.s.lookedUp(found)
+		if found {
 			n++
 		}
 		x.unlock(sh)
@@ -235,6 +238,7 @@ func cmdType(x *ctx) {
 	x.lock(sh)
 	defer x.unlock(sh)
 	v := sh.Peek(key, x.clockMS())
+	x.s.lookedUp(v != nil)
 	if v == nil {
 		x.status("none")
 		return
@@ -252,6 +256,7 @@ func ttlReply(x *ctx, ms bool) {
 	defer x.unlock(sh)
 	now := x.clockMS()
 	v := sh.Peek(key, now)
+	x.s.lookedUp(v != nil)
 	switch {
 	case v == nil:
 		x.int(-2)

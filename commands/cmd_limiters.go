@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -424,6 +425,7 @@ func cmdPeek(x *ctx) {
 	defer x.unlock(sh)
 	now := x.clockNS()
 	cur := sh.Peek(key, floorDiv(now, 1e6))
+	x.s.lookedUp(cur != nil)
 	tat, msg := storedTAT(cur)
 	if msg != "" {
 		x.errorReply(msg)
@@ -675,6 +677,7 @@ func cmdLimiterInfo(x *ctx) {
 	now := x.clockNS()
 	nowMS := floorDiv(now, 1e6)
 	v := sh.Peek(key, nowMS)
+	x.s.lookedUp(v != nil)
 	if v == nil {
 		x.nullArray()
 		return
@@ -692,7 +695,11 @@ func cmdLimiterInfo(x *ctx) {
 	case keyspace.KindString:
 		f = []field{{"kind", "string"}, {"bytes", int64(len(v.Obj.([]byte)))}}
 	case keyspace.KindGCRA:
-		f = []field{{"kind", "gcra"}, {"tat_ns", int64(v.N)}, {"tat_in_ms", floorDiv(int64(v.N)-now, 1e6)}}
+		// tat_ns is a bulk string of decimal digits: nanoseconds since
+		// the epoch (about 1.8e18) are past 2^53, so a JavaScript client
+		// would round an integer reply. Every other figure is a count or
+		// milliseconds, exact as integers.
+		f = []field{{"kind", "gcra"}, {"tat_ns", strconv.FormatInt(int64(v.N), 10)}, {"tat_in_ms", floorDiv(int64(v.N)-now, 1e6)}}
 	case keyspace.KindFixed:
 		f = []field{{"kind", "fixed"}, {"window_start_ms", v.M / 1e6}, {"count", int64(v.N)}}
 	case keyspace.KindSliding:

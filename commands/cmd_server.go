@@ -1,15 +1,18 @@
 package commands
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"runtime"
 	"runtime/metrics"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/resp"
 )
 
 // COMMAND with no subcommand: the info of every top-level command.
@@ -348,11 +351,26 @@ func cmdCommandHelp(x *ctx) {
 }
 
 // CONFIG GET parameter [parameter ...]: a read-only view of the effective
-// configuration, as a flat list of name/value pairs.
+// configuration, as a flat list of name/value pairs. As Redis 7.0's
+// configGetCommand: a parameter without glob characters ([*?) is looked up
+// ignoring case and echoed as the caller typed it (CONFIG GET MAXCLIENTS
+// answers "MAXCLIENTS"); a pattern matches ignoring case and answers the
+// canonical lower-case names; each setting appears once. Redis lists the
+// matches in its hash table's order, which changes with every process;
+// cellserver lists them in argument order, a pattern's in table order.
 func cmdConfigGet(x *ctx) {
 	var out []Setting
 	seen := map[string]bool{}
 	for _, pat := range x.args[2:] {
+		if !bytes.ContainsAny(pat, "[*?") {
+			for _, st := range x.s.settings {
+				if !seen[st.Name] && strings.EqualFold(st.Name, string(pat)) {
+					seen[st.Name] = true
+					out = append(out, Setting{Name: string(pat), Value: st.Value})
+				}
+			}
+			continue
+		}
 		for _, st := range x.s.settings {
 			if !seen[st.Name] && globMatch(pat, []byte(st.Name), true) {
 				seen[st.Name] = true
@@ -440,74 +458,204 @@ func cmdInfo(x *ctx) {
 		rs := n.Stats()
 		st = netStats{rs.ConnectedClients, rs.TotalConnections, rs.RejectedConnections, rs.ProtocolErrors, rs.NetInputBytes, rs.NetOutputBytes}
 	}
+	// Each section has Redis 7.0's fields in Redis's order, then
+	// cellserver's own. The Redis fields left out describe mechanisms
+	// cellserver does not have (forks, RDB, AOF rewrites, scripting,
+	// defragmentation, I/O threads): info_test.go lists them, with why.
 	if show("server", true) {
+		hz := max(int64(time.Second/s.sweepInt), 1) // active expiry runs hz times a second
 		section("Server",
 			"redis_version:"+redisCompatVers,
-			"cellserver_version:"+s.version,
+			"redis_git_sha1:00000000",
+			"redis_git_dirty:0",
+			"redis_build_id:"+buildID(s.version),
 			"redis_mode:standalone",
-			"os:"+runtime.GOOS,
-			"arch_bits:64",
-			"go_version:"+runtime.Version(),
+			"os:"+osName(),
+			fmt.Sprintf("arch_bits:%d", strconv.IntSize),
+			"monotonic_clock:POSIX clock_gettime",
+			"multiplexing_api:"+multiplexingAPI(),
+			"gcc_version:0.0.0", // Redis's value when not built by GCC
 			fmt.Sprintf("process_id:%d", os.Getpid()),
+			"process_supervised:no",
+			"run_id:"+s.runID,
 			"tcp_port:"+s.setting("port"),
+			fmt.Sprintf("server_time_usec:%d", s.clock().UnixMicro()),
 			fmt.Sprintf("uptime_in_seconds:%d", uptime),
 			fmt.Sprintf("uptime_in_days:%d", uptime/86400),
+			fmt.Sprintf("hz:%d", hz),
+			fmt.Sprintf("configured_hz:%d", hz),
+			fmt.Sprintf("lru_clock:%d", lruClock(now)),
 			"executable:"+executable(),
+			"config_file:"+s.configFile,
+			"cellserver_version:"+s.version,
+			"go_version:"+runtime.Version(),
 		)
 	}
 	if show("clients", true) {
+		var maxIn, maxOut int
+		if n := s.net.Load(); n != nil {
+			n.Range(func(c *resp.Conn) bool {
+				maxIn, maxOut = max(maxIn, c.QueryBufLen()), max(maxOut, c.OutLen())
+				return true
+			})
+		}
 		section("Clients",
 			fmt.Sprintf("connected_clients:%d", st.connected),
+			"cluster_connections:0",
 			"maxclients:"+s.setting("maxclients"),
+			fmt.Sprintf("client_recent_max_input_buffer:%d", maxIn),
+			fmt.Sprintf("client_recent_max_output_buffer:%d", maxOut),
 			"blocked_clients:0",
+			"tracking_clients:0",
+			"clients_in_timeout_table:0",
 		)
 	}
 	if show("memory", true) {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		mem := s.ks.Memory()
+		used := int64(ms.HeapAlloc)
+		s.notePeak(used)
+		peak := s.inst.peakMemory.Load()
+		rss := processRSS(int64(ms.Sys))
+		dataset := min(mem.Used, used)
+		startup := s.inst.startupMemory
+		active := int64(ms.HeapInuse)
+		resident := int64(ms.HeapSys - ms.HeapReleased)
+		var clientMem int64
+		if n := s.net.Load(); n != nil {
+			n.Range(func(c *resp.Conn) bool {
+				clientMem += int64(c.QueryBufLen() + c.OutLen())
+				return true
+			})
+		}
 		section("Memory",
-			fmt.Sprintf("used_memory:%d", ms.HeapAlloc),
-			fmt.Sprintf("used_memory_rss:%d", ms.Sys),
-			fmt.Sprintf("used_memory_peak:%d", ms.HeapSys),
-			fmt.Sprintf("keyspace_memory:%d", mem.Used),
+			fmt.Sprintf("used_memory:%d", used),
+			"used_memory_human:"+bytesToHuman(used),
+			fmt.Sprintf("used_memory_rss:%d", rss),
+			"used_memory_rss_human:"+bytesToHuman(rss),
+			fmt.Sprintf("used_memory_peak:%d", peak),
+			"used_memory_peak_human:"+bytesToHuman(peak),
+			fmt.Sprintf("used_memory_peak_perc:%.2f%%", 100*ratio(used, peak)),
+			fmt.Sprintf("used_memory_overhead:%d", used-dataset),
+			fmt.Sprintf("used_memory_startup:%d", startup),
+			fmt.Sprintf("used_memory_dataset:%d", dataset),
+			fmt.Sprintf("used_memory_dataset_perc:%.2f%%", 100*ratio(dataset, max(used-startup, 1))),
+			fmt.Sprintf("allocator_allocated:%d", used),
+			fmt.Sprintf("allocator_active:%d", active),
+			fmt.Sprintf("allocator_resident:%d", resident),
+			fmt.Sprintf("total_system_memory:%d", totalSystemMemory()),
+			"total_system_memory_human:"+bytesToHuman(totalSystemMemory()),
 			fmt.Sprintf("maxmemory:%d", mem.MaxMemory),
+			"maxmemory_human:"+bytesToHuman(mem.MaxMemory),
 			"maxmemory_policy:"+map[keyspace.Policy]string{keyspace.AllKeysLRU: "allkeys-lru", keyspace.NoEviction: "noeviction"}[mem.Policy],
+			fmt.Sprintf("allocator_frag_ratio:%.2f", ratio(active, used)),
+			fmt.Sprintf("allocator_frag_bytes:%d", active-used),
+			fmt.Sprintf("allocator_rss_ratio:%.2f", ratio(resident, active)),
+			fmt.Sprintf("allocator_rss_bytes:%d", resident-active),
+			fmt.Sprintf("rss_overhead_ratio:%.2f", ratio(rss, resident)),
+			fmt.Sprintf("rss_overhead_bytes:%d", rss-resident),
+			fmt.Sprintf("mem_fragmentation_ratio:%.2f", ratio(rss, used)),
+			fmt.Sprintf("mem_fragmentation_bytes:%d", rss-used),
+			"mem_not_counted_for_evict:0",
+			"mem_replication_backlog:0",
+			"mem_total_replication_buffers:0",
+			"mem_clients_slaves:0",
+			fmt.Sprintf("mem_clients_normal:%d", clientMem),
+			"mem_cluster_links:0",
+			"mem_aof_buffer:0",
+			"mem_allocator:go",
+			fmt.Sprintf("keyspace_memory:%d", mem.Used),
 			fmt.Sprintf("go_gc_cycles:%d", ms.NumGC),
 			fmt.Sprintf("go_heap_live:%d", heapLive()),
 			fmt.Sprintf("go_heap_goal:%d", ms.NextGC),
 		)
 	}
 	if show("persistence", true) {
-		lines := []string{"loading:0", "persistence_mode:none"}
+		// aof_enabled as CONFIG GET appendonly: the data directory is
+		// written behind every change, as an append-only file would be.
+		status := "ok"
+		if s.writeErr != nil && s.writeErr() != nil {
+			status = "err"
+		}
+		lines := []string{"loading:0", "async_loading:0",
+			fmt.Sprintf("aof_enabled:%d", map[bool]int{false: 0, true: 1}[s.persistInfo != nil]),
+			"aof_last_write_status:" + status}
 		if s.persistInfo != nil {
-			lines = s.persistInfo()
+			for _, l := range s.persistInfo() {
+				if !strings.HasPrefix(l, "loading:") {
+					lines = append(lines, l)
+				}
+			}
+		} else {
+			lines = append(lines, "persistence_mode:none")
 		}
 		section("Persistence", lines...)
 	}
 	if show("stats", true) {
 		var expiredKeys = s.expired.Load()
+		s.inst.mu.Lock()
+		ops, inKbps, outKbps := s.inst.ops.rate(), s.inst.in.rate()/1024, s.inst.out.rate()/1024
+		s.inst.mu.Unlock()
 		section("Stats",
 			fmt.Sprintf("total_connections_received:%d", st.total),
 			fmt.Sprintf("total_commands_processed:%d", s.cmdsTotal.Load()),
+			fmt.Sprintf("instantaneous_ops_per_sec:%d", int64(ops)),
 			fmt.Sprintf("total_net_input_bytes:%d", st.in),
 			fmt.Sprintf("total_net_output_bytes:%d", st.out),
+			"total_net_repl_input_bytes:0",
+			"total_net_repl_output_bytes:0",
+			fmt.Sprintf("instantaneous_input_kbps:%.2f", inKbps),
+			fmt.Sprintf("instantaneous_output_kbps:%.2f", outKbps),
+			"instantaneous_input_repl_kbps:0.00",
+			"instantaneous_output_repl_kbps:0.00",
 			fmt.Sprintf("rejected_connections:%d", st.rejected),
+			"sync_full:0",
+			"sync_partial_ok:0",
+			"sync_partial_err:0",
 			fmt.Sprintf("expired_keys:%d", expiredKeys),
+			fmt.Sprintf("expire_cycle_cpu_milliseconds:%d", s.expireNS.Load()/1e6),
 			fmt.Sprintf("evicted_keys:%d", s.ks.Memory().Evicted),
-			fmt.Sprintf("oom_refusals:%d", s.oomRefusals.Load()),
+			fmt.Sprintf("keyspace_hits:%d", s.keyspaceHits.Load()),
+			fmt.Sprintf("keyspace_misses:%d", s.keyspaceMisses.Load()),
+			"pubsub_channels:0",
+			"pubsub_patterns:0",
+			"pubsubshard_channels:0",
+			"tracking_total_keys:0",
+			"tracking_total_items:0",
+			"tracking_total_prefixes:0",
+			"unexpected_error_replies:0",
 			fmt.Sprintf("total_error_replies:%d", s.totalErrors()),
+			fmt.Sprintf("oom_refusals:%d", s.oomRefusals.Load()),
 			fmt.Sprintf("protocol_errors:%d", st.protoErrs),
 		)
 	}
 	if show("replication", true) {
-		section("Replication", "role:master", "connected_slaves:0")
+		section("Replication",
+			"role:master",
+			"connected_slaves:0",
+			"master_failover_state:no-failover",
+			"master_replid:"+s.replID,
+			"master_replid2:0000000000000000000000000000000000000000",
+			"master_repl_offset:0",
+			"second_repl_offset:-1",
+			"repl_backlog_active:0",
+			"repl_backlog_size:0",
+			"repl_backlog_first_byte_offset:0",
+			"repl_backlog_histlen:0",
+		)
 	}
 	if show("cpu", true) {
-		section("CPU", fmt.Sprintf("go_goroutines:%d", runtime.NumGoroutine()))
+		user, sys, childUser, childSys := cpuTimes()
+		section("CPU",
+			"used_cpu_sys:"+cpuSeconds(sys),
+			"used_cpu_user:"+cpuSeconds(user),
+			"used_cpu_sys_children:"+cpuSeconds(childSys),
+			"used_cpu_user_children:"+cpuSeconds(childUser),
+			fmt.Sprintf("go_goroutines:%d", runtime.NumGoroutine()))
 	}
 	if show("modules", true) {
-		section("Modules", "module:name=redis-cell,ver=1,api=1,filters=0,usedby=[],using=[],options=[]")
+		section("Modules", fmt.Sprintf("module:name=%s,ver=%d,api=1,filters=0,usedby=[],using=[],options=[]", cellModuleName, cellModuleVer))
 	}
 	if show("commandstats", false) {
 		var lines []string

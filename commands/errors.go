@@ -33,6 +33,8 @@ const (
 	msgConfigSetRO   = "ERR CONFIG SET is not supported: cellserver's configuration is read-only at run time"
 	msgNoAuthNeeded  = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
 	msgLatencyGraph  = "ERR No samples available for event '%s'"
+	// MODULE LOAD, LOADEX and UNLOAD: %s is the subcommand, upper-cased.
+	msgModuleBuiltIn = "ERR MODULE %s is not supported: cellserver loads no modules; redis-cell's commands are built in (MODULE LIST)"
 
 	// CL.THROTTLE, exactly as redis-cell 0.5.0 sends them (no ERR code).
 	cellPrefix        = "Cell error: Store error: "

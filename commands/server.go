@@ -82,6 +82,9 @@ type Config struct {
 	// DefaultMultiMaxCommands and DefaultMultiMaxBytes.
 	MultiMaxCommands int
 	MultiMaxBytes    int64
+	// ConfigFile is the configuration file the settings were read from,
+	// if any (INFO server config_file).
+	ConfigFile string
 }
 
 // Durability is what the persistence write path offers for group commit.
@@ -134,6 +137,17 @@ type Server struct {
 	expired     atomic.Int64 // keys removed by the active sweep
 	oomRefusals atomic.Int64 // commands refused for lack of memory
 	cmdsTotal   atomic.Int64
+
+	// INFO: run_id and master_replid (random per process), read-command
+	// lookups that found their key or not (keyspace_hits, _misses), time
+	// spent in active expiry (expire_cycle_cpu_milliseconds) and the
+	// sampled instantaneous figures.
+	runID, replID  string
+	configFile     string
+	keyspaceHits   atomic.Int64
+	keyspaceMisses atomic.Int64
+	expireNS       atomic.Int64
+	inst           instStats
 
 	// passDigest is the SHA-256 of password, which AUTH compares with.
 	passDigest [sha256.Size]byte
@@ -212,7 +226,12 @@ func New(cfg Config) (*Server, error) {
 		errStats:    make(map[string]int64),
 		multiMax:    cfg.MultiMaxCommands,
 		multiBytes:  cfg.MultiMaxBytes,
+		runID:       newRunID(),
+		replID:      newRunID(),
+		configFile:  absPath(cfg.ConfigFile),
 	}
+	s.inst.startupMemory = heapObjects()
+	s.notePeak(s.inst.startupMemory)
 	s.passDigest = sha256.Sum256([]byte(cfg.Password))
 	s.slowlog = slowlog{slowerThan: cfg.SlowlogSlowerThan, maxLen: cfg.SlowlogMaxLen}
 	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock)
@@ -263,6 +282,7 @@ func (s *Server) Run(ctx context.Context) {
 			return
 		case <-t.C:
 			s.SweepOnce()
+			s.sample()
 		}
 	}
 }
@@ -270,9 +290,23 @@ func (s *Server) Run(ctx context.Context) {
 // SweepOnce runs one bounded active-expiry pass and returns the number of
 // keys it removed.
 func (s *Server) SweepOnce() int {
+	start := time.Now()
 	n := s.ks.Sweep(unixMilli(s.clock()), keyspace.SweepConfig{PerShard: 10, Rounds: 4})
+	s.expireNS.Add(int64(time.Since(start)))
 	s.expired.Add(int64(n))
 	return n
+}
+
+// lookedUp counts a read command's key lookup for INFO's keyspace_hits and
+// keyspace_misses (Redis counts them in lookupKeyRead: GET, EXISTS, TYPE,
+// TTL and the like; writes such as CL.THROTTLE count neither, as a module
+// that opens its key for writing counts neither in Redis).
+func (s *Server) lookedUp(found bool) {
+	if found {
+		s.keyspaceHits.Add(1)
+	} else {
+		s.keyspaceMisses.Add(1)
+	}
 }
 
 // Open implements resp.Handler.

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -156,7 +157,16 @@ func parseState(c class, cmds []*redis.Cmd, sendMS, ackMS int64) (state, error) 
 		if !ok {
 			return state{}, fmt.Errorf("CL.INFO: field name %v", arr[i])
 		}
-		switch v := arr[i+1].(type) {
+		val := arr[i+1]
+		if s, ok := val.(string); ok && name == "tat_ns" {
+			// A bulk string of digits, so JavaScript clients read it exactly.
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return state{}, fmt.Errorf("CL.INFO: tat_ns %q: %w", s, err)
+			}
+			val = n
+		}
+		switch v := val.(type) {
 		case string:
 			if name != "kind" {
 				return state{}, fmt.Errorf("CL.INFO: field %s = %q", name, v)

@@ -52,6 +52,8 @@ type Conn struct {
 	state      atomic.Int32
 	lastActive atomic.Int64 // Unix nanoseconds
 	qbuf       atomic.Int64
+	qbufCap    atomic.Int64 // bytes allocated for input (QueryBufCap)
+	outCap     atomic.Int64 // bytes allocated for replies (OutCap)
 	outLen     atomic.Int64
 	netIn      atomic.Int64
 	netOut     atomic.Int64
@@ -94,6 +96,16 @@ func (c *Conn) LastActive() time.Time { return time.Unix(0, c.lastActive.Load())
 // QueryBufLen returns the number of input bytes buffered and not yet
 // consumed, as of the last read or batch end (Redis CLIENT LIST qbuf).
 func (c *Conn) QueryBufLen() int { return int(c.qbuf.Load()) }
+
+// QueryBufCap returns the bytes allocated for the client's input, used or
+// free, as of the last read or batch end (Redis CLIENT LIST qbuf plus
+// qbuf-free). It may be called from any goroutine.
+func (c *Conn) QueryBufCap() int { return int(c.qbufCap.Load()) }
+
+// OutCap returns the bytes allocated for the client's replies as of the
+// end of its last batch (Redis CLIENT LIST rbs). It may be called from any
+// goroutine.
+func (c *Conn) OutCap() int { return int(c.outCap.Load()) }
 
 // OutLen returns the number of reply bytes being written, which is zero
 // unless a write to the client is in progress (Redis CLIENT LIST omem, in
@@ -264,7 +276,8 @@ func (c *Conn) serve() {
 		if cap(c.Out) > maxRetainedBuf {
 			c.Out = nil
 		}
-		c.qbuf.Store(int64(c.rd.buffered()))
+		c.outCap.Store(int64(cap(c.Out)))
+		c.noteQueryBuf()
 		if c.closeAfter {
 			return
 		}
@@ -299,9 +312,16 @@ func (c *Conn) read() (int, error) {
 		c.reads++
 		c.netIn.Add(int64(n))
 		c.lastActive.Store(time.Now().UnixNano())
-		c.qbuf.Store(int64(c.rd.buffered()))
+		c.noteQueryBuf()
 	}
 	return n, err
+}
+
+// noteQueryBuf records the input buffer's use and size for QueryBufLen
+// and QueryBufCap.
+func (c *Conn) noteQueryBuf() {
+	c.qbuf.Store(int64(c.rd.buffered()))
+	c.qbufCap.Store(int64(len(c.rd.buf)))
 }
 
 // beforeWrite runs the Handler's BeforeWrite, if it has one; on error the

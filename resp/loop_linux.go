@@ -361,7 +361,7 @@ func (l *loop) event(c *Conn) {
 		c.reads++
 		c.netIn.Add(int64(n))
 		c.lastActive.Store(l.now)
-		c.qbuf.Store(int64(c.rd.buffered()))
+		c.noteQueryBuf()
 		l.serve(c)
 		return
 	}
@@ -389,7 +389,7 @@ func (l *loop) serve(c *Conn) {
 		}
 		c.reads++ // as after a wait for the client (see Conn.Batch)
 	}
-	c.qbuf.Store(int64(c.rd.buffered()))
+	c.noteQueryBuf()
 	if c.killed.Load() {
 		l.close(c)
 		return
@@ -493,6 +493,7 @@ func (l *loop) done(c *Conn) {
 	if cap(c.Out) > maxRetainedBuf {
 		c.Out = nil
 	}
+	c.outCap.Store(int64(cap(c.Out)))
 	if c.closeAfter {
 		l.close(c)
 		return

@@ -141,6 +141,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Version is reported by INFO and --version.
 	Version string
+	// ConfigFile is the file the configuration was read from, if any
+	// (INFO server config_file).
+	ConfigFile string
 }
 
 // Defaults for Config's zero values.
@@ -458,6 +461,7 @@ func New(cfg Config) (*Server, error) {
 		Loopback:           cfg.Loopback,
 		MultiMaxCommands:   cfg.MultiMaxCommands,
 		MultiMaxBytes:      cfg.MultiMaxBytes,
+		ConfigFile:         cfg.ConfigFile,
 	})
 	if err != nil {
 		return nil, err
@@ -667,8 +671,11 @@ func persistenceInfo(cfg Config, w *persistence.Writer, st persistence.Store, lo
 	if ws.Err != nil {
 		status, lastErr = "err", strings.NewReplacer("\r", " ", "\n", " ").Replace(ws.Err.Error())
 	}
+	du := st.DiskUsage()
 	return []string{
 		"loading:0",
+		// Redis's field when AOF is on: the data directory's size.
+		fmt.Sprintf("aof_current_size:%d", du),
 		"persistence_mode:pebble",
 		"data_dir:" + cfg.DataDir,
 		"fsync:" + ws.Mode.String(),
@@ -685,7 +692,7 @@ func persistenceInfo(cfg Config, w *persistence.Writer, st persistence.Store, lo
 		fmt.Sprintf("keys_loaded:%d", loaded.Keys),
 		fmt.Sprintf("expired_dropped_at_load:%d", loaded.Expired),
 		fmt.Sprintf("load_time_usec:%d", loaded.Duration.Microseconds()),
-		fmt.Sprintf("disk_usage_bytes:%d", st.DiskUsage()),
+		fmt.Sprintf("disk_usage_bytes:%d", du),
 	}
 }
 

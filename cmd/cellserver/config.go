@@ -234,6 +234,7 @@ func loadConfig(args []string, env func(string) string, stdout, stderr io.Writer
 	if path != "" {
 		fileVals, ferrs := readConfigFile(path)
 		errs = append(errs, ferrs...)
+		cfg.ConfigFile = path // INFO config_file
 		for k, v := range fileVals {
 			final[k], source[k] = v, "config file "+path
 		}

@@ -88,6 +88,7 @@ func TestPrecedence(t *testing.T) {
 		{"addr: file beats default", cfg.Addr, "127.0.0.1:7000"},
 		{"requirepass: quoted file value", cfg.Password, "from file"},
 		{"log-level: file", cfg.LogLevel, "warn"},
+		{"config file: for INFO config_file", cfg.ConfigFile, file},
 		{"databases: default", cfg.Databases, 16},
 		{"proto-max-bulk-len: default with unit", cfg.MaxBulkLen, int64(16 << 20)},
 	} {
