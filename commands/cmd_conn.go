@@ -166,7 +166,7 @@ func cmdHello(x *ctx) {
 		x.cl.name = string(name)
 		x.cl.mu.Unlock()
 	}
-	x.array(14)
+	x.mapLen(7)
 	x.bulkStr("server")
 	x.bulkStr("redis")
 	x.bulkStr("version")
@@ -254,7 +254,7 @@ func cmdClientList(x *ctx) {
 		switch strings.ToLower(string(args[1])) {
 		case "normal": // every cellserver client is a normal one
 		case "master", "replica", "slave", "pubsub":
-			x.bulkStr("") // cellserver has only normal clients
+			x.verbatim("") // cellserver has only normal clients
 			return
 		default:
 			x.errorReply(strings.Replace(msgClientType, "%s", cstr(args[1]), 1))
@@ -277,7 +277,7 @@ func cmdClientList(x *ctx) {
 	now := time.Now()
 	n := x.s.net.Load()
 	if n == nil {
-		x.bulkStr("")
+		x.verbatim("")
 		return
 	}
 	if ids == nil {
@@ -285,7 +285,7 @@ func cmdClientList(x *ctx) {
 			writeClientInfo(&b, c, now, x)
 			return true
 		})
-		x.bulkStr(b.String())
+		x.verbatim(b.String())
 		return
 	}
 	byID := map[int64]*resp.Conn{}
@@ -298,13 +298,13 @@ func cmdClientList(x *ctx) {
 			writeClientInfo(&b, c, now, x)
 		}
 	}
-	x.bulkStr(b.String())
+	x.verbatim(b.String())
 }
 
 func cmdClientInfo(x *ctx) {
 	var b strings.Builder
 	writeClientInfo(&b, x.c, time.Now(), x)
-	x.bulkStr(b.String())
+	x.verbatim(b.String())
 }
 
 // connMem is what a connection costs beyond its buffers, for tot-mem: the
@@ -368,6 +368,10 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 		events = "rw"
 	}
 	itoa := strconv.Itoa
+	proto := "2"
+	if cl.resp3.Load() {
+		proto = "3"
+	}
 	fields := []string{
 		"id=" + strconv.FormatInt(c.ID(), 10),
 		"addr=" + c.RemoteAddr(),
@@ -392,7 +396,7 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 		"tot-mem=" + itoa(totMem),
 		"events=" + events,
 		"cmd=" + cmd,
-		"user=default", "redir=-1", "resp=2",
+		"user=default", "redir=-1", "resp=" + proto,
 		"lib-name=" + libName,
 		"lib-ver=" + libVer,
 	}

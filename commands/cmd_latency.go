@@ -21,7 +21,7 @@ const latencyDoctorOff = "I'm sorry, Dave, I can't do that. Latency monitoring i
 	"You may use \"CONFIG SET latency-monitor-threshold <milliseconds>.\" in order to enable it. " +
 	"If we weren't in a deep space mission I'd suggest to take a look at https://redis.io/topics/latency-monitor.\n"
 
-func cmdLatencyDoctor(x *ctx) { x.bulkStr(latencyDoctorOff) }
+func cmdLatencyDoctor(x *ctx) { x.verbatim(latencyDoctorOff) }
 
 // LATENCY GRAPH <event>: no event has samples.
 func cmdLatencyGraph(x *ctx) {
@@ -96,14 +96,14 @@ func cmdLatencyHistogram(x *ctx) {
 			out = append(out, h)
 		}
 	}
-	x.array(2 * len(out))
+	x.mapLen(len(out))
 	for _, h := range out {
 		x.bulkStr(h.name)
-		x.array(4)
+		x.mapLen(2)
 		x.bulkStr("calls")
 		x.int(h.calls)
 		x.bulkStr("histogram_usec")
-		x.array(len(h.pairs))
+		x.mapLen(len(h.pairs) / 2)
 		for _, v := range h.pairs {
 			x.int(v)
 		}

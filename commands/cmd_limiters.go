@@ -716,7 +716,7 @@ func cmdLimiterInfo(x *ctx) {
 		f = []field{{"kind", "concurrency"}, {"leases", int64(len(toks))}, {"tokens", toks}}
 	}
 	f = append(f, field{"ttl_ms", ttl})
-	x.array(2 * len(f))
+	x.mapLen(len(f))
 	for _, e := range f {
 		x.bulkStr(e.name)
 		switch val := e.val.(type) {

@@ -15,7 +15,7 @@ const (
 // path is cellserver's executable, which holds the module's commands.
 func (x *ctx) loadedModules() {
 	x.array(1)
-	x.array(8)
+	x.mapLen(4)
 	x.bulkStr("name")
 	x.bulkStr(cellModuleName)
 	x.bulkStr("ver")

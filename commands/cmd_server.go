@@ -76,19 +76,23 @@ func (x *ctx) commandInfo(sp *Spec) {
 			flags = append(flags, f.name)
 		}
 	}
-	x.array(len(flags))
+	x.setLen(len(flags))
 	for _, f := range flags {
 		x.status(f)
 	}
 	x.int(int64(sp.FirstKey))
 	x.int(int64(sp.LastKey))
 	x.int(int64(sp.Step))
-	x.array(len(sp.ACL))
+	x.setLen(len(sp.ACL))
 	for _, c := range sp.ACL {
 		x.status("@" + c)
 	}
-	x.array(0) // tips
+	x.setLen(0) // tips
 	x.keySpecs(sp)
+	if len(sp.Subs) == 0 {
+		x.setLen(0) // as Redis: an empty set, subcommands an array
+		return
+	}
 	x.array(len(sp.Subs))
 	for _, sub := range sp.Subs {
 		x.commandInfo(sub)
@@ -100,30 +104,30 @@ func (x *ctx) commandInfo(sp *Spec) {
 // firstkey/lastkey/keystep.
 func (x *ctx) keySpecs(sp *Spec) {
 	if sp.FirstKey == 0 {
-		x.array(0)
+		x.setLen(0)
 		return
 	}
-	x.array(1)
-	x.array(6)
+	x.setLen(1)
+	x.mapLen(3)
 	x.bulkStr("flags")
-	x.array(len(sp.KeyFlags))
+	x.setLen(len(sp.KeyFlags))
 	for _, f := range sp.KeyFlags {
 		x.status(f)
 	}
 	x.bulkStr("begin_search")
-	x.array(4)
+	x.mapLen(2)
 	x.bulkStr("type")
 	x.bulkStr("index")
 	x.bulkStr("spec")
-	x.array(2)
+	x.mapLen(1)
 	x.bulkStr("index")
 	x.int(int64(sp.FirstKey))
 	x.bulkStr("find_keys")
-	x.array(4)
+	x.mapLen(2)
 	x.bulkStr("type")
 	x.bulkStr("range")
 	x.bulkStr("spec")
-	x.array(6)
+	x.mapLen(3)
 	x.bulkStr("lastkey")
 	last := sp.LastKey
 	if last > 0 {
@@ -150,7 +154,7 @@ func cmdCommandDocs(x *ctx) {
 			}
 		}
 	}
-	x.array(2 * len(specs))
+	x.mapLen(len(specs))
 	for _, sp := range specs {
 		x.bulkStr(sp.Name)
 		x.commandDocs(sp)
@@ -164,7 +168,7 @@ func (x *ctx) commandDocs(sp *Spec) {
 			n++
 		}
 	}
-	x.array(2 * n)
+	x.mapLen(n)
 	if sp.Summary != "" {
 		x.bulkStr("summary")
 		x.bulkStr(sp.Summary)
@@ -189,7 +193,7 @@ func (x *ctx) commandDocs(sp *Spec) {
 	}
 	if len(sp.Subs) > 0 {
 		x.bulkStr("subcommands")
-		x.array(2 * len(sp.Subs))
+		x.mapLen(len(sp.Subs))
 		for _, sub := range sp.Subs {
 			x.bulkStr(sub.Name)
 			x.commandDocs(sub)
@@ -220,7 +224,7 @@ func (x *ctx) argDocs(args []Arg) {
 		if len(a.Args) > 0 {
 			n++
 		}
-		x.array(2 * n)
+		x.mapLen(n)
 		x.bulkStr("name")
 		x.bulkStr(a.Name)
 		x.bulkStr("type")
@@ -235,7 +239,7 @@ func (x *ctx) argDocs(args []Arg) {
 		}
 		if len(flags) > 0 {
 			x.bulkStr("flags")
-			x.array(len(flags))
+			x.setLen(len(flags))
 			for _, f := range flags {
 				x.status(f)
 			}
@@ -378,7 +382,7 @@ func cmdConfigGet(x *ctx) {
 			}
 		}
 	}
-	x.array(2 * len(out))
+	x.mapLen(len(out))
 	for _, st := range out {
 		x.bulkStr(st.Name)
 		x.bulkStr(st.Value)
@@ -707,7 +711,7 @@ func cmdInfo(x *ctx) {
 		}
 		section("Keyspace", lines...)
 	}
-	x.bulkStr(b.String())
+	x.verbatim(b.String())
 }
 
 type netStats struct {
