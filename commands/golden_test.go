@@ -16,8 +16,9 @@ import (
 	"github.com/cellserver/cellserver/server"
 )
 
-// Golden files: commands/testdata/*.txt hold commands and the exact RESP2
-// bytes cellserver must answer. Each file is replayed over one raw
+// Golden files: commands/testdata/*.txt hold commands and the exact RESP
+// bytes cellserver must answer (RESP2, or RESP3 after a HELLO 3). Each
+// file is replayed over one raw
 // connection to a fresh server whose clock starts at goldenT0 and moves
 // only with "at" lines.
 //
@@ -510,6 +511,7 @@ func TestReadRESPStrict(t *testing.T) {
 	for _, in := range []string{
 		"+OK\n", "+O\rK\r\n", ":1.5\r\n", "$3\r\nab\r\n", "$2\r\nabc\r\n",
 		"*2\r\n:1\r\n", "%1\r\n", "$-2\r\n", "\r\n",
+		"%1\r\n:1\r\n", "_x\r\n", "#x\r\n", ",a\r\n", "=3\r\ntxt\r\n", "%-1\r\n",
 	} {
 		if v, err := readRESP(bufio.NewReader(strings.NewReader(in))); err == nil {
 			t.Errorf("readRESP(%q) = %v, want an error", in, v)
@@ -522,5 +524,13 @@ func TestReadRESPStrict(t *testing.T) {
 	}
 	if got := string(v.encode(nil)); got != in {
 		t.Errorf("round trip = %q, want %q", got, in)
+	}
+	in = "%2\r\n$1\r\na\r\n~1\r\n+x\r\n:1\r\n*4\r\n_\r\n,1.5\r\n#t\r\n=7\r\ntxt:a\r\n\r\n"
+	v, err = readRESP(bufio.NewReader(strings.NewReader(in)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(v.encode(nil)); got != in {
+		t.Errorf("RESP3 round trip = %q, want %q", got, in)
 	}
 }

@@ -20,34 +20,38 @@ import (
 // respTimeout bounds every read and write of the raw helpers.
 const respTimeout = 10 * time.Second
 
-// respValue is one RESP2 reply.
+// respValue is one RESP2 or RESP3 reply.
 type respValue struct {
-	kind  byte   // '+', '-', ':', '$' or '*'
-	str   string // simple string, error text, integer digits or bulk content
-	null  bool   // $-1 or *-1
-	elems []respValue
+	kind  byte        // '+', '-', ':', '$', '*'; RESP3: '%', '~', '>', '_', ',', '#', '(', '=', '!'
+	str   string      // simple string, error text, integer digits or bulk content
+	null  bool        // $-1 or *-1
+	elems []respValue // a map's keys and values alternate
 }
 
 func (v respValue) String() string { return strconv.Quote(string(v.encode(nil))) }
 
-// encode appends v in RESP2 to b.
+// encode appends v to b as it was read.
 func (v respValue) encode(b []byte) []byte {
 	switch v.kind {
-	case '$':
+	case '$', '=', '!':
 		if v.null {
 			return append(b, "$-1\r\n"...)
 		}
-		b = append(b, '$')
+		b = append(b, v.kind)
 		b = strconv.AppendInt(b, int64(len(v.str)), 10)
 		b = append(b, "\r\n"...)
 		b = append(b, v.str...)
 		return append(b, "\r\n"...)
-	case '*':
+	case '*', '%', '~', '>':
 		if v.null {
 			return append(b, "*-1\r\n"...)
 		}
-		b = append(b, '*')
-		b = strconv.AppendInt(b, int64(len(v.elems)), 10)
+		n := len(v.elems)
+		if v.kind == '%' {
+			n /= 2
+		}
+		b = append(b, v.kind)
+		b = strconv.AppendInt(b, int64(n), 10)
 		b = append(b, "\r\n"...)
 		for _, e := range v.elems {
 			b = e.encode(b)
@@ -64,12 +68,12 @@ func (v respValue) encode(b []byte) []byte {
 // elements are all non-arrays, by their encoding: it makes replies whose
 // order is unspecified (KEYS, SCAN) comparable.
 func (v *respValue) sortLeaves() {
-	if v.kind != '*' {
+	if v.kind != '*' && v.kind != '~' {
 		return
 	}
 	leaves := true
 	for i := range v.elems {
-		if v.elems[i].kind == '*' {
+		if k := v.elems[i].kind; k == '*' || k == '~' || k == '%' {
 			leaves = false
 			v.elems[i].sortLeaves()
 		}
@@ -97,16 +101,31 @@ func readRESP(r *bufio.Reader) (respValue, error) {
 	}
 	v := respValue{kind: line[0], str: line[1:]}
 	switch v.kind {
-	case '+', '-':
+	case '+', '-', '(':
+		return v, nil
+	case '_':
+		if v.str != "" {
+			return respValue{}, fmt.Errorf("%w: null %q", errProtocol, v.str)
+		}
+		return v, nil
+	case '#':
+		if v.str != "t" && v.str != "f" {
+			return respValue{}, fmt.Errorf("%w: boolean %q", errProtocol, v.str)
+		}
+		return v, nil
+	case ',':
+		if _, err := strconv.ParseFloat(v.str, 64); err != nil && v.str != "inf" && v.str != "-inf" && v.str != "nan" {
+			return respValue{}, fmt.Errorf("%w: double %q", errProtocol, v.str)
+		}
 		return v, nil
 	case ':':
 		if _, err := strconv.ParseInt(v.str, 10, 64); err != nil {
 			return respValue{}, fmt.Errorf("%w: integer %q", errProtocol, v.str)
 		}
 		return v, nil
-	case '$', '*':
+	case '$', '*', '%', '~', '>', '=', '!':
 		n, err := strconv.ParseInt(v.str, 10, 64)
-		if err != nil || n < -1 || n > 1<<30 {
+		if err != nil || n < -1 || n > 1<<30 || n == -1 && v.kind != '$' && v.kind != '*' {
 			return respValue{}, fmt.Errorf("%w: length %q", errProtocol, v.str)
 		}
 		v.str = ""
@@ -114,7 +133,10 @@ func readRESP(r *bufio.Reader) (respValue, error) {
 			v.null = true
 			return v, nil
 		}
-		if v.kind == '$' {
+		if v.kind == '=' && n < 4 {
+			return respValue{}, fmt.Errorf("%w: verbatim string without a format", errProtocol)
+		}
+		if v.kind == '$' || v.kind == '=' || v.kind == '!' {
 			buf := make([]byte, n+2)
 			if _, err := io.ReadFull(r, buf); err != nil {
 				return respValue{}, err
@@ -124,6 +146,9 @@ func readRESP(r *bufio.Reader) (respValue, error) {
 			}
 			v.str = string(buf[:n])
 			return v, nil
+		}
+		if v.kind == '%' {
+			n *= 2
 		}
 		v.elems = make([]respValue, 0, min(n, 1024))
 		for i := int64(0); i < n; i++ {
