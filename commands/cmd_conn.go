@@ -45,8 +45,8 @@ func (cl *client) setAuthed(ok bool) {
 	cl.conn.SetAuthenticated(ok)
 }
 
-// RESET: leave MULTI, go back to database 0, drop the name, require AUTH
-// again if a password is set; reply +RESET.
+// RESET: leave MULTI, go back to database 0, drop the name, speak RESP2
+// again, require AUTH again if a password is set; reply +RESET.
 func cmdReset(x *ctx) {
 	cl := x.cl
 	cl.resetMulti()
@@ -56,6 +56,7 @@ func cmdReset(x *ctx) {
 	cl.name = ""
 	cl.mu.Unlock()
 	cl.setAuthed(x.s.password == "")
+	cl.resp3.Store(false)
 	x.status("RESET")
 }
 
@@ -104,12 +105,12 @@ func cmdAuth(x *ctx) {
 }
 
 // HELLO [protover [AUTH username password] [SETNAME clientname]]
-// Only RESP2 is spoken; HELLO 3 gets -NOPROTO, so clients fall back. The
-// checks come in Redis's order (networking.c helloCommand): the version's
-// range, the options' syntax, AUTH, then NOAUTH for a client that has not
-// authenticated; only then does HELLO 3 get NOPROTO, which Redis would
-// answer by switching protocols. A HELLO answered with an error changes
-// nothing.
+// HELLO 3 switches the connection to RESP3, HELLO 2 back to RESP2; HELLO
+// without a version keeps the protocol. The checks come in Redis's order
+// (networking.c helloCommand): the version's range, the options' syntax,
+// AUTH, NOAUTH for a client that has not authenticated, the name; then
+// the protocol changes and the reply, a map, is in the new protocol. A
+// HELLO answered with an error changes nothing.
 func cmdHello(x *ctx) {
 	args := x.args[1:]
 	var v int64
@@ -150,10 +151,6 @@ func cmdHello(x *ctx) {
 		x.errorReply(msgHelloNoAuth)
 		return
 	}
-	if v == 3 {
-		x.errorReply(msgNoProto) // RESP3 is not spoken yet
-		return
-	}
 	if pass != nil {
 		x.cl.setAuthed(true)
 	}
@@ -166,13 +163,20 @@ func cmdHello(x *ctx) {
 		x.cl.name = string(name)
 		x.cl.mu.Unlock()
 	}
+	if v != 0 {
+		x.cl.resp3.Store(v == 3)
+	}
 	x.mapLen(7)
 	x.bulkStr("server")
 	x.bulkStr("redis")
 	x.bulkStr("version")
 	x.bulkStr(redisCompatVers)
 	x.bulkStr("proto")
-	x.int(2)
+	if x.cl.resp3.Load() {
+		x.int(3)
+	} else {
+		x.int(2)
+	}
 	x.bulkStr("id")
 	x.int(x.c.ID())
 	x.bulkStr("mode")

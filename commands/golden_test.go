@@ -18,9 +18,8 @@ import (
 
 // Golden files: commands/testdata/*.txt hold commands and the exact RESP
 // bytes cellserver must answer (RESP2, or RESP3 after a HELLO 3). Each
-// file is replayed over one raw
-// connection to a fresh server whose clock starts at goldenT0 and moves
-// only with "at" lines.
+// file is replayed over one raw connection to a fresh server whose clock
+// starts at goldenT0 and moves only with "at" lines.
 //
 // Syntax, one item per line:
 //

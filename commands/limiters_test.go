@@ -21,7 +21,9 @@ func limClient(t *testing.T) (*redis.Client, *servertest.Clock) {
 	t.Helper()
 	clk := servertest.NewClock(limT0)
 	_, addr := servertest.Start(t, server.Config{Clock: clk.Now})
-	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 16})
+	// RESP2: these tests read CL.INFO as a flat array (resp3_test.go
+	// covers RESP3).
+	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 16, Protocol: 2})
 	t.Cleanup(func() { rdb.Close() })
 	return rdb, clk
 }

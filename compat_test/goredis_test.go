@@ -17,7 +17,7 @@ type goredisDoer interface {
 }
 
 // newGoRedis returns a go-redis client with default options (it sends
-// HELLO 3 first and must fall back to RESP2 on cellserver's error reply).
+// HELLO 3 first and speaks RESP3).
 // A block that SELECTs a database needs one connection throughout, so it
 // gets a sticky *redis.Conn from the same client.
 func newGoRedis(t *testing.T, addr string, b *block) goredisDoer {
