@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/commands"
 	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/resp"
 	"github.com/cellserver/cellserver/server"
 	"github.com/redis/go-redis/v9"
 )
@@ -266,5 +268,59 @@ func TestGoRedisWatchIncrement(t *testing.T) {
 		// With 8 goroutines on 2 cores some overlap is all but certain;
 		// without it the test proved only the count.
 		t.Log("no attempt failed: the goroutines never overlapped")
+	}
+}
+
+// TestWatchWithPersistence: with a data directory the watch layer sits in
+// front of the persistence journal: a change to a watched key aborts EXEC
+// and is still persisted, as are the changes of a transaction that ran.
+func TestWatchWithPersistence(t *testing.T) {
+	dir := t.TempDir()
+	cfg := server.Config{DataDir: dir, Fsync: "always"}
+	t.Run("first run", func(t *testing.T) {
+		_, addr := servertest.Start(t, cfg)
+		a, b := dialRaw(t, addr), dialRaw(t, addr)
+		a.mustDo(t, "WATCH", "k", "t")
+		b.mustDo(t, "SET", "k", "from b")
+		a.mustDo(t, "MULTI")
+		a.mustDo(t, "SET", "k", "from a")
+		if got := string(a.mustDo(t, "EXEC").encode(nil)); got != "*-1\r\n" {
+			t.Fatalf("EXEC: %q, want *-1", got)
+		}
+		a.mustDo(t, "WATCH", "t")
+		a.mustDo(t, "MULTI")
+		a.mustDo(t, "SET", "t", "from a")
+		if got := string(a.mustDo(t, "EXEC").encode(nil)); got != "*1\r\n+OK\r\n" {
+			t.Fatalf("EXEC: %q", got)
+		}
+	})
+	_, addr := servertest.Start(t, cfg)
+	c := dialRaw(t, addr)
+	for key, want := range map[string]string{"k": "from b", "t": "from a"} {
+		if got := c.mustDo(t, "GET", key); got.str != want {
+			t.Errorf("after restart GET %s = %v, want %q", key, got, want)
+		}
+	}
+}
+
+// BenchmarkDispatchThrottleWatched is BenchmarkDispatchThrottle's
+// "allowed" case while another client WATCHes keys: 1 (another key, so
+// every change looks the key up in the watch table and finds nothing) or
+// the benchmarked key itself (every change also marks the watcher dirty).
+// While nobody watches, BenchmarkDispatchThrottle is the figure.
+func BenchmarkDispatchThrottleWatched(b *testing.B) {
+	throttle := [][]string{{"CL.THROTTLE", "bench:open", "1000000000000", "1000000", "1"}}
+	for _, key := range []string{"bench:other", "bench:open"} {
+		b.Run("watching="+key, func(b *testing.B) {
+			benchDispatchWith(b, func(srv *commands.Server) {
+				w := new(resp.Conn)
+				srv.Open(w)
+				w.Out = w.Out[:0]
+				srv.ServeRESP(w, [][]byte{[]byte("WATCH"), []byte(key)})
+				if string(w.Out) != "+OK\r\n" {
+					b.Fatalf("WATCH: %q", w.Out)
+				}
+			}, throttle)
+		})
 	}
 }
