@@ -308,10 +308,16 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time) {
 	if sp := cl.lastCmd.Load(); sp != nil {
 		cmd = sp.Name
 	}
-	flags := "N"
+	flags := ""
 	multi := cl.multiSeen.Load()
 	if multi >= 0 {
-		flags = "x"
+		flags += "x"
+	}
+	if cl.dirty.Load() {
+		flags += "d" // a watched key changed: EXEC will fail
+	}
+	if flags == "" {
+		flags = "N"
 	}
 	age := int64(now.Sub(c.Created()).Seconds())
 	idle := int64(now.Sub(c.LastActive()).Seconds())
