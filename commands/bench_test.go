@@ -42,10 +42,17 @@ func BenchmarkDispatchThrottle(b *testing.B) {
 	})
 }
 
-func benchDispatch(b *testing.B, cmds [][]string) {
+func benchDispatch(b *testing.B, cmds [][]string) { benchDispatchWith(b, nil, cmds) }
+
+// benchDispatchWith is benchDispatch on a server that setup (if not nil)
+// has prepared first.
+func benchDispatchWith(b *testing.B, setup func(srv *commands.Server), cmds [][]string) {
 	srv, err := commands.New(commands.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
+	}
+	if setup != nil {
+		setup(srv)
 	}
 	conn := new(resp.Conn)
 	srv.Open(conn)

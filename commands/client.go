@@ -47,6 +47,12 @@ type client struct {
 	multiMem   atomic.Int64 // queueBytes, read by CLIENT LIST
 	multiSeen  atomic.Int32 // queued commands, -1 outside MULTI; read by CLIENT LIST
 
+	watched    []*watchedKey // WATCHed keys, registered in Server.watch
+	watchBytes int64         // their cost against Config.MultiMaxBytes
+	// dirty: a watched key changed, EXEC will abort (Redis's
+	// CLIENT_DIRTY_CAS). Set by whichever client changes the key.
+	dirty atomic.Bool
+
 	mu      sync.Mutex // guards name, libName, libVer
 	name    string
 	libName string

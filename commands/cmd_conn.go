@@ -45,12 +45,14 @@ func (cl *client) setAuthed(ok bool) {
 	cl.conn.SetAuthenticated(ok)
 }
 
-// RESET: leave MULTI, go back to database 0, drop the name, speak RESP2
-// again, require AUTH again if a password is set; reply +RESET.
+// RESET: leave MULTI, forget watched keys, go back to database 0, drop
+// the name, speak RESP2 again, require AUTH again if a password is set;
+// reply +RESET.
 func cmdReset(x *ctx) {
 	cl := x.cl
 	cl.resetMulti()
 	cl.multiSeen.Store(-1)
+	x.s.unwatchAll(cl)
 	cl.db.Store(0)
 	cl.mu.Lock()
 	cl.name = ""
@@ -342,10 +344,16 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 	if sp := cl.lastCmd.Load(); sp != nil {
 		cmd = sp.Name
 	}
-	flags := "N"
+	flags := ""
 	multi := cl.multiSeen.Load()
 	if multi >= 0 {
-		flags = "x"
+		flags += "x"
+	}
+	if cl.dirty.Load() {
+		flags += "d" // a watched key changed: EXEC will fail
+	}
+	if flags == "" {
+		flags = "N"
 	}
 	age := int64(now.Sub(c.Created()).Seconds())
 	idle := int64(now.Sub(c.LastActive()).Seconds())
@@ -438,6 +446,7 @@ func cmdDiscard(x *ctx) {
 	}
 	x.cl.resetMulti()
 	x.cl.multiSeen.Store(-1)
+	x.s.unwatchAll(x.cl)
 	x.ok()
 }
 
@@ -487,7 +496,9 @@ func (s *Server) enqueue(cl *client, sp *Spec, args [][]byte) string {
 }
 
 // EXEC runs the queued commands with every shard lock held, so no other
-// client's command can interleave with them.
+// client's command can interleave with them. It answers a null array
+// instead when a watched key changed (see cmd_watch.go); either way the
+// client's watched keys are forgotten.
 func cmdExec(x *ctx) {
 	cl := x.cl
 	if !cl.inMulti {
@@ -498,15 +509,32 @@ func cmdExec(x *ctx) {
 	cl.resetMulti()
 	cl.multiSeen.Store(-1)
 	if bad {
+		x.s.unwatchAll(cl)
 		x.errorReply(msgExecAbort)
 		return
 	}
-	x.array(len(queue))
 	if len(queue) == 0 {
+		// Nothing runs: the check needs no lock.
+		broken := x.watchBroken()
+		x.s.unwatchAll(cl)
+		if broken {
+			x.nullArray()
+			return
+		}
+		x.array(0)
 		return
 	}
 	x.s.ks.LockAll()
 	defer x.s.ks.UnlockAll()
+	if len(cl.watched) > 0 {
+		broken := x.watchBroken()
+		x.s.unwatchAll(cl)
+		if broken {
+			x.nullArray()
+			return
+		}
+	}
+	x.array(len(queue))
 	outer := *x
 	for _, q := range queue {
 		x.args = q.args

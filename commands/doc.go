@@ -28,7 +28,10 @@
 // MultiMaxBytes; EXEC takes every shard lock of every database, in the
 // global order, and runs them, so no other client's command interleaves.
 // CL.ALL locks only the shards of its keys (at most 1024), sorted by shard
-// index.
+// index. WATCH registers keys in a table that the keyspace's Journal
+// consults on every change (one atomic load while nobody watches); a
+// change marks the watchers dirty, and EXEC, holding every shard lock,
+// answers a null array instead of running the queue (cmd_watch.go).
 //
 // # Errors
 //

@@ -169,6 +169,15 @@ const (
 	msgMultiQueueBytes = "ERR MULTI queue is full: at most multi-max-bytes bytes can be queued"
 )
 
+// WATCH's errors: inside MULTI (Redis's text), and past the limits of what
+// one client may watch (the MULTI queue's figures; nothing of the refused
+// WATCH is watched).
+const (
+	msgWatchInMulti = "ERR WATCH inside MULTI is not allowed"
+	msgWatchKeys    = "ERR WATCH list is full: at most multi-max-commands keys can be watched"
+	msgWatchBytes   = "ERR WATCH list is full: at most multi-max-bytes bytes can be watched"
+)
+
 func errUnknownCheck(name string) string {
 	return "ERR CL.ALL: unknown check '" + cstr([]byte(name)) + "' (expected CL.THROTTLE, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG or CL.ACQUIRE)"
 }

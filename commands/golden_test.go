@@ -44,7 +44,9 @@ import (
 // that differ from Redis 7.0 on purpose), time (in -reference mode
 // integers may differ by 1 + 1%, as real time passes), modules (the reply
 // lists redis-cell, which the reference has not loaded: in -reference mode
-// the command is sent, for its effects, and its reply not compared).
+// the command is sent, for its effects, and its reply not compared), c2
+// and c3 (sent on a second or third connection, opened at its first use:
+// another client, for WATCH).
 //
 // Arguments may use {{ns+N}}, {{ms+N}} and {{s+N}}: the current Unix time
 // in ns, ms or s (of the injected clock, or of the real one in -reference
@@ -150,7 +152,7 @@ func parseGoldenCommand(line string, lineNo int) (*goldenCase, error) {
 		}
 		for _, f := range strings.Split(rest[1:end], ",") {
 			switch f {
-			case "sort", "cellserver", "time", "modules":
+			case "sort", "cellserver", "time", "modules", "c2", "c3":
 				c.flags[f] = true
 			default:
 				return nil, fmt.Errorf("unknown flag %q", f)
@@ -298,25 +300,44 @@ func TestGolden(t *testing.T) {
 func runGolden(t *testing.T, gf *goldenFile) {
 	clk := servertest.NewClock(goldenT0)
 	_, addr := servertest.Start(t, server.Config{Clock: clk.Now, Password: gf.password})
-	c := dialRaw(t, addr)
-	closed := false
+	conn := goldenConns(t, addr)
+	closed := map[*rawConn]bool{}
 	for _, gc := range gf.cases {
 		if gc.isAt {
 			clk.Advance(gc.advance)
 			continue
 		}
-		if closed {
+		rc := conn(gc)
+		if closed[rc] {
 			t.Fatalf("%s:%d: command after the connection was closed", gf.path, gc.lineNo)
 		}
-		got, err := goldenExchange(c, gc, clk.Now())
+		got, err := goldenExchange(rc, gc, clk.Now())
 		if err != nil {
 			t.Fatalf("%s:%d: %s: %v", gf.path, gc.lineNo, gc.text, err)
 		}
-		closed = len(got) > 0 && got[len(got)-1] == "(closed)"
+		closed[rc] = len(got) > 0 && got[len(got)-1] == "(closed)"
 		gc.got = got
 		if !*rewriteGolden {
 			checkGoldenCase(t, gf.path, gc, got, false)
 		}
+	}
+}
+
+// goldenConns returns what picks a case's connection: the file's own,
+// dialled now, or the one its c2 or c3 flag names, dialled at first use.
+func goldenConns(t *testing.T, addr string) func(gc *goldenCase) *rawConn {
+	conns := map[string]*rawConn{"": dialRaw(t, addr)}
+	return func(gc *goldenCase) *rawConn {
+		name := ""
+		for _, f := range []string{"c2", "c3"} {
+			if gc.flags[f] {
+				name = f
+			}
+		}
+		if conns[name] == nil {
+			conns[name] = dialRaw(t, addr)
+		}
+		return conns[name]
 	}
 }
 
@@ -447,8 +468,8 @@ func runGoldenReference(t *testing.T, gf *goldenFile, addr string) {
 		}
 	}
 	admin.nc.Close() // so that CLIENT LIST shows only the file's connection
-	c := dialRaw(t, addr)
-	closed := false
+	conn := goldenConns(t, addr)
+	closed := map[*rawConn]bool{}
 	for _, gc := range gf.cases {
 		if gc.isAt {
 			time.Sleep(gc.advance) // real Redis has no injectable clock
@@ -457,14 +478,15 @@ func runGoldenReference(t *testing.T, gf *goldenFile, addr string) {
 		if gc.only || gc.flags["cellserver"] || strings.HasPrefix(strings.ToLower(gc.args[0]), "cl.") {
 			continue
 		}
-		if closed {
+		rc := conn(gc)
+		if closed[rc] {
 			t.Fatalf("%s:%d: command after the connection was closed", gf.path, gc.lineNo)
 		}
-		got, err := goldenExchange(c, gc, time.Now())
+		got, err := goldenExchange(rc, gc, time.Now())
 		if err != nil {
 			t.Fatalf("%s:%d: %s: %v", gf.path, gc.lineNo, gc.text, err)
 		}
-		closed = len(got) > 0 && got[len(got)-1] == "(closed)"
+		closed[rc] = len(got) > 0 && got[len(got)-1] == "(closed)"
 		if gc.flags["modules"] {
 			continue // sent for its effects; the reference lists no module
 		}

@@ -131,6 +131,7 @@ type Server struct {
 	loopback    func(string) bool
 	multiMax    int   // commands one MULTI may queue
 	multiBytes  int64 // bytes one MULTI may queue (queuedSize)
+	watch       *watchTable
 
 	errMu       sync.Mutex // guards errStats
 	errStats    map[string]int64
@@ -236,6 +237,7 @@ func New(cfg Config) (*Server, error) {
 	s.slowlog = slowlog{slowerThan: cfg.SlowlogSlowerThan, maxLen: cfg.SlowlogMaxLen}
 	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock)
 	s.buildTable(commandTable())
+	s.installWatch()
 	return s, nil
 }
 
@@ -373,8 +375,12 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// Close implements resp.Handler.
-func (s *Server) Close(c *resp.Conn) {}
+// Close implements resp.Handler: it forgets the client's watched keys.
+func (s *Server) Close(c *resp.Conn) {
+	if cl, _ := c.Context().(*client); cl != nil {
+		s.unwatchAll(cl)
+	}
+}
 
 // ServeRESP implements resp.Handler: it finds the command, checks arity,
 // queues it inside MULTI, or runs it.
@@ -469,6 +475,7 @@ func (s *Server) reject(x *ctx, sp *Spec, msg string) {
 		if sp.Name == "exec" { // Redis: c->cmd->proc == execCommand
 			cl.resetMulti()
 			cl.multiSeen.Store(-1)
+			s.unwatchAll(cl)
 			msg = errExecAbort(msg)
 		}
 	}

@@ -21,7 +21,8 @@ const (
 	NoMulti                       // "no_multi": refused inside MULTI
 	SkipSlowlog                   // "skip_slowlog" (EXEC: its commands are logged instead)
 	// RunsInMulti marks transaction control commands (MULTI, EXEC, DISCARD,
-	// QUIT, RESET) that run at once instead of being queued. Not reported.
+	// QUIT, RESET, WATCH) that run at once instead of being queued. Not
+	// reported.
 	RunsInMulti
 )
 

@@ -294,5 +294,11 @@ func commandTable() []*Spec {
 		{Name: "unlink", Arity: -2, Flags: Write | Fast, FirstKey: 1, LastKey: -1, Step: 1, KeyFlags: keyRM,
 			ACL: []string{"keyspace", "write", "fast"}, Group: "generic", Summary: "Asynchronously deletes one or more keys.", Since: "4.0.0",
 			Complex: "O(1) for each key removed regardless of its size.", Args: []Arg{argKeys}, Run: cmdDel},
+		{Name: "unwatch", Arity: 1, Flags: NoScript | Loading | Stale | Fast | AllowBusy, ACL: []string{"fast", "transaction"}, Group: "transactions",
+			Summary: "Forgets about watched keys of a transaction.", Since: "2.2.0", Complex: "O(1)", Run: cmdUnwatch},
+		{Name: "watch", Arity: -2, Flags: NoScript | Loading | Stale | Fast | AllowBusy | RunsInMulti, FirstKey: 1, LastKey: -1, Step: 1, KeyFlags: keyRO0,
+			ACL: []string{"fast", "transaction"}, Group: "transactions",
+			Summary: "Monitors changes to keys to determine the execution of a transaction.", Since: "2.2.0", Complex: "O(1) for every key.",
+			Args: []Arg{argKeys}, Run: cmdWatch},
 	}
 }

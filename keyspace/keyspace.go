@@ -283,6 +283,20 @@ func New(cfg Config) (*Keyspace, error) {
 	return ks, nil
 }
 
+// WrapJournal replaces the keyspace's Journal j (nil when there is none)
+// with wrap(j), so that something besides persistence sees every change
+// in order, under the same locks (WATCH does, see commands.New). It is not
+// safe for concurrent use: call it before the keyspace serves commands.
+func (ks *Keyspace) WrapJournal(wrap func(j Journal) Journal) {
+	j := wrap(ks.journal)
+	ks.journal = j
+	for _, db := range ks.dbs {
+		for i := range db.shards {
+			db.shards[i].journal = j
+		}
+	}
+}
+
 // NumDB returns the number of databases.
 func (ks *Keyspace) NumDB() int { return len(ks.dbs) }
 
