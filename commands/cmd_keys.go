@@ -39,6 +39,26 @@ func stringValue(v *keyspace.Value, scratch []byte) ([]byte, bool) {
 }
 
 func cmdGet(x *ctx) {
+	withString(x, func(b []byte, found bool) {
+		if !found {
+			x.null()
+			return
+		}
+		x.bulk(b)
+	})
+}
+
+// STRLEN key: the length of what GET would answer (a CL.THROTTLE key's TAT
+// in decimal digits), 0 for a missing key, WRONGTYPE where GET says so.
+func cmdStrlen(x *ctx) {
+	withString(x, func(b []byte, found bool) { x.int(int64(len(b))) })
+}
+
+// withString looks up x.args[1] as GET reads it (counting a keyspace hit
+// or miss) and calls reply, under the shard lock, with its string form (b
+// is valid only during the call) or found false for a missing key. A key
+// with no string form gets WRONGTYPE instead.
+func withString(x *ctx, reply func(b []byte, found bool)) {
 	key := x.args[1]
 	sh := x.db().Shard(key)
 	x.lock(sh)
@@ -46,7 +66,7 @@ func cmdGet(x *ctx) {
 	v := sh.Peek(key, x.clockMS())
 	x.s.lookedUp(v != nil)
 	if v == nil {
-		x.null()
+		reply(nil, false)
 		return
 	}
 	var scratch [20]byte
@@ -55,28 +75,7 @@ func cmdGet(x *ctx) {
 		x.errorReply(msgWrongType)
 		return
 	}
-	x.bulk(b)
-}
-
-// STRLEN key: the length of what GET would answer (a CL.THROTTLE key's TAT
-// in decimal digits), 0 for a missing key, WRONGTYPE where GET says so.
-func cmdStrlen(x *ctx) {
-	key := x.args[1]
-	sh := x.db().Shard(key)
-	x.lock(sh)
-	defer x.unlock(sh)
-	v := sh.Peek(key, x.clockMS())
-	if v == nil {
-		x.int(0)
-		return
-	}
-	var scratch [20]byte
-	b, ok := stringValue(v, scratch[:0])
-	if !ok {
-		x.errorReply(msgWrongType)
-		return
-	}
-	x.int(int64(len(b)))
+	reply(b, true)
 }
 
 // SET key value [NX | XX] [GET] [EX seconds | PX milliseconds |
