@@ -99,18 +99,20 @@ func decodeArgs(data []byte) []string {
 }
 
 // readOne reads from c until buf holds one complete RESP value (parsed by
-// redcon.ReadNextRESP) and returns it and any bytes after it.
+// nextRESP, RESP2 or RESP3) and returns it and any bytes after it.
 func readOne(c net.Conn, buf []byte) (value, rest []byte, err error) {
 	tmp := make([]byte, 64<<10)
 	for {
-		if n, r := redcon.ReadNextRESP(buf); n > 0 {
-			return r.Raw[:n:n], buf[n:], nil
+		if n := nextRESP(buf); n > 0 {
+			return buf[:n:n], buf[n:], nil
+		} else if n < 0 {
+			return nil, buf, errMalformed
 		}
 		m, rerr := c.Read(tmp)
 		buf = append(buf, tmp[:m]...)
 		if rerr != nil {
-			if n, r := redcon.ReadNextRESP(buf); n > 0 {
-				return r.Raw[:n:n], buf[n:], nil
+			if n := nextRESP(buf); n > 0 {
+				return buf[:n:n], buf[n:], nil
 			}
 			return nil, buf, rerr
 		}
@@ -162,7 +164,7 @@ var commandSeeds = map[string][][]string{
 // FuzzCommands sends one command from the server's own table (COMMAND
 // LIST; "container|sub" becomes two words) with fuzzed arguments, on a
 // fresh connection, to an in-process server. The server must answer with
-// exactly one well-formed RESP value (parsed with redcon.ReadNextRESP),
+// exactly one well-formed RESP2 or RESP3 value (framed by nextRESP),
 // never close the connection except after QUIT's +OK, never panic (a
 // recovered handler panic closes the connection, which fails here), and
 // answer PING afterwards: +PONG, or +QUEUED inside the MULTI just opened.

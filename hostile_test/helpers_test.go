@@ -13,6 +13,7 @@ package hostile_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -640,4 +641,88 @@ func renderTable(rows []row) string {
 			ms(r.probe.p50), ms(r.probe.p99), ms(r.probe.max), calls, r.note)
 	}
 	return b.String()
+}
+
+// nextRESP returns the length of the first complete RESP2 or RESP3 value
+// in buf: 0 when buf holds only part of one, -1 when it is malformed.
+// Lines must end in "\r\n"; lengths must be integers. RESP3 types: null
+// '_', double ',', boolean '#', big number '(' (one line each), verbatim
+// '=' and blob error '!' (as bulks), set '~' and push '>' (as arrays), map
+// '%' and attribute '|' (two values per entry; an attribute is followed by
+// the value it annotates).
+func nextRESP(buf []byte) int { return nextRESPDepth(buf, 0) }
+
+func nextRESPDepth(buf []byte, depth int) int {
+	if depth > 64 {
+		return -1
+	}
+	i := bytes.Index(buf, []byte("\r\n"))
+	if i < 0 {
+		if bytes.IndexByte(buf, '\n') >= 0 {
+			return -1
+		}
+		return 0
+	}
+	if i == 0 {
+		return -1
+	}
+	kind, body, n := buf[0], string(buf[1:i]), i+2
+	count := func() (int64, bool) {
+		c, err := strconv.ParseInt(body, 10, 64)
+		return c, err == nil && c >= -1
+	}
+	switch kind {
+	case '+', '-', ',', '(':
+		return n
+	case ':':
+		if _, err := strconv.ParseInt(body, 10, 64); err != nil {
+			return -1
+		}
+		return n
+	case '_':
+		if body != "" {
+			return -1
+		}
+		return n
+	case '#':
+		if body != "t" && body != "f" {
+			return -1
+		}
+		return n
+	case '$', '=', '!':
+		c, ok := count()
+		if !ok {
+			return -1
+		}
+		if c == -1 {
+			return n
+		}
+		if int64(len(buf)-n) < c+2 {
+			return 0
+		}
+		if buf[n+int(c)] != '\r' || buf[n+int(c)+1] != '\n' {
+			return -1
+		}
+		return n + int(c) + 2
+	case '*', '~', '>', '%', '|':
+		c, ok := count()
+		if !ok {
+			return -1
+		}
+		if kind == '%' || kind == '|' {
+			c *= 2
+		}
+		if kind == '|' {
+			c++ // the annotated value
+		}
+		for ; c > 0; c-- {
+			m := nextRESPDepth(buf[n:], depth+1)
+			if m <= 0 {
+				return m
+			}
+			n += m
+		}
+		return n
+	}
+	return -1
 }
