@@ -8,8 +8,7 @@ const { assert } = L;
 
 function connect() {
   const r = new Redis({ host: L.host, port: L.port, retryStrategy: () => 20, lazyConnect: true });
-  r.errors = [];
-  r.on('error', (e) => r.errors.push(String(e)));
+  r.on('error', (e) => L.errors.push(String(e)));
   return r;
 }
 

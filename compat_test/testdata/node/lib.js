@@ -49,10 +49,14 @@ function checkTat(info) {
   return String(tat);
 }
 
+// errors collects the clients' error events, for the timeout message.
+const errors = [];
+
 async function run(name, version, body) {
   const steps = [];
   const timer = setTimeout(() => {
-    console.error(`${name}: timed out after steps ${steps.join(', ')}`);
+    console.error(`${name} ${version}: timed out after steps [${steps.join(', ')}]; ` +
+      `${errors.length} error events, the first: ${[...new Set(errors)].slice(0, 3).join(' | ')}`);
     process.exit(2);
   }, 20000);
   try {
@@ -66,4 +70,4 @@ async function run(name, version, body) {
   process.exit(0);
 }
 
-module.exports = { host, port, assert, killConnections, throttleArgs, throttleWant, fieldMap, checkTat, run };
+module.exports = { errors, host, port, assert, killConnections, throttleArgs, throttleWant, fieldMap, checkTat, run };

@@ -8,8 +8,7 @@ const { assert } = L;
 
 function connect() {
   const c = createClient({ socket: { host: L.host, port: L.port, reconnectStrategy: () => 20 } });
-  c.errors = [];
-  c.on('error', (e) => c.errors.push(String(e)));
+  c.on('error', (e) => L.errors.push(String(e)));
   return c;
 }
 
