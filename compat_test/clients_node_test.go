@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,6 +39,13 @@ func ensureNodeModules() string {
 				return
 			}
 		}
+		// node-redis 6 requires Node.js 20 or later (its engines field).
+		out, err := exec.Command("node", "--version").Output()
+		v := strings.TrimPrefix(strings.TrimSpace(string(out)), "v")
+		if major, _, _ := strings.Cut(v, "."); err != nil || atoiOr0(major) < 20 {
+			nodeReason = "node-redis 6 needs Node.js 20 or later, found " + strings.TrimSpace(string(out))
+			return
+		}
 		lock, err := os.ReadFile(filepath.Join(nodeDir, "package-lock.json"))
 		if err != nil {
 			nodeReason = err.Error()
@@ -46,9 +54,10 @@ func ensureNodeModules() string {
 		if stamp, err := os.ReadFile(filepath.Join(nodeDir, nodeStamp)); err == nil && bytes.Equal(stamp, lock) {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund", "--prefer-offline")
+		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund", "--prefer-offline",
+			"--fetch-retries=1", "--fetch-timeout=30000")
 		cmd.Dir = nodeDir
 		if out, err := cmd.CombinedOutput(); err != nil {
 			nodeReason = "npm ci in compat_test/testdata/node failed (no registry access?): " + err.Error() + "\n" + string(out)
@@ -110,4 +119,12 @@ func TestNodeClients(t *testing.T) {
 			}
 		})
 	}
+}
+
+func atoiOr0(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0
+	}
+	return n
 }
