@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -79,6 +81,42 @@ func TestGoRedisRESP3(t *testing.T) {
 		t.Fatalf("MULTI/EXEC: GET %q, CL.THROTTLE %v %v", txGet.Val(), v, err)
 	}
 
+	// WATCH through go-redis's Watch helper: another client's SET between
+	// WATCH and EXEC makes the first attempt fail with redis.TxFailedErr;
+	// the retry commits.
+	other := redis.NewClient(&redis.Options{Addr: addr, Protocol: 3})
+	t.Cleanup(func() { other.Close() })
+	if err := rdb.Set(ctx, "w", "10", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	attempts := 0
+	incr := func(tx *redis.Tx) error {
+		attempts++
+		cur, err := tx.Get(ctx, "w").Int64()
+		if err != nil {
+			return err
+		}
+		if attempts == 1 {
+			if err := other.Set(ctx, "w", "100", 0).Err(); err != nil {
+				return err
+			}
+		}
+		_, err = tx.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Set(ctx, "w", cur+1, 0)
+			return nil
+		})
+		return err
+	}
+	if err := rdb.Watch(ctx, incr, "w"); !errors.Is(err, redis.TxFailedErr) {
+		t.Fatalf("WATCH, first attempt: %v, want redis.TxFailedErr", err)
+	}
+	if err := rdb.Watch(ctx, incr, "w"); err != nil {
+		t.Fatalf("WATCH, retry: %v", err)
+	}
+	if v, err := rdb.Get(ctx, "w").Result(); attempts != 2 || err != nil || v != "101" {
+		t.Fatalf("after WATCH: %d attempts, w = %q, %v; want 2 and 101", attempts, v, err)
+	}
+
 	// CONFIG GET is a map.
 	cfg, err := rdb.ConfigGet(ctx, "maxclients").Result()
 	if err != nil || cfg["maxclients"] == "" {
@@ -103,8 +141,8 @@ func TestGoRedisRESP3(t *testing.T) {
 	clk.Advance(0)
 	ci2, err := rdb.Do(ctx, "CL.INFO", "user123").Result()
 	m, ok := ci2.(map[any]any)
-	if err != nil || !ok || m["kind"] != "gcra" || m["tat_ns"] == nil || m["ttl_ms"] == nil {
-		t.Fatalf("CL.INFO = %#v, %v; want a map with kind gcra", ci2, err)
+	if err != nil || !ok || m["kind"] != "gcra" || m["tat_ns"] != strconv.FormatInt(t0.Add(6*time.Second).UnixNano(), 10) || m["ttl_ms"] == nil {
+		t.Fatalf("CL.INFO = %#v, %v; want a map with kind gcra and tat_ns t0+6s as a string (three calls)", ci2, err)
 	}
 	if _, err := rdb.Do(ctx, "CL.INFO", "nokey").Result(); !errors.Is(err, redis.Nil) {
 		t.Fatalf("CL.INFO nokey: %v, want redis.Nil", err)
