@@ -213,16 +213,23 @@ func (j *watchJournal) DeleteAll() {
 	}
 }
 
-// installWatch makes the keyspace report its changes to s.watch. A
-// keyspace that served another Server before keeps one watch layer: that
-// Server's is replaced.
-func (s *Server) installWatch() {
+// installWatch makes the keyspace report its changes to s.watch and
+// s.track (tracking first). A keyspace that served another Server before
+// keeps one layer of each: that Server's are replaced.
+func (s *Server) installWatch(trackMaxKeys int64) {
 	s.watch = newWatchTable()
+	s.track = newTrackTable(trackMaxKeys)
 	s.ks.WrapJournal(func(j keyspace.Journal) keyspace.Journal {
-		if old, ok := j.(*watchJournal); ok {
-			j = old.next
+		for {
+			if old, ok := j.(*watchJournal); ok {
+				j = old.next
+			} else if old, ok := j.(*trackJournal); ok {
+				j = old.next
+			} else {
+				break
+			}
 		}
-		return &watchJournal{w: s.watch, next: j}
+		return &trackJournal{t: s.track, ks: s.ks, next: &watchJournal{w: s.watch, next: j}}
 	})
 }
 

@@ -1,0 +1,234 @@
+package commands_test
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/cellserver/cellserver/commands"
+	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/resp"
+	"github.com/cellserver/cellserver/server"
+)
+
+// invalidation is the push frame that invalidates key.
+func invalidation(key string) string {
+	return ">2\r\n$10\r\ninvalidate\r\n*1\r\n$" + strconv.Itoa(len(key)) + "\r\n" + key + "\r\n"
+}
+
+// trackCase is one change by another client to a key the tracking client
+// read (k), or to another key.
+type trackCase struct {
+	name    string
+	setup   [][]string // by the other client, before the read
+	read    []string   // by the tracking client (default GET k)
+	change  [][]string // by the other client
+	advance time.Duration
+	sweep   bool
+	want    string // the push expected before the tracking client's PONG
+}
+
+// TestTrackingInvalidations: a RESP3 client tracking k (default mode)
+// gets exactly one invalidation when another client changes k by any
+// means (writes, limiter calls, DEL, EXPIRE, expiry with an injected
+// clock, FLUSHALL's null), and none for other keys, reads or refused
+// limiter calls; in both serving modes.
+func TestTrackingInvalidations(t *testing.T) {
+	throttle := []string{"CL.THROTTLE", "k", "0", "1", "60"}
+	flushed := ">2\r\n$10\r\ninvalidate\r\n_\r\n"
+	cases := []trackCase{
+		{name: "SET", change: [][]string{{"SET", "k", "2"}}, want: invalidation("k")},
+		{name: "SET twice: one invalidation", change: [][]string{{"SET", "k", "2"}, {"SET", "k", "3"}}, want: invalidation("k")},
+		{name: "CL.THROTTLE", setup: [][]string{{"DEL", "k"}}, read: []string{"CL.INFO", "k"}, change: [][]string{throttle}, want: invalidation("k")},
+		{name: "CL.THROTTLE after CL.PEEK", setup: [][]string{{"DEL", "k"}}, read: []string{"CL.PEEK", "k", "5", "1", "60"}, change: [][]string{{"CL.THROTTLE", "k", "5", "1", "60"}}, want: invalidation("k")},
+		{name: "CL.FIXED", setup: [][]string{{"DEL", "k"}}, read: []string{"EXISTS", "k"}, change: [][]string{{"CL.FIXED", "k", "5", "1m"}}, want: invalidation("k")},
+		{name: "DEL", read: []string{"STRLEN", "k"}, change: [][]string{{"DEL", "k"}}, want: invalidation("k")},
+		{name: "EXPIRE", read: []string{"TTL", "k"}, change: [][]string{{"EXPIRE", "k", "100"}}, want: invalidation("k")},
+		{name: "expiry removed by the sweep", setup: [][]string{{"SET", "k", "v", "PX", "1000"}}, read: []string{"PTTL", "k"}, advance: 2 * time.Second, sweep: true, want: invalidation("k")},
+		{name: "FLUSHALL", change: [][]string{{"FLUSHALL"}}, want: flushed},
+		{name: "FLUSHDB of another database", change: [][]string{{"SELECT", "2"}, {"FLUSHDB"}, {"SELECT", "0"}}, want: flushed},
+		{name: "another key", change: [][]string{{"SET", "k2", "x"}, {"DEL", "k2"}}},
+		{name: "reads", change: [][]string{{"GET", "k"}, {"TTL", "k"}, {"TYPE", "k"}, {"EXISTS", "k"}}},
+		{name: "CL.THROTTLE refused", setup: [][]string{{"DEL", "k"}, throttle}, read: []string{"CL.INFO", "k"}, change: [][]string{throttle}},
+		{name: "DEL of an absent key", setup: [][]string{{"DEL", "k"}}, change: [][]string{{"DEL", "k"}}},
+	}
+	for _, loops := range []int{-1, 1} {
+		t.Run(fmt.Sprintf("EventLoops=%d", loops), func(t *testing.T) {
+			clk := servertest.NewClock(goldenT0)
+			srv, addr := servertest.Start(t, server.Config{Clock: clk.Now, EventLoops: loops})
+			a, b := dialRaw(t, addr), dialRaw(t, addr)
+			a.mustDo(t, "HELLO", "3")
+			if got := a.mustDo(t, "CLIENT", "TRACKING", "on").str; got != "OK" {
+				t.Fatalf("CLIENT TRACKING on: %q", got)
+			}
+			for _, tc := range cases {
+				b.mustDo(t, "SET", "k", "1")
+				for _, cmd := range tc.setup {
+					b.mustDo(t, cmd...)
+				}
+				// Whatever the setup invalidated arrives before PONG.
+				drainPushes(t, a)
+				read := tc.read
+				if read == nil {
+					read = []string{"GET", "k"}
+				}
+				a.mustDo(t, read...)
+				for _, cmd := range tc.change {
+					b.mustDo(t, cmd...)
+				}
+				clk.Advance(tc.advance)
+				if tc.sweep {
+					srv.Commands().SweepOnce()
+				}
+				var got string
+				if v := a.mustDo(t, "PING"); string(v.encode(nil)) != "+PONG\r\n" {
+					got = string(v.encode(nil))
+					pong, err := a.read()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if string(pong.encode(nil)) != "+PONG\r\n" {
+						t.Errorf("%s: a second push %q", tc.name, pong.encode(nil))
+					}
+				}
+				if got != tc.want {
+					t.Errorf("%s: pushes %q, want %q", tc.name, got, tc.want)
+				}
+				// Exactly one: nothing more is pending.
+				if v := a.mustDo(t, "PING"); string(v.encode(nil)) != "+PONG\r\n" {
+					t.Errorf("%s: a second push %q", tc.name, v.encode(nil))
+				}
+			}
+			t.Logf("%d cases", len(cases))
+		})
+	}
+}
+
+// drainPushes reads the pushes pending for c, up to a PING's reply.
+func drainPushes(t *testing.T, c *rawConn) {
+	t.Helper()
+	if err := c.send("PING"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		v, err := c.read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(v.encode(nil)) == "+PONG\r\n" {
+			return
+		}
+	}
+}
+
+// TestTrackingPushToIdleClient: an invalidation reaches a tracking client
+// that sends nothing more (it is written by the other client's change, not
+// with the tracking client's next reply), in both serving modes.
+func TestTrackingPushToIdleClient(t *testing.T) {
+	for _, loops := range []int{-1, 1, 2} {
+		t.Run(fmt.Sprintf("EventLoops=%d", loops), func(t *testing.T) {
+			_, addr := servertest.Start(t, server.Config{EventLoops: loops})
+			a, b := dialRaw(t, addr), dialRaw(t, addr)
+			a.mustDo(t, "HELLO", "3")
+			a.mustDo(t, "CLIENT", "TRACKING", "on")
+			const n = 100
+			for i := range n {
+				key := "key" + strconv.Itoa(i)
+				a.mustDo(t, "GET", key)
+				b.mustDo(t, "CL.THROTTLE", key, "5", "1", "60")
+				v, err := a.read()
+				if err != nil {
+					t.Fatalf("key %d: %v", i, err)
+				}
+				if got := string(v.encode(nil)); got != invalidation(key) {
+					t.Fatalf("key %d: %q, want %q", i, got, invalidation(key))
+				}
+			}
+			t.Logf("%d invalidations read without a command", n)
+		})
+	}
+}
+
+// TestTrackingTableCap: past tracking-table-max-keys the table forgets
+// keys, sending their invalidations, so it never holds more; INFO and
+// CONFIG GET show the figures.
+func TestTrackingTableCap(t *testing.T) {
+	const max = 3
+	cs, err := commands.New(commands.Config{TrackingTableMaxKeys: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := resp.NewServer(resp.Config{}, cs)
+	go rs.Serve(ln)
+	t.Cleanup(func() { rs.Close() })
+	a := dialRaw(t, ln.Addr().String())
+	a.mustDo(t, "HELLO", "3")
+	a.mustDo(t, "CLIENT", "TRACKING", "on")
+	const reads = 10
+	pushes := 0
+	for i := range reads {
+		if err := a.send("GET", "k"+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			v, err := a.read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(v.encode(nil)) > 0 && v.encode(nil)[0] == '>' {
+				pushes++
+				continue
+			}
+			break
+		}
+	}
+	drainPushes(t, a) // evictions of the last read come after its reply
+	info := a.mustDo(t, "INFO", "stats").str
+	want := "tracking_total_keys:" + strconv.Itoa(max)
+	if !containsLine(info, want) {
+		t.Errorf("INFO stats lacks %q:\n%s", want, info)
+	}
+	got := string(a.mustDo(t, "CONFIG", "GET", "tracking-table-max-keys").encode(nil))
+	if wantCfg := "%1\r\n$23\r\ntracking-table-max-keys\r\n$1\r\n3\r\n"; got != wantCfg {
+		t.Errorf("CONFIG GET: %q, want %q", got, wantCfg)
+	}
+	clients := a.mustDo(t, "INFO", "clients").str
+	if !containsLine(clients, "tracking_clients:1") {
+		t.Errorf("INFO clients lacks tracking_clients:1:\n%s", clients)
+	}
+	if pushes+1 < reads-max { // the last read's come with drainPushes
+		t.Errorf("%d invalidations for %d reads, want about %d", pushes, reads, reads-max)
+	}
+	t.Logf("%d reads, table capped at %d keys, %d invalidations seen", reads, max, pushes)
+}
+
+func containsLine(s, line string) bool {
+	for _, l := range splitLines(s) {
+		if l == line {
+			return true
+		}
+	}
+	return false
+}
+
+func splitLines(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			l := s[start:i]
+			if len(l) > 0 && l[len(l)-1] == '\r' {
+				l = l[:len(l)-1]
+			}
+			out = append(out, l)
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
+}
