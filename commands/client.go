@@ -65,6 +65,13 @@ type client struct {
 	noloop  bool
 	held    atomic.Pointer[keyspace.Shard]
 	heldAll atomic.Bool
+	// redir is the REDIRECT target (redirID its id, 0: none);
+	// redirBroken: it had gone at an invalidation. closed: the
+	// connection has ended (Server.Close), for clients redirecting to it.
+	redir       atomic.Pointer[client]
+	redirID     atomic.Int64
+	redirBroken atomic.Bool
+	closed      atomic.Bool
 
 	mu      sync.Mutex // guards name, libName, libVer
 	name    string

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/resp"
 )
 
 // Client-side caching (CLIENT TRACKING), with Redis 7.0's semantics
@@ -25,9 +26,10 @@ import (
 // PREFIX) is sent to it.
 //
 // Invalidations are RESP3 push frames, so they reach RESP3 clients (HELLO
-// 3). A RESP2 client may turn tracking on, as in Redis, but receives
-// nothing: Redis delivers to RESP2 clients through the __redis__:invalidate
-// pub/sub channel of a REDIRECT target, and cellserver has no pub/sub.
+// 3): the tracking client itself, or its REDIRECT target. A RESP2 client
+// may turn tracking on without REDIRECT, as in Redis, but receives
+// nothing; REDIRECT to a RESP2 client is refused: Redis reaches it through
+// the __redis__:invalidate pub/sub channel, and cellserver has no pub/sub.
 //
 // Changes are seen through the keyspace's Journal (trackJournal), called
 // with the changed key's shard lock held. While no key is tracked and no
@@ -87,12 +89,49 @@ func invalidateFrame(key []byte) []byte {
 // flushFrame is the RESP3 push that invalidates everything.
 var flushFrame = []byte(">2\r\n$10\r\ninvalidate\r\n_\r\n")
 
-// send delivers frame to cl if it still tracks and speaks RESP3.
+// sendInvalidation delivers frame for cl if it still tracks: to its
+// REDIRECT target, or to itself in RESP3. A client whose target has gone
+// is sent tracking-redir-broken instead, as Redis 7.0 does, at every
+// invalidation.
 func (cl *client) sendInvalidation(frame []byte) {
-	if cl.trk.Load()&trkOn == 0 || !cl.resp3.Load() {
+	if cl.trk.Load()&trkOn == 0 {
 		return
 	}
-	cl.conn.Push(frame)
+	if id := cl.redirID.Load(); id != 0 {
+		t := cl.redir.Load()
+		if t == nil || t.closed.Load() {
+			cl.redirBroken.Store(true)
+			if cl.resp3.Load() {
+				b := append([]byte(">2\r\n$21\r\ntracking-redir-broken\r\n:"), strconv.FormatInt(id, 10)...)
+				cl.conn.Push(append(b, '\r', '\n'))
+			}
+			return
+		}
+		if t.resp3.Load() {
+			t.conn.Push(frame)
+		}
+		return
+	}
+	if cl.resp3.Load() {
+		cl.conn.Push(frame)
+	}
+}
+
+// clientByID returns the client of connection id, or nil.
+func (s *Server) clientByID(id int64) *client {
+	n := s.net.Load()
+	if n == nil {
+		return nil
+	}
+	var found *client
+	n.Range(func(c *resp.Conn) bool {
+		if c.ID() == id {
+			found, _ = c.Context().(*client)
+			return false
+		}
+		return true
+	})
+	return found
 }
 
 // writer reports whether cl holds the lock of sh (or every lock): then the
@@ -357,17 +396,27 @@ func cmdClientTracking(x *ctx) {
 	cl := x.cl
 	var opts uint32
 	var prefixes []string
+	var redir *client
+	var redirID int64
 	for j := 3; j < len(x.args); j++ {
 		more := len(x.args) - 1 - j
 		switch a := strings.ToLower(string(x.args[j])); {
 		case a == "redirect" && more > 0:
 			j++
-			if _, err := strconv.ParseInt(string(x.args[j]), 10, 64); err != nil {
+			if redir != nil {
+				x.errorReply(msgTrackingRedirectTwice)
+				return
+			}
+			id, err := strconv.ParseInt(string(x.args[j]), 10, 64)
+			if err != nil {
 				x.errorReply(msgNotInt)
 				return
 			}
-			x.errorReply(msgTrackingRedirect)
-			return
+			if redir = x.s.clientByID(id); redir == nil {
+				x.errorReply(msgTrackingRedirectNone)
+				return
+			}
+			redirID = id
 		case a == "bcast":
 			opts |= trkBcast
 		case a == "optin":
@@ -431,7 +480,14 @@ func cmdClientTracking(x *ctx) {
 			}
 		}
 	}
+	if redir != nil && !redir.resp3.Load() {
+		x.errorReply(msgTrackingRedirectRESP2)
+		return
+	}
 	cl.noloop = opts&trkNoloop != 0
+	cl.redir.Store(redir)
+	cl.redirID.Store(redirID)
+	cl.redirBroken.Store(false)
 	x.s.track.enable(cl, trkOn|opts|cur&trkCaching, prefixes)
 	x.ok()
 }
@@ -469,11 +525,11 @@ func cmdClientCaching(x *ctx) {
 	x.ok()
 }
 
-// CLIENT GETREDIR: 0 while tracking (cellserver has no redirection), -1
-// when not.
+// CLIENT GETREDIR: the REDIRECT target's id while tracking (0: none),
+// -1 when not tracking.
 func cmdClientGetRedir(x *ctx) {
 	if x.cl.trk.Load()&trkOn != 0 {
-		x.int(0)
+		x.int(x.cl.redirID.Load())
 		return
 	}
 	x.int(-1)
@@ -506,6 +562,9 @@ func cmdClientTrackingInfo(x *ctx) {
 	if f&trkNoloop != 0 {
 		flags = append(flags, "noloop")
 	}
+	if f&trkOn != 0 && x.cl.redirBroken.Load() {
+		flags = append(flags, "broken_redirect")
+	}
 	x.mapLen(3)
 	x.bulkStr("flags")
 	x.setLen(len(flags))
@@ -514,7 +573,7 @@ func cmdClientTrackingInfo(x *ctx) {
 	}
 	x.bulkStr("redirect")
 	if f&trkOn != 0 {
-		x.int(0)
+		x.int(x.cl.redirID.Load())
 	} else {
 		x.int(-1)
 	}

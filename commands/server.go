@@ -393,6 +393,7 @@ func isLoopback(addr string) bool {
 // and turns its tracking off.
 func (s *Server) Close(c *resp.Conn) {
 	if cl, _ := c.Context().(*client); cl != nil {
+		cl.closed.Store(true)
 		s.unwatchAll(cl)
 		s.track.disable(cl)
 	}

@@ -3,7 +3,9 @@ package commands_test
 import (
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -231,4 +233,55 @@ func splitLines(s string) []string {
 		}
 	}
 	return append(out, s[start:])
+}
+
+// TestTrackingRedirect: REDIRECT sends a client's invalidations to another
+// RESP3 connection (Redis 7.0.15's frames); once that one has gone, the
+// client gets tracking-redir-broken and TRACKINGINFO says broken_redirect;
+// a RESP2 target, an unknown id and two REDIRECTs are refused.
+func TestTrackingRedirect(t *testing.T) {
+	_, addr := servertest.Start(t, server.Config{})
+	a, b, tg, r2 := dialRaw(t, addr), dialRaw(t, addr), dialRaw(t, addr), dialRaw(t, addr)
+	tg.mustDo(t, "HELLO", "3")
+	tid := tg.mustDo(t, "CLIENT", "ID").str
+	r2id := r2.mustDo(t, "CLIENT", "ID").str
+	a.mustDo(t, "HELLO", "3")
+	wantReply := func(c *rawConn, want string, args ...string) {
+		t.Helper()
+		if got := string(c.mustDo(t, args...).encode(nil)); got != want {
+			t.Fatalf("%q: %q, want %q", args, got, want)
+		}
+	}
+	wantReply(a, "-ERR The client ID you want redirect to does not exist\r\n", "CLIENT", "TRACKING", "on", "REDIRECT", "999999")
+	wantReply(a, "-ERR A client can only redirect to a single other client\r\n", "CLIENT", "TRACKING", "on", "REDIRECT", tid, "REDIRECT", tid)
+	wantReply(a, "-ERR CLIENT TRACKING REDIRECT needs a RESP3 target (HELLO 3): cellserver has no pub/sub to reach a RESP2 client through __redis__:invalidate\r\n",
+		"CLIENT", "TRACKING", "on", "REDIRECT", r2id)
+	wantReply(a, "+OK\r\n", "CLIENT", "TRACKING", "on", "REDIRECT", tid)
+	wantReply(a, ":"+tid+"\r\n", "CLIENT", "GETREDIR")
+	wantReply(a, "_\r\n", "GET", "rk")
+	wantReply(b, "+OK\r\n", "SET", "rk", "1")
+	v, err := tg.read()
+	if err != nil || string(v.encode(nil)) != invalidation("rk") {
+		t.Fatalf("target got %q, %v; want %q", v.encode(nil), err, invalidation("rk"))
+	}
+	wantReply(a, "+PONG\r\n", "PING") // nothing for a itself
+	wantReply(a, "$1\r\n1\r\n", "GET", "rk")
+	tg.nc.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.Contains(b.mustDo(t, "CLIENT", "LIST", "ID", tid).str, "id="+tid+" ") {
+		if time.Now().After(deadline) {
+			t.Fatal("the target's connection is still listed")
+		}
+		runtime.Gosched()
+	}
+	wantReply(b, "+OK\r\n", "SET", "rk", "2")
+	broken := ">2\r\n$21\r\ntracking-redir-broken\r\n:" + tid + "\r\n"
+	wantReply(a, broken, "PING")
+	if v, err := a.read(); err != nil || v.str != "PONG" {
+		t.Fatalf("after the push: %q, %v; want PONG", v.encode(nil), err)
+	}
+	info := string(a.mustDo(t, "CLIENT", "TRACKINGINFO").encode(nil))
+	if want := "%3\r\n$5\r\nflags\r\n~2\r\n$2\r\non\r\n$15\r\nbroken_redirect\r\n$8\r\nredirect\r\n:" + tid + "\r\n$8\r\nprefixes\r\n*0\r\n"; info != want {
+		t.Errorf("TRACKINGINFO %q, want %q", info, want)
+	}
 }
