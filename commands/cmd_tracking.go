@@ -31,8 +31,8 @@ import (
 // nothing; REDIRECT to a RESP2 client is refused: Redis reaches it through
 // the __redis__:invalidate pub/sub channel, and cellserver has no pub/sub.
 //
-// Changes are seen through the keyspace's Journal (trackJournal), called
-// with the changed key's shard lock held. While no key is tracked and no
+// Changes are seen through the keyspace's Journal (watchJournal, which
+// serves WATCH too), called with the changed key's shard lock held. While no key is tracked and no
 // client broadcasts, it costs one atomic load per change.
 
 // Tracking flags of a client (client.trk), as Redis's CLIENT_TRACKING*.
@@ -311,50 +311,6 @@ func (t *trackTable) stats() (keys, items, prefixes int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return int64(len(t.keys)), t.items, int64(len(t.prefixes))
-}
-
-// trackJournal is the keyspace's Journal layer for tracking: it tells the
-// tracking table about every change, then passes it on to next.
-type trackJournal struct {
-	t    *trackTable
-	ks   *keyspace.Keyspace
-	next keyspace.Journal
-}
-
-func (j *trackJournal) Put(db int, key []byte, v *keyspace.Value) {
-	if j.t.active.Load() != 0 {
-		j.t.touch(j.ks, db, key)
-	}
-	if j.next != nil {
-		j.next.Put(db, key, v)
-	}
-}
-
-func (j *trackJournal) Delete(db int, key []byte) {
-	if j.t.active.Load() != 0 {
-		j.t.touch(j.ks, db, key)
-	}
-	if j.next != nil {
-		j.next.Delete(db, key)
-	}
-}
-
-func (j *trackJournal) DeleteDB(db int) {
-	if j.t.clients.Load() != 0 {
-		j.t.flush()
-	}
-	if j.next != nil {
-		j.next.DeleteDB(db)
-	}
-}
-
-func (j *trackJournal) DeleteAll() {
-	if j.t.clients.Load() != 0 {
-		j.t.flush()
-	}
-	if j.next != nil {
-		j.next.DeleteAll()
-	}
 }
 
 // trackRead remembers the keys of a read-only command cl ran, unless the
