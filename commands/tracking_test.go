@@ -285,3 +285,39 @@ func TestTrackingRedirect(t *testing.T) {
 		t.Errorf("TRACKINGINFO %q, want %q", info, want)
 	}
 }
+
+// TestTrackingEviction: a tracked key evicted under maxmemory
+// (allkeys-lru) is invalidated; the other client's writes of keys nobody
+// read send nothing. Presence is checked through the keyspace, which does
+// not refresh the key's LRU clock as a read would.
+func TestTrackingEviction(t *testing.T) {
+	clk := servertest.NewClock(goldenT0)
+	srv, addr := servertest.Start(t, server.Config{Clock: clk.Now, MaxMemory: 300, MaxMemoryPolicy: "allkeys-lru"})
+	ks := srv.Commands().Keyspace()
+	a, b := dialRaw(t, addr), dialRaw(t, addr)
+	present := func(key string) bool {
+		sh := ks.DB(0).Shard([]byte(key))
+		sh.Lock()
+		defer sh.Unlock()
+		return sh.Usage([]byte(key), clk.Now().UnixMilli()) >= 0
+	}
+	a.mustDo(t, "HELLO", "3")
+	a.mustDo(t, "CLIENT", "TRACKING", "on")
+	b.mustDo(t, "SET", "k", "v")
+	a.mustDo(t, "GET", "k")
+	fills := 0
+	for ; present("k"); fills++ {
+		if fills == 1000 {
+			t.Fatal("k was not evicted after 1000 writes")
+		}
+		clk.Advance(time.Second)
+		b.mustDo(t, "SET", "fill:"+strconv.Itoa(fills), strings.Repeat("x", 100))
+	}
+	if got := string(a.mustDo(t, "PING").encode(nil)); got != invalidation("k") {
+		t.Fatalf("after k was evicted: %q, want %q", got, invalidation("k"))
+	}
+	if v, err := a.read(); err != nil || v.str != "PONG" {
+		t.Fatalf("after the push: %q, %v; want only PONG", v.encode(nil), err)
+	}
+	t.Logf("k evicted after %d writes", fills)
+}
