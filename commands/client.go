@@ -53,6 +53,26 @@ type client struct {
 	// CLIENT_DIRTY_CAS). Set by whichever client changes the key.
 	dirty atomic.Bool
 
+	// trk holds the tracking flags (trkOn, ...); written by this client
+	// (under Server.track.mu for on/off), read by whichever client
+	// changes a key it tracks. trkPrefixes are its BCAST prefixes
+	// (guarded by Server.track.mu; read by CLIENT TRACKINGINFO).
+	trk         atomic.Uint32
+	trkPrefixes []string
+	// noloop mirrors trkNoloop for ctx.lock; held and heldAll say which
+	// shard lock (or every one, in EXEC) this NOLOOP client holds, so
+	// that a change under it is known as its own.
+	noloop  bool
+	held    atomic.Pointer[keyspace.Shard]
+	heldAll atomic.Bool
+	// redir is the REDIRECT target (redirID its id, 0: none);
+	// redirBroken: it had gone at an invalidation. closed: the
+	// connection has ended (Server.Close), for clients redirecting to it.
+	redir       atomic.Pointer[client]
+	redirID     atomic.Int64
+	redirBroken atomic.Bool
+	closed      atomic.Bool
+
 	mu      sync.Mutex // guards name, libName, libVer
 	name    string
 	libName string
@@ -146,11 +166,17 @@ func (x *ctx) db() *keyspace.DB { return x.s.ks.DB(int(x.cl.db.Load())) }
 func (x *ctx) lock(sh *keyspace.Shard) {
 	if !x.locked {
 		sh.Lock()
+		if x.cl.noloop {
+			x.cl.held.Store(sh)
+		}
 	}
 }
 
 func (x *ctx) unlock(sh *keyspace.Shard) {
 	if !x.locked {
+		if x.cl.noloop {
+			x.cl.held.Store(nil)
+		}
 		sh.Unlock()
 	}
 }

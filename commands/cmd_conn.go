@@ -53,6 +53,7 @@ func cmdReset(x *ctx) {
 	cl.resetMulti()
 	cl.multiSeen.Store(-1)
 	x.s.unwatchAll(cl)
+	x.s.track.disable(cl)
 	cl.db.Store(0)
 	cl.mu.Lock()
 	cl.name = ""
@@ -526,6 +527,10 @@ func cmdExec(x *ctx) {
 	}
 	x.s.ks.LockAll()
 	defer x.s.ks.UnlockAll()
+	if cl.noloop {
+		cl.heldAll.Store(true)
+		defer cl.heldAll.Store(false)
+	}
 	if len(cl.watched) > 0 {
 		broken := x.watchBroken()
 		x.s.unwatchAll(cl)

@@ -510,7 +510,7 @@ func cmdInfo(x *ctx) {
 			fmt.Sprintf("client_recent_max_input_buffer:%d", maxIn),
 			fmt.Sprintf("client_recent_max_output_buffer:%d", maxOut),
 			"blocked_clients:0",
-			"tracking_clients:0",
+			fmt.Sprintf("tracking_clients:%d", s.track.clients.Load()),
 			"clients_in_timeout_table:0",
 		)
 	}
@@ -598,6 +598,7 @@ func cmdInfo(x *ctx) {
 	}
 	if show("stats", true) {
 		var expiredKeys = s.expired.Load()
+		trkKeys, trkItems, trkPrefixes := s.track.stats()
 		s.inst.mu.Lock()
 		ops, inKbps, outKbps := s.inst.ops.rate(), s.inst.in.rate()/1024, s.inst.out.rate()/1024
 		s.inst.mu.Unlock()
@@ -625,9 +626,9 @@ func cmdInfo(x *ctx) {
 			"pubsub_channels:0",
 			"pubsub_patterns:0",
 			"pubsubshard_channels:0",
-			"tracking_total_keys:0",
-			"tracking_total_items:0",
-			"tracking_total_prefixes:0",
+			fmt.Sprintf("tracking_total_keys:%d", trkKeys),
+			fmt.Sprintf("tracking_total_items:%d", trkItems),
+			fmt.Sprintf("tracking_total_prefixes:%d", trkPrefixes),
 			"unexpected_error_replies:0",
 			fmt.Sprintf("total_error_replies:%d", s.totalErrors()),
 			fmt.Sprintf("oom_refusals:%d", s.oomRefusals.Load()),

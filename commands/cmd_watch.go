@@ -20,8 +20,8 @@ import (
 // the keyspace calls with the changed key's shard lock held, right after
 // the change. EXEC holds every shard lock while it checks the client's
 // dirty flag and runs its queue, so a change is either before the check
-// (the transaction aborts) or after the queue. While nobody watches, the
-// journal costs one atomic load per change.
+// (the transaction aborts) or after the queue. While nobody watches or
+// tracks, the journal costs two atomic loads per change.
 //
 // Lock order: shard locks, then a watchStripe's mu. WATCH takes the key's
 // shard lock while it reads the key and registers it, so that no change
@@ -170,16 +170,21 @@ func (w *watchTable) flush(db int) {
 }
 
 // watchJournal is the keyspace's Journal while a Server uses it: it tells
-// the watch table about every change, then passes it on to next (the
-// persistence journal, or nil).
+// the watch table and the tracking table (cmd_tracking.go) about every
+// change, then passes it on to next (the persistence journal, or nil).
 type watchJournal struct {
 	w    *watchTable
+	t    *trackTable
+	ks   *keyspace.Keyspace
 	next keyspace.Journal
 }
 
 func (j *watchJournal) Put(db int, key []byte, v *keyspace.Value) {
 	if j.w.n.Load() != 0 {
 		j.w.touch(db, key, false)
+	}
+	if j.t.active.Load() != 0 {
+		j.t.touch(j.ks, db, key)
 	}
 	if j.next != nil {
 		j.next.Put(db, key, v)
@@ -190,6 +195,9 @@ func (j *watchJournal) Delete(db int, key []byte) {
 	if j.w.n.Load() != 0 {
 		j.w.touch(db, key, true)
 	}
+	if j.t.active.Load() != 0 {
+		j.t.touch(j.ks, db, key)
+	}
 	if j.next != nil {
 		j.next.Delete(db, key)
 	}
@@ -198,6 +206,9 @@ func (j *watchJournal) Delete(db int, key []byte) {
 func (j *watchJournal) DeleteDB(db int) {
 	if j.w.n.Load() != 0 {
 		j.w.flush(db)
+	}
+	if j.t.clients.Load() != 0 {
+		j.t.flush()
 	}
 	if j.next != nil {
 		j.next.DeleteDB(db)
@@ -208,21 +219,25 @@ func (j *watchJournal) DeleteAll() {
 	if j.w.n.Load() != 0 {
 		j.w.flush(-1)
 	}
+	if j.t.clients.Load() != 0 {
+		j.t.flush()
+	}
 	if j.next != nil {
 		j.next.DeleteAll()
 	}
 }
 
-// installWatch makes the keyspace report its changes to s.watch. A
-// keyspace that served another Server before keeps one watch layer: that
-// Server's is replaced.
-func (s *Server) installWatch() {
+// installWatch makes the keyspace report its changes to s.watch and
+// s.track. A keyspace that served another Server before keeps one such
+// layer: that Server's is replaced.
+func (s *Server) installWatch(trackMaxKeys int64) {
 	s.watch = newWatchTable()
+	s.track = newTrackTable(trackMaxKeys)
 	s.ks.WrapJournal(func(j keyspace.Journal) keyspace.Journal {
 		if old, ok := j.(*watchJournal); ok {
 			j = old.next
 		}
-		return &watchJournal{w: s.watch, next: j}
+		return &watchJournal{w: s.watch, t: s.track, ks: s.ks, next: j}
 	})
 }
 

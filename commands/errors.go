@@ -30,9 +30,24 @@ const (
 	msgClientType    = "ERR Unknown client type '%s'"
 	msgClientID      = "ERR Invalid client ID"
 	msgClientInfoArg = "ERR %s cannot contain spaces, newlines or special characters."
-	msgConfigSetRO   = "ERR CONFIG SET is not supported: cellserver's configuration is read-only at run time"
-	msgNoAuthNeeded  = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
-	msgLatencyGraph  = "ERR No samples available for event '%s'"
+	// CLIENT TRACKING and CLIENT CACHING, as Redis 7.0.15 sends them
+	// (msgTrackingRedirectRESP2 is cellserver's: it has no pub/sub).
+	msgTrackingRedirectTwice = "ERR A client can only redirect to a single other client"
+	msgTrackingRedirectNone  = "ERR The client ID you want redirect to does not exist"
+	msgTrackingRedirectRESP2 = "ERR CLIENT TRACKING REDIRECT needs a RESP3 target (HELLO 3): cellserver has no pub/sub to reach a RESP2 client through __redis__:invalidate"
+	msgTrackingPrefixBcast   = "ERR PREFIX option requires BCAST mode to be enabled"
+	msgTrackingSwitchBcast   = "ERR You can't switch BCAST mode on/off before disabling tracking for this client, and then re-enabling it with a different mode."
+	msgTrackingBcastOpt      = "ERR OPTIN and OPTOUT are not compatible with BCAST"
+	msgTrackingOptinOptout   = "ERR You can't specify both OPTIN mode and OPTOUT mode"
+	msgTrackingSwitchOpt     = "ERR You can't switch OPTIN/OPTOUT mode before disabling tracking for this client, and then re-enabling it with a different mode."
+	msgTrackingPrefixOld     = "ERR Prefix '%s' overlaps with an existing prefix '%s'. Prefixes for a single client must not overlap."
+	msgTrackingPrefixNew     = "ERR Prefix '%s' overlaps with another provided prefix '%s'. Prefixes for a single client must not overlap."
+	msgCachingNotTracking    = "ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode enabled"
+	msgCachingYes            = "ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode."
+	msgCachingNo             = "ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode."
+	msgConfigSetRO           = "ERR CONFIG SET is not supported: cellserver's configuration is read-only at run time"
+	msgNoAuthNeeded          = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+	msgLatencyGraph          = "ERR No samples available for event '%s'"
 	// MODULE LOAD, LOADEX and UNLOAD: %s is the subcommand, upper-cased.
 	msgModuleBuiltIn = "ERR MODULE %s is not supported: cellserver loads no modules; redis-cell's commands are built in (MODULE LIST)"
 
@@ -210,4 +225,14 @@ const msgMisconf = "MISCONF Errors writing to the data directory (--data-dir): %
 // errMisconf is msgMisconf with the store's error as the reason.
 func errMisconf(err error) string {
 	return strings.Replace(msgMisconf, "%s", err.Error(), 1)
+}
+
+func errTrackingPrefixExisting(p, q string) string { return sprintf2(msgTrackingPrefixOld, p, q) }
+
+func errTrackingPrefixProvided(p, q string) string { return sprintf2(msgTrackingPrefixNew, p, q) }
+
+// sprintf2 fills the two %s of msg.
+func sprintf2(msg, a, b string) string {
+	msg = strings.Replace(msg, "%s", a, 1)
+	return strings.Replace(msg, "%s", b, 1)
 }

@@ -46,7 +46,9 @@ import (
 // lists redis-cell, which the reference has not loaded: in -reference mode
 // the command is sent, for its effects, and its reply not compared), c2
 // and c3 (sent on a second or third connection, opened at its first use:
-// another client, for WATCH).
+// another client, for WATCH), push (one more reply is read after the
+// command's: a push frame sent to this connection, for CLIENT TRACKING;
+// the two replies' lines follow the command in the order they arrived).
 //
 // Arguments may use {{ns+N}}, {{ms+N}} and {{s+N}}: the current Unix time
 // in ns, ms or s (of the injected clock, or of the real one in -reference
@@ -152,7 +154,7 @@ func parseGoldenCommand(line string, lineNo int) (*goldenCase, error) {
 		}
 		for _, f := range strings.Split(rest[1:end], ",") {
 			switch f {
-			case "sort", "cellserver", "time", "modules", "c2", "c3":
+			case "sort", "cellserver", "time", "modules", "c2", "c3", "push":
 				c.flags[f] = true
 			default:
 				return nil, fmt.Errorf("unknown flag %q", f)
@@ -352,6 +354,13 @@ func goldenExchange(c *rawConn, gc *goldenCase, now time.Time) ([]string, error)
 		v.sortLeaves()
 	}
 	got := replyLines(v.encode(nil))
+	if gc.flags["push"] {
+		v, err := c.read()
+		if err != nil {
+			return nil, err
+		}
+		got = append(got, replyLines(v.encode(nil))...)
+	}
 	if n := len(gc.want); n > 0 && gc.want[n-1] == "(closed)" ||
 		strings.EqualFold(gc.args[0], "quit") {
 		isClosed, err := c.closed()

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,6 +84,10 @@ type Config struct {
 	// DefaultMultiMaxCommands and DefaultMultiMaxBytes.
 	MultiMaxCommands int
 	MultiMaxBytes    int64
+	// TrackingTableMaxKeys bounds the keys the client-side caching table
+	// remembers (Redis's tracking-table-max-keys); 0 means
+	// DefaultTrackingTableMaxKeys, negative means no bound.
+	TrackingTableMaxKeys int64
 	// ConfigFile is the configuration file the settings were read from,
 	// if any (INFO server config_file).
 	ConfigFile string
@@ -132,6 +138,7 @@ type Server struct {
 	multiMax    int   // commands one MULTI may queue
 	multiBytes  int64 // bytes one MULTI may queue (queuedSize)
 	watch       *watchTable
+	track       *trackTable
 
 	errMu       sync.Mutex // guards errStats
 	errStats    map[string]int64
@@ -205,6 +212,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MultiMaxBytes == 0 {
 		cfg.MultiMaxBytes = DefaultMultiMaxBytes
 	}
+	if cfg.TrackingTableMaxKeys == 0 {
+		cfg.TrackingTableMaxKeys = DefaultTrackingTableMaxKeys
+	}
 	if cfg.MultiMaxCommands < 0 || cfg.MultiMaxBytes < 0 {
 		return nil, errors.New("commands: MULTI queue limits must not be negative")
 	}
@@ -231,13 +241,17 @@ func New(cfg Config) (*Server, error) {
 		replID:      newRunID(),
 		configFile:  absPath(cfg.ConfigFile),
 	}
+	if !slices.ContainsFunc(s.settings, func(st Setting) bool { return st.Name == "tracking-table-max-keys" }) {
+		s.settings = append(slices.Clip(s.settings), Setting{Name: "tracking-table-max-keys",
+			Value: strconv.FormatInt(max(cfg.TrackingTableMaxKeys, 0), 10)})
+	}
 	s.inst.startupMemory = heapObjects()
 	s.notePeak(s.inst.startupMemory)
 	s.passDigest = sha256.Sum256([]byte(cfg.Password))
 	s.slowlog = slowlog{slowerThan: cfg.SlowlogSlowerThan, maxLen: cfg.SlowlogMaxLen}
 	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock)
 	s.buildTable(commandTable())
-	s.installWatch()
+	s.installWatch(cfg.TrackingTableMaxKeys)
 	return s, nil
 }
 
@@ -375,10 +389,13 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// Close implements resp.Handler: it forgets the client's watched keys.
+// Close implements resp.Handler: it forgets the client's watched keys
+// and turns its tracking off.
 func (s *Server) Close(c *resp.Conn) {
 	if cl, _ := c.Context().(*client); cl != nil {
+		cl.closed.Store(true)
 		s.unwatchAll(cl)
+		s.track.disable(cl)
 	}
 }
 
@@ -391,6 +408,9 @@ func (s *Server) ServeRESP(c *resp.Conn, args [][]byte) {
 	x.haveNow = false
 	x.locked = false
 	s.dispatch(x)
+	if cl.trk.Load()&trkCaching != 0 {
+		cl.afterCommand(cl.lastCmd.Load())
+	}
 	x.args = nil
 }
 
@@ -503,6 +523,9 @@ func (s *Server) call(x *ctx, sp *Spec) {
 		cl.lastBatch = b
 	}
 	sp.Run(x)
+	if sp.Flags&ReadOnly != 0 && cl.trk.Load()&trkOn != 0 {
+		s.trackRead(x, sp)
+	}
 	if !x.locked {
 		// maxmemory with allkeys-lru: evict what this command (or, after
 		// EXEC, the transaction) added or grew beyond the cap.

@@ -58,6 +58,8 @@ type Conn struct {
 	netIn      atomic.Int64
 	netOut     atomic.Int64
 	ctx        atomic.Pointer[any]
+	hasPush    atomic.Bool // push.buf holds bytes (Push)
+	push       pushState
 
 	// Event-loop connections (lp != nil) own a socket descriptor instead
 	// of nc. fdMu orders closing it (by the loop) against a shutdown(2)
@@ -235,6 +237,9 @@ func (c *Conn) execute() batchResult {
 			return batchDone
 		}
 		h.ServeRESP(c, args)
+		if c.hasPush.Load() {
+			c.takePush() // after the reply of the command that queued it
+		}
 		if int64(len(c.Out)) > s.cfg.MaxOutputBuffer {
 			s.outputDrops.Add(1)
 			s.logger.Warn("resp: closing client over the output buffer limit", "id", c.id, "addr", c.remote,
@@ -289,6 +294,9 @@ func (c *Conn) serve() {
 		if s.inShutdown.Load() {
 			return
 		}
+		if c.hasPush.Load() {
+			c.kickPush() // queued after the write above, see Push
+		}
 		n, err := c.read()
 		if !c.state.CompareAndSwap(connIdle, connActive) {
 			return // claimed by Shutdown, or killed
@@ -340,6 +348,11 @@ func (c *Conn) beforeWrite() error {
 func (c *Conn) write() error {
 	if err := c.beforeWrite(); err != nil {
 		return err
+	}
+	c.push.wmu.Lock()
+	defer c.push.wmu.Unlock()
+	if c.hasPush.Load() {
+		c.takePush()
 	}
 	c.outLen.Store(int64(len(c.Out)))
 	out := c.Out

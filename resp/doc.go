@@ -132,7 +132,7 @@
 // Conn methods safe to call from any goroutine (for example from another
 // connection's handler, through [Server.Range], for CLIENT LIST or CLIENT
 // KILL): ID, RemoteAddr, LocalAddr, Created, LastActive, QueryBufLen,
-// OutLen, Context, SetContext and Kill. QueryBufLen and OutLen are
+// OutLen, Context, SetContext, Kill and Push. QueryBufLen and OutLen are
 // snapshots updated once per read or write.
 //
 // Conn.Out, CloseAfterReply, SetAuthenticated, SetMaxMultiBulkLen and

@@ -63,6 +63,7 @@ type loop struct {
 
 	mu     sync.Mutex // guards adds, exited and writes to wakefd
 	adds   []*Conn    // accepted, not yet registered
+	pushes []*Conn    // with bytes queued by Conn.Push
 	exited bool
 
 	// Owned by the loop's goroutine.
@@ -295,10 +296,55 @@ func (l *loop) takeAdds() {
 	l.mu.Lock()
 	adds := l.adds
 	l.adds = nil
+	pushes := l.pushes
+	l.pushes = nil
 	l.mu.Unlock()
 	for _, c := range adds {
 		l.open(c)
 	}
+	for _, c := range pushes {
+		c.push.mu.Lock()
+		c.push.inLoop = false
+		c.push.mu.Unlock()
+		l.deliverPush(c)
+	}
+}
+
+// addPush hands the loop a connection with pushes queued (Conn.Push).
+func (l *loop) addPush(c *Conn) {
+	c.push.mu.Lock()
+	if c.push.inLoop {
+		c.push.mu.Unlock()
+		return
+	}
+	c.push.inLoop = true
+	c.push.mu.Unlock()
+	l.mu.Lock()
+	if !l.exited {
+		l.pushes = append(l.pushes, c)
+		unix.Write(l.wakefd, eventfdOne[:])
+	}
+	l.mu.Unlock()
+}
+
+// deliverPush moves c's queued pushes behind its replies and has them
+// written this round: after the replies being written (a connection
+// waiting for EPOLLOUT or queued for the round's writes), or at once for
+// an idle one.
+func (l *loop) deliverPush(c *Conn) {
+	if c.fd < 0 || !c.hasPush.Load() {
+		return
+	}
+	if c.waitOut || c.queued {
+		c.takePush()
+		return
+	}
+	if !c.state.CompareAndSwap(connIdle, connActive) {
+		return // closing
+	}
+	c.takePush()
+	c.queued = true
+	l.writes = append(l.writes, c)
 }
 
 func (l *loop) open(c *Conn) {

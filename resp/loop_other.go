@@ -15,8 +15,9 @@ func newLoops(*Server, int) ([]*loop, error) {
 	return nil, errors.New("resp: event loops need Linux")
 }
 
-func (l *loop) add(*Conn) {}
-func (l *loop) wake()     {}
+func (l *loop) add(*Conn)     {}
+func (l *loop) wake()         {}
+func (l *loop) addPush(*Conn) {}
 
 func detachFD(net.Conn) (int, bool) { return -1, false }
 func shutdownFD(int)                {}
