@@ -248,6 +248,31 @@ func cmdClientSetInfo(x *ctx) {
 	x.ok()
 }
 
+// CLIENT MAINT_NOTIFICATIONS ON|OFF [MOVING-ENDPOINT-TYPE type]: clients
+// (go-redis over RESP3) ask for push notifications of maintenance events.
+// cellserver has none to send, so a well-formed call is accepted and
+// changes nothing, which keeps INFO errorstats clean after the handshake.
+func cmdClientMaintNotifications(x *ctx) {
+	args := x.args[2:]
+	if !eqFold(args[0], "on") && !eqFold(args[0], "off") {
+		x.errorReply(msgSyntax)
+		return
+	}
+	for rest := args[1:]; len(rest) > 0; rest = rest[2:] {
+		if len(rest) < 2 || !eqFold(rest[0], "moving-endpoint-type") {
+			x.errorReply(msgSyntax)
+			return
+		}
+		switch strings.ToLower(string(rest[1])) {
+		case "internal-ip", "internal-fqdn", "external-ip", "external-fqdn", "none":
+		default:
+			x.errorReply(msgSyntax)
+			return
+		}
+	}
+	x.ok()
+}
+
 // CLIENT LIST [TYPE normal|master|replica|pubsub] | [ID id ...]
 //
 // As Redis 7.0: TYPE only as the sole option, or ID with one or more

@@ -102,6 +102,12 @@ func commandTable() []*Spec {
 							{Name: "replica", Type: "pure-token", Token: "REPLICA"}, {Name: "pubsub", Type: "pure-token", Token: "PUBSUB"}}},
 						{Name: "client-id", Type: "integer", Token: "ID", Optional: true, Multiple: true}},
 					Run: cmdClientList},
+				{Name: "client|maint_notifications", Arity: -3, Flags: NoScript | Loading | Stale, ACL: []string{"slow", "connection"}, Group: "connection",
+					Summary: "Enables or disables maintenance notifications for the connection (accepted; cellserver has no maintenance events to send).", Since: "8.2.0", Complex: "O(1)",
+					Args: []Arg{{Name: "enabled", Type: "oneof", Args: []Arg{
+						{Name: "on", Type: "pure-token", Token: "ON"}, {Name: "off", Type: "pure-token", Token: "OFF"}}},
+						{Name: "moving-endpoint-type", Type: "string", Token: "MOVING-ENDPOINT-TYPE", Optional: true}},
+					Run: cmdClientMaintNotifications},
 				{Name: "client|setinfo", Arity: 4, Flags: NoScript | Loading | Stale, ACL: []string{"slow", "connection"}, Group: "connection",
 					Summary: "Sets information specific to the client or connection.", Since: "7.2.0", Complex: "O(1)",
 					Args: []Arg{{Name: "attr", Type: "oneof", Args: []Arg{
