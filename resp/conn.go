@@ -236,6 +236,9 @@ func (c *Conn) execute() batchResult {
 		if args == nil {
 			return batchDone
 		}
+		if c.hasPush.Load() {
+			c.takePush() // queued before this command: before its reply
+		}
 		h.ServeRESP(c, args)
 		if c.hasPush.Load() {
 			c.takePush() // after the reply of the command that queued it

@@ -90,19 +90,24 @@ func (c *Conn) flushPush() {
 	p := &c.push
 	var out []byte
 	for {
+		// The pushes are taken with wmu held, so that a reply the
+		// connection writes meanwhile cannot go out before them: the
+		// connection either takes them first (into its Out, ahead of the
+		// replies of commands that start later) or waits for this write.
+		p.wmu.Lock()
 		p.mu.Lock()
 		if len(p.buf) == 0 || c.state.Load() == connClosed {
 			p.buf = p.buf[:0]
 			c.hasPush.Store(false)
 			p.flushing = false
 			p.mu.Unlock()
+			p.wmu.Unlock()
 			return
 		}
 		out = append(out[:0], p.buf...)
 		p.buf = p.buf[:0]
 		c.hasPush.Store(false)
 		p.mu.Unlock()
-		p.wmu.Lock()
 		err := c.writeRaw(out)
 		p.wmu.Unlock()
 		if err != nil {
