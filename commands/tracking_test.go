@@ -295,12 +295,7 @@ func TestTrackingEviction(t *testing.T) {
 	srv, addr := servertest.Start(t, server.Config{Clock: clk.Now, MaxMemory: 300, MaxMemoryPolicy: "allkeys-lru"})
 	ks := srv.Commands().Keyspace()
 	a, b := dialRaw(t, addr), dialRaw(t, addr)
-	present := func(key string) bool {
-		sh := ks.DB(0).Shard([]byte(key))
-		sh.Lock()
-		defer sh.Unlock()
-		return sh.Usage([]byte(key), clk.Now().UnixMilli()) >= 0
-	}
+	present := func(key string) bool { return keyPresent(ks, clk, key) }
 	a.mustDo(t, "HELLO", "3")
 	a.mustDo(t, "CLIENT", "TRACKING", "on")
 	b.mustDo(t, "SET", "k", "v")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cellserver/cellserver/commands"
 	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/resp"
 	"github.com/cellserver/cellserver/server"
 	"github.com/redis/go-redis/v9"
@@ -131,12 +132,7 @@ func TestWatchEviction(t *testing.T) {
 	srv, addr := servertest.Start(t, server.Config{Clock: clk.Now, MaxMemory: 300, MaxMemoryPolicy: "allkeys-lru"})
 	ks := srv.Commands().Keyspace()
 	a, b := dialRaw(t, addr), dialRaw(t, addr)
-	present := func(key string) bool {
-		sh := ks.DB(0).Shard([]byte(key))
-		sh.Lock()
-		defer sh.Unlock()
-		return sh.Usage([]byte(key), clk.Now().UnixMilli()) >= 0
-	}
+	present := func(key string) bool { return keyPresent(ks, clk, key) }
 	a.mustDo(t, "SET", "k", "v")
 	if !present("k") {
 		t.Fatal("k is not there after SET")
@@ -323,4 +319,13 @@ func BenchmarkDispatchThrottleWatched(b *testing.B) {
 			}, throttle)
 		})
 	}
+}
+
+// keyPresent reports, through the keyspace, whether key is live in db 0 at
+// clk's time: unlike a read, it does not refresh the key's LRU clock.
+func keyPresent(ks *keyspace.Keyspace, clk *servertest.Clock, key string) bool {
+	sh := ks.DB(0).Shard([]byte(key))
+	sh.Lock()
+	defer sh.Unlock()
+	return sh.Usage([]byte(key), clk.Now().UnixMilli()) >= 0
 }
