@@ -790,13 +790,7 @@ func (p *Pebble) Write(ops []Op, sync bool) error {
 		p.tail = binary.LittleEndian.AppendUint32(p.tail, uint32(len(repr)))
 		p.tail = append(p.tail, repr...)
 		if len(p.tail) > maxTail {
-			if err := db.LogData(nil, pebble.Sync); err != nil {
-				return p.wrap("sync", err)
-			}
-			if err := in.err(); err != nil {
-				return err
-			}
-			p.tail = p.tail[:0]
+			return p.syncTailLocked(db, in)
 		}
 		return nil
 	})
@@ -835,15 +829,21 @@ func (p *Pebble) Sync() error {
 	return p.guard(in, "sync", func() error {
 		p.tailMu.Lock()
 		defer p.tailMu.Unlock()
-		if err := db.LogData(nil, pebble.Sync); err != nil {
-			return p.wrap("sync", err)
-		}
-		if err := in.err(); err != nil {
-			return err
-		}
-		p.tail = p.tail[:0]
-		return nil
+		return p.syncTailLocked(db, in)
 	})
+}
+
+// syncTailLocked fsyncs the WAL (an empty LogData record with pebble.Sync)
+// and, once that succeeded, forgets the unsynced tail; p.tailMu is held.
+func (p *Pebble) syncTailLocked(db *pebble.DB, in *instance) error {
+	if err := db.LogData(nil, pebble.Sync); err != nil {
+		return p.wrap("sync", err)
+	}
+	if err := in.err(); err != nil {
+		return err
+	}
+	p.tail = p.tail[:0]
+	return nil
 }
 
 // Load implements Store; the iterator reads a consistent snapshot.
