@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,12 +89,7 @@ func TestNodeClients(t *testing.T) {
 			t.Parallel()
 			_, addr := startServer(t)
 			p := startKillProxy(t, addr)
-			host, port, err := net.SplitHostPort(p.addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, ctlPort, _ := net.SplitHostPort(p.ctlAddr)
-			wantTat := strconv.FormatInt(t0.Add(2*time.Second).UnixNano(), 10)
+			host, port, ctlPort, wantTat := p.scriptArgs(t)
 			ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, "node", tc.script, host, port, ctlPort, wantTat)

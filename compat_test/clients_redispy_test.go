@@ -3,11 +3,8 @@ package compat_test
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"os/exec"
-	"strconv"
 	"testing"
-	"time"
 )
 
 // redisPyMatrixScript runs the client-matrix scenario with redis-py (RESP2)
@@ -87,12 +84,7 @@ func TestRedisPyClient(t *testing.T) {
 	}
 	_, addr := startServer(t)
 	p := startKillProxy(t, addr)
-	host, port, err := net.SplitHostPort(p.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, ctlPort, _ := net.SplitHostPort(p.ctlAddr)
-	wantTat := strconv.FormatInt(t0.Add(2*time.Second).UnixNano(), 10)
+	host, port, ctlPort, wantTat := p.scriptArgs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, py, "-c", redisPyMatrixScript, host, port, ctlPort, wantTat).CombinedOutput()

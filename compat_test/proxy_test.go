@@ -3,8 +3,10 @@ package compat_test
 import (
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
+	"time"
 )
 
 // killProxy forwards TCP connections to a cellserver and can close them
@@ -122,4 +124,20 @@ func (p *killProxy) Kills() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.kills
+}
+
+// scriptArgs are the arguments the Node and Python client scripts take:
+// the proxy's host and port, its control port (a connection to it closes
+// every proxied connection) and CL.INFO's tat_ns expected after the
+// scenario's throttle calls (the injected clock's t0 + 2s, in ns).
+func (p *killProxy) scriptArgs(t testing.TB) (host, port, ctlPort, wantTat string) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ctlPort, err = net.SplitHostPort(p.ctlAddr); err != nil {
+		t.Fatal(err)
+	}
+	return host, port, ctlPort, strconv.FormatInt(t0.Add(2*time.Second).UnixNano(), 10)
 }
