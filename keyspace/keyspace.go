@@ -163,7 +163,20 @@ type Keyspace struct {
 	evicted   atomic.Int64 // keys evicted by AllKeysLRU
 
 	evictCursor atomic.Uint64 // the shard Evict visits next (over every database)
+
+	// replica: the keyspace follows a primary (SetReplica).
+	replica atomic.Bool
 }
+
+// SetReplica switches the keyspace into replica mode (on) or back. In
+// replica mode the keyspace never removes a key by itself, as a Redis
+// replica does not: Lookup hides an expired key without deleting it, Sweep
+// and Evict do nothing, and a new key does not evict another. Deletions
+// (of expired keys too) arrive from the primary as changes.
+func (ks *Keyspace) SetReplica(on bool) { ks.replica.Store(on) }
+
+// Replica reports whether the keyspace is in replica mode.
+func (ks *Keyspace) Replica() bool { return ks.replica.Load() }
 
 // MemoryStats reports the estimated memory of the keys and the evictions.
 type MemoryStats struct {
@@ -205,7 +218,7 @@ func (ks *Keyspace) CanReplace(cur *Value, nv Value) bool {
 // returns the number of keys evicted; it is a no-op (one atomic load)
 // below MaxMemory, without a cap, and under NoEviction.
 func (ks *Keyspace) Evict() int {
-	if ks.maxMemory == 0 || ks.policy != AllKeysLRU || ks.used.Load() <= ks.maxMemory {
+	if ks.replica.Load() || ks.maxMemory == 0 || ks.policy != AllKeysLRU || ks.used.Load() <= ks.maxMemory {
 		return 0
 	}
 	perDB := uint64(len(ks.dbs[0].shards))
@@ -459,7 +472,9 @@ func (s *Shard) Lookup(key []byte, now int64) *Value {
 	}
 	e := s.t.at(idx)
 	if e.exp != 0 && now > e.exp {
-		s.removeAt(idx, pos, key)
+		if !s.ks.replica.Load() {
+			s.removeAt(idx, pos, key)
+		}
 		return nil
 	}
 	e.touch(s.sec)
@@ -518,7 +533,7 @@ func (s *Shard) Replace(key []byte, cur *Value, nv Value) {
 		if ok {
 			idx, old = i, s.t.size(s.t.at(i))
 		} else {
-			if s.ks.maxMemory > 0 && s.ks.policy == AllKeysLRU {
+			if s.ks.maxMemory > 0 && s.ks.policy == AllKeysLRU && !s.ks.replica.Load() {
 				s.makeRoom(int64(len(key))+EntryOverhead+int64(objSize(nv.Obj)), false)
 			}
 			if s.t.live >= cmp.Or(s.t.limit, maxEntries) {
@@ -744,6 +759,9 @@ type SweepConfig struct {
 // database at now (ms), locking one shard at a time, and returns the number
 // of keys removed.
 func (ks *Keyspace) Sweep(now int64, cfg SweepConfig) int {
+	if ks.replica.Load() {
+		return 0
+	}
 	total := 0
 	for _, db := range ks.dbs {
 		for i := range db.shards {

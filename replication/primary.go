@@ -1,0 +1,402 @@
+package replication
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cellserver/cellserver/keyspace"
+)
+
+// replicaConn is the primary's side of one replica's link.
+type replicaConn struct {
+	r       *Replication
+	nc      net.Conn
+	ip      string // the address INFO lists (REPLCONF ip-address, or the peer's)
+	port    int    // its client port (REPLCONF listening-port)
+	ack     atomic.Int64
+	ackTime atomic.Int64 // unix ns of the last ack (or of the link's start)
+	online  atomic.Bool  // its full copy is complete (or it continued)
+	sending atomic.Bool  // a full copy is being sent
+	wake    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+func (rc *replicaConn) close() {
+	rc.once.Do(func() {
+		close(rc.done)
+		rc.nc.Close()
+	})
+}
+
+func (rc *replicaConn) kick() {
+	select {
+	case rc.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wakeSenders tells every replica's sender there is more to send.
+func (r *Replication) wakeSenders() {
+	if p := r.senders.Load(); p != nil {
+		for _, rc := range *p {
+			rc.kick()
+		}
+	}
+}
+
+// publishSenders refreshes the lock-free copy of the replicas. r.mu held.
+func (r *Replication) publishSenders() {
+	s := slices.Clone(r.replicas)
+	r.senders.Store(&s)
+}
+
+// Sync is a primary's answer to PSYNC: Reply goes to the replica first,
+// then, once the connection is handed over (resp.Conn.Hijack), Serve
+// streams to it.
+type Sync struct {
+	Reply string // "+FULLRESYNC <replid> <offset>\r\n" or "+CONTINUE <replid>\r\n"
+	r     *Replication
+	full  bool
+	from  int64
+	ip    string
+	port  int
+}
+
+// Psync decides how a replica that asks for replid at offset (Redis's
+// PSYNC arguments: "?" and -1 for a first sync) resumes: from the backlog
+// when it holds the replica's history ("+CONTINUE"), else with a full copy
+// ("+FULLRESYNC"). ip and port are the replica's announced address.
+func (r *Replication) Psync(replid string, offset int64, ip string, port int) *Sync {
+	r.mu.Lock()
+	r.activateBacklog()
+	r.mu.Unlock()
+	r.blMu.Lock()
+	defer r.blMu.Unlock()
+	sy := &Sync{r: r, ip: ip, port: port}
+	// Redis's masterTryPartialResynchronization: the ID must be ours, or
+	// our previous one up to the offset where it ended; the offset must be
+	// in the backlog.
+	idOK := replid == r.replID || (replid == r.replID2 && offset <= r.secondOffset)
+	if replid != "?" && idOK && offset-1 >= r.bl.start && offset-1 <= r.bl.end {
+		sy.from = offset - 1
+		sy.Reply = "+CONTINUE " + r.replID + "\r\n"
+		r.syncPartialOK.Add(1)
+		return sy
+	}
+	if replid != "?" {
+		r.syncPartialErr.Add(1)
+	}
+	r.syncFull.Add(1)
+	sy.full = true
+	sy.from = r.bl.end
+	sy.Reply = "+FULLRESYNC " + r.replID + " " + strconv.FormatInt(r.bl.end, 10) + "\r\n"
+	return sy
+}
+
+// Serve streams to the replica on nc until the link fails or is closed;
+// rest is what the replica sent after PSYNC. It returns when the link
+// ends.
+func (sy *Sync) Serve(nc net.Conn, rest []byte) {
+	r := sy.r
+	rc := &replicaConn{r: r, nc: nc, ip: sy.ip, port: sy.port, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	rc.ack.Store(sy.from)
+	rc.ackTime.Store(r.clock().UnixNano())
+	r.mu.Lock()
+	if r.stopping.Load() {
+		r.mu.Unlock()
+		nc.Close()
+		return
+	}
+	r.replicas = append(r.replicas, rc)
+	r.publishSenders()
+	r.mu.Unlock()
+	defer func() {
+		rc.close()
+		r.mu.Lock()
+		r.replicas = slices.DeleteFunc(r.replicas, func(x *replicaConn) bool { return x == rc })
+		r.publishSenders()
+		r.mu.Unlock()
+		r.checkWaiters()
+	}()
+	go rc.readAcks(io.MultiReader(&byteReader{rest}, nc))
+	err := rc.send(sy.full, sy.from)
+	if err != nil && !isClosed(err) {
+		r.log.Warn("replication: link to replica ended", "replica", net.JoinHostPort(rc.ip, strconv.Itoa(rc.port)), "err", err)
+	} else {
+		r.log.Info("replication: link to replica closed", "replica", net.JoinHostPort(rc.ip, strconv.Itoa(rc.port)))
+	}
+}
+
+type byteReader struct{ b []byte }
+
+func (b *byteReader) Read(p []byte) (int, error) {
+	if len(b.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, b.b)
+	b.b = b.b[n:]
+	return n, nil
+}
+
+func isClosed(err error) bool {
+	return err == io.EOF || err == net.ErrClosed || errorsIsClosed(err)
+}
+
+// readAcks reads the replica's ack frames.
+func (rc *replicaConn) readAcks(src io.Reader) {
+	defer rc.close()
+	fr := frameReader{br: bufio.NewReaderSize(src, 4096)}
+	for {
+		t, p, _, err := fr.next()
+		if err != nil {
+			return
+		}
+		if t != frameAck {
+			rc.r.log.Warn("replication: unexpected frame from a replica; closing its link", "type", string(rune(t)))
+			return
+		}
+		off, n := binary.Uvarint(p)
+		if n <= 0 {
+			return
+		}
+		rc.ack.Store(int64(off))
+		rc.ackTime.Store(rc.r.clock().UnixNano())
+		if rc.r.nWaiters.Load() > 0 {
+			rc.r.checkWaiters()
+		}
+	}
+}
+
+// sendChunk is how many bytes a sender gathers before it writes.
+const sendChunk = 256 << 10
+
+// send writes the full copy (if full), interleaved with the change stream
+// from offset pos, then the change stream, until the link ends.
+//
+// The full copy is not a point-in-time image: each shard is copied under
+// its lock while the stream goes on. It is still exact once the stream is
+// applied after it: every change frame carries a whole value (or a whole
+// deletion), so a key's final state is that of its last change in the
+// stream when it has one since pos, and its copied state (unchanged since
+// pos) otherwise. The replica counts as in sync once 'E' arrives, which is
+// sent after the stream up to the end of the copy.
+func (rc *replicaConn) send(full bool, pos int64) error {
+	r := rc.r
+	var buf []byte
+	var err error
+	write := func() error {
+		if len(buf) == 0 {
+			return nil
+		}
+		rc.nc.SetWriteDeadline(time.Now().Add(linkTimeout))
+		_, err := rc.nc.Write(buf)
+		buf = buf[:0]
+		return err
+	}
+	// drain appends the stream from pos up to now.
+	drain := func() error {
+		for {
+			r.blMu.Lock()
+			end := r.bl.end
+			if pos == end {
+				r.blMu.Unlock()
+				return nil
+			}
+			n0 := len(buf)
+			want := int(min(end-pos, int64(sendChunk)))
+			buf = slices.Grow(buf, want)[:n0+want]
+			n, ok := r.bl.read(pos, buf[n0:])
+			r.blMu.Unlock()
+			if !ok {
+				return fmt.Errorf("replica fell out of the backlog (offset %d; raise --repl-backlog-size)", pos)
+			}
+			buf = buf[:n0+n]
+			pos += int64(n)
+			if len(buf) >= sendChunk {
+				if err := write(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if full {
+		rc.sending.Store(true)
+		start := time.Now()
+		keys := 0
+		for d := 0; d < r.ks.NumDB(); d++ {
+			db := r.ks.DB(d)
+			for i := 0; i < db.NumShards(); i++ {
+				sh := db.ShardAt(i)
+				sh.Lock()
+				sh.Range(0, func(key string, v *keyspace.Value) bool {
+					buf = appendPut(buf, frameSnap, d, []byte(key), v)
+					keys++
+					return true
+				})
+				sh.Unlock()
+				if err = drain(); err != nil {
+					return err
+				}
+				if len(buf) >= sendChunk {
+					if err = write(); err != nil {
+						return err
+					}
+				}
+				select {
+				case <-rc.done:
+					return net.ErrClosed
+				default:
+				}
+			}
+		}
+		if err = drain(); err != nil {
+			return err
+		}
+		buf = appendEmpty(buf, frameSnapEnd)
+		if err = write(); err != nil {
+			return err
+		}
+		rc.sending.Store(false)
+		r.log.Info("replication: full copy sent to replica", "replica", net.JoinHostPort(rc.ip, strconv.Itoa(rc.port)),
+			"keys", keys, "elapsed", time.Since(start).Round(time.Millisecond))
+	}
+	rc.online.Store(true)
+	rc.ackTime.Store(r.clock().UnixNano())
+	for {
+		if err = drain(); err != nil {
+			return err
+		}
+		if err = write(); err != nil {
+			return err
+		}
+		select {
+		case <-rc.done:
+			return net.ErrClosed
+		case <-rc.wake:
+		}
+	}
+}
+
+// waiter is a blocked WAIT.
+type waiter struct {
+	off   int64
+	n     int
+	done  func(int)
+	timer *time.Timer
+	once  sync.Once
+}
+
+func (w *waiter) finish(count int) {
+	w.once.Do(func() {
+		if w.timer != nil {
+			w.timer.Stop()
+		}
+		w.done(count)
+	})
+}
+
+// Acked returns how many replicas acknowledged offset off (WAIT).
+func (r *Replication) Acked(off int64) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ackedLocked(off)
+}
+
+func (r *Replication) ackedLocked(off int64) int {
+	n := 0
+	for _, rc := range r.replicas {
+		if rc.online.Load() && rc.ack.Load() >= off {
+			n++
+		}
+	}
+	return n
+}
+
+// Wait calls done, once, with the number of replicas that acknowledged
+// offset off: as soon as n have, when timeout passes (0: never), or when
+// the node stops being a primary. done runs on another goroutine.
+func (r *Replication) Wait(off int64, n int, timeout time.Duration, done func(int)) {
+	w := &waiter{off: off, n: n, done: done}
+	r.mu.Lock()
+	if c := r.ackedLocked(off); c >= n || r.link != nil || r.stopping.Load() {
+		r.mu.Unlock()
+		go done(c)
+		return
+	}
+	r.waiters = append(r.waiters, w)
+	r.nWaiters.Add(1)
+	if timeout > 0 {
+		w.timer = time.AfterFunc(timeout, func() {
+			r.mu.Lock()
+			removed := r.removeWaiter(w)
+			c := r.ackedLocked(off)
+			r.mu.Unlock()
+			if removed {
+				w.finish(c)
+			}
+		})
+	}
+	r.mu.Unlock()
+	// Ask for acks now rather than at the next keepalive: a keepalive
+	// makes every replica acknowledge what it has.
+	r.cron()
+}
+
+// removeWaiter removes w and reports whether it was there. r.mu held.
+func (r *Replication) removeWaiter(w *waiter) bool {
+	i := slices.Index(r.waiters, w)
+	if i < 0 {
+		return false
+	}
+	r.waiters = slices.Delete(r.waiters, i, i+1)
+	r.nWaiters.Add(-1)
+	return true
+}
+
+// checkWaiters answers the WAITs whose count is reached.
+func (r *Replication) checkWaiters() {
+	type answer struct {
+		w *waiter
+		c int
+	}
+	var ready []answer
+	r.mu.Lock()
+	for i := 0; i < len(r.waiters); {
+		w := r.waiters[i]
+		if c := r.ackedLocked(w.off); c >= w.n {
+			ready = append(ready, answer{w, c})
+			r.removeWaiter(w)
+			continue
+		}
+		i++
+	}
+	r.mu.Unlock()
+	for _, a := range ready {
+		a.w.finish(a.c)
+	}
+}
+
+// answerWaiters answers every WAIT with its count now.
+func (r *Replication) answerWaiters() {
+	r.mu.Lock()
+	ws := r.waiters
+	r.waiters = nil
+	r.nWaiters.Store(0)
+	counts := make([]int, len(ws))
+	for i, w := range ws {
+		counts[i] = r.ackedLocked(w.off)
+	}
+	r.mu.Unlock()
+	for i, w := range ws {
+		w.finish(counts[i])
+	}
+}

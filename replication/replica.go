@@ -1,0 +1,392 @@
+package replication
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Link states, in ROLE's words.
+const (
+	stateNone int32 = iota
+	stateConnect
+	stateConnecting
+	stateHandshake
+	stateSync
+	stateConnected
+)
+
+var stateNames = [...]string{"none", "connect", "connecting", "handshake", "sync", "connected"}
+
+// link is a replica's side of its link to its primary.
+type link struct {
+	r    *Replication
+	host string
+	port int
+
+	state     atomic.Int32
+	downSince atomic.Int64 // unix ns the link went down; 0: never up
+	lastIO    atomic.Int64 // unix ns of the last byte from the primary
+
+	// dead is set (under Replication.blMu) when the node stops following
+	// this link: from then on the link applies nothing. Changes are
+	// applied and appended to the backlog under blMu, so a promotion sees
+	// each change either applied and in the backlog, or neither.
+	dead bool
+
+	mu      sync.Mutex
+	nc      net.Conn
+	stopped bool
+	quit    chan struct{}
+	exited  chan struct{}
+}
+
+func newLink(r *Replication, host string, port int) *link {
+	l := &link{r: r, host: host, port: port, quit: make(chan struct{}), exited: make(chan struct{})}
+	l.state.Store(stateConnect)
+	return l
+}
+
+// kill marks the link dead. The caller holds Replication.blMu.
+func (l *link) kill() { l.dead = true }
+
+// stop ends the link's connection and goroutine without waiting for it:
+// it may run inside EXEC, with every shard lock held, while the link's
+// goroutine waits for one. The link must be dead already.
+func (l *link) stop() {
+	l.mu.Lock()
+	if !l.stopped {
+		l.stopped = true
+		close(l.quit)
+		if l.nc != nil {
+			l.nc.Close()
+		}
+	}
+	l.mu.Unlock()
+}
+
+// dropConn closes the current connection (CLIENT KILL TYPE master); the
+// link reconnects.
+func (l *link) dropConn() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.nc == nil {
+		return false
+	}
+	l.nc.Close()
+	return true
+}
+
+func (l *link) addr() string { return net.JoinHostPort(l.host, strconv.Itoa(l.port)) }
+
+// run keeps the link up until stop.
+func (l *link) run() {
+	defer close(l.exited)
+	r := l.r
+	for {
+		err := l.syncOnce()
+		if l.state.Load() == stateConnected || l.downSince.Load() == 0 && l.state.Load() >= stateSync {
+			l.downSince.Store(r.clock().UnixNano())
+		}
+		l.state.Store(stateConnect)
+		l.mu.Lock()
+		l.nc = nil
+		stopped := l.stopped
+		l.mu.Unlock()
+		if stopped {
+			return
+		}
+		r.log.Warn("replication: link to primary down; retrying", "primary", l.addr(), "err", err)
+		select {
+		case <-l.quit:
+			return
+		case <-time.After(retryPeriod):
+		}
+	}
+}
+
+func (r *Replication) dial(addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: 5 * time.Second}
+	if r.cfg.TLS != nil {
+		return tls.DialWithDialer(&d, "tcp", addr, r.cfg.TLS)
+	}
+	return d.Dial("tcp", addr)
+}
+
+// errStopped ends syncOnce when the link was stopped.
+var errStopped = errors.New("replication: link stopped")
+
+// syncOnce connects, synchronises and applies the stream until the link
+// fails.
+func (l *link) syncOnce() error {
+	r := l.r
+	l.state.Store(stateConnecting)
+	nc, err := r.dialer(l.addr())
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if l.stopped {
+		l.mu.Unlock()
+		nc.Close()
+		return errStopped
+	}
+	l.nc = nc
+	l.mu.Unlock()
+	defer nc.Close()
+	l.state.Store(stateHandshake)
+	nc.SetDeadline(time.Now().Add(linkTimeout))
+	br := bufio.NewReaderSize(nc, 64<<10)
+	cmd := func(args ...string) (string, error) {
+		var b []byte
+		b = fmt.Appendf(b, "*%d\r\n", len(args))
+		for _, a := range args {
+			b = fmt.Appendf(b, "$%d\r\n%s\r\n", len(a), a)
+		}
+		if _, err := nc.Write(b); err != nil {
+			return "", err
+		}
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return "", err
+		}
+		line = strings.TrimRight(line, "\r\n")
+		if strings.HasPrefix(line, "-") {
+			return line, fmt.Errorf("primary replied %q to %s", line[1:], strings.ToUpper(args[0]))
+		}
+		return line, nil
+	}
+	if r.cfg.MasterAuth != "" {
+		args := []string{"AUTH", r.cfg.MasterAuth}
+		if r.cfg.MasterUser != "" {
+			args = []string{"AUTH", r.cfg.MasterUser, r.cfg.MasterAuth}
+		}
+		if _, err := cmd(args...); err != nil {
+			return err
+		}
+	}
+	if _, err := cmd("PING"); err != nil {
+		return err
+	}
+	port := int(r.port.Load())
+	if r.cfg.AnnouncePort != 0 {
+		port = r.cfg.AnnouncePort
+	}
+	if _, err := cmd("REPLCONF", "listening-port", strconv.Itoa(port)); err != nil {
+		return err
+	}
+	if r.cfg.AnnounceIP != "" {
+		if _, err := cmd("REPLCONF", "ip-address", r.cfg.AnnounceIP); err != nil {
+			return err
+		}
+	}
+	if _, err := cmd("REPLCONF", "capa", Capability); err != nil {
+		return err
+	}
+	r.blMu.Lock()
+	id, off := r.replID, r.bl.end
+	if !r.blActive {
+		id = "?"
+	}
+	r.blMu.Unlock()
+	psyncOff := strconv.FormatInt(off+1, 10)
+	if id == "?" {
+		psyncOff = "-1"
+	}
+	line, err := cmd("PSYNC", id, psyncOff)
+	if err != nil {
+		return err
+	}
+	fields := strings.Fields(line)
+	switch {
+	case len(fields) == 3 && fields[0] == "+FULLRESYNC":
+		newOff, err := strconv.ParseInt(fields[2], 10, 64)
+		if err != nil || newOff < 0 || len(fields[1]) != 40 {
+			return fmt.Errorf("bad PSYNC reply %q", line)
+		}
+		if err := l.beginFull(fields[1], newOff); err != nil {
+			return err
+		}
+	case len(fields) == 2 && fields[0] == "+CONTINUE" && len(fields[1]) == 40:
+		if err := l.beginPartial(fields[1]); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("bad PSYNC reply %q", line)
+	}
+	return l.apply(nc, br)
+}
+
+// Capability is the capability a replica announces: a primary that
+// does not know it is not a cellserver primary.
+const Capability = "cellserver-values-1"
+
+// beginFull drops every key and resets the backlog for a full copy.
+func (l *link) beginFull(id string, off int64) error {
+	r := l.r
+	r.mu.Lock()
+	if r.link != l {
+		r.mu.Unlock()
+		return errStopped
+	}
+	reps := slices.Clone(r.replicas)
+	r.mu.Unlock()
+	for _, rc := range reps {
+		rc.close() // they must take the new history too
+	}
+	r.log.Info("replication: full sync from primary: flushing old data", "primary", l.addr(), "replid", id, "offset", off)
+	r.ks.LockAll()
+	defer r.ks.UnlockAll()
+	r.blMu.Lock()
+	defer r.blMu.Unlock()
+	if l.dead {
+		return errStopped
+	}
+	l.state.Store(stateSync)
+	r.ks.FlushAll(true)
+	r.replID, r.replID2, r.secondOffset = id, zeroID, -1
+	r.blActive = true
+	r.bl.reset(r.size, off)
+	r.offset.Store(off)
+	return nil
+}
+
+// beginPartial continues from the local offset; a new replication ID
+// (the primary was promoted) becomes ours, the old one our second.
+func (l *link) beginPartial(id string) error {
+	r := l.r
+	r.blMu.Lock()
+	if l.dead {
+		r.blMu.Unlock()
+		return errStopped
+	}
+	changed := id != r.replID
+	if changed {
+		r.replID2, r.secondOffset, r.replID = r.replID, r.bl.end+1, id
+	}
+	r.blMu.Unlock()
+	if changed {
+		r.mu.Lock()
+		reps := slices.Clone(r.replicas)
+		r.mu.Unlock()
+		for _, rc := range reps {
+			rc.close()
+		}
+	}
+	l.state.Store(stateConnected)
+	l.downSince.Store(0)
+	r.log.Info("replication: continuing from the primary's backlog (partial resync)", "primary", l.addr(), "offset", r.Offset())
+	return nil
+}
+
+// apply reads frames and applies them until the link fails.
+func (l *link) apply(nc net.Conn, br *bufio.Reader) error {
+	r := l.r
+	fr := frameReader{br: br}
+	var ack []byte
+	acked := int64(-1)
+	numDB := r.ks.NumDB()
+	for {
+		nc.SetReadDeadline(time.Now().Add(linkTimeout))
+		t, p, raw, err := fr.next()
+		if err != nil {
+			return err
+		}
+		l.lastIO.Store(r.clock().UnixNano())
+		switch {
+		case t == frameSnapEnd:
+			if l.state.Load() != stateSync {
+				return fmt.Errorf("%w: end of a full copy outside one", errStream)
+			}
+			l.state.Store(stateConnected)
+			l.downSince.Store(0)
+			r.fullSyncsDone.Add(1)
+			r.log.Info("replication: full sync from primary finished", "primary", l.addr(), "offset", r.Offset())
+		case t == frameSnap || frameIsChange(t):
+			c, err := decodeChange(t, p, numDB)
+			if err != nil {
+				return err
+			}
+			if t == frameSnap {
+				raw = nil
+			}
+			if !l.applyChange(&c, raw) {
+				return errStopped
+			}
+			if raw != nil {
+				r.wakeSenders()
+			}
+		default:
+			return fmt.Errorf("%w: unexpected frame type %q", errStream, t)
+		}
+		// Acknowledge once nothing more is buffered, so that a burst
+		// costs one ack (WAIT sees it at once).
+		if br.Buffered() == 0 && l.state.Load() == stateConnected {
+			if off := r.Offset(); off != acked {
+				ack = appendAck(ack[:0], off)
+				nc.SetWriteDeadline(time.Now().Add(linkTimeout))
+				if _, err := nc.Write(ack); err != nil {
+					return err
+				}
+				acked = off
+			}
+		}
+	}
+}
+
+// applyChange applies one change to the keyspace (whose journal passes it
+// on to persistence, WATCH and client-side caching, but not to the
+// backlog) and appends raw, its frame, to the backlog (nil: a full-copy
+// entry, not appended), unless the link is dead: then it does neither and
+// returns false. The shard locks are taken before blMu, as the journal
+// takes them.
+func (l *link) applyChange(c *change, raw []byte) bool {
+	r := l.r
+	var unlock func()
+	switch c.t {
+	case framePut, frameSnap, frameDelete:
+		sh := r.ks.DB(c.db).Shard(c.key)
+		sh.Lock()
+		unlock = sh.Unlock
+	case frameFlushDB, frameFlushAll, framePing:
+		r.ks.LockAll()
+		unlock = r.ks.UnlockAll
+		if c.t == framePing {
+			r.ks.UnlockAll()
+			unlock = func() {}
+		}
+	}
+	defer unlock()
+	r.blMu.Lock()
+	defer r.blMu.Unlock()
+	if l.dead {
+		return false
+	}
+	switch c.t {
+	case framePut, frameSnap:
+		r.ks.DB(c.db).Shard(c.key).Set(c.key, c.v)
+	case frameDelete:
+		r.ks.DB(c.db).Shard(c.key).Delete(c.key, 0)
+	case frameFlushDB:
+		r.ks.DB(c.db).Flush(true)
+	case frameFlushAll:
+		r.ks.FlushAll(true)
+	}
+	if raw != nil {
+		r.appendLocked(raw)
+	}
+	return true
+}
+
+func errorsIsClosed(err error) bool {
+	return errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
