@@ -325,3 +325,45 @@ func TestAuditSeesUnaccountedChange(t *testing.T) {
 		t.Fatalf("after Changed: entries %d, shards %d, total %d", e, s, tot)
 	}
 }
+
+// TestReplicaModeKeepsExpiredKeys: in replica mode an expired key is
+// hidden from Lookup but stays until a Delete (from the primary) removes
+// it; Sweep and Evict remove nothing. Back as a primary, Lookup removes it.
+func TestReplicaModeKeepsExpiredKeys(t *testing.T) {
+	ks, err := New(Config{Shards: 4, MaxMemory: 1, Policy: AllKeysLRU})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks.SetReplica(true)
+	db := ks.DB(0)
+	for i := 0; i < 50; i++ {
+		key := []byte{'k', byte(i)}
+		sh := db.Shard(key)
+		sh.Lock()
+		sh.Set(key, Value{Kind: KindGCRA, N: 1, Exp: 1000})
+		sh.Unlock()
+	}
+	if n := ks.Evict(); n != 0 {
+		t.Fatalf("Evict in replica mode removed %d keys", n)
+	}
+	if n := ks.Sweep(5000, SweepConfig{PerShard: 100, Rounds: 4}); n != 0 {
+		t.Fatalf("Sweep in replica mode removed %d keys", n)
+	}
+	key := []byte{'k', 7}
+	sh := db.Shard(key)
+	sh.Lock()
+	if v := sh.Lookup(key, 5000); v != nil {
+		t.Fatalf("expired key visible on a replica: %+v", v)
+	}
+	sh.Unlock()
+	if got := db.Size(false); got != 50 {
+		t.Fatalf("replica holds %d keys after reads, sweep and evict, want 50", got)
+	}
+	ks.SetReplica(false)
+	sh.Lock()
+	sh.Lookup(key, 5000)
+	sh.Unlock()
+	if got := db.Size(false); got != 49 {
+		t.Fatalf("primary's Lookup left %d keys, want 49 (the expired key removed)", got)
+	}
+}
