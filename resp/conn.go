@@ -21,9 +21,10 @@ const maxPendingOut = 64 << 10
 // read has just returned either runs its batch to the end (it won) or runs
 // nothing (Shutdown won).
 const (
-	connActive int32 = iota // in Open, or running a batch
-	connIdle                // waiting for input
-	connClosed              // closed or being closed
+	connActive   int32 = iota // in Open, or running a batch
+	connIdle                  // waiting for input (or blocked: see Block)
+	connClosed                // closed or being closed
+	connHijacked              // handed to a Hijack function: the server lets go of it
 )
 
 // Conn is one client connection. Its Handler methods run on the
@@ -47,6 +48,12 @@ type Conn struct {
 
 	closeAfter bool   // set by CloseAfterReply
 	reads      uint64 // reads of input that returned data (Batch)
+
+	// Hijack and Block; owned by the connection's loop or goroutine.
+	hijack     func(nc net.Conn, rest []byte) // set by Hijack
+	hijackPush []byte                         // pushes queued before the hijack, to write first
+	blk        *block                         // set by Block until the loop or goroutine takes the reply
+	curBlock   atomic.Pointer[block]          // blk, for Kill (connections without a loop)
 
 	killed     atomic.Bool
 	state      atomic.Int32
@@ -142,9 +149,19 @@ func (c *Conn) CloseAfterReply() { c.closeAfter = true }
 // command running on it completes, but its replies are lost and no later
 // command runs. A handler ending its own connection should call
 // CloseAfterReply instead, so that its reply is delivered.
+//
+// Kill does nothing to a connection that has been hijacked (see Hijack).
 func (c *Conn) Kill() {
 	c.killed.Store(true)
-	c.state.Store(connClosed)
+	for {
+		st := c.state.Load()
+		if st == connHijacked {
+			return
+		}
+		if c.state.CompareAndSwap(st, connClosed) {
+			break
+		}
+	}
 	c.hangUp()
 }
 
@@ -154,6 +171,9 @@ func (c *Conn) Kill() {
 func (c *Conn) hangUp() {
 	if c.lp == nil {
 		c.nc.Close()
+		if b := c.curBlock.Load(); b != nil {
+			b.wake() // the goroutine waits for resume, not on the socket
+		}
 		return
 	}
 	c.fdMu.Lock()
@@ -224,7 +244,7 @@ const (
 func (c *Conn) execute() batchResult {
 	s := c.srv
 	h := s.handler
-	for !c.closeAfter {
+	for !c.closeAfter && c.blk == nil {
 		if c.killed.Load() {
 			return batchClose
 		}
@@ -259,26 +279,28 @@ func (c *Conn) execute() batchResult {
 
 // serve is the loop of a connection on its own goroutine, after redcon's
 // handle: run every complete command already buffered, write the replies
-// once, read more. It returns when the connection must close.
-func (c *Conn) serve() {
+// once, read more. It returns when the connection must close, or with true
+// when it has been hijacked (its replies are written and it is the Hijack
+// function's).
+func (c *Conn) serve() (hijacked bool) {
 	s := c.srv
 	for {
 		switch c.execute() {
 		case batchClose:
-			return
+			return false
 		case batchFlush:
 			if c.write() != nil {
-				return
+				return false
 			}
 			c.reads++ // the write may have waited for the client
 			continue
 		}
 		if c.killed.Load() {
-			return
+			return false
 		}
 		if len(c.Out) > 0 {
 			if c.write() != nil {
-				return
+				return false
 			}
 		}
 		if cap(c.Out) > maxRetainedBuf {
@@ -287,7 +309,13 @@ func (c *Conn) serve() {
 		c.outCap.Store(int64(cap(c.Out)))
 		c.noteQueryBuf()
 		if c.closeAfter {
-			return
+			return c.hijack != nil && c.takeOver()
+		}
+		if b := c.blk; b != nil {
+			if !c.waitResume(b) {
+				return false
+			}
+			continue
 		}
 
 		// Become idle, then look for shutdown: Shutdown sets inShutdown
@@ -295,20 +323,20 @@ func (c *Conn) serve() {
 		// the other.
 		c.state.Store(connIdle)
 		if s.inShutdown.Load() {
-			return
+			return false
 		}
 		if c.hasPush.Load() {
 			c.kickPush() // queued after the write above, see Push
 		}
 		n, err := c.read()
 		if !c.state.CompareAndSwap(connIdle, connActive) {
-			return // claimed by Shutdown, or killed
+			return false // claimed by Shutdown, or killed
 		}
 		if n == 0 && err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				s.logger.Debug("resp: closing idle client", "id", c.id, "addr", c.remote)
 			}
-			return
+			return false
 		}
 	}
 }

@@ -135,8 +135,26 @@
 // OutLen, Context, SetContext, Kill and Push. QueryBufLen and OutLen are
 // snapshots updated once per read or write.
 //
-// Conn.Out, CloseAfterReply, SetAuthenticated, SetMaxMultiBulkLen and
-// SetMaxBulkLen belong to the connection's goroutine: use them only inside
-// the Handler methods called for that connection. The arguments given to
-// ServeRESP are valid only until it returns.
+// Conn.Out, CloseAfterReply, SetAuthenticated, SetMaxMultiBulkLen,
+// SetMaxBulkLen, Hijack and Block belong to the connection's goroutine:
+// use them only inside the Handler methods called for that connection.
+// The arguments given to ServeRESP are valid only until it returns.
+//
+// A command that answers later (WAIT) calls [Conn.Block] instead of
+// waiting in ServeRESP, which would hold up every client of its loop. The
+// connection then runs nothing more (its pipelined commands stay
+// buffered) and its loop goes on serving the others; the resume function
+// Block returns may be called from any goroutine, once, with the reply,
+// and the connection carries on with its buffered commands. Kill, Close
+// and Shutdown close a blocked connection (Shutdown as an idle one),
+// IdleTimeout does not, pushes reach it, and a resume that comes after it
+// closed does nothing.
+//
+// [Conn.Hijack] hands a connection over to the handler (a replication
+// link): once the replies so far are written, the connection leaves the
+// server (Handler.Close runs; it no longer counts in Stats, Range or
+// MaxClients, and timeouts, Kill, Shutdown and Close no longer touch it)
+// and the Hijack function runs on a goroutine of its own with the socket
+// as a net.Conn, which an event loop gives up to Go's poller, and the
+// input already read after the hijacking command.
 package resp

@@ -61,10 +61,11 @@ type loop struct {
 	pollErr  error
 	wakefd   int // eventfd: new connections, shutdown
 
-	mu     sync.Mutex // guards adds, exited and writes to wakefd
-	adds   []*Conn    // accepted, not yet registered
-	pushes []*Conn    // with bytes queued by Conn.Push
-	exited bool
+	mu      sync.Mutex // guards adds, pushes, resumes, exited and writes to wakefd
+	adds    []*Conn    // accepted, not yet registered
+	pushes  []*Conn    // with bytes queued by Conn.Push
+	resumes []*block   // blocked connections resumed (Conn.Block)
+	exited  bool
 
 	// Owned by the loop's goroutine.
 	conns    []*Conn // by descriptor
@@ -298,6 +299,8 @@ func (l *loop) takeAdds() {
 	l.adds = nil
 	pushes := l.pushes
 	l.pushes = nil
+	resumes := l.resumes
+	l.resumes = nil
 	l.mu.Unlock()
 	for _, c := range adds {
 		l.open(c)
@@ -307,6 +310,65 @@ func (l *loop) takeAdds() {
 		c.push.inLoop = false
 		c.push.mu.Unlock()
 		l.deliverPush(c)
+	}
+	for _, b := range resumes {
+		l.resume(b)
+	}
+}
+
+// block stops reading c, blocked by Conn.Block (in its ServeRESP): the
+// loop watches only for the client hanging up until it is resumed, so
+// the commands the client sends meanwhile stay in the kernel.
+func (l *loop) block(c *Conn) {
+	l.ev = unix.EpollEvent{Events: unix.EPOLLRDHUP, Fd: int32(c.fd)}
+	// Not l.watch: closing the connection inside its ServeRESP would
+	// pull its buffers from under the command. Should this fail, the next
+	// event closes the connection (see event).
+	unix.EpollCtl(l.epfd, unix.EPOLL_CTL_MOD, c.fd, &l.ev)
+}
+
+// inEvents is what the loop waits for on c's socket when it has no
+// replies to write: input, or only a hang-up while c is blocked.
+func inEvents(c *Conn) uint32 {
+	if c.blk != nil {
+		return unix.EPOLLRDHUP
+	}
+	return unix.EPOLLIN
+}
+
+// addResume hands the loop a blocked connection's reply (Conn.Block).
+func (l *loop) addResume(b *block) {
+	l.mu.Lock()
+	if !l.exited {
+		l.resumes = append(l.resumes, b)
+		unix.Write(l.wakefd, eventfdOne[:])
+	}
+	l.mu.Unlock()
+}
+
+// resume writes the reply of a blocked connection after the replies
+// before it, then runs the commands buffered behind the blocked one and
+// reads again. A connection closed since it blocked is left alone.
+func (l *loop) resume(b *block) {
+	c := b.c
+	if c.fd < 0 || c.blk != b {
+		return
+	}
+	c.blk = nil
+	c.reads++ // the commands behind waited
+	c.Out = append(c.Out, b.reply...)
+	c.before = false // BeforeWrite covers the reply too
+	if c.waitOut {
+		// Replies before it are waiting for the client: once written,
+		// write watches for input again and event runs the rest.
+		return
+	}
+	if !c.queued && !c.state.CompareAndSwap(connIdle, connActive) {
+		return // being closed (Kill, Shutdown): the hang-up event closes it
+	}
+	l.watch(c, unix.EPOLLIN)
+	if c.fd >= 0 {
+		l.serve(c)
 	}
 }
 
@@ -397,6 +459,10 @@ func (l *loop) event(c *Conn) {
 	}
 	if c.queued {
 		return // its replies are written first; level-triggered epoll reports the input again
+	}
+	if c.blk != nil {
+		l.close(c) // blocked: the client hung up, or Kill or Shutdown shut the socket down
+		return
 	}
 	if !c.state.CompareAndSwap(connIdle, connActive) {
 		l.close(c) // killed, or claimed by Shutdown
@@ -517,7 +583,7 @@ func (l *loop) write(c *Conn) bool {
 		c.waitOut = false
 		l.waiting--
 		c.outLen.Store(0)
-		l.watch(c, unix.EPOLLIN)
+		l.watch(c, inEvents(c))
 	}
 	c.Out = c.Out[:0]
 	c.outOff = 0
@@ -541,6 +607,10 @@ func (l *loop) done(c *Conn) {
 	}
 	c.outCap.Store(int64(cap(c.Out)))
 	if c.closeAfter {
+		if c.hijack != nil && c.takeOver() {
+			l.hijack(c)
+			return
+		}
 		l.close(c)
 		return
 	}
@@ -569,6 +639,8 @@ func (l *loop) cron() {
 				s.logger.Debug("resp: closing client that does not read its replies", "id", c.id, "addr", c.remote)
 				l.close(c)
 			}
+		case c.blk != nil:
+			// Blocked: not idle, however long it waits (as in Redis).
 		case idle > 0 && l.now-c.lastActive.Load() >= idle:
 			if c.state.CompareAndSwap(connIdle, connClosed) {
 				s.logger.Debug("resp: closing idle client", "id", c.id, "addr", c.remote)
@@ -641,6 +713,32 @@ func (l *loop) close(c *Conn) {
 	c.Out = nil
 	c.outLen.Store(0)
 	l.srv.finish(c, c.opened)
+}
+
+// hijack hands a connection whose replies are written, and which
+// takeOver moved to the hijacked state, to its Hijack function: the
+// socket leaves epoll and the server, and becomes a net.Conn of Go's
+// poller.
+func (l *loop) hijack(c *Conn) {
+	fd := c.fd
+	unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, fd, nil)
+	l.conns[fd] = nil
+	l.live--
+	c.fdMu.Lock()
+	c.fdOpen = false
+	c.fd = -1
+	c.fdMu.Unlock()
+	f := os.NewFile(uintptr(fd), "client")
+	nc, err := net.FileConn(f) // a duplicate of fd
+	f.Close()
+	rest := c.hijackRest()
+	c.Out = nil
+	l.srv.finish(c, c.opened)
+	if err != nil {
+		l.srv.logger.Error("resp: cannot hand over hijacked client; closing it", "id", c.id, "addr", c.remote, "err", err)
+		return
+	}
+	go c.runHijack(nc, rest)
 }
 
 // closeFD closes c's descriptor (which also removes it from epoll).

@@ -15,9 +15,11 @@ func newLoops(*Server, int) ([]*loop, error) {
 	return nil, errors.New("resp: event loops need Linux")
 }
 
-func (l *loop) add(*Conn)     {}
-func (l *loop) wake()         {}
-func (l *loop) addPush(*Conn) {}
+func (l *loop) add(*Conn)        {}
+func (l *loop) wake()            {}
+func (l *loop) addPush(*Conn)    {}
+func (l *loop) block(*Conn)      {}
+func (l *loop) addResume(*block) {}
 
 func detachFD(net.Conn) (int, bool) { return -1, false }
 func shutdownFD(int)                {}

@@ -25,11 +25,11 @@ type pushState struct {
 // without waiting for the client's next command. Push does not block on
 // the client's socket. A connection whose queued pushes exceed
 // Config.MaxOutputBuffer is closed, as one whose replies do. Pushes to a
-// closed connection are dropped.
+// closed or hijacked connection are dropped.
 func (c *Conn) Push(b []byte) {
 	p := &c.push
 	p.mu.Lock()
-	if c.state.Load() == connClosed {
+	if c.state.Load() >= connClosed { // closed or hijacked
 		p.mu.Unlock()
 		return
 	}
@@ -96,7 +96,7 @@ func (c *Conn) flushPush() {
 		// replies of commands that start later) or waits for this write.
 		p.wmu.Lock()
 		p.mu.Lock()
-		if len(p.buf) == 0 || c.state.Load() == connClosed {
+		if len(p.buf) == 0 || c.state.Load() >= connClosed { // closed or hijacked
 			p.buf = p.buf[:0]
 			c.hasPush.Store(false)
 			p.flushing = false
@@ -111,7 +111,7 @@ func (c *Conn) flushPush() {
 		err := c.writeRaw(out)
 		p.wmu.Unlock()
 		if err != nil {
-			c.hangUp()
+			c.Kill() // a no-op if the connection was hijacked meanwhile
 		}
 	}
 }

@@ -23,8 +23,10 @@ type Handler interface {
 	// read) and call c.CloseAfterReply to turn the client away.
 	Open(c *Conn)
 	// Close is called once when the connection ends, if Open returned
-	// normally. The socket is already closed, and the connection no longer
-	// counts towards MaxClients nor appears in Server.Range.
+	// normally. The socket is already closed (or, for a connection that
+	// Conn.Hijack took, about to be handed to the Hijack function), and the
+	// connection no longer counts towards MaxClients nor appears in
+	// Server.Range.
 	Close(c *Conn)
 	// ServeRESP runs one command. args[0] is the command name, exactly as
 	// the client sent it. args and its elements alias the connection's
@@ -332,10 +334,16 @@ func addrString(a net.Addr) string {
 // panic in the Handler is logged with its stack and ends only this
 // connection.
 func (s *Server) serveConn(c *Conn) {
-	opened := false
+	opened, hijacked := false, false
 	defer func() {
 		if v := recover(); v != nil {
 			s.logPanic(c, "ServeRESP or Open", v)
+		}
+		if hijacked {
+			rest := c.hijackRest()
+			s.finish(c, opened)
+			go c.runHijack(c.nc, rest)
+			return
 		}
 		c.state.Store(connClosed)
 		c.nc.Close()
@@ -343,7 +351,7 @@ func (s *Server) serveConn(c *Conn) {
 	}()
 	s.handler.Open(c)
 	opened = true
-	c.serve()
+	hijacked = c.serve()
 }
 
 // finish unregisters a closed connection and runs Handler.Close if Open
