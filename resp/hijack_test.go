@@ -263,6 +263,38 @@ func TestHijackLaterPushDropped(t *testing.T) {
 	})
 }
 
+// bwHandler is hbHandler with a BeforeWrite that pushes a frame to the
+// connection named by pushOnWrite, once: the push is queued after the
+// replies were taken for the write, so it is still queued when the
+// connection is hijacked.
+type bwHandler struct {
+	*hbHandler
+	pushOnWrite atomic.Int64
+}
+
+func (h *bwHandler) BeforeWrite(c *Conn) error {
+	if h.pushOnWrite.CompareAndSwap(c.ID(), 0) {
+		c.Push([]byte(">1\r\n+queued\r\n"))
+	}
+	return nil
+}
+
+// TestHijackQueuedPushWritten: a push queued before the hijack but after
+// the last write of replies reaches the client before the socket is
+// handed over.
+func TestHijackQueuedPushWritten(t *testing.T) {
+	serveModes(t, func(t *testing.T, loops int) {
+		h := &bwHandler{hbHandler: newHBHandler()}
+		_, addr := startServer(t, Config{EventLoops: loops}, h)
+		a := dial(t, addr)
+		roundTrip(t, a, "CTX\r\n", ":1\r\n")
+		h.pushOnWrite.Store(1)
+		write(t, a, "HIJACK\r\n")
+		expectRead(t, a, "+OK\r\n>1\r\n+queued\r\n+HIJACKED\r\n")
+		h.nextHijack(t)
+	})
+}
+
 // TestHijackTLS: a TLS client is hijacked as its *tls.Conn.
 func TestHijackTLS(t *testing.T) {
 	h := newHBHandler()
