@@ -40,6 +40,12 @@ type client struct {
 	lastEnd            time.Duration
 	lastBatch          uint64
 
+	// repl is what the client announced with REPLCONF (a replica);
+	// replOff is the replication offset after its last write command
+	// (what WAIT waits for).
+	repl    replState
+	replOff int64
+
 	inMulti    bool
 	multiBad   bool // a command failed to queue: EXEC aborts
 	queue      []queued

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/replication"
 	"github.com/cellserver/cellserver/resp"
 )
 
@@ -562,7 +563,7 @@ func cmdInfo(x *ctx) {
 			fmt.Sprintf("mem_fragmentation_ratio:%.2f", ratio(rss, used)),
 			fmt.Sprintf("mem_fragmentation_bytes:%d", rss-used),
 			"mem_not_counted_for_evict:0",
-			"mem_replication_backlog:0",
+			fmt.Sprintf("mem_replication_backlog:%d", s.repl.BacklogMemory()),
 			"mem_total_replication_buffers:0",
 			"mem_clients_slaves:0",
 			fmt.Sprintf("mem_clients_normal:%d", clientMem),
@@ -598,6 +599,7 @@ func cmdInfo(x *ctx) {
 	}
 	if show("stats", true) {
 		var expiredKeys = s.expired.Load()
+		rst := s.repl.Stats()
 		trkKeys, trkItems, trkPrefixes := s.track.stats()
 		s.inst.mu.Lock()
 		ops, inKbps, outKbps := s.inst.ops.rate(), s.inst.in.rate()/1024, s.inst.out.rate()/1024
@@ -615,9 +617,9 @@ func cmdInfo(x *ctx) {
 			"instantaneous_input_repl_kbps:0.00",
 			"instantaneous_output_repl_kbps:0.00",
 			fmt.Sprintf("rejected_connections:%d", st.rejected),
-			"sync_full:0",
-			"sync_partial_ok:0",
-			"sync_partial_err:0",
+			fmt.Sprintf("sync_full:%d", rst.SyncFull),
+			fmt.Sprintf("sync_partial_ok:%d", rst.SyncPartialOK),
+			fmt.Sprintf("sync_partial_err:%d", rst.SyncPartialErr),
 			fmt.Sprintf("expired_keys:%d", expiredKeys),
 			fmt.Sprintf("expire_cycle_cpu_milliseconds:%d", s.expireNS.Load()/1e6),
 			fmt.Sprintf("evicted_keys:%d", s.ks.Memory().Evicted),
@@ -636,19 +638,8 @@ func cmdInfo(x *ctx) {
 		)
 	}
 	if show("replication", true) {
-		section("Replication",
-			"role:master",
-			"connected_slaves:0",
-			"master_failover_state:no-failover",
-			"master_replid:"+s.replID,
-			"master_replid2:0000000000000000000000000000000000000000",
-			"master_repl_offset:0",
-			"second_repl_offset:-1",
-			"repl_backlog_active:0",
-			"repl_backlog_size:0",
-			"repl_backlog_first_byte_offset:0",
-			"repl_backlog_histlen:0",
-		)
+		section("Replication", s.repl.Info(replication.InfoOptions{Priority: s.replPriority, ReadOnly: !s.replicaWritable,
+			MinReplicasToWrite: s.minReplicas, MinReplicasMaxLag: s.minReplicasLag})...)
 	}
 	if show("cpu", true) {
 		user, sys, childUser, childSys := cpuTimes()

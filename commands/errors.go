@@ -1,6 +1,12 @@
 package commands
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/cellserver/cellserver/replication"
+)
+
+const replicationCapability = replication.Capability
 
 // Wire error texts. Every error cellserver sends is built here, so the exact
 // bytes clients see can be reviewed in one place. Each text carries its own
@@ -48,6 +54,17 @@ const (
 	msgConfigSetRO           = "ERR CONFIG SET is not supported: cellserver's configuration is read-only at run time"
 	msgNoAuthNeeded          = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
 	msgLatencyGraph          = "ERR No samples available for event '%s'"
+	// Replication, as Redis 7.0.15 sends them, and cellserver's own for
+	// the replication handshake.
+	msgReadOnly             = "READONLY You can't write against a read only replica."
+	msgNoReplicas           = "NOREPLICAS Not enough good replicas to write."
+	msgMasterDown           = "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."
+	msgInvalidMasterPort    = "ERR Invalid master port"
+	msgWaitReplica          = "ERR WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is configured to be writable (which is not the default) writes to replicas are just local and are not propagated."
+	msgTimeoutNotInt        = "ERR timeout is not an integer or out of range"
+	msgTimeoutNegative      = "ERR timeout is negative"
+	msgNoMasterLink         = "NOMASTERLINK Can't SYNC while not connected with my master"
+	msgNotCellserverReplica = "ERR cellserver replicates only to cellserver replicas (REPLCONF capa " + replicationCapability + " first)"
 	// MODULE LOAD, LOADEX and UNLOAD: %s is the subcommand, upper-cased.
 	msgModuleBuiltIn = "ERR MODULE %s is not supported: cellserver loads no modules; redis-cell's commands are built in (MODULE LIST)"
 
@@ -117,6 +134,11 @@ func errSubcommandSyntax(sub, container string) string {
 
 // errExecAbort is what a rejected EXEC answers (Redis's execCommandAbort):
 // the reason without its "ERR " code; other codes (NOAUTH) are kept.
+// errUnrecognizedReplconf is REPLCONF's reply to an option it does not know.
+func errUnrecognizedReplconf(opt string) string {
+	return "ERR Unrecognized REPLCONF option: " + opt
+}
+
 func errExecAbort(reason string) string {
 	return strings.Replace(msgExecAbortWhy, "%s", strings.TrimPrefix(reason, "ERR "), 1)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/replication"
 	"github.com/cellserver/cellserver/resp"
 )
 
@@ -91,6 +92,29 @@ type Config struct {
 	// ConfigFile is the configuration file the settings were read from,
 	// if any (INFO server config_file).
 	ConfigFile string
+
+	// Replication is the node's replication state. If nil, New creates
+	// one with replication's defaults (a primary).
+	Replication *replication.Replication
+	// ReplicaPriority is Sentinel's replica-priority, shown in INFO as
+	// slave_priority. The default value (zero) is 100
+	// (replication.DefaultPriority); a negative value is shown as 0,
+	// which tells Sentinel never to promote this node.
+	ReplicaPriority int
+	// ReplicaWritable lets a replica take writes of its own, which are
+	// not passed on (replica-read-only no). By default a replica refuses
+	// writes with READONLY.
+	ReplicaWritable bool
+	// ReplicaNoStaleData refuses, with MASTERDOWN, every command without
+	// the stale flag while a replica has no link to its primary
+	// (replica-serve-stale-data no). By default a replica serves its data.
+	ReplicaNoStaleData bool
+	// MinReplicasToWrite refuses writes on a primary with NOREPLICAS
+	// unless that many replicas acknowledged within MinReplicasMaxLag
+	// (min-replicas-to-write, min-replicas-max-lag). The defaults are 0
+	// (off) and 10 s.
+	MinReplicasToWrite int
+	MinReplicasMaxLag  time.Duration
 }
 
 // Durability is what the persistence write path offers for group commit.
@@ -157,6 +181,13 @@ type Server struct {
 	expireNS       atomic.Int64
 	inst           instStats
 
+	repl            *replication.Replication
+	replPriority    int
+	replicaWritable bool
+	replicaNoStale  bool
+	minReplicas     int
+	minReplicasLag  time.Duration
+
 	// passDigest is the SHA-256 of password, which AUTH compares with.
 	passDigest [sha256.Size]byte
 }
@@ -215,6 +246,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.TrackingTableMaxKeys == 0 {
 		cfg.TrackingTableMaxKeys = DefaultTrackingTableMaxKeys
 	}
+	if cfg.ReplicaPriority == 0 {
+		cfg.ReplicaPriority = replication.DefaultPriority
+	}
+	if cfg.MinReplicasMaxLag == 0 {
+		cfg.MinReplicasMaxLag = 10 * time.Second
+	}
+	if cfg.MinReplicasToWrite < 0 || cfg.MinReplicasMaxLag < 0 {
+		return nil, errors.New("commands: min-replicas settings must not be negative")
+	}
 	if cfg.MultiMaxCommands < 0 || cfg.MultiMaxBytes < 0 {
 		return nil, errors.New("commands: MULTI queue limits must not be negative")
 	}
@@ -240,6 +280,12 @@ func New(cfg Config) (*Server, error) {
 		runID:       newRunID(),
 		replID:      newRunID(),
 		configFile:  absPath(cfg.ConfigFile),
+
+		replPriority:    max(cfg.ReplicaPriority, 0),
+		replicaWritable: cfg.ReplicaWritable,
+		replicaNoStale:  cfg.ReplicaNoStaleData,
+		minReplicas:     cfg.MinReplicasToWrite,
+		minReplicasLag:  cfg.MinReplicasMaxLag,
 	}
 	if !slices.ContainsFunc(s.settings, func(st Setting) bool { return st.Name == "tracking-table-max-keys" }) {
 		s.settings = append(slices.Clip(s.settings), Setting{Name: "tracking-table-max-keys",
@@ -252,6 +298,14 @@ func New(cfg Config) (*Server, error) {
 	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock)
 	s.buildTable(commandTable())
 	s.installWatch(cfg.TrackingTableMaxKeys)
+	s.repl = cfg.Replication
+	if s.repl == nil {
+		r, err := replication.New(replication.Config{Keyspace: cfg.Keyspace, Logger: cfg.Logger, Clock: cfg.Clock})
+		if err != nil {
+			return nil, err
+		}
+		s.repl = r
+	}
 	return s, nil
 }
 
@@ -290,6 +344,12 @@ func (s *Server) Keyspace() *keyspace.Keyspace { return s.ks }
 
 // Run performs background work (active expiry) until ctx is done.
 func (s *Server) Run(ctx context.Context) {
+	replDone := make(chan struct{})
+	go func() {
+		defer close(replDone)
+		s.repl.Run(ctx.Done())
+	}()
+	defer func() { <-replDone }()
 	t := time.NewTicker(s.sweepInt)
 	defer t.Stop()
 	for {
@@ -458,6 +518,10 @@ func (s *Server) dispatch(x *ctx) {
 			return
 		}
 	}
+	if msg := s.replCheck(cl, sp); msg != "" {
+		s.reject(x, sp, msg)
+		return
+	}
 	if cl.inMulti && sp.Flags&RunsInMulti == 0 {
 		if sp.Flags&NoMulti != 0 {
 			s.reject(x, sp, msgNotInMulti)
@@ -541,6 +605,10 @@ func (s *Server) call(x *ctx, sp *Spec) {
 		sp.stats.failed.Add(1)
 	}
 	s.cmdsTotal.Add(1)
+	if sp.Flags&Write != 0 {
+		// What WAIT waits for: the stream up to this write's changes.
+		cl.replOff = s.repl.Offset()
+	}
 	if s.durability != nil && sp.Flags&Write != 0 {
 		// fsync always: this client's replies wait for the changes
 		// queued so far (its own among them) to be on disk.

@@ -22,6 +22,7 @@ import (
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/metrics"
 	"github.com/cellserver/cellserver/persistence"
+	"github.com/cellserver/cellserver/replication"
 	"github.com/cellserver/cellserver/resp"
 )
 
@@ -144,6 +145,33 @@ type Config struct {
 	// ConfigFile is the file the configuration was read from, if any
 	// (INFO server config_file).
 	ConfigFile string
+
+	// ReplicaOf, "host port", starts the node as a replica of that
+	// primary (replicaof); empty starts a primary.
+	ReplicaOf string
+	// MasterUser and MasterAuth authenticate a replica to its primary.
+	MasterUser, MasterAuth string
+	// ReplBacklogSize is the replication backlog's size in bytes. The
+	// default value is replication.DefaultBacklogSize (16 MiB).
+	ReplBacklogSize int64
+	// ReplicaPriority is Sentinel's replica-priority: the default value
+	// (zero) is 100; a negative value means 0 (never promote).
+	ReplicaPriority int
+	// ReplicaAnnounceIP and ReplicaAnnouncePort are the address a replica
+	// gives its primary (and Sentinel then uses) instead of its own.
+	ReplicaAnnounceIP   string
+	ReplicaAnnouncePort int
+	// ReplicaWritable (replica-read-only no) lets a replica take local
+	// writes, which are not passed on.
+	ReplicaWritable bool
+	// ReplicaNoStaleData (replica-serve-stale-data no) refuses most
+	// commands with MASTERDOWN while a replica has no link.
+	ReplicaNoStaleData bool
+	// MinReplicasToWrite and MinReplicasMaxLag refuse writes on a primary
+	// with fewer good replicas (min-replicas-to-write, min-replicas-max-lag).
+	// The defaults are 0 (off) and 10s.
+	MinReplicasToWrite int
+	MinReplicasMaxLag  time.Duration
 }
 
 // Defaults for Config's zero values.
@@ -217,7 +245,35 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.ReplBacklogSize == 0 {
+		c.ReplBacklogSize = replication.DefaultBacklogSize
+	}
+	if c.ReplicaPriority == 0 {
+		c.ReplicaPriority = replication.DefaultPriority
+	}
+	if c.MinReplicasMaxLag == 0 {
+		c.MinReplicasMaxLag = 10 * time.Second
+	}
 	return c
+}
+
+// parseReplicaOf splits "host port" (replicaof); ok is false for "".
+func parseReplicaOf(v string) (host string, port int, ok bool, err error) {
+	f := strings.Fields(v)
+	if len(f) == 0 {
+		return "", 0, false, nil
+	}
+	if len(f) == 2 && strings.EqualFold(f[0], "no") && strings.EqualFold(f[1], "one") {
+		return "", 0, false, nil
+	}
+	if len(f) != 2 {
+		return "", 0, false, errors.New(`must be "host port"`)
+	}
+	p, err := strconv.Atoi(f[1])
+	if err != nil || p < 1 || p > 65535 {
+		return "", 0, false, errors.New("port must be between 1 and 65535")
+	}
+	return f[0], p, true, nil
 }
 
 // Validate reports every problem with c (after defaults) as one error.
@@ -257,6 +313,21 @@ func (c Config) Validate() error {
 	}
 	if c.MultiMaxBytes < 0 {
 		bad("multi-max-bytes %d: must not be negative", c.MultiMaxBytes)
+	}
+	if _, _, _, err := parseReplicaOf(c.ReplicaOf); err != nil {
+		bad("replicaof %q: %v", c.ReplicaOf, err)
+	}
+	if c.ReplBacklogSize < 16<<10 || c.ReplBacklogSize > 1<<40 {
+		bad("repl-backlog-size %d: must be between 16kb and 1tb", c.ReplBacklogSize)
+	}
+	if c.ReplicaAnnouncePort < 0 || c.ReplicaAnnouncePort > 65535 {
+		bad("replica-announce-port %d: must be between 0 and 65535", c.ReplicaAnnouncePort)
+	}
+	if c.MinReplicasToWrite < 0 {
+		bad("min-replicas-to-write %d: must not be negative", c.MinReplicasToWrite)
+	}
+	if c.MinReplicasMaxLag < 0 {
+		bad("min-replicas-max-lag %v: must not be negative", c.MinReplicasMaxLag)
 	}
 	if c.TopPrefixes < 1 || c.TopPrefixes > 1000 {
 		bad("metrics-top-prefixes %d: must be between 1 and 1000", c.TopPrefixes)
@@ -362,6 +433,17 @@ func (c Config) Settings() []commands.Setting {
 		// Read by tools such as redis-benchmark; cellserver keeps no RDB or AOF.
 		{Name: "save", Value: ""},
 		{Name: "appendonly", Value: map[bool]string{false: "no", true: "yes"}[c.DataDir != ""]},
+		{Name: "replicaof", Value: c.ReplicaOf},
+		{Name: "masteruser", Value: c.MasterUser},
+		{Name: "masterauth", Value: map[bool]string{false: "", true: "********"}[c.MasterAuth != ""]},
+		{Name: "repl-backlog-size", Value: itoa(c.ReplBacklogSize)},
+		{Name: "replica-priority", Value: itoa(int64(max(c.ReplicaPriority, 0)))},
+		{Name: "replica-announce-ip", Value: c.ReplicaAnnounceIP},
+		{Name: "replica-announce-port", Value: itoa(int64(c.ReplicaAnnouncePort))},
+		{Name: "replica-read-only", Value: map[bool]string{false: "yes", true: "no"}[c.ReplicaWritable]},
+		{Name: "replica-serve-stale-data", Value: map[bool]string{false: "yes", true: "no"}[c.ReplicaNoStaleData]},
+		{Name: "min-replicas-to-write", Value: itoa(int64(c.MinReplicasToWrite))},
+		{Name: "min-replicas-max-lag", Value: itoa(int64(c.MinReplicasMaxLag / time.Second))},
 	}
 }
 
@@ -381,6 +463,7 @@ type Server struct {
 
 	store  persistence.Store   // nil without DataDir
 	writer *persistence.Writer // nil without DataDir
+	repl   *replication.Replication
 
 	bgCancel context.CancelFunc
 	bgDone   chan struct{}
@@ -443,7 +526,22 @@ func New(cfg Config) (*Server, error) {
 			return append(persistenceInfo(cfg, writer, store, loaded), walDamageInfo(walDamage)...)
 		}
 	}
+	repl, err := replication.New(replication.Config{Keyspace: ks, BacklogSize: cfg.ReplBacklogSize,
+		AnnounceIP: cfg.ReplicaAnnounceIP, AnnouncePort: cfg.ReplicaAnnouncePort,
+		MasterUser: cfg.MasterUser, MasterAuth: cfg.MasterAuth, Logger: cfg.Logger, Clock: cfg.Clock})
+	if err != nil {
+		if store != nil {
+			store.Close()
+		}
+		return nil, err
+	}
 	cmds, err := commands.New(commands.Config{
+		Replication:        repl,
+		ReplicaPriority:    cfg.ReplicaPriority,
+		ReplicaWritable:    cfg.ReplicaWritable,
+		ReplicaNoStaleData: cfg.ReplicaNoStaleData,
+		MinReplicasToWrite: cfg.MinReplicasToWrite,
+		MinReplicasMaxLag:  cfg.MinReplicasMaxLag,
 		Durability:         durability,
 		PersistenceInfo:    persistInfo,
 		WriteError:         writeErr,
@@ -474,7 +572,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, tls: tcfg, cmds: cmds, net: rs, store: store, writer: writer}, nil
+	return &Server{cfg: cfg, tls: tcfg, cmds: cmds, net: rs, store: store, writer: writer, repl: repl}, nil
 }
 
 // Commands returns the command executor (for in-process tests).
@@ -532,6 +630,12 @@ func (s *Server) Serve() error {
 			return err
 		}
 	}
+	if a, ok := s.Addr().(*net.TCPAddr); ok {
+		s.repl.SetPort(a.Port)
+	}
+	if host, port, ok, _ := parseReplicaOf(s.cfg.ReplicaOf); ok && !s.repl.IsReplica() {
+		s.repl.ReplicaOf(host, port)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	s.mu.Lock()
@@ -539,6 +643,7 @@ func (s *Server) Serve() error {
 	ln, mln := s.ln, s.metricsLn
 	if mln != nil {
 		src := metrics.Sources{Commands: s.cmds, Network: s.net, Clock: s.cfg.Clock}
+		src.Extra = append(src.Extra, metrics.ReplicationCollector(s.repl))
 		if s.writer != nil {
 			src.Extra = append(src.Extra, metrics.PersistenceCollector(s.writer, s.store))
 		}

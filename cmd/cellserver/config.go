@@ -122,6 +122,20 @@ func setSlowlog(c *server.Config, v string) error {
 	return nil
 }
 
+// setPriority sets replica-priority: server.Config's zero is the default
+// (100), so 0 ("never promote") is stored as -1.
+func setPriority(c *server.Config, v string) error {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return fmt.Errorf("not a priority (an integer of 0 or more): %q", v)
+	}
+	if n == 0 {
+		n = -1
+	}
+	c.ReplicaPriority = n
+	return nil
+}
+
 // setNegBool sets a "Disable..." field from a yes/no option.
 func setNegBool(p func(*server.Config) *bool) func(*server.Config, string) error {
 	set := setBool(p)
@@ -167,6 +181,17 @@ var options = []option{
 	{"metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz over HTTP on this address (off when empty)", setString(func(c *server.Config) *string { return &c.MetricsAddr })},
 	{"metrics-key-separator", ":", "a key's prefix, for the most-limited-prefixes metric, ends at this byte", setString(func(c *server.Config) *string { return &c.KeyPrefixSeparator })},
 	{"metrics-top-prefixes", "10", "how many most-limited key prefixes the metrics report", setInt(func(c *server.Config) *int { return &c.TopPrefixes })},
+	{"replicaof", "", "start as a replica of this primary: \"host port\" (REPLICAOF at run time; empty: a primary)", setString(func(c *server.Config) *string { return &c.ReplicaOf })},
+	{"masteruser", "", "user name a replica authenticates with to its primary (with --masterauth)", setString(func(c *server.Config) *string { return &c.MasterUser })},
+	{"masterauth", "", "password a replica authenticates with to its primary", setString(func(c *server.Config) *string { return &c.MasterAuth })},
+	{"repl-backlog-size", "16mb", "replication backlog: a replica whose link drops resumes from it (partial resync) if it is behind by less than this", setInt64(func(c *server.Config) *int64 { return &c.ReplBacklogSize })},
+	{"replica-priority", "100", "Sentinel promotes the replica with the lowest priority first; 0: never promote this node", setPriority},
+	{"replica-announce-ip", "", "address a replica reports to its primary (and so to Sentinel) instead of its own", setString(func(c *server.Config) *string { return &c.ReplicaAnnounceIP })},
+	{"replica-announce-port", "0", "client port a replica reports to its primary instead of its own (0: its own)", setInt(func(c *server.Config) *int { return &c.ReplicaAnnouncePort })},
+	{"replica-read-only", "yes", "a replica refuses writes with READONLY (no: it takes local writes, not passed on)", setNegBool(func(c *server.Config) *bool { return &c.ReplicaWritable })},
+	{"replica-serve-stale-data", "yes", "a replica serves its data while its link is down (no: MASTERDOWN)", setNegBool(func(c *server.Config) *bool { return &c.ReplicaNoStaleData })},
+	{"min-replicas-to-write", "0", "a primary refuses writes with NOREPLICAS unless this many replicas acknowledged within --min-replicas-max-lag (0: off)", setInt(func(c *server.Config) *int { return &c.MinReplicasToWrite })},
+	{"min-replicas-max-lag", "10", "seconds: see --min-replicas-to-write", setDuration(func(c *server.Config) *time.Duration { return &c.MinReplicasMaxLag })},
 	{"log-format", "text", "log format: text or json", setString(func(c *server.Config) *string { return &c.LogFormat })},
 	{"log-level", "info", "log level: debug, info, warn or error", setString(func(c *server.Config) *string { return &c.LogLevel })},
 }
