@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,6 +92,13 @@ type Config struct {
 	// ConfigFile is the configuration file the settings were read from,
 	// if any (INFO server config_file).
 	ConfigFile string
+	// KillReplicationLinks closes the replication links of one kind and
+	// returns how many it closed: kind "master" is this replica's link to
+	// its primary, "replica" the links of the replicas fed by this
+	// server. CLIENT KILL TYPE master|replica|slave calls it, since those
+	// links have left the resp server's clients. nil means there are
+	// none (CLIENT KILL counts 0).
+	KillReplicationLinks func(kind string) int
 }
 
 // Durability is what the persistence write path offers for group commit.
@@ -139,6 +147,8 @@ type Server struct {
 	multiBytes  int64 // bytes one MULTI may queue (queuedSize)
 	watch       *watchTable
 	track       *trackTable
+	pubsub      *pubsubTable
+	killRepl    func(kind string) int // Config.KillReplicationLinks
 
 	errMu       sync.Mutex // guards errStats
 	errStats    map[string]int64
@@ -240,6 +250,8 @@ func New(cfg Config) (*Server, error) {
 		runID:       newRunID(),
 		replID:      newRunID(),
 		configFile:  absPath(cfg.ConfigFile),
+		pubsub:      newPubsubTable(),
+		killRepl:    cfg.KillReplicationLinks,
 	}
 	if !slices.ContainsFunc(s.settings, func(st Setting) bool { return st.Name == "tracking-table-max-keys" }) {
 		s.settings = append(slices.Clip(s.settings), Setting{Name: "tracking-table-max-keys",
@@ -390,12 +402,13 @@ func isLoopback(addr string) bool {
 }
 
 // Close implements resp.Handler: it forgets the client's watched keys
-// and turns its tracking off.
+// and subscriptions, and turns its tracking off.
 func (s *Server) Close(c *resp.Conn) {
 	if cl, _ := c.Context().(*client); cl != nil {
 		cl.closed.Store(true)
 		s.unwatchAll(cl)
 		s.track.disable(cl)
+		s.pubsub.drop(cl)
 	}
 }
 
@@ -457,6 +470,12 @@ func (s *Server) dispatch(x *ctx) {
 			s.reject(x, sp, errMisconf(err))
 			return
 		}
+	}
+	// A RESP2 client in subscribed mode reads messages on its connection:
+	// only the commands that change subscriptions, PING, QUIT and RESET.
+	if !cl.resp3.Load() && cl.subscribed() && !allowedSubscribed(sp) {
+		s.reject(x, sp, strings.Replace(msgPubsubContext, "%s", sp.Name, 1))
+		return
 	}
 	if cl.inMulti && sp.Flags&RunsInMulti == 0 {
 		if sp.Flags&NoMulti != 0 {
