@@ -78,6 +78,11 @@ type client struct {
 	redirID     atomic.Int64
 	redirBroken atomic.Bool
 	closed      atomic.Bool
+	// killed: CLIENT KILL closed the connection, which CLIENT LIST and
+	// CLIENT KILL no longer count while it ends.
+	killed atomic.Bool
+
+	subs subscriptions // pub/sub channels and patterns (cmd_pubsub.go)
 
 	mu      sync.Mutex // guards name, libName, libVer
 	name    string

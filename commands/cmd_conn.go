@@ -20,6 +20,17 @@ const (
 )
 
 func cmdPing(x *ctx) {
+	if len(x.args) <= 2 && !x.cl.resp3.Load() && x.cl.subscribed() {
+		// Subscribed RESP2 mode: a reply that reads as a message.
+		x.array(2)
+		x.bulkStr("pong")
+		if len(x.args) == 2 {
+			x.bulk(x.args[1])
+		} else {
+			x.bulkStr("")
+		}
+		return
+	}
 	switch len(x.args) {
 	case 1:
 		x.status("PONG")
@@ -45,7 +56,7 @@ func (cl *client) setAuthed(ok bool) {
 	cl.conn.SetAuthenticated(ok)
 }
 
-// RESET: leave MULTI, forget watched keys, go back to database 0, drop
+// RESET: leave MULTI, forget watched keys and subscriptions, go back to database 0, drop
 // the name, speak RESP2 again, require AUTH again if a password is set;
 // reply +RESET.
 func cmdReset(x *ctx) {
@@ -54,6 +65,7 @@ func cmdReset(x *ctx) {
 	cl.multiSeen.Store(-1)
 	x.s.unwatchAll(cl)
 	x.s.track.disable(cl)
+	x.s.pubsub.drop(cl)
 	cl.db.Store(0)
 	cl.mu.Lock()
 	cl.name = ""
@@ -280,18 +292,20 @@ func cmdClientMaintNotifications(x *ctx) {
 func cmdClientList(x *ctx) {
 	args := x.args[2:]
 	var ids []int64
+	typ := -1
 	switch {
 	case len(args) == 0:
 	case len(args) == 2 && eqFold(args[0], "type"):
-		switch strings.ToLower(string(args[1])) {
-		case "normal": // every cellserver client is a normal one
-		case "master", "replica", "slave", "pubsub":
-			x.verbatim("") // cellserver has only normal clients
-			return
-		default:
+		t, ok := clientTypeByName(args[1])
+		if !ok {
 			x.errorReply(strings.Replace(msgClientType, "%s", cstr(args[1]), 1))
 			return
 		}
+		if t == clientMaster || t == clientReplica {
+			x.verbatim("") // replication links are not resp clients
+			return
+		}
+		typ = t
 	case len(args) >= 2 && eqFold(args[0], "id"):
 		for _, a := range args[1:] {
 			n, ok := parseRedisInt(a)
@@ -314,6 +328,9 @@ func cmdClientList(x *ctx) {
 	}
 	if ids == nil {
 		n.Range(func(c *resp.Conn) bool {
+			if cl, _ := c.Context().(*client); cl != nil && cl.killed.Load() || typ >= 0 && (cl == nil || cl.clientType() != typ) {
+				return true
+			}
 			writeClientInfo(&b, c, now, x)
 			return true
 		})
@@ -371,6 +388,9 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 		cmd = sp.Name
 	}
 	flags := ""
+	if cl.subscribed() {
+		flags += "P"
+	}
 	multi := cl.multiSeen.Load()
 	if multi >= 0 {
 		flags += "x"
@@ -420,7 +440,9 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 		"idle=" + strconv.FormatInt(idle, 10),
 		"flags=" + flags,
 		"db=" + strconv.Itoa(int(cl.db.Load())),
-		"sub=0", "psub=0", "ssub=0",
+		"sub=" + itoa(int(cl.subs.nChans.Load())),
+		"psub=" + itoa(int(cl.subs.nPats.Load())),
+		"ssub=0",
 		"multi=" + strconv.Itoa(int(multi)),
 		"qbuf=" + itoa(qbuf),
 		"qbuf-free=" + itoa(qbufFree),

@@ -424,6 +424,20 @@ func cmdClientHelp(x *ctx) {
 		"    Return the ID of the current connection.",
 		"INFO",
 		"    Return information about the current client connection.",
+		"KILL <ip:port>",
+		"    Kill connection made from <ip:port>.",
+		"KILL <option> <value> [<option> <value> [...]]",
+		"    Kill connections. Options are:",
+		"    * ADDR (<ip:port>|<unixsocket>:0)",
+		"      Kill connections made from the specified address",
+		"    * LADDR (<ip:port>|<unixsocket>:0)",
+		"      Kill connections made to specified local address",
+		"    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+		"      Kill connections by type.",
+		"    * USER <username>",
+		"      Kill connections authenticated by <username>.",
+		"    * SKIPME (YES|NO)",
+		"      Skip killing current connection (default: yes).",
 		"LIST [TYPE (NORMAL|MASTER|REPLICA|PUBSUB)] [ID <id> [<id> ...]]",
 		"    Return information about client connections.",
 		"SETINFO <option> <value>",
@@ -601,6 +615,7 @@ func cmdInfo(x *ctx) {
 		var expiredKeys = s.expired.Load()
 		rst := s.repl.Stats()
 		trkKeys, trkItems, trkPrefixes := s.track.stats()
+		psChannels, psPatterns := s.pubsub.stats()
 		s.inst.mu.Lock()
 		ops, inKbps, outKbps := s.inst.ops.rate(), s.inst.in.rate()/1024, s.inst.out.rate()/1024
 		s.inst.mu.Unlock()
@@ -625,8 +640,8 @@ func cmdInfo(x *ctx) {
 			fmt.Sprintf("evicted_keys:%d", s.ks.Memory().Evicted),
 			fmt.Sprintf("keyspace_hits:%d", s.keyspaceHits.Load()),
 			fmt.Sprintf("keyspace_misses:%d", s.keyspaceMisses.Load()),
-			"pubsub_channels:0",
-			"pubsub_patterns:0",
+			fmt.Sprintf("pubsub_channels:%d", psChannels),
+			fmt.Sprintf("pubsub_patterns:%d", psPatterns),
 			"pubsubshard_channels:0",
 			fmt.Sprintf("tracking_total_keys:%d", trkKeys),
 			fmt.Sprintf("tracking_total_items:%d", trkItems),

@@ -28,8 +28,9 @@ import (
 // Invalidations are RESP3 push frames, so they reach RESP3 clients (HELLO
 // 3): the tracking client itself, or its REDIRECT target. A RESP2 client
 // may turn tracking on without REDIRECT, as in Redis, but receives
-// nothing; REDIRECT to a RESP2 client is refused: Redis reaches it through
-// the __redis__:invalidate pub/sub channel, and cellserver has no pub/sub.
+// nothing. A RESP2 REDIRECT target gets them as pub/sub messages of the
+// __redis__:invalidate channel (*3 message __redis__:invalidate [keys]),
+// while it is subscribed to any channel or pattern, as in Redis.
 //
 // Changes are seen through the keyspace's Journal (watchJournal, which
 // serves WATCH too), called with the changed key's shard lock held. While no key is tracked and no
@@ -86,6 +87,23 @@ func invalidateFrame(key []byte) []byte {
 	return append(b, '\r', '\n')
 }
 
+// invalidatePrefix is how invalidateFrame and flushFrame start.
+const invalidatePrefix = ">2\r\n$10\r\ninvalidate\r\n"
+
+// invalidateMessage turns an invalidation push into what a RESP2 REDIRECT
+// target receives, as Redis 7.0's sendTrackingMessage sends it: a message
+// of the __redis__:invalidate channel whose payload is the array of keys,
+// or a null bulk for a flush.
+func invalidateMessage(frame []byte) []byte {
+	rest := frame[len(invalidatePrefix):]
+	if string(rest) == "_\r\n" {
+		rest = []byte("$-1\r\n")
+	}
+	b := make([]byte, 0, 48+len(rest))
+	b = append(b, "*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n"...)
+	return append(b, rest...)
+}
+
 // flushFrame is the RESP3 push that invalidates everything.
 var flushFrame = []byte(">2\r\n$10\r\ninvalidate\r\n_\r\n")
 
@@ -109,6 +127,8 @@ func (cl *client) sendInvalidation(frame []byte) {
 		}
 		if t.resp3.Load() {
 			t.conn.Push(frame)
+		} else if t.subscribed() {
+			t.conn.Push(invalidateMessage(frame))
 		}
 		return
 	}
@@ -435,10 +455,6 @@ func cmdClientTracking(x *ctx) {
 				}
 			}
 		}
-	}
-	if redir != nil && !redir.resp3.Load() {
-		x.errorReply(msgTrackingRedirectRESP2)
-		return
 	}
 	cl.noloop = opts&trkNoloop != 0
 	cl.redir.Store(redir)

@@ -36,11 +36,18 @@ const (
 	msgClientType    = "ERR Unknown client type '%s'"
 	msgClientID      = "ERR Invalid client ID"
 	msgClientInfoArg = "ERR %s cannot contain spaces, newlines or special characters."
-	// CLIENT TRACKING and CLIENT CACHING, as Redis 7.0.15 sends them
-	// (msgTrackingRedirectRESP2 is cellserver's: it has no pub/sub).
+	// CLIENT KILL, as Redis 7.0.15 sends them; msgClientKillMaxAge is
+	// cellserver's (MAXAGE came with Redis 7.4).
+	msgClientKillID     = "ERR client-id should be greater than 0"
+	msgNoSuchClient     = "ERR No such client"
+	msgNoSuchUser       = "ERR No such user '%s'"
+	msgClientKillMaxAge = "ERR maxage is not an integer or out of range"
+	// A RESP2 client in subscribed mode; %s is the command's full name
+	// (client|list).
+	msgPubsubContext = "ERR Can't execute '%s': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
+	// CLIENT TRACKING and CLIENT CACHING, as Redis 7.0.15 sends them.
 	msgTrackingRedirectTwice = "ERR A client can only redirect to a single other client"
 	msgTrackingRedirectNone  = "ERR The client ID you want redirect to does not exist"
-	msgTrackingRedirectRESP2 = "ERR CLIENT TRACKING REDIRECT needs a RESP3 target (HELLO 3): cellserver has no pub/sub to reach a RESP2 client through __redis__:invalidate"
 	msgTrackingPrefixBcast   = "ERR PREFIX option requires BCAST mode to be enabled"
 	msgTrackingSwitchBcast   = "ERR You can't switch BCAST mode on/off before disabling tracking for this client, and then re-enabling it with a different mode."
 	msgTrackingBcastOpt      = "ERR OPTIN and OPTOUT are not compatible with BCAST"

@@ -48,7 +48,8 @@ import (
 // and c3 (sent on a second or third connection, opened at its first use:
 // another client, for WATCH), push (one more reply is read after the
 // command's: a push frame sent to this connection, for CLIENT TRACKING;
-// the two replies' lines follow the command in the order they arrived).
+// the two replies' lines follow the command in the order they arrived;
+// push2: two such frames, for a message and a pmessage).
 //
 // Arguments may use {{ns+N}}, {{ms+N}} and {{s+N}}: the current Unix time
 // in ns, ms or s (of the injected clock, or of the real one in -reference
@@ -154,7 +155,7 @@ func parseGoldenCommand(line string, lineNo int) (*goldenCase, error) {
 		}
 		for _, f := range strings.Split(rest[1:end], ",") {
 			switch f {
-			case "sort", "cellserver", "time", "modules", "c2", "c3", "push":
+			case "sort", "cellserver", "time", "modules", "c2", "c3", "push", "push2":
 				c.flags[f] = true
 			default:
 				return nil, fmt.Errorf("unknown flag %q", f)
@@ -354,7 +355,14 @@ func goldenExchange(c *rawConn, gc *goldenCase, now time.Time) ([]string, error)
 		v.sortLeaves()
 	}
 	got := replyLines(v.encode(nil))
+	pushes := 0
 	if gc.flags["push"] {
+		pushes = 1
+	}
+	if gc.flags["push2"] {
+		pushes = 2
+	}
+	for range pushes {
 		v, err := c.read()
 		if err != nil {
 			return nil, err

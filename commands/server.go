@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,6 +116,13 @@ type Config struct {
 	// (off) and 10 s.
 	MinReplicasToWrite int
 	MinReplicasMaxLag  time.Duration
+	// KillReplicationLinks closes the replication links of one kind and
+	// returns how many it closed: kind "master" is this replica's link to
+	// its primary, "replica" the links of the replicas fed by this
+	// server. CLIENT KILL TYPE master|replica|slave calls it, since those
+	// links have left the resp server's clients. nil means Replication's
+	// (replication.Replication.KillLinks).
+	KillReplicationLinks func(kind string) int
 }
 
 // Durability is what the persistence write path offers for group commit.
@@ -163,6 +171,8 @@ type Server struct {
 	multiBytes  int64 // bytes one MULTI may queue (queuedSize)
 	watch       *watchTable
 	track       *trackTable
+	pubsub      *pubsubTable
+	killRepl    func(kind string) int // Config.KillReplicationLinks
 
 	errMu       sync.Mutex // guards errStats
 	errStats    map[string]int64
@@ -286,6 +296,8 @@ func New(cfg Config) (*Server, error) {
 		replicaNoStale:  cfg.ReplicaNoStaleData,
 		minReplicas:     cfg.MinReplicasToWrite,
 		minReplicasLag:  cfg.MinReplicasMaxLag,
+		pubsub:      newPubsubTable(),
+		killRepl:    cfg.KillReplicationLinks,
 	}
 	if !slices.ContainsFunc(s.settings, func(st Setting) bool { return st.Name == "tracking-table-max-keys" }) {
 		s.settings = append(slices.Clip(s.settings), Setting{Name: "tracking-table-max-keys",
@@ -305,6 +317,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 		s.repl = r
+	}
+	if s.killRepl == nil {
+		s.killRepl = s.repl.KillLinks
 	}
 	return s, nil
 }
@@ -450,12 +465,13 @@ func isLoopback(addr string) bool {
 }
 
 // Close implements resp.Handler: it forgets the client's watched keys
-// and turns its tracking off.
+// and subscriptions, and turns its tracking off.
 func (s *Server) Close(c *resp.Conn) {
 	if cl, _ := c.Context().(*client); cl != nil {
 		cl.closed.Store(true)
 		s.unwatchAll(cl)
 		s.track.disable(cl)
+		s.pubsub.drop(cl)
 	}
 }
 
@@ -520,6 +536,12 @@ func (s *Server) dispatch(x *ctx) {
 	}
 	if msg := s.replCheck(cl, sp); msg != "" {
 		s.reject(x, sp, msg)
+		return
+	}
+	// A RESP2 client in subscribed mode reads messages on its connection:
+	// only the commands that change subscriptions, PING, QUIT and RESET.
+	if !cl.resp3.Load() && cl.subscribed() && !allowedSubscribed(sp) {
+		s.reject(x, sp, strings.Replace(msgPubsubContext, "%s", sp.Name, 1))
 		return
 	}
 	if cl.inMulti && sp.Flags&RunsInMulti == 0 {

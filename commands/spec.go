@@ -24,6 +24,7 @@ const (
 	// QUIT, RESET, WATCH) that run at once instead of being queued. Not
 	// reported.
 	RunsInMulti
+	PubSub // a pub/sub command ("pubsub")
 )
 
 // flagNames lists the reported flags in the order Redis 7 replies them.
@@ -32,7 +33,7 @@ var flagNames = []struct {
 	name string
 }{
 	{Write, "write"}, {ReadOnly, "readonly"}, {Module, "module"},
-	{Admin, "admin"}, {NoScript, "noscript"}, {Loading, "loading"},
+	{Admin, "admin"}, {PubSub, "pubsub"}, {NoScript, "noscript"}, {Loading, "loading"},
 	{Stale, "stale"}, {SkipSlowlog, "skip_slowlog"}, {Fast, "fast"}, {NoAuth, "no_auth"},
 	{NoMulti, "no_multi"}, {MovableKeys, "movablekeys"}, {AllowBusy, "allow_busy"},
 }
