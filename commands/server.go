@@ -296,8 +296,8 @@ func New(cfg Config) (*Server, error) {
 		replicaNoStale:  cfg.ReplicaNoStaleData,
 		minReplicas:     cfg.MinReplicasToWrite,
 		minReplicasLag:  cfg.MinReplicasMaxLag,
-		pubsub:      newPubsubTable(),
-		killRepl:    cfg.KillReplicationLinks,
+		pubsub:          newPubsubTable(),
+		killRepl:        cfg.KillReplicationLinks,
 	}
 	if !slices.ContainsFunc(s.settings, func(st Setting) bool { return st.Name == "tracking-table-max-keys" }) {
 		s.settings = append(slices.Clip(s.settings), Setting{Name: "tracking-table-max-keys",
