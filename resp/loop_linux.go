@@ -399,6 +399,15 @@ func (l *loop) deliverPush(c *Conn) {
 	}
 	if c.waitOut || c.queued {
 		c.takePush()
+		// The client is not reading (or its replies are not yet out):
+		// what it has not taken counts against the output limit, as
+		// replies do in execute.
+		if int64(len(c.Out)) > l.srv.cfg.MaxOutputBuffer {
+			l.srv.outputDrops.Add(1)
+			l.srv.logger.Warn("resp: closing client over the output buffer limit", "id", c.id, "addr", c.remote,
+				"bytes", len(c.Out), "limit", l.srv.cfg.MaxOutputBuffer)
+			l.close(c)
+		}
 		return
 	}
 	if !c.state.CompareAndSwap(connIdle, connActive) {
