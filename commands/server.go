@@ -91,6 +91,11 @@ type Config struct {
 	// ConfigFile is the configuration file the settings were read from,
 	// if any (INFO server config_file).
 	ConfigFile string
+	// ConfigRewrite, when set, is CONFIG REWRITE: it writes the settings
+	// that can change at run time (replicaof) to the configuration file
+	// the server was started from. nil means the server runs without a
+	// config file, and CONFIG REWRITE answers Redis's error for that.
+	ConfigRewrite func() error
 }
 
 // Durability is what the persistence write path offers for group commit.
@@ -152,6 +157,7 @@ type Server struct {
 	// sampled instantaneous figures.
 	runID, replID  string
 	configFile     string
+	rewrite        func() error // CONFIG REWRITE; nil without a config file
 	keyspaceHits   atomic.Int64
 	keyspaceMisses atomic.Int64
 	expireNS       atomic.Int64
@@ -240,6 +246,7 @@ func New(cfg Config) (*Server, error) {
 		runID:       newRunID(),
 		replID:      newRunID(),
 		configFile:  absPath(cfg.ConfigFile),
+		rewrite:     cfg.ConfigRewrite,
 	}
 	if !slices.ContainsFunc(s.settings, func(st Setting) bool { return st.Name == "tracking-table-max-keys" }) {
 		s.settings = append(slices.Clip(s.settings), Setting{Name: "tracking-table-max-keys",
