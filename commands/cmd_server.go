@@ -402,6 +402,25 @@ func cmdConfigResetStat(x *ctx) {
 	x.ok()
 }
 
+// CONFIG REWRITE persists the settings that changed at run time (the
+// replicaof that Sentinel's failover transaction sets with SLAVEOF) to the
+// config file, as Redis does. Without a config file it answers Redis's
+// error; Sentinel ignores the reply either way (it sends CONFIG REWRITE
+// inside MULTI, where it must only be queued).
+func cmdConfigRewrite(x *ctx) {
+	if x.s.rewrite == nil {
+		x.errorReply(msgConfigNoFile)
+		return
+	}
+	if err := x.s.rewrite(); err != nil {
+		x.s.log.Warn("CONFIG REWRITE failed", "err", err)
+		x.errorReply(fmt.Sprintf(msgConfigRewrite, err))
+		return
+	}
+	x.s.log.Info("CONFIG REWRITE executed with success")
+	x.ok()
+}
+
 func cmdConfigHelp(x *ctx) {
 	helpReply(x,
 		"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -411,6 +430,8 @@ func cmdConfigHelp(x *ctx) {
 		"    Not supported: the configuration is read-only at run time.",
 		"RESETSTAT",
 		"    Reset statistics reported by the INFO command.",
+		"REWRITE",
+		"    Rewrite the configuration file.",
 		"HELP",
 		"    Prints this help.")
 }

@@ -59,6 +59,8 @@ const (
 	msgCachingYes            = "ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode."
 	msgCachingNo             = "ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode."
 	msgConfigSetRO           = "ERR CONFIG SET is not supported: cellserver's configuration is read-only at run time"
+	msgConfigNoFile          = "ERR The server is running without a config file"
+	msgConfigRewrite         = "ERR Rewriting config file: %s"
 	msgNoAuthNeeded          = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
 	msgLatencyGraph          = "ERR No samples available for event '%s'"
 	// Replication, as Redis 7.0.15 sends them, and cellserver's own for

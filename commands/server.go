@@ -123,6 +123,11 @@ type Config struct {
 	// links have left the resp server's clients. nil means Replication's
 	// (replication.Replication.KillLinks).
 	KillReplicationLinks func(kind string) int
+	// ConfigRewrite, when set, is CONFIG REWRITE: it writes the settings
+	// that can change at run time (replicaof) to the configuration file
+	// the server was started from. nil means the server runs without a
+	// config file, and CONFIG REWRITE answers Redis's error for that.
+	ConfigRewrite func() error
 }
 
 // Durability is what the persistence write path offers for group commit.
@@ -186,6 +191,7 @@ type Server struct {
 	// sampled instantaneous figures.
 	runID, replID  string
 	configFile     string
+	rewrite        func() error // CONFIG REWRITE; nil without a config file
 	keyspaceHits   atomic.Int64
 	keyspaceMisses atomic.Int64
 	expireNS       atomic.Int64
@@ -298,6 +304,7 @@ func New(cfg Config) (*Server, error) {
 		minReplicasLag:  cfg.MinReplicasMaxLag,
 		pubsub:          newPubsubTable(),
 		killRepl:        cfg.KillReplicationLinks,
+		rewrite:         cfg.ConfigRewrite,
 	}
 	if !slices.ContainsFunc(s.settings, func(st Setting) bool { return st.Name == "tracking-table-max-keys" }) {
 		s.settings = append(slices.Clip(s.settings), Setting{Name: "tracking-table-max-keys",

@@ -183,6 +183,8 @@ func commandTable() []*Spec {
 					Summary: "Returns helpful text about the different subcommands.", Since: "5.0.0", Complex: "O(1)", Run: cmdConfigHelp},
 				{Name: "config|resetstat", Arity: 2, Flags: Admin | NoScript | Loading | Stale, ACL: []string{"admin", "slow", "dangerous"}, Group: "server",
 					Summary: "Resets the server's statistics.", Since: "2.0.0", Complex: "O(1)", Run: cmdConfigResetStat},
+				{Name: "config|rewrite", Arity: 2, Flags: Admin | NoScript | Loading | Stale, ACL: []string{"admin", "slow", "dangerous"}, Group: "server",
+					Summary: "Persists the effective configuration to file.", Since: "2.8.0", Complex: "O(1)", Run: cmdConfigRewrite},
 				{Name: "config|set", Arity: -4, Flags: Admin | NoScript | Loading | Stale, ACL: []string{"admin", "slow", "dangerous"}, Group: "server",
 					Summary: "Not supported: the configuration is read-only at run time.", Since: "2.0.0", Complex: "O(1)",
 					Args: []Arg{{Name: "data", Type: "block", Multiple: true, Args: []Arg{{Name: "parameter", Type: "string"}, {Name: "value", Type: "string"}}}},

@@ -172,6 +172,11 @@ type Config struct {
 	// The defaults are 0 (off) and 10s.
 	MinReplicasToWrite int
 	MinReplicasMaxLag  time.Duration
+	// ConfigRewrite, when set, is CONFIG REWRITE: it writes the settings
+	// that can change at run time, with their current values ("" for
+	// unset), to the config file. cmd/cellserver sets it when it runs from
+	// --config; nil means there is no config file to rewrite.
+	ConfigRewrite func(runtime []commands.Setting) error
 }
 
 // Defaults for Config's zero values.
@@ -560,6 +565,7 @@ func New(cfg Config) (*Server, error) {
 		MultiMaxCommands:   cfg.MultiMaxCommands,
 		MultiMaxBytes:      cfg.MultiMaxBytes,
 		ConfigFile:         cfg.ConfigFile,
+		ConfigRewrite:      configRewrite(cfg.ConfigRewrite, repl.ReplicaOfSetting),
 	})
 	if err != nil {
 		return nil, err
@@ -573,6 +579,23 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	return &Server{cfg: cfg, tls: tcfg, cmds: cmds, net: rs, store: store, writer: writer, repl: repl}, nil
+}
+
+// configRewrite adapts Config.ConfigRewrite to the commands layer: CONFIG
+// REWRITE hands the file writer the settings that change at run time.
+// replicaOf returns the replicaof setting ("" for a primary, "host port"
+// for a replica); nil leaves the file's replicaof lines as they are.
+func configRewrite(rewrite func([]commands.Setting) error, replicaOf func() string) func() error {
+	if rewrite == nil {
+		return nil
+	}
+	return func() error {
+		var runtime []commands.Setting
+		if replicaOf != nil {
+			runtime = append(runtime, commands.Setting{Name: "replicaof", Value: replicaOf()})
+		}
+		return rewrite(runtime)
+	}
 }
 
 // Commands returns the command executor (for in-process tests).

@@ -291,6 +291,15 @@ func loadConfig(args []string, env func(string) string, stdout, stderr io.Writer
 		}
 		return cfg, 2, true
 	}
+	cfg.Logger = server.NewLogger(cfg, stderr)
+	if path != "" {
+		rw, err := newConfigRewriter(path, source, cfg.Logger)
+		if err != nil {
+			fmt.Fprintf(stderr, "cellserver: config file: %v\n", err)
+			return cfg, 2, true
+		}
+		cfg.ConfigRewrite = rw.rewrite
+	}
 	if *health {
 		if err := healthcheck(cfg, stdout); err != nil {
 			fmt.Fprintf(stderr, "cellserver: healthcheck failed: %v\n", err)

@@ -51,8 +51,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if done {
 		return code
 	}
-	logger := server.NewLogger(cfg, stderr)
-	cfg.Logger = logger
+	logger := cfg.Logger // loadConfig's, also used by CONFIG REWRITE
+	if logger == nil {
+		logger = server.NewLogger(cfg, stderr)
+		cfg.Logger = logger
+	}
 	cfg.Version = version
 	srv, err := server.New(cfg)
 	if err != nil {
