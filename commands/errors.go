@@ -47,6 +47,7 @@ const (
 	msgCachingNo             = "ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode."
 	msgConfigSetRO           = "ERR CONFIG SET is not supported: cellserver's configuration is read-only at run time"
 	msgNoAuthNeeded          = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+	msgDumpUnavailable       = "ERR DUMP is unavailable: this server has no value encoder"
 	msgLatencyGraph          = "ERR No samples available for event '%s'"
 	// MODULE LOAD, LOADEX and UNLOAD: %s is the subcommand, upper-cased.
 	msgModuleBuiltIn = "ERR MODULE %s is not supported: cellserver loads no modules; redis-cell's commands are built in (MODULE LIST)"

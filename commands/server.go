@@ -91,6 +91,10 @@ type Config struct {
 	// ConfigFile is the configuration file the settings were read from,
 	// if any (INFO server config_file).
 	ConfigFile string
+	// DumpValue encodes a value for DUMP (server wires the persistence
+	// codec, persistence.EncodeValue): appended to dst. Nil makes DUMP
+	// answer that it is unavailable.
+	DumpValue func(dst []byte, v keyspace.Value) []byte
 }
 
 // Durability is what the persistence write path offers for group commit.
@@ -132,6 +136,7 @@ type Server struct {
 	slowlog     slowlog
 	durability  Durability
 	persistInfo func() []string
+	dumpValue   func(dst []byte, v keyspace.Value) []byte
 	writeErr    func() error
 	protected   bool
 	loopback    func(string) bool
@@ -222,6 +227,7 @@ func New(cfg Config) (*Server, error) {
 		monoBase:    time.Now(),
 		durability:  cfg.Durability,
 		persistInfo: cfg.PersistenceInfo,
+		dumpValue:   cfg.DumpValue,
 		writeErr:    cfg.WriteError,
 		protected:   cfg.ProtectedMode,
 		loopback:    cfg.Loopback,

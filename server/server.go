@@ -462,6 +462,7 @@ func New(cfg Config) (*Server, error) {
 		MultiMaxCommands:   cfg.MultiMaxCommands,
 		MultiMaxBytes:      cfg.MultiMaxBytes,
 		ConfigFile:         cfg.ConfigFile,
+		DumpValue:          persistence.EncodeValue,
 	})
 	if err != nil {
 		return nil, err
