@@ -352,8 +352,10 @@ func waitExpiredGone(t *testing.T, timeout time.Duration, primary *node) {
 // state-changing command on a primary with two replicas, over several
 // databases; cuts replica B off twice (through a proxy) so that it
 // resyncs once partially and once fully (both seen in the primary's INFO
-// stats); then compares every key's DUMP and PEXPIRETIME on the three
-// nodes, after the short-lived keys' deletions have replicated.
+// stats); restarts replica A as a new process with keys of its own, made a
+// replica with REPLICAOF (a full resync that drops them); then compares
+// every key's DUMP and PEXPIRETIME on the three nodes, after the
+// short-lived keys' deletions have replicated.
 func TestReplicationRandomized(t *testing.T) { runRandomized(t, cellserver) }
 
 // TestReplicationHarnessOnRedis runs the same scenario on real Redis 7.0
@@ -434,19 +436,44 @@ func runRandomized(t *testing.T, f flavor) {
 		t.Fatalf("after cut 2: sync_full %d -> %d, sync_partial_ok %d -> %d: want a full resync", full1, full2, partial1, partial2)
 	}
 
-	for range 1000 {
+	for range 500 {
 		d.step()
 	}
 	if m := a.info(t, "replication"); m["master_link_status"] != "up" {
 		t.Errorf("replica A's link: %s", m["master_link_status"])
 	}
 
+	// Restart A: kill -9, then a new process with no data, started as a
+	// primary holding keys of its own, made a replica with REPLICAOF at
+	// run time. It must take a full copy and drop its own keys (never
+	// merge them).
+	a.kill()
+	a = f.start(t, "replica-A2", nodeOpts{})
+	for i := range 20 {
+		if err := a.rdb.Set(context.Background(), fmt.Sprintf("stale:%d", i), "mine", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.rdb.Do(context.Background(), "REPLICAOF", "127.0.0.1", strings.Fields(primary.hostPort())[1]).Err(); err != nil {
+		t.Fatalf("REPLICAOF on the new A: %v", err)
+	}
+	linkUp(t, linkTimeout, a)
+	caughtUp(t, linkTimeout, primary, a, b)
+	full3, partial3 := syncCounts(t, primary)
+	if full3 <= full2 || partial3 != partial2 {
+		t.Fatalf("after restarting A: sync_full %d -> %d, sync_partial_ok %d -> %d: want a full resync", full2, full3, partial2, partial3)
+	}
+
+	for range 500 {
+		d.step()
+	}
+
 	waitExpiredGone(t, linkTimeout, primary)
 	caughtUp(t, linkTimeout, primary, a, b)
 	keys := compareNodes(t, replDBs, primary, a, b)
 	t.Logf("%d operations (%d MULTI blocks) applied on the primary:%s", d.ops, d.multi, d.summary())
-	t.Logf("%d short-lived keys made, deleted everywhere; %d keys compared on 3 nodes (DUMP, PEXPIRETIME); resyncs: sync_full %d -> %d -> %d, sync_partial_ok %d -> %d -> %d",
-		short, keys, full0, full1, full2, partial0, partial1, partial2)
+	t.Logf("%d short-lived keys made, deleted everywhere; %d keys compared on 3 nodes (DUMP, PEXPIRETIME); resyncs: sync_full %d -> %d -> %d -> %d, sync_partial_ok %d -> %d -> %d -> %d",
+		short, keys, full0, full1, full2, full3, partial0, partial1, partial2, partial3)
 	if keys == 0 {
 		t.Error("no key left to compare")
 	}
