@@ -213,15 +213,17 @@ func (d *driver) selectDB(db int) {
 }
 
 // step applies one random step: mostly one command, sometimes a SELECT of
-// another database, a MULTI/EXEC block (which may SELECT inside), FLUSHDB,
-// or (rarely) FLUSHALL.
+// another database, a MULTI/EXEC block (which may SELECT inside), FLUSHDB
+// (1 step in 250), or FLUSHALL (1 in 3000).
 func (d *driver) step() {
 	d.t.Helper()
 	r := d.g.r
-	switch n := r.IntN(1000); {
-	case n < 1:
+	if r.IntN(3000) == 0 {
 		d.do("FLUSHALL")
-	case n < 6:
+		return
+	}
+	switch n := r.IntN(1000); {
+	case n < 4:
 		d.do("FLUSHDB")
 	case n < 60:
 		d.selectDB(r.IntN(replDBs))
@@ -382,6 +384,10 @@ func runRandomized(t *testing.T, f flavor) {
 	t.Logf("initial syncs: sync_full=%d sync_partial_ok=%d", full0, partial0)
 
 	d := newDriver(t, primary, g)
+	for range 700 {
+		d.step()
+	}
+	d.do("FLUSHALL") // at least one, whatever the dice say
 	short := d.shortLived()
 	for range 1500 {
 		d.step()
