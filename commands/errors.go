@@ -62,6 +62,7 @@ const (
 	msgConfigNoFile          = "ERR The server is running without a config file"
 	msgConfigRewrite         = "ERR Rewriting config file: %s"
 	msgNoAuthNeeded          = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
+	msgDumpUnavailable       = "ERR DUMP is unavailable: this server has no value encoder"
 	msgLatencyGraph          = "ERR No samples available for event '%s'"
 	// Replication, as Redis 7.0.15 sends them, and cellserver's own for
 	// the replication handshake.

@@ -128,6 +128,10 @@ type Config struct {
 	// the server was started from. nil means the server runs without a
 	// config file, and CONFIG REWRITE answers Redis's error for that.
 	ConfigRewrite func() error
+	// DumpValue encodes a value for DUMP (server wires the persistence
+	// codec, persistence.EncodeValue): appended to dst. Nil makes DUMP
+	// answer that it is unavailable.
+	DumpValue func(dst []byte, v keyspace.Value) []byte
 }
 
 // Durability is what the persistence write path offers for group commit.
@@ -169,6 +173,7 @@ type Server struct {
 	slowlog     slowlog
 	durability  Durability
 	persistInfo func() []string
+	dumpValue   func(dst []byte, v keyspace.Value) []byte
 	writeErr    func() error
 	protected   bool
 	loopback    func(string) bool
@@ -278,6 +283,7 @@ func New(cfg Config) (*Server, error) {
 		monoBase:    time.Now(),
 		durability:  cfg.Durability,
 		persistInfo: cfg.PersistenceInfo,
+		dumpValue:   cfg.DumpValue,
 		writeErr:    cfg.WriteError,
 		protected:   cfg.ProtectedMode,
 		loopback:    cfg.Loopback,

@@ -566,6 +566,7 @@ func New(cfg Config) (*Server, error) {
 		MultiMaxBytes:      cfg.MultiMaxBytes,
 		ConfigFile:         cfg.ConfigFile,
 		ConfigRewrite:      configRewrite(cfg.ConfigRewrite, repl.ReplicaOfSetting),
+		DumpValue:          persistence.EncodeValue,
 	})
 	if err != nil {
 		return nil, err
