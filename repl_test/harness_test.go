@@ -89,8 +89,9 @@ type node struct {
 
 // nodeOpts are what a node is started with.
 type nodeOpts struct {
-	replicaOf string // "host port", or "" for a primary
-	backlog   int    // replication backlog in bytes (0: the default)
+	replicaOf string   // "host port", or "" for a primary
+	backlog   int      // replication backlog in bytes (0: the default)
+	extra     []string // more cellserver options
 }
 
 const startTimeout = 30 * time.Second
@@ -129,6 +130,7 @@ func (n *node) startCellserver(t *testing.T, o nodeOpts) {
 	if o.backlog > 0 {
 		args = append(args, "--repl-backlog-size", strconv.Itoa(o.backlog))
 	}
+	args = append(args, o.extra...)
 	bp, addrc, err := binproc.Launch(binPath, args...)
 	if err != nil {
 		t.Fatal(err)
