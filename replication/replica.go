@@ -288,12 +288,15 @@ func (l *link) beginPartial(id string) error {
 	return nil
 }
 
-// apply reads frames and applies them until the link fails.
+// apply reads frames and applies them until the link fails. A second
+// goroutine acknowledges the offset (see acker).
 func (l *link) apply(nc net.Conn, br *bufio.Reader) error {
 	r := l.r
 	fr := frameReader{br: br}
-	var ack []byte
-	acked := int64(-1)
+	ackc := make(chan struct{}, 1)
+	stop := make(chan struct{})
+	defer close(stop)
+	go l.acker(nc, ackc, stop)
 	numDB := r.ks.NumDB()
 	for {
 		nc.SetReadDeadline(time.Now().Add(linkTimeout))
@@ -328,17 +331,48 @@ func (l *link) apply(nc net.Conn, br *bufio.Reader) error {
 		default:
 			return fmt.Errorf("%w: unexpected frame type %q", errStream, t)
 		}
-		// Acknowledge once nothing more is buffered, so that a burst
-		// costs one ack (WAIT sees it at once).
+		// Once nothing more is buffered, have the offset acknowledged.
 		if br.Buffered() == 0 && l.state.Load() == stateConnected {
-			if off := r.Offset(); off != acked {
-				ack = appendAck(ack[:0], off)
-				nc.SetWriteDeadline(time.Now().Add(linkTimeout))
-				if _, err := nc.Write(ack); err != nil {
-					return err
-				}
-				acked = off
+			select {
+			case ackc <- struct{}{}:
+			default:
 			}
+		}
+	}
+}
+
+// ackGather is how long the acker lets applied changes gather before it
+// acknowledges them: a busy replica acknowledges about 1000 times a
+// second, not once per read, and WAIT waits at most this much longer.
+const ackGather = time.Millisecond
+
+// acker acknowledges the applied offset when apply signals, at most once
+// per ackGather, until stop.
+func (l *link) acker(nc net.Conn, ackc <-chan struct{}, stop <-chan struct{}) {
+	var ack []byte
+	acked := int64(-1)
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ackc:
+		}
+		if off := l.r.Offset(); off != acked {
+			ack = appendAck(ack[:0], off)
+			nc.SetWriteDeadline(time.Now().Add(linkTimeout))
+			if _, err := nc.Write(ack); err != nil {
+				nc.Close()
+				return
+			}
+			acked = off
+		}
+		t.Reset(ackGather)
+		select {
+		case <-stop:
+			return
+		case <-t.C:
 		}
 	}
 }

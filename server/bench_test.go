@@ -32,6 +32,27 @@ const (
 // (the server runs in this process).
 func BenchmarkPipelinedThrottle(b *testing.B) {
 	_, addr := servertest.Start(b, server.Config{})
+	benchPipelinedThrottle(b, addr, benchKeys)
+}
+
+// BenchmarkPipelinedThrottleReplicas is BenchmarkPipelinedThrottle over
+// 100000 keys (so that almost every call changes its key and is
+// replicated) on a primary with 0 or 2 in-process replicas attached. The
+// replicas run in this process: ns/op includes their work.
+func BenchmarkPipelinedThrottleReplicas(b *testing.B) {
+	for _, replicas := range []int{0, 2} {
+		b.Run(fmt.Sprintf("replicas=%d", replicas), func(b *testing.B) {
+			_, addr := servertest.Start(b, server.Config{})
+			host, port, _ := net.SplitHostPort(addr)
+			for range replicas {
+				servertest.Start(b, server.Config{ReplicaOf: host + " " + port})
+			}
+			benchPipelinedThrottle(b, addr, 100000)
+		})
+	}
+}
+
+func benchPipelinedThrottle(b *testing.B, addr string, keys int) {
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		b.Fatal(err)
@@ -40,7 +61,7 @@ func BenchmarkPipelinedThrottle(b *testing.B) {
 	nc.SetDeadline(time.Now().Add(10 * time.Minute))
 	rd := bufio.NewReaderSize(nc, 64<<10)
 
-	cmds := make([][]byte, benchKeys)
+	cmds := make([][]byte, keys)
 	for i := range cmds {
 		cmds[i] = benchEncode("CL.THROTTLE", "bench:key:"+strconv.Itoa(i), "15", "30", "60")
 	}
@@ -54,7 +75,7 @@ func BenchmarkPipelinedThrottle(b *testing.B) {
 		wbuf = wbuf[:0]
 		for range n {
 			wbuf = append(wbuf, cmds[next]...)
-			next = (next + 1) % benchKeys
+			next = (next + 1) % keys
 		}
 		if _, err := nc.Write(wbuf); err != nil {
 			b.Fatal(err)
