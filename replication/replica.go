@@ -298,13 +298,21 @@ func (l *link) apply(nc net.Conn, br *bufio.Reader) error {
 	defer close(stop)
 	go l.acker(nc, ackc, stop)
 	numDB := r.ks.NumDB()
-	for {
-		nc.SetReadDeadline(time.Now().Add(linkTimeout))
+	for frames := 0; ; frames++ {
+		// The deadline and the clock are read once per read from the
+		// socket (and every 256 frames), not per frame: a read brings
+		// hundreds of frames.
+		fresh := br.Buffered() == 0 || frames%256 == 0
+		if fresh {
+			nc.SetReadDeadline(time.Now().Add(linkTimeout))
+		}
 		t, p, raw, err := fr.next()
 		if err != nil {
 			return err
 		}
-		l.lastIO.Store(r.clock().UnixNano())
+		if fresh {
+			l.lastIO.Store(r.clock().UnixNano())
+		}
 		switch {
 		case t == frameSnapEnd:
 			if l.state.Load() != stateSync {
