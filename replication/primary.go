@@ -154,7 +154,8 @@ func isClosed(err error) bool {
 // readAcks reads the replica's ack frames.
 func (rc *replicaConn) readAcks(src io.Reader) {
 	defer rc.close()
-	fr := frameReader{br: bufio.NewReaderSize(src, 4096)}
+	// An ack's payload is one uvarint.
+	fr := frameReader{br: bufio.NewReaderSize(src, 4096), max: binary.MaxVarintLen64}
 	for {
 		t, p, _, err := fr.next()
 		if err != nil {

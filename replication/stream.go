@@ -112,11 +112,14 @@ func appendAck(dst []byte, off int64) []byte {
 // frameReader reads frames from a buffered stream.
 type frameReader struct {
 	br  *bufio.Reader
+	max uint64 // the largest payload accepted; 0 means maxFrame
 	buf []byte // the last frame, header included
 }
 
 // next returns the next frame's type, its payload, and the whole frame
-// (header included, valid until the next call).
+// (header included, valid until the next call). A payload is read in
+// pieces of at most 1 MiB, so a length that the bytes never follow costs
+// no more memory than the bytes that came.
 func (r *frameReader) next() (t byte, payload, raw []byte, err error) {
 	t, err = r.br.ReadByte()
 	if err != nil {
@@ -129,21 +132,29 @@ func (r *frameReader) next() (t byte, payload, raw []byte, err error) {
 		}
 		return 0, nil, nil, err
 	}
-	if n > maxFrame {
-		return 0, nil, nil, fmt.Errorf("%w: frame of %d bytes", errStream, n)
+	limit := r.max
+	if limit == 0 {
+		limit = maxFrame
+	}
+	if n > limit {
+		return 0, nil, nil, fmt.Errorf("%w: frame of %d bytes (at most %d)", errStream, n, limit)
+	}
+	if cap(r.buf) > 1<<20 && n < 1<<16 {
+		r.buf = nil // do not keep a huge buffer after one huge frame
 	}
 	r.buf = appendFrameHeader(r.buf[:0], t, int(n))
 	h := len(r.buf)
-	r.buf = append(r.buf, make([]byte, n)...)
-	if _, err := io.ReadFull(r.br, r.buf[h:]); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	for left := int(n); left > 0; {
+		piece := min(left, 1<<20)
+		at := len(r.buf)
+		r.buf = append(r.buf, make([]byte, piece)...)
+		if _, err := io.ReadFull(r.br, r.buf[at:]); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, nil, nil, err
 		}
-		return 0, nil, nil, err
-	}
-	if cap(r.buf) > 1<<20 && n < 1<<16 {
-		// Do not keep a huge buffer after one huge frame.
-		r.buf = append([]byte(nil), r.buf...)
+		left -= piece
 	}
 	return t, r.buf[h:], r.buf, nil
 }

@@ -96,3 +96,21 @@ func TestFramesRejectBadInput(t *testing.T) {
 		t.Fatalf("key length past the end: %v", err)
 	}
 }
+
+// TestFrameReaderBoundsMemory: a frame announcing more than the reader's
+// limit is refused before anything is allocated, and one announcing a
+// large payload that never comes costs only what arrived.
+func TestFrameReaderBoundsMemory(t *testing.T) {
+	hdr := appendFrameHeader(nil, frameAck, 1<<29)
+	fr := frameReader{br: bufio.NewReader(bytes.NewReader(hdr)), max: 10}
+	if _, _, _, err := fr.next(); !errors.Is(err, errStream) {
+		t.Fatalf("ack frame of 512 MiB: %v, want errStream", err)
+	}
+	fr = frameReader{br: bufio.NewReader(bytes.NewReader(append(hdr, "only this"...)))}
+	if _, _, _, err := fr.next(); err != io.ErrUnexpectedEOF {
+		t.Fatalf("truncated 512 MiB frame: %v", err)
+	}
+	if c := cap(fr.buf); c > 2<<20 {
+		t.Fatalf("a 512 MiB frame with 9 bytes behind it grew the buffer to %d bytes", c)
+	}
+}
