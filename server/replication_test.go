@@ -259,3 +259,31 @@ func TestReplicationInProcess(t *testing.T) {
 	sameState(t, a, b)
 	t.Logf("%d random operations; %d entries compared byte for byte on each replica after the full resync", ops, keys)
 }
+
+// TestReplicationMetrics: a primary with a replica reports its role, the
+// replica attached and the full resync it served; the replica reports its
+// link up and the full copy it received.
+func TestReplicationMetrics(t *testing.T) {
+	psrv, paddr := servertest.Start(t, server.Config{MetricsAddr: "127.0.0.1:0"})
+	h, p, _ := strings.Cut(paddr, ":")
+	rsrv, _ := servertest.Start(t, server.Config{MetricsAddr: "127.0.0.1:0", ReplicaOf: h + " " + p})
+	want := map[*server.Server][]string{
+		psrv: {"cellserver_replication_replica 0", "cellserver_replication_connected_replicas 1",
+			"cellserver_replication_full_resyncs_total 1", "cellserver_replication_link_up 1"},
+		rsrv: {"cellserver_replication_replica 1", "cellserver_replication_connected_replicas 0",
+			"cellserver_replication_full_resyncs_received_total 1", "cellserver_replication_link_up 1",
+			"cellserver_replication_link_down_seconds 0"},
+	}
+	for srv, lines := range want {
+		base := "http://" + srv.MetricsAddr().String()
+		waitFor(t, "replication metrics on "+base, func() bool {
+			_, body := get(t, base+"/metrics")
+			for _, l := range lines {
+				if !strings.Contains(body, l+"\n") {
+					return false
+				}
+			}
+			return true
+		})
+	}
+}
