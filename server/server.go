@@ -172,6 +172,10 @@ type Config struct {
 	// The defaults are 0 (off) and 10s.
 	MinReplicasToWrite int
 	MinReplicasMaxLag  time.Duration
+	// TLSReplication makes a replica connect to its primary over TLS
+	// (tls-replication), verifying it with TLSCACertFile and presenting
+	// TLSClientCertFile (else TLSCertFile).
+	TLSReplication bool
 	// ConfigRewrite, when set, is CONFIG REWRITE: it writes the settings
 	// that can change at run time, with their current values ("" for
 	// unset), to the config file. cmd/cellserver sets it when it runs from
@@ -449,6 +453,7 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "replica-serve-stale-data", Value: map[bool]string{false: "yes", true: "no"}[c.ReplicaNoStaleData]},
 		{Name: "min-replicas-to-write", Value: itoa(int64(c.MinReplicasToWrite))},
 		{Name: "min-replicas-max-lag", Value: itoa(int64(c.MinReplicasMaxLag / time.Second))},
+		{Name: "tls-replication", Value: map[bool]string{false: "no", true: "yes"}[c.TLSReplication]},
 	}
 }
 
@@ -531,7 +536,14 @@ func New(cfg Config) (*Server, error) {
 			return append(persistenceInfo(cfg, writer, store, loaded), walDamageInfo(walDamage)...)
 		}
 	}
-	repl, err := replication.New(replication.Config{Keyspace: ks, BacklogSize: cfg.ReplBacklogSize,
+	rtls, err := cfg.replicationTLS()
+	if err != nil {
+		if store != nil {
+			store.Close()
+		}
+		return nil, err
+	}
+	repl, err := replication.New(replication.Config{Keyspace: ks, BacklogSize: cfg.ReplBacklogSize, TLS: rtls,
 		AnnounceIP: cfg.ReplicaAnnounceIP, AnnouncePort: cfg.ReplicaAnnouncePort,
 		MasterUser: cfg.MasterUser, MasterAuth: cfg.MasterAuth, Logger: cfg.Logger, Clock: cfg.Clock})
 	if err != nil {

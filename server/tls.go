@@ -55,6 +55,41 @@ func (c Config) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
+// replicationTLS builds the TLS configuration a replica dials its primary
+// with when TLSReplication is on (Redis's tls-replication): the primary's
+// certificate is verified against --tls-ca-cert-file (the system's roots
+// without it) for the host of replicaof, and the replica presents its
+// client certificate (--tls-client-cert-file, else --tls-cert-file).
+func (c Config) replicationTLS() (*tls.Config, error) {
+	if !c.TLSReplication {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.TLSCACertFile != "" {
+		pem, err := os.ReadFile(c.TLSCACertFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls: no certificate found in %s", c.TLSCACertFile)
+		}
+		cfg.RootCAs = pool
+	}
+	certFile, keyFile := c.TLSClientCertFile, c.TLSClientKeyFile
+	if certFile == "" {
+		certFile, keyFile = c.TLSCertFile, c.TLSKeyFile
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls: replication client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
 // tlsListener hands out server-side TLS connections whose handshake runs,
 // bounded in time, on the connection's own goroutine at its first read.
 type tlsListener struct {

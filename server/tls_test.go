@@ -191,3 +191,44 @@ func TestTLSConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestTLSReplication: a TLS-only primary that requires client
+// certificates serves a replica started with TLSReplication, which
+// verifies the primary with the CA and presents its certificate; without
+// TLSReplication the replica's link stays down.
+func TestTLSReplication(t *testing.T) {
+	p := newPKI(t)
+	tlsCfg := server.Config{TLSCertFile: p.certFile, TLSKeyFile: p.keyFile, TLSCACertFile: p.caFile}
+	_, paddr := servertest.Start(t, tlsCfg)
+	ctx := context.Background()
+	primary := tlsClient(paddr, &tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.client}})
+	defer primary.Close()
+	if err := primary.Do(ctx, "CL.THROTTLE", "over-tls", 5, 10, 60).Err(); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(paddr)
+	plainCfg := server.Config{ReplicaOf: host + " " + port}
+	_, plainAddr := servertest.Start(t, plainCfg)
+	withCfg := tlsCfg
+	withCfg.ReplicaOf, withCfg.TLSReplication, withCfg.TLSClientCertFile, withCfg.TLSClientKeyFile = host+" "+port, true, p.clientCert, p.clientKey
+	_, replAddr := servertest.Start(t, withCfg)
+	replica := tlsClient(replAddr, &tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.client}})
+	defer replica.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, err := replica.Get(ctx, "over-tls").Result()
+		want, _ := primary.Get(ctx, "over-tls").Result()
+		if err == nil && got == want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the TLS replica never got the key: %q, %v", got, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	plain := redis.NewClient(&redis.Options{Addr: plainAddr})
+	defer plain.Close()
+	if s, _ := plain.Info(ctx, "replication").Result(); !strings.Contains(s, "master_link_status:down") {
+		t.Fatalf("a replica without TLS linked to a TLS-only primary:\n%s", s)
+	}
+}

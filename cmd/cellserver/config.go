@@ -191,6 +191,7 @@ var options = []option{
 	{"replica-read-only", "yes", "a replica refuses writes with READONLY (no: it takes local writes, not passed on)", setNegBool(func(c *server.Config) *bool { return &c.ReplicaWritable })},
 	{"replica-serve-stale-data", "yes", "a replica serves its data while its link is down (no: MASTERDOWN)", setNegBool(func(c *server.Config) *bool { return &c.ReplicaNoStaleData })},
 	{"min-replicas-to-write", "0", "a primary refuses writes with NOREPLICAS unless this many replicas acknowledged within --min-replicas-max-lag (0: off)", setInt(func(c *server.Config) *int { return &c.MinReplicasToWrite })},
+	{"tls-replication", "no", "a replica connects to its primary over TLS, verifying it with --tls-ca-cert-file and presenting --tls-client-cert-file (else --tls-cert-file)", setBool(func(c *server.Config) *bool { return &c.TLSReplication })},
 	{"min-replicas-max-lag", "10", "seconds: see --min-replicas-to-write", setDuration(func(c *server.Config) *time.Duration { return &c.MinReplicasMaxLag })},
 	{"log-format", "text", "log format: text or json", setString(func(c *server.Config) *string { return &c.LogFormat })},
 	{"log-level", "info", "log level: debug, info, warn or error", setString(func(c *server.Config) *string { return &c.LogLevel })},
