@@ -225,11 +225,12 @@ type nodeKind struct {
 	write func(key string) []any
 }
 
-// redisKind: Debian's redis-server, no persistence.
+// redisKind: Debian's redis-server, no persistence, full syncs at once
+// (not after the default 5 s wait for more replicas).
 var redisKind = nodeKind{
 	name: "redis-server",
 	config: func(dir string, port int, replicaOf string) string {
-		s := fmt.Sprintf("# written by ha_test\nport %d\nbind 127.0.0.1\ndir %s\nsave \"\"\nappendonly no\n", port, dir)
+		s := fmt.Sprintf("# written by ha_test\nport %d\nbind 127.0.0.1\ndir %s\nsave \"\"\nappendonly no\nrepl-diskless-sync-delay 0\n", port, dir)
 		if replicaOf != "" {
 			s += "replicaof " + replicaOf + "\n"
 		}
@@ -405,7 +406,7 @@ func newCluster(t *testing.T, kind nodeKind, replicas int) *cluster {
 	cl.waitSettled(primary, replicas, replicas, 30*time.Second)
 	cl.sentinelDebug("publish-period", 2000)
 	t.Cleanup(func() {
-		if t.Failed() {
+		if t.Failed() || os.Getenv("CELLSERVER_HA_LOGS") != "" {
 			cl.dumpLogs()
 		}
 	})
@@ -614,20 +615,30 @@ func (cl *cluster) sentinelAddrs() []string {
 
 // keyValues returns every key of db 0 and its GET value.
 func keyValues(ctx context.Context, c *redis.Client) (map[string]string, error) {
-	out := map[string]string{}
+	var keys []string
 	iter := c.Scan(ctx, 0, "*", 1000).Iterator()
 	for iter.Next(ctx) {
-		out[iter.Val()] = ""
+		keys = append(keys, iter.Val())
 	}
 	if err := iter.Err(); err != nil {
 		return nil, err
 	}
-	for k := range out {
-		v, err := c.Get(ctx, k).Result()
+	out := make(map[string]string, len(keys))
+	for len(keys) > 0 {
+		batch := keys[:min(len(keys), 1000)]
+		keys = keys[len(batch):]
+		cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range batch {
+				p.Get(ctx, k)
+			}
+			return nil
+		})
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return nil, err
 		}
-		out[k] = v
+		for i, cmd := range cmds {
+			out[batch[i]] = cmd.(*redis.StringCmd).Val()
+		}
 	}
 	return out, nil
 }
