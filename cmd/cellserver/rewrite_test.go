@@ -5,10 +5,10 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/cellserver/cellserver/commands"
@@ -113,15 +113,19 @@ func TestRewriteConfigFile(t *testing.T) {
 	}
 }
 
-// TestConfigRewriteCommand: CONFIG REWRITE on a server started from a
-// config file calls the file's rewriter (+OK, the file then holds what the
-// rewriter was given), also inside MULTI; it answers Redis's error when
-// the rewrite fails, and Redis's other error without a config file.
+// TestConfigRewriteCommand: on a server started from a config file,
+// CONFIG REWRITE persists the replicaof that REPLICAOF/SLAVEOF set (+OK),
+// also inside MULTI after SLAVEOF as Sentinel sends it; it answers Redis's
+// error when the rewrite fails, and Redis's other error without a config
+// file.
 func TestConfigRewriteCommand(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "cellserver.conf")
-	if err := os.WriteFile(file, []byte("# a replica\nmaxclients 50\n"), 0o600); err != nil {
+	// Nothing listens at the primary's address: the replica keeps trying.
+	nowhere := freeAddr(t)
+	host, port, _ := net.SplitHostPort(nowhere)
+	if err := os.WriteFile(file, []byte("# a replica\nreplicaof "+host+" "+port+"\nmaxclients 50\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg, code, done := loadConfig([]string{"--config", file}, envFrom(nil), io.Discard, io.Discard)
@@ -131,35 +135,33 @@ func TestConfigRewriteCommand(t *testing.T) {
 	if cfg.ConfigRewrite == nil {
 		t.Fatal("loadConfig with --config set no ConfigRewrite")
 	}
-	// Until replication reports its replicaof setting, the server hands
-	// the rewriter no runtime setting; stand in for it here.
-	rewrite := cfg.ConfigRewrite
-	var setting atomic.Value // the network hides the ordering from the race detector
-	setting.Store("127.0.0.1 7401")
-	cfg.ConfigRewrite = func(rt []commands.Setting) error {
-		return rewrite(append(rt, replicaOf(setting.Load().(string))...))
-	}
 	_, addr := servertest.Start(t, cfg)
 	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
 	defer c.Close()
 
-	if err := c.Do(ctx, "CONFIG", "REWRITE").Err(); err != nil {
-		t.Fatalf("CONFIG REWRITE: %v", err)
-	}
-	if got, _ := os.ReadFile(file); string(got) != "# a replica\nmaxclients 50\n\n"+rewriteHeader+"\nreplicaof 127.0.0.1 7401\n" {
-		t.Errorf("file after CONFIG REWRITE: %q", got)
-	}
-	setting.Store("")
 	cmds, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Do(ctx, "SLAVEOF", "NO", "ONE")
 		p.Do(ctx, "CONFIG", "REWRITE")
-		p.Ping(ctx)
 		return nil
 	})
 	if err != nil || len(cmds) != 2 {
-		t.Fatalf("MULTI CONFIG REWRITE PING EXEC: %v %v", cmds, err)
+		t.Fatalf("MULTI SLAVEOF NO ONE, CONFIG REWRITE, EXEC: %v %v", cmds, err)
 	}
-	if got, _ := os.ReadFile(file); string(got) != "# a replica\nmaxclients 50\n\n"+rewriteHeader+"\n" {
-		t.Errorf("file after CONFIG REWRITE as a primary: %q", got)
+	if got, _ := os.ReadFile(file); string(got) != "# a replica\nmaxclients 50\n" {
+		t.Errorf("file after SLAVEOF NO ONE and CONFIG REWRITE: %q", got)
+	}
+	if err := c.Do(ctx, "REPLICAOF", host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, "CONFIG", "REWRITE").Err(); err != nil {
+		t.Fatalf("CONFIG REWRITE: %v", err)
+	}
+	if got, _ := os.ReadFile(file); string(got) != "# a replica\nmaxclients 50\n\n"+rewriteHeader+"\nreplicaof "+host+" "+port+"\n" {
+		t.Errorf("file after REPLICAOF and CONFIG REWRITE: %q", got)
+	}
+	// The rewritten file starts a replica of the same primary.
+	if cfg2, _, done := loadConfig([]string{"--config", file}, envFrom(nil), io.Discard, io.Discard); done || cfg2.ReplicaOf != host+" "+port {
+		t.Errorf("the rewritten file loads replicaof %q, want %q", cfg2.ReplicaOf, host+" "+port)
 	}
 
 	os.Remove(file)
@@ -178,6 +180,17 @@ func TestConfigRewriteCommand(t *testing.T) {
 	if err := c2.Do(ctx, "CONFIG", "REWRITE").Err(); err == nil || err.Error() != "ERR The server is running without a config file" {
 		t.Errorf("CONFIG REWRITE without a config file: %v", err)
 	}
+}
+
+// freeAddr returns a loopback address nothing listens at (a moment ago).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }
 
 // TestConfigRewriteWarnsWhenAFlagWins: a runtime setting also given as a
