@@ -664,17 +664,5 @@ func configLines(t *testing.T, path, name string) []string {
 // cond's last explanation after timeout.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s; last: %s", timeout, what, why)
-		}
-		<-tick.C
-	}
+	binproc.WaitFor(t, timeout, 50*time.Millisecond, what, cond)
 }

@@ -275,23 +275,11 @@ func (n *node) infoInt(t *testing.T, section, field string) int64 {
 	return i
 }
 
-// waitFor polls cond every 20 ms until it holds, failing the test after
-// timeout with what cond last said.
+// waitFor polls cond every 20 ms until it holds, failing the test with
+// cond's last explanation after timeout.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s; last: %s", timeout, what, last)
-		}
-		<-tick.C
-	}
+	binproc.WaitFor(t, timeout, 20*time.Millisecond, what, cond)
 }
 
 // linkUp waits until replica reports master_link_status:up.

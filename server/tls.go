@@ -41,18 +41,27 @@ func (c Config) tlsConfig() (*tls.Config, error) {
 	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	if c.TLSCACertFile != "" {
-		pem, err := os.ReadFile(c.TLSCACertFile)
+		pool, err := loadCAs(c.TLSCACertFile)
 		if err != nil {
-			return nil, fmt.Errorf("tls: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls: no certificate found in %s", c.TLSCACertFile)
+			return nil, err
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return cfg, nil
+}
+
+// loadCAs reads the PEM certificates of file into a pool.
+func loadCAs(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("tls: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("tls: no certificate found in %s", file)
+	}
+	return pool, nil
 }
 
 // replicationTLS builds the TLS configuration a replica dials its primary
@@ -66,13 +75,9 @@ func (c Config) replicationTLS() (*tls.Config, error) {
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	if c.TLSCACertFile != "" {
-		pem, err := os.ReadFile(c.TLSCACertFile)
+		pool, err := loadCAs(c.TLSCACertFile)
 		if err != nil {
-			return nil, fmt.Errorf("tls: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls: no certificate found in %s", c.TLSCACertFile)
+			return nil, err
 		}
 		cfg.RootCAs = pool
 	}

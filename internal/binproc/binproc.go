@@ -15,6 +15,8 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"testing"
+	"time"
 )
 
 // Build compiles ./cmd/cellserver into a new temporary directory and
@@ -119,5 +121,25 @@ func (p *Proc) Kill() {
 	default:
 		_ = p.Cmd.Process.Kill()
 		<-p.Exited
+	}
+}
+
+// WaitFor polls cond every period until it holds, failing the test with
+// cond's last explanation once timeout has passed: how multi-process
+// tests wait for another process to reach a state, without fixed sleeps.
+func WaitFor(t testing.TB, timeout, period time.Duration, what string, cond func() (ok bool, last string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s; last: %s", timeout, what, last)
+		}
+		<-tick.C
 	}
 }
