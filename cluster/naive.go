@@ -51,6 +51,14 @@ func (n NaiveStore) KeysInSlot(db int, slot uint16, max int) [][]byte {
 // DeleteSlot deletes every key of slot in database db (journaled) and
 // returns how many it deleted.
 func (n NaiveStore) DeleteSlot(db int, slot uint16) int {
+	var set [keyslot.Slots]bool
+	set[slot] = true
+	return n.DeleteSlots(db, &set)
+}
+
+// DeleteSlots deletes every key of the slots set in database db, in one
+// pass, and returns how many it deleted.
+func (n NaiveStore) DeleteSlots(db int, slots *[keyslot.Slots]bool) int {
 	if n.KS.Replica() {
 		return 0
 	}
@@ -58,7 +66,7 @@ func (n NaiveStore) DeleteSlot(db int, slot uint16) int {
 	n.scan(db, func(sh *keyspace.Shard, now int64) {
 		var keys []string
 		sh.Range(now, func(key string, _ *keyspace.Value) bool {
-			if keyslot.Of([]byte(key)) == slot {
+			if slots[keyslot.Of([]byte(key))] {
 				keys = append(keys, key)
 			}
 			return true

@@ -282,6 +282,24 @@ func (s *State) deleteLoop() {
 			}
 			return
 		}
+		if bs, ok := s.store.(batchDeleter); ok {
+			// One pass over the keyspace for every pending slot.
+			var set [keyslot.Slots]bool
+			v := s.view.Load()
+			for _, slot := range s.pending {
+				s.queued[slot] = false
+				if !v.Owns(slot) {
+					set[slot] = true
+					slots++
+				}
+			}
+			s.pending = nil
+			s.dmu.Unlock()
+			n := bs.DeleteSlots(0, &set)
+			s.deleted.Add(int64(n))
+			total += n
+			continue
+		}
 		slot := s.pending[0]
 		s.pending = s.pending[1:]
 		s.queued[slot] = false
@@ -294,6 +312,12 @@ func (s *State) deleteLoop() {
 		total += n
 		slots++
 	}
+}
+
+// batchDeleter is a SlotStore that deletes many slots in one pass (the
+// naive stand-in, whose every call scans the whole database).
+type batchDeleter interface {
+	DeleteSlots(db int, slots *[keyslot.Slots]bool) int
 }
 
 // WaitDeletes blocks until no slot deletion is pending or ctx ends.
