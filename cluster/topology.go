@@ -13,6 +13,23 @@
 //
 // A Topology is immutable once parsed; State swaps the installed one
 // atomically, so a command reads one consistent topology without a lock.
+//
+// Before any topology is installed a node serves no slot: every command
+// with keys gets "CLUSTERDOWN Hash slot not served", as a fresh Redis
+// Cluster node (and Dragonfly's --cluster_mode=yes) answers. A node cannot
+// tell a lone deployment from the first of several started at once; were
+// it to own every slot by default, two nodes started together could each
+// admit a full limit for the same key before the topology reaches them.
+// A single node is one CELLCLUSTER CONFIG away from serving everything
+// (a one-shard topology listing itself, with CELLCLUSTER MYID's id), and
+// with --cluster-config-file it keeps that across restarts, so redis-cli
+// -c works from then on without MOVED.
+//
+// When a new topology (or a new node id) takes slots away from this node,
+// their keys are deleted in the background (State.Install); a node given
+// slots starts them empty: rate-limit state is soft, so a moved key's
+// limit restarts on its new owner. A key that does not move keeps its
+// state and its one owner throughout.
 package cluster
 
 import (

@@ -24,16 +24,34 @@ func (s *Server) clusterCheck(x *ctx, sp *Spec) string {
 	}
 	cl := x.cl
 	slot, keys, write := -1, false, sp.Flags&Write != 0
+	one := func(key []byte) bool {
+		k := int(keyslot.Of(key))
+		if keys && k != slot {
+			return false
+		}
+		slot, keys = k, true
+		return true
+	}
 	add := func(sp *Spec, args [][]byte) bool {
-		if sp.FirstKey == 0 && sp.Keys == nil {
+		if sp.Keys != nil { // movable keys (CL.ALL): as COMMAND GETKEYS finds them
+			for _, p := range sp.Keys(args) {
+				if !one(args[p]) {
+					return false
+				}
+			}
 			return true
 		}
-		for _, p := range sp.keyPositions(args) {
-			k := int(keyslot.Of(args[p]))
-			if keys && k != slot {
+		if sp.FirstKey == 0 {
+			return true
+		}
+		last := sp.LastKey // as keyPositions, without allocating
+		if last < 0 {
+			last += len(args)
+		}
+		for i := sp.FirstKey; i <= last && i < len(args); i += sp.Step {
+			if !one(args[i]) {
 				return false
 			}
-			slot, keys = k, true
 		}
 		return true
 	}

@@ -272,3 +272,39 @@ func TestClusterPushDeletesMovedSlots(t *testing.T) {
 		t.Fatalf("DeletedKeys = %d, want %d", n, len(leave))
 	}
 }
+
+// TestClusterConfigFile: the last topology installed and the node id are
+// kept across a restart.
+func TestClusterConfigFile(t *testing.T) {
+	ctx := context.Background()
+	file := t.TempDir() + "/topology.json"
+	cfg := server.Config{ClusterEnabled: true, ClusterConfigFile: file}
+	n1 := startNode(t, cfg)
+	id := n1.srv.Cluster().MyID()
+	top := topology(t, []*node{n1}, [][2]int{{0, 16383}}, nil)
+	push(t, top, n1)
+	if err := n1.rdb.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	n2 := startNode(t, cfg) // the same files, as a restart would find them
+	if got := n2.srv.Cluster().MyID(); got != id {
+		t.Fatalf("id after restart %s, want %s", got, id)
+	}
+	// n2 has n1's id, so it finds itself as the master of every slot.
+	if err := n2.rdb.Get(ctx, "k").Err(); err != redis.Nil {
+		t.Fatalf("GET on the restarted node: %v", err)
+	}
+	if v, _ := n2.rdb.Do(ctx, "CLUSTER", "INFO").Text(); !strings.Contains(v, "cluster_state:ok") {
+		t.Fatalf("CLUSTER INFO after restart: %s", v)
+	}
+	// Options that need cluster mode are refused without it.
+	if err := (server.Config{ClusterConfigFile: file}).Validate(); err == nil {
+		t.Fatal("cluster-config-file without cluster-enabled accepted")
+	}
+	if err := (server.Config{ClusterEnabled: true, ClusterNodeID: "a b"}).Validate(); err == nil {
+		t.Fatal("an id with a space accepted")
+	}
+	if _, err := server.New(server.Config{ClusterEnabled: true, ClusterConfigFile: t.TempDir()}); err == nil {
+		t.Fatal("a directory as the cluster config file accepted")
+	}
+}
