@@ -916,6 +916,14 @@ func (s *Server) Run(ctx context.Context) error {
 				"not on the loopback interface. Set --requirepass (or --protected-mode no on a trusted network).")
 		}
 	}
+	if s.cluster != nil {
+		v := s.cluster.View()
+		if v.T == nil {
+			s.cfg.Logger.Warn("cluster mode: no topology yet; commands with keys get CLUSTERDOWN until one is installed with CELLCLUSTER CONFIG", "node-id", v.ID)
+		} else {
+			s.cfg.Logger.Info("cluster mode", "node-id", v.ID, "shards", len(v.T.Shards), "listed", v.Me != nil, "master", v.Master)
+		}
+	}
 	if m := s.MetricsAddr(); m != nil && !isLoopbackAddr(m) {
 		s.cfg.Logger.Warn("WARNING: metrics on a non-loopback address: anyone who can reach " + m.String() +
 			" can read /metrics (no password; key prefixes, traffic). Bind --metrics-addr to 127.0.0.1 or firewall its port.")
