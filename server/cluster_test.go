@@ -308,3 +308,26 @@ func TestClusterConfigFile(t *testing.T) {
 		t.Fatal("a directory as the cluster config file accepted")
 	}
 }
+
+// TestClusterAdminNeedsAuth: with a password, only an authenticated
+// client may change the topology or the id.
+func TestClusterAdminNeedsAuth(t *testing.T) {
+	ctx := context.Background()
+	n := startNode(t, server.Config{ClusterEnabled: true, Password: "pw"})
+	for _, args := range [][]any{{"CELLCLUSTER", "CONFIG", "[]"}, {"CELLCLUSTER", "MYID", "x"}, {"CLUSTER", "SLOTS"}, {"READONLY"}} {
+		if err := n.rdb.Do(ctx, args...).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOAUTH") {
+			t.Fatalf("%v before AUTH: %v", args, err)
+		}
+	}
+	c := n.rdb.Conn()
+	defer c.Close()
+	if err := c.Do(ctx, "AUTH", "pw").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Do(ctx, "CELLCLUSTER", "MYID", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if id, _ := c.Do(ctx, "CLUSTER", "MYID").Text(); id != "x" {
+		t.Fatalf("CLUSTER MYID = %q", id)
+	}
+}
