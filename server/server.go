@@ -579,13 +579,16 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	var cl *cluster.State
+	var slots cluster.SlotStore
 	if cfg.ClusterEnabled {
 		now := time.Now
 		if cfg.Clock != nil {
 			now = cfg.Clock
 		}
-		cl, err = cluster.New(cluster.Config{NodeID: cfg.ClusterNodeID, ConfigFile: cfg.ClusterConfigFile, Logger: cfg.Logger,
-			Store: cluster.NaiveStore{KS: ks, Now: func() int64 { return now().UnixMilli() }}})
+		// The naive stand-in until package keyspace has the slot API
+		// (CountKeysInSlot, KeysInSlot, DeleteSlot): then slots = ks.
+		slots = cluster.NaiveStore{KS: ks, Now: func() int64 { return now().UnixMilli() }}
+		cl, err = cluster.New(cluster.Config{NodeID: cfg.ClusterNodeID, ConfigFile: cfg.ClusterConfigFile, Logger: cfg.Logger, Store: slots})
 		if err != nil {
 			if store != nil {
 				store.Close()
@@ -595,6 +598,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	cmds, err := commands.New(commands.Config{
 		Cluster:            cl,
+		ClusterSlots:       slots,
 		Replication:        repl,
 		ReplicaPriority:    cfg.ReplicaPriority,
 		ReplicaWritable:    cfg.ReplicaWritable,
