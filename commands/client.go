@@ -46,6 +46,8 @@ type client struct {
 	repl    replState
 	replOff int64
 
+	readonly bool // READONLY: a replica may serve this client's reads (cluster mode)
+
 	inMulti    bool
 	multiBad   bool // a command failed to queue: EXEC aborts
 	queue      []queued

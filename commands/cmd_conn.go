@@ -67,6 +67,7 @@ func cmdReset(x *ctx) {
 	x.s.track.disable(cl)
 	x.s.pubsub.drop(cl)
 	cl.db.Store(0)
+	cl.readonly = false
 	cl.mu.Lock()
 	cl.name = ""
 	cl.mu.Unlock()
@@ -195,7 +196,7 @@ func cmdHello(x *ctx) {
 	x.bulkStr("id")
 	x.int(x.c.ID())
 	x.bulkStr("mode")
-	x.bulkStr("standalone")
+	x.bulkStr(x.s.redisMode())
 	x.bulkStr("role")
 	x.bulkStr("master")
 	x.bulkStr("modules")

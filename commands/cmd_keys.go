@@ -523,6 +523,10 @@ func cmdSelect(x *ctx) {
 		x.errorReply(msgIntRange)
 		return
 	}
+	if x.s.cluster != nil && n != 0 {
+		x.errorReply(msgSelectCluster)
+		return
+	}
 	if n < 0 || n >= int64(x.s.ks.NumDB()) {
 		x.errorReply(msgDBIndex)
 		return

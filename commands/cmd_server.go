@@ -509,7 +509,7 @@ func cmdInfo(x *ctx) {
 			"redis_git_sha1:00000000",
 			"redis_git_dirty:0",
 			"redis_build_id:"+buildID(s.version),
-			"redis_mode:standalone",
+			"redis_mode:"+s.redisMode(),
 			"os:"+osName(),
 			fmt.Sprintf("arch_bits:%d", strconv.IntSize),
 			"monotonic_clock:POSIX clock_gettime",
@@ -725,7 +725,7 @@ func cmdInfo(x *ctx) {
 		section("Errorstats", lines...)
 	}
 	if show("cluster", true) {
-		section("Cluster", "cluster_enabled:0")
+		section("Cluster", "cluster_enabled:"+map[bool]string{false: "0", true: "1"}[s.cluster != nil])
 	}
 	if show("keyspace", true) {
 		var lines []string

@@ -247,6 +247,26 @@ const msgDenied = "DENIED cellserver is running in protected mode because protec
 	"In this mode connections are only accepted from the loopback interface. To accept clients from other hosts, " +
 	"either set a password with --requirepass, or restart with --protected-mode no after making sure the port is not reachable from untrusted networks."
 
+// Cluster mode, as Redis 7.0.15 sends them (MOVED: errMoved), and
+// cellserver's for CELLCLUSTER.
+const (
+	msgClusterDisabled    = "ERR This instance has cluster support disabled"
+	msgCrossSlot          = "CROSSSLOT Keys in request don't hash to the same slot"
+	msgClusterDownUnbound = "CLUSTERDOWN Hash slot not served"
+	msgSelectCluster      = "ERR SELECT is not allowed in cluster mode"
+	msgInvalidSlot        = "ERR Invalid slot"
+	msgInvalidSlotOrCount = "ERR Invalid slot or number of keys"
+	msgInvalidClusterCfg  = "ERR Invalid cluster configuration: "
+	msgInvalidNodeID      = "ERR Invalid node id: "
+	msgClusterConfigFile  = "ERR Saving the cluster configuration: "
+)
+
+func errInvalidClusterConfig(reason string) string { return msgInvalidClusterCfg + reason }
+
+func errInvalidNodeID(reason string) string { return msgInvalidNodeID + reason }
+
+func errClusterConfigFile(err error) string { return msgClusterConfigFile + err.Error() }
+
 // msgOOM is Redis's refusal under maxmemory with the noeviction policy.
 const msgOOM = "OOM command not allowed when used memory > 'maxmemory'."
 

@@ -31,6 +31,7 @@ import (
 //	only cellserver            the rest of the file is not compared with
 //	                           a reference Redis (-reference mode)
 //	requirepass PASSWORD       (first) the server requires AUTH
+//	cluster-enabled yes        (first) the server runs in cluster mode
 //
 // The lines after a command are its expected reply: the reply's bytes split
 // at CRLF, one line each. A line is written as is when it is printable
@@ -87,6 +88,7 @@ type goldenFile struct {
 	lines    []any // string (kept verbatim) or *goldenCase
 	cases    []*goldenCase
 	password string // from a "requirepass" line
+	cluster  bool   // from a "cluster-enabled yes" line
 }
 
 func parseGoldenFile(path string) (*goldenFile, error) {
@@ -123,6 +125,13 @@ func parseGoldenFile(path string) (*goldenFile, error) {
 				return nil, fmt.Errorf("%s:%d: requirepass after a command", path, lineNo)
 			}
 			gf.password = strings.TrimPrefix(line, "requirepass ")
+			gf.lines = append(gf.lines, line)
+			cur = nil
+		case line == "cluster-enabled yes":
+			if len(gf.cases) > 0 {
+				return nil, fmt.Errorf("%s:%d: cluster-enabled after a command", path, lineNo)
+			}
+			gf.cluster = true
 			gf.lines = append(gf.lines, line)
 			cur = nil
 		case line == "only cellserver":
@@ -302,7 +311,7 @@ func TestGolden(t *testing.T) {
 
 func runGolden(t *testing.T, gf *goldenFile) {
 	clk := servertest.NewClock(goldenT0)
-	_, addr := servertest.Start(t, server.Config{Clock: clk.Now, Password: gf.password})
+	_, addr := servertest.Start(t, server.Config{Clock: clk.Now, Password: gf.password, ClusterEnabled: gf.cluster})
 	conn := goldenConns(t, addr)
 	closed := map[*rawConn]bool{}
 	for _, gc := range gf.cases {

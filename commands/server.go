@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/replication"
 	"github.com/cellserver/cellserver/resp"
@@ -128,6 +129,15 @@ type Config struct {
 	// the server was started from. nil means the server runs without a
 	// config file, and CONFIG REWRITE answers Redis's error for that.
 	ConfigRewrite func() error
+	// Cluster, when set, turns cluster mode on: every command with keys
+	// is checked against the slot owners of its topology (MOVED,
+	// CROSSSLOT, CLUSTERDOWN), CLUSTER answers, and only database 0 is
+	// served. nil (the default) is a standalone server.
+	Cluster *cluster.State
+	// ClusterSlots counts, lists and deletes one slot's keys (CLUSTER
+	// COUNTKEYSINSLOT, GETKEYSINSLOT); nil means cluster.NaiveStore over
+	// Keyspace.
+	ClusterSlots cluster.SlotStore
 	// DumpValue encodes a value for DUMP (server wires the persistence
 	// codec, persistence.EncodeValue): appended to dst. Nil makes DUMP
 	// answer that it is unavailable.
@@ -183,6 +193,8 @@ type Server struct {
 	track       *trackTable
 	pubsub      *pubsubTable
 	killRepl    func(kind string) int // Config.KillReplicationLinks
+	cluster     *cluster.State        // nil: cluster mode off
+	slots       cluster.SlotStore     // Config.ClusterSlots
 
 	errMu       sync.Mutex // guards errStats
 	errStats    map[string]int64
@@ -311,6 +323,11 @@ func New(cfg Config) (*Server, error) {
 		pubsub:          newPubsubTable(),
 		killRepl:        cfg.KillReplicationLinks,
 		rewrite:         cfg.ConfigRewrite,
+		cluster:         cfg.Cluster,
+		slots:           cfg.ClusterSlots,
+	}
+	if s.slots == nil {
+		s.slots = cluster.NaiveStore{KS: cfg.Keyspace, Now: func() int64 { return unixMilli(cfg.Clock()) }}
 	}
 	if !slices.ContainsFunc(s.settings, func(st Setting) bool { return st.Name == "tracking-table-max-keys" }) {
 		s.settings = append(slices.Clip(s.settings), Setting{Name: "tracking-table-max-keys",
@@ -539,6 +556,10 @@ func (s *Server) dispatch(x *ctx) {
 	}
 	if !cl.authed && sp.Flags&NoAuth == 0 {
 		s.reject(x, sp, msgNoAuth)
+		return
+	}
+	if msg := s.clusterCheck(x, sp); msg != "" {
+		s.clusterReject(x, sp, msg)
 		return
 	}
 	if s.writeErr != nil && (sp.Flags&Write != 0 || sp.Name == "exec" && queuedWrite(cl.queue)) {

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/commands"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/metrics"
@@ -176,6 +177,19 @@ type Config struct {
 	// (tls-replication), verifying it with TLSCACertFile and presenting
 	// TLSClientCertFile (else TLSCertFile).
 	TLSReplication bool
+	// ClusterEnabled turns cluster mode on (cluster-enabled yes): keys
+	// are routed by hash slot over a topology installed with CELLCLUSTER
+	// CONFIG or loaded from ClusterConfigFile, and only database 0 is
+	// served. Until a topology is installed every command with keys gets
+	// CLUSTERDOWN, as a fresh Redis Cluster node answers.
+	ClusterEnabled bool
+	// ClusterConfigFile, with ClusterEnabled, is loaded at start (if it
+	// exists) and rewritten atomically with every topology installed; the
+	// node's id is kept next to it, in ClusterConfigFile+".myid".
+	ClusterConfigFile string
+	// ClusterNodeID is this node's id in the topology; empty means the one
+	// kept next to ClusterConfigFile, or a new random 40-hex id.
+	ClusterNodeID string
 	// ConfigRewrite, when set, is CONFIG REWRITE: it writes the settings
 	// that can change at run time, with their current values ("" for
 	// unset), to the config file. cmd/cellserver sets it when it runs from
@@ -358,6 +372,14 @@ func (c Config) Validate() error {
 	if c.ShutdownTimeout < 0 {
 		bad("shutdown-timeout %s: must not be negative", c.ShutdownTimeout)
 	}
+	if c.ClusterNodeID != "" {
+		if why := cluster.ValidID(c.ClusterNodeID); why != "" {
+			bad("cluster-node-id %q: %s", c.ClusterNodeID, why)
+		}
+	}
+	if !c.ClusterEnabled && (c.ClusterConfigFile != "" || c.ClusterNodeID != "") {
+		bad("cluster-config-file and cluster-node-id need cluster-enabled yes")
+	}
 	return errors.Join(errs...)
 }
 
@@ -454,6 +476,8 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "min-replicas-to-write", Value: itoa(int64(c.MinReplicasToWrite))},
 		{Name: "min-replicas-max-lag", Value: itoa(int64(c.MinReplicasMaxLag / time.Second))},
 		{Name: "tls-replication", Value: map[bool]string{false: "no", true: "yes"}[c.TLSReplication]},
+		{Name: "cluster-enabled", Value: map[bool]string{false: "no", true: "yes"}[c.ClusterEnabled]},
+		{Name: "cluster-config-file", Value: c.ClusterConfigFile},
 	}
 }
 
@@ -474,6 +498,8 @@ type Server struct {
 	store  persistence.Store   // nil without DataDir
 	writer *persistence.Writer // nil without DataDir
 	repl   *replication.Replication
+	// cluster is the node's cluster state; nil unless ClusterEnabled.
+	cluster *cluster.State
 
 	bgCancel context.CancelFunc
 	bgDone   chan struct{}
@@ -552,7 +578,27 @@ func New(cfg Config) (*Server, error) {
 		}
 		return nil, err
 	}
+	var cl *cluster.State
+	var slots cluster.SlotStore
+	if cfg.ClusterEnabled {
+		now := time.Now
+		if cfg.Clock != nil {
+			now = cfg.Clock
+		}
+		// The naive stand-in until package keyspace has the slot API
+		// (CountKeysInSlot, KeysInSlot, DeleteSlot): then slots = ks.
+		slots = cluster.NaiveStore{KS: ks, Now: func() int64 { return now().UnixMilli() }}
+		cl, err = cluster.New(cluster.Config{NodeID: cfg.ClusterNodeID, ConfigFile: cfg.ClusterConfigFile, Logger: cfg.Logger, Store: slots})
+		if err != nil {
+			if store != nil {
+				store.Close()
+			}
+			return nil, err
+		}
+	}
 	cmds, err := commands.New(commands.Config{
+		Cluster:            cl,
+		ClusterSlots:       slots,
 		Replication:        repl,
 		ReplicaPriority:    cfg.ReplicaPriority,
 		ReplicaWritable:    cfg.ReplicaWritable,
@@ -591,7 +637,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, tls: tcfg, cmds: cmds, net: rs, store: store, writer: writer, repl: repl}, nil
+	return &Server{cfg: cfg, tls: tcfg, cmds: cmds, net: rs, store: store, writer: writer, repl: repl, cluster: cl}, nil
 }
 
 // configRewrite adapts Config.ConfigRewrite to the commands layer: CONFIG
@@ -610,6 +656,9 @@ func configRewrite(rewrite func([]commands.Setting) error, replicaOf func() stri
 		return rewrite(runtime)
 	}
 }
+
+// Cluster returns the node's cluster state, nil unless ClusterEnabled.
+func (s *Server) Cluster() *cluster.State { return s.cluster }
 
 // Commands returns the command executor (for in-process tests).
 func (s *Server) Commands() *commands.Server { return s.cmds }
@@ -668,6 +717,9 @@ func (s *Server) Serve() error {
 	}
 	if a, ok := s.Addr().(*net.TCPAddr); ok {
 		s.repl.SetPort(a.Port)
+		if s.cluster != nil {
+			s.cluster.SetAddr(a.IP.String(), a.Port)
+		}
 	}
 	if host, port, ok, _ := parseReplicaOf(s.cfg.ReplicaOf); ok && !s.repl.IsReplica() {
 		s.repl.ReplicaOf(host, port)
@@ -866,6 +918,14 @@ func (s *Server) Run(ctx context.Context) error {
 		} else {
 			s.cfg.Logger.Warn("WARNING: listening on a non-loopback address with no password: protected mode refuses every client " +
 				"not on the loopback interface. Set --requirepass (or --protected-mode no on a trusted network).")
+		}
+	}
+	if s.cluster != nil {
+		v := s.cluster.View()
+		if v.T == nil {
+			s.cfg.Logger.Warn("cluster mode: no topology yet; commands with keys get CLUSTERDOWN until one is installed with CELLCLUSTER CONFIG", "node-id", v.ID)
+		} else {
+			s.cfg.Logger.Info("cluster mode", "node-id", v.ID, "shards", len(v.T.Shards), "listed", v.Me != nil, "master", v.Master)
 		}
 	}
 	if m := s.MetricsAddr(); m != nil && !isLoopbackAddr(m) {

@@ -193,6 +193,9 @@ var options = []option{
 	{"min-replicas-to-write", "0", "a primary refuses writes with NOREPLICAS unless this many replicas acknowledged within --min-replicas-max-lag (0: off)", setInt(func(c *server.Config) *int { return &c.MinReplicasToWrite })},
 	{"tls-replication", "no", "a replica connects to its primary over TLS, verifying it with --tls-ca-cert-file and presenting --tls-client-cert-file (else --tls-cert-file)", setBool(func(c *server.Config) *bool { return &c.TLSReplication })},
 	{"min-replicas-max-lag", "10", "seconds: see --min-replicas-to-write", setDuration(func(c *server.Config) *time.Duration { return &c.MinReplicasMaxLag })},
+	{"cluster-enabled", "no", "cluster mode: route keys by hash slot (MOVED, CROSSSLOT) over a topology set with CELLCLUSTER CONFIG; only database 0", setBool(func(c *server.Config) *bool { return &c.ClusterEnabled })},
+	{"cluster-config-file", "", "with --cluster-enabled: load the topology (DFLYCLUSTER CONFIG JSON) from this file at start and keep the last one installed in it; the node id is kept in FILE.myid", setString(func(c *server.Config) *string { return &c.ClusterConfigFile })},
+	{"cluster-node-id", "", "with --cluster-enabled: this node's id in the topology (default: the one in FILE.myid, else a random 40-hex id)", setString(func(c *server.Config) *string { return &c.ClusterNodeID })},
 	{"log-format", "text", "log format: text or json", setString(func(c *server.Config) *string { return &c.LogFormat })},
 	{"log-level", "info", "log level: debug, info, warn or error", setString(func(c *server.Config) *string { return &c.LogLevel })},
 }

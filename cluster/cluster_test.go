@@ -1,0 +1,314 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cellserver/cellserver/cluster"
+	"github.com/cellserver/cellserver/keyslot"
+	"github.com/cellserver/cellserver/keyspace"
+)
+
+// three returns a 3-shard topology's JSON, Redis's default split, shard 0
+// with one replica.
+func three() string {
+	return `[{"slot_ranges":[{"start":0,"end":5460}],"master":{"id":"m1","ip":"127.0.0.1","port":7001},"replicas":[{"id":"r1","ip":"127.0.0.1","port":7004}]},
+ {"slot_ranges":[{"start":5461,"end":10922}],"master":{"id":"m2","ip":"127.0.0.1","port":7002},"replicas":[]},
+ {"slot_ranges":[{"start":10923,"end":16383}],"master":{"id":"m3","ip":"::1","port":7003}}]`
+}
+
+func one(id string, port int) string {
+	return fmt.Sprintf(`[{"slot_ranges":[{"start":0,"end":16383}],"master":{"id":%q,"ip":"127.0.0.1","port":%d},"replicas":[]}]`, id, port)
+}
+
+func TestParseErrors(t *testing.T) {
+	m := func(ranges string, nodes string) string {
+		return `[{"slot_ranges":[` + ranges + `],` + nodes + `}]`
+	}
+	full := `{"start":0,"end":16383}`
+	a := `"master":{"id":"a","ip":"127.0.0.1","port":1}`
+	for _, c := range []struct{ json, want string }{
+		{``, "not a JSON array of shards"},
+		{`x`, "not a JSON array of shards"},
+		{`{}`, "not a JSON array of shards"},
+		{`[]`, "no shards"},
+		{`null`, "no shards"},
+		{one("a", 1) + ` []`, "trailing data"},
+		{m(full, a+`,"extra":1`), `unknown field "extra"`},
+		{m(full, `"master":{"id":"a","ip":"127.0.0.1","port":1,"x":2}`), `unknown field "x"`},
+		{m(`{"start":0,"end":16382}`, a), "slot 16383 is not owned by any shard"},
+		{m(`{"start":1,"end":16383}`, a), "slot 0 is not owned by any shard"},
+		{m(full+`,{"start":7,"end":7}`, a), "slot 7 is owned by shards 0 and 0"},
+		{`[` + strings.TrimSuffix(strings.TrimPrefix(one("a", 1), "["), "]") + `,{"slot_ranges":[{"start":5,"end":9}],"master":{"id":"b","ip":"127.0.0.1","port":2}}]`, "slot 5 is owned by shards 0 and 1"},
+		{m(`{"start":0,"end":16384}`, a), "invalid slot range 0-16384"},
+		{m(`{"start":-1,"end":16383}`, a), "invalid slot range -1-16383"},
+		{m(`{"start":9,"end":8}`, a), "invalid slot range 9-8"},
+		{m(``, a), "shard 0: no slot ranges"},
+		{`[{"master":{"id":"a","ip":"127.0.0.1","port":1}}]`, "shard 0: no slot ranges"},
+		{m(full, `"master":{"ip":"127.0.0.1","port":1}`), "shard 0 master: missing id"},
+		{m(full, `"master":{"id":"a b","ip":"127.0.0.1","port":1}`), `id "a b" contains whitespace`},
+		{m(full, `"master":{"id":"a","ip":"localhost","port":1}`), `invalid ip "localhost"`},
+		{m(full, `"master":{"id":"a","ip":"","port":1}`), `invalid ip ""`},
+		{m(full, `"master":{"id":"a","ip":"fe80::1%eth0","port":1}`), `invalid ip "fe80::1%eth0"`},
+		{m(full, `"master":{"id":"a","ip":"127.0.0.1","port":0}`), "invalid port 0"},
+		{m(full, `"master":{"id":"a","ip":"127.0.0.1","port":65536}`), "invalid port 65536"},
+		{m(full, `"master":{"id":"a","ip":"127.0.0.1","port":"1"}`), "not a JSON array of shards"},
+		{m(full, a+`,"replicas":[{"id":"a","ip":"127.0.0.1","port":2}]`), `duplicate node id "a"`},
+		{m(full, a+`,"replicas":[{"id":"b","ip":"127.0.0.1","port":1}]`), `share the address 127.0.0.1:1`},
+		{m(full, a+`,"replicas":[{"id":"b","ip":"127.0.0.1","port":0}]`), "shard 0 replica b: invalid port 0"},
+	} {
+		_, err := cluster.Parse([]byte(c.json))
+		if err == nil || !errors.Is(err, cluster.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Parse(%s) = %v, want an ErrInvalid containing %q", c.json, err, c.want)
+		}
+	}
+}
+
+func TestParseRoutes(t *testing.T) {
+	top, err := cluster.Parse([]byte(three()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for slot, want := range map[uint16]string{0: "m1", 5460: "m1", 5461: "m2", 10922: "m2", 10923: "m3", 16383: "m3"} {
+		if got := top.Owner(slot).Master.ID; got != want {
+			t.Errorf("Owner(%d) = %s, want %s", slot, got, want)
+		}
+	}
+	if rs := top.Ranges(); len(rs) != 3 || rs[2].Start != 10923 || rs[2].End != 16383 {
+		t.Errorf("Ranges = %+v", rs)
+	}
+	// Ranges given in pieces and out of order are merged in slot order.
+	split, err := cluster.Parse([]byte(`[{"slot_ranges":[{"start":100,"end":16383},{"start":0,"end":99}],"master":{"id":"a","ip":"127.0.0.1","port":1}}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs := split.Ranges(); len(rs) != 1 || rs[0].Start != 0 || rs[0].End != 16383 {
+		t.Errorf("merged Ranges = %+v", rs)
+	}
+	var nilTop *cluster.Topology
+	if nilTop.Owner(5) != nil || nilTop.Ranges() != nil {
+		t.Error("a nil topology serves slots")
+	}
+}
+
+func TestRoute(t *testing.T) {
+	top, _ := cluster.Parse([]byte(three()))
+	for _, c := range []struct {
+		id              string
+		slot            uint16
+		readonly, write bool
+		ok              bool
+		owner           string
+	}{
+		{"m1", 0, false, true, true, "m1"},
+		{"m1", 6000, false, false, false, "m2"},
+		{"r1", 0, false, false, false, "m1"}, // replica without READONLY: MOVED to its master
+		{"r1", 0, true, false, true, "m1"},   // READONLY read on its own shard
+		{"r1", 0, true, true, false, "m1"},   // but never a write
+		{"r1", 6000, true, false, false, "m2"},
+		{"stranger", 0, true, false, false, "m1"},
+	} {
+		s, err := cluster.New(cluster.Config{NodeID: c.id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Install(top); err != nil {
+			t.Fatal(err)
+		}
+		owner, ok := s.View().Route(c.slot, c.readonly, c.write)
+		if ok != c.ok || owner.Master.ID != c.owner {
+			t.Errorf("%+v: Route = %s, %v", c, owner.Master.ID, ok)
+		}
+	}
+	s, _ := cluster.New(cluster.Config{})
+	if owner, ok := s.View().Route(0, false, false); owner != nil || ok {
+		t.Error("no topology must serve nothing (CLUSTERDOWN)")
+	}
+	if id := s.MyID(); len(id) != 40 {
+		t.Errorf("default id %q is not 40 hex", id)
+	}
+}
+
+func TestNodesInfo(t *testing.T) {
+	top, _ := cluster.Parse([]byte(three()))
+	s, _ := cluster.New(cluster.Config{NodeID: "r1"})
+	s.Install(top)
+	want := "m1 127.0.0.1:7001@17001 master - 0 0 1 connected 0-5460\n" +
+		"r1 127.0.0.1:7004@17004 myself,slave m1 0 0 1 connected\n" +
+		"m2 127.0.0.1:7002@17002 master - 0 0 2 connected 5461-10922\n" +
+		"m3 ::1:7003@17003 master - 0 0 3 connected 10923-16383\n"
+	if got := s.View().Nodes(); got != want {
+		t.Errorf("Nodes:\n%s\nwant:\n%s", got, want)
+	}
+	info := s.View().Info()
+	for _, l := range []string{"cluster_state:ok\r\n", "cluster_known_nodes:4\r\n", "cluster_size:3\r\n", "cluster_my_epoch:1\r\n"} {
+		if !strings.Contains(info, l) {
+			t.Errorf("Info lacks %q:\n%s", l, info)
+		}
+	}
+}
+
+// TestSwapRace installs topologies while readers route: every view a
+// reader sees is one whole topology (all slots to one node, and Me agrees
+// with it). Run with -race.
+func TestSwapRace(t *testing.T) {
+	s, _ := cluster.New(cluster.Config{NodeID: "n0"})
+	tops := make([]*cluster.Topology, 4)
+	for i := range tops {
+		var err error
+		if tops[i], err = cluster.Parse([]byte(one(fmt.Sprintf("n%d", i), 7000+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	var wg sync.WaitGroup
+	var reads, bad atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				v := s.View()
+				if v.T == nil {
+					continue
+				}
+				a, b := v.T.Owner(0), v.T.Owner(keyslot.Slots-1)
+				_, ok := v.Route(123, false, true)
+				if a != b || ok != (a.Master.ID == "n0") || (v.Me != nil) != ok {
+					bad.Add(1)
+				}
+				reads.Add(1)
+			}
+		}()
+	}
+	installs := 0
+	for ctx.Err() == nil {
+		if err := s.Install(tops[installs%len(tops)]); err != nil {
+			t.Fatal(err)
+		}
+		installs++
+	}
+	wg.Wait()
+	t.Logf("%d installs, %d reads", installs, reads.Load())
+	if bad.Load() != 0 {
+		t.Fatalf("%d torn views", bad.Load())
+	}
+}
+
+func TestConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "nodes.json")
+	s, err := cluster.New(cluster.Config{ConfigFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := s.MyID()
+	if s.View().T != nil {
+		t.Fatal("a topology without a file")
+	}
+	top, _ := cluster.Parse([]byte(one(id, 7001)))
+	if err := s.Install(top); err != nil {
+		t.Fatal(err)
+	}
+	// A restart finds its id and the topology again.
+	s2, err := cluster.New(cluster.Config{ConfigFile: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s2.MyID() != id || s2.View().Me == nil || !s2.View().Master {
+		t.Fatalf("after restart: id %s (want %s), me %v", s2.MyID(), id, s2.View().Me)
+	}
+	if err := s2.SetMyID("other"); err != nil {
+		t.Fatal(err)
+	}
+	if s3, _ := cluster.New(cluster.Config{ConfigFile: file}); s3.MyID() != "other" {
+		t.Fatalf("MYID not kept: %s", s3.MyID())
+	}
+	if s4, _ := cluster.New(cluster.Config{ConfigFile: file, NodeID: "forced"}); s4.MyID() != "forced" {
+		t.Fatalf("--cluster-node-id not preferred: %s", s4.MyID())
+	}
+	if err := s2.SetMyID("a b"); !errors.Is(err, cluster.ErrInvalidID) {
+		t.Fatalf("SetMyID(a b) = %v", err)
+	}
+	// No temporary file is left behind.
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 2 {
+		t.Errorf("files: %v", ents)
+	}
+	// A damaged file refuses to start.
+	os.WriteFile(file, []byte("[{"), 0o644)
+	if _, err := cluster.New(cluster.Config{ConfigFile: file}); err == nil || !strings.Contains(err.Error(), file) {
+		t.Fatalf("damaged file: %v", err)
+	}
+	// An unwritable file refuses the install and keeps the old topology.
+	ro := filepath.Join(dir, "missing", "nodes.json")
+	s5, err := cluster.New(cluster.Config{ConfigFile: ro, NodeID: "x"})
+	if err == nil {
+		if err := s5.Install(top); err == nil {
+			t.Fatal("install into a missing directory succeeded")
+		}
+	}
+}
+
+// countJournal counts the deletions the keyspace reports.
+type countJournal struct{ deletes atomic.Int64 }
+
+func (j *countJournal) Put(int, []byte, *keyspace.Value) {}
+func (j *countJournal) Delete(int, []byte)               { j.deletes.Add(1) }
+func (j *countJournal) DeleteDB(int)                     {}
+func (j *countJournal) DeleteAll()                       {}
+
+func TestBackgroundDelete(t *testing.T) {
+	j := &countJournal{}
+	ks, _ := keyspace.New(keyspace.Config{Journal: j, Shards: 8})
+	store := cluster.NaiveStore{KS: ks, Now: func() int64 { return 1 }}
+	s, _ := cluster.New(cluster.Config{NodeID: "m1", Store: store})
+	top, _ := cluster.Parse([]byte(three()))
+	s.Install(top)
+	kept, moved := 0, 0
+	for i := range 3000 {
+		key := []byte(fmt.Sprintf("key:%d", i))
+		ks.Restore(0, key, keyspace.Value{Kind: keyspace.KindString, Obj: []byte("v")})
+		if keyslot.Of(key) <= 5460 {
+			if keyslot.Of(key) <= 2000 {
+				kept++
+			} else {
+				moved++
+			}
+		}
+	}
+	// m1 keeps 0-2000 and gives 2001-5460 to m2.
+	next, err := cluster.Parse([]byte(strings.Replace(strings.Replace(three(),
+		`{"start":0,"end":5460}`, `{"start":0,"end":2000}`, 1),
+		`{"start":5461,"end":10922}`, `{"start":2001,"end":10922}`, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Install(next); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.WaitDeletes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.DeletedKeys(); got != int64(moved) || j.deletes.Load() != int64(moved) {
+		t.Fatalf("deleted %d (journal %d), want %d", got, j.deletes.Load(), moved)
+	}
+	if n := ks.DB(0).Size(false); n != 3000-moved {
+		t.Fatalf("%d keys left, want %d", n, 3000-moved)
+	}
+	if n := store.CountKeysInSlot(0, keyslot.Of([]byte("key:0"))); n == 0 && keyslot.Of([]byte("key:0")) <= 2000 {
+		t.Fatal("a kept slot lost its key")
+	}
+	t.Logf("kept %d, deleted %d", kept, moved)
+}

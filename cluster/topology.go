@@ -1,0 +1,282 @@
+// Package cluster holds a cellserver node's view of a Redis Cluster style
+// topology: which node (and shard) owns each of the 16384 hash slots, as
+// set from outside in Dragonfly's DFLYCLUSTER CONFIG JSON format, and the
+// node's own identity. There is no gossip and no failover here: an
+// external manager pushes the same topology to every node
+// (CELLCLUSTER CONFIG) and each node finds itself in it by id.
+//
+// The JSON is an array of shards:
+//
+//	[{"slot_ranges":[{"start":0,"end":5460}],
+//	  "master":{"id":"…","ip":"127.0.0.1","port":7001},
+//	  "replicas":[{"id":"…","ip":"127.0.0.1","port":7004}]}, …]
+//
+// A Topology is immutable once parsed; State swaps the installed one
+// atomically, so a command reads one consistent topology without a lock.
+//
+// Before any topology is installed a node serves no slot: every command
+// with keys gets "CLUSTERDOWN Hash slot not served", as a fresh Redis
+// Cluster node (and Dragonfly's --cluster_mode=yes) answers. A node cannot
+// tell a lone deployment from the first of several started at once; were
+// it to own every slot by default, two nodes started together could each
+// admit a full limit for the same key before the topology reaches them.
+// A single node is one CELLCLUSTER CONFIG away from serving everything
+// (a one-shard topology listing itself, with CELLCLUSTER MYID's id), and
+// with --cluster-config-file it keeps that across restarts, so redis-cli
+// -c works from then on without MOVED.
+//
+// When a new topology (or a new node id) takes slots away from this node,
+// their keys are deleted in the background (State.Install); a node given
+// slots starts them empty: rate-limit state is soft, so a moved key's
+// limit restarts on its new owner. A key that does not move keeps its
+// state and its one owner throughout.
+package cluster
+
+import (
+	"bytes"
+	"crypto/sha1"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/cellserver/cellserver/keyslot"
+)
+
+// ErrInvalid wraps every reason Parse rejects a topology for; the wire
+// error is "ERR Invalid cluster configuration: <reason>".
+var ErrInvalid = errors.New("cluster: invalid configuration")
+
+// Node is one cellserver node of the topology.
+type Node struct {
+	ID   string `json:"id"`
+	IP   string `json:"ip"`
+	Port int    `json:"port"`
+}
+
+// Addr returns "ip:port" as MOVED and CLUSTER NODES show it.
+func (n Node) Addr() string { return n.IP + ":" + strconv.Itoa(n.Port) }
+
+// SlotRange is an inclusive range of slots.
+type SlotRange struct {
+	Start int `json:"start"`
+	End   int `json:"end"`
+}
+
+// Shard is a master, its replicas and the slots they serve.
+type Shard struct {
+	SlotRanges []SlotRange `json:"slot_ranges"`
+	Master     Node        `json:"master"`
+	Replicas   []Node      `json:"replicas"`
+}
+
+// noShard marks a slot no shard owns (only before any topology).
+const noShard = -1
+
+// Topology is a validated cluster configuration. It is never modified
+// after Parse.
+type Topology struct {
+	Shards []Shard
+	// owner is the index in Shards of each slot's shard.
+	owner [keyslot.Slots]int16
+	raw   []byte // the JSON as given, for the config file
+}
+
+// Raw returns the JSON the topology was parsed from.
+func (t *Topology) Raw() []byte { return t.raw }
+
+// Owner returns the shard serving slot, or nil if none does (a nil
+// Topology serves no slot).
+func (t *Topology) Owner(slot uint16) *Shard {
+	if t == nil {
+		return nil
+	}
+	i := t.owner[slot&(keyslot.Slots-1)]
+	if i == noShard {
+		return nil
+	}
+	return &t.Shards[i]
+}
+
+// Find returns the shard holding node id as its master or a replica, and
+// whether id is the master; sh is nil if id is not in the topology.
+func (t *Topology) Find(id string) (sh *Shard, master bool) {
+	if t == nil {
+		return nil, false
+	}
+	for i := range t.Shards {
+		s := &t.Shards[i]
+		if s.Master.ID == id {
+			return s, true
+		}
+		for _, r := range s.Replicas {
+			if r.ID == id {
+				return s, false
+			}
+		}
+	}
+	return nil, false
+}
+
+// Parse validates a topology in DFLYCLUSTER CONFIG's JSON format: an array
+// of at least one shard, every slot 0..16383 owned exactly once, node ids
+// unique and non-empty, ips valid IPv4 or IPv6 addresses, ports in
+// 1..65535. Unknown fields are refused, so that a typo is not ignored.
+func Parse(data []byte) (*Topology, error) {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var shards []Shard
+	if err := dec.Decode(&shards); err != nil {
+		return nil, bad("not a JSON array of shards: %v", err)
+	}
+	if dec.More() {
+		return nil, bad("trailing data after the JSON array")
+	}
+	if len(shards) == 0 {
+		return nil, bad("no shards")
+	}
+	t := &Topology{Shards: shards, raw: append([]byte(nil), bytes.TrimSpace(data)...)}
+	for i := range t.owner {
+		t.owner[i] = noShard
+	}
+	ids := map[string]bool{}
+	addrs := map[string]string{}
+	checkNode := func(si int, role string, n Node) error {
+		where := fmt.Sprintf("shard %d %s", si, role)
+		if n.ID == "" {
+			return bad("%s: missing id", where)
+		}
+		if strings.ContainsAny(n.ID, " \t\r\n") {
+			return bad("%s: id %q contains whitespace", where, n.ID)
+		}
+		if ids[n.ID] {
+			return bad("duplicate node id %q", n.ID)
+		}
+		ids[n.ID] = true
+		ip, err := netip.ParseAddr(n.IP)
+		if err != nil || ip.Zone() != "" {
+			return bad("%s %s: invalid ip %q", where, n.ID, n.IP)
+		}
+		if n.Port < 1 || n.Port > 65535 {
+			return bad("%s %s: invalid port %d", where, n.ID, n.Port)
+		}
+		if other, dup := addrs[n.Addr()]; dup {
+			return bad("nodes %q and %q share the address %s", other, n.ID, n.Addr())
+		}
+		addrs[n.Addr()] = n.ID
+		return nil
+	}
+	for si, sh := range shards {
+		if err := checkNode(si, "master", sh.Master); err != nil {
+			return nil, err
+		}
+		for _, r := range sh.Replicas {
+			if err := checkNode(si, "replica", r); err != nil {
+				return nil, err
+			}
+		}
+		if len(sh.SlotRanges) == 0 {
+			return nil, bad("shard %d: no slot ranges", si)
+		}
+		for _, r := range sh.SlotRanges {
+			if r.Start < 0 || r.End >= keyslot.Slots || r.Start > r.End {
+				return nil, bad("shard %d: invalid slot range %d-%d", si, r.Start, r.End)
+			}
+			for s := r.Start; s <= r.End; s++ {
+				if o := t.owner[s]; o != noShard {
+					return nil, bad("slot %d is owned by shards %d and %d", s, o, si)
+				}
+				t.owner[s] = int16(si)
+			}
+		}
+	}
+	for s, o := range t.owner {
+		if o == noShard {
+			return nil, bad("slot %d is not owned by any shard", s)
+		}
+	}
+	return t, nil
+}
+
+// Range is a run of consecutive slots served by one shard, for CLUSTER
+// SLOTS.
+type Range struct {
+	Start, End int
+	Shard      *Shard
+}
+
+// Ranges returns the topology's slot ranges in slot order, adjacent ranges
+// of one shard merged (Redis's CLUSTER SLOTS lists them so).
+func (t *Topology) Ranges() []Range {
+	if t == nil {
+		return nil
+	}
+	var out []Range
+	for s := 0; s < keyslot.Slots; {
+		o := t.owner[s]
+		e := s
+		for e+1 < keyslot.Slots && t.owner[e+1] == o {
+			e++
+		}
+		if o != noShard {
+			out = append(out, Range{Start: s, End: e, Shard: &t.Shards[o]})
+		}
+		s = e + 1
+	}
+	return out
+}
+
+// ShardRanges returns the merged slot ranges of shard sh in slot order.
+func (t *Topology) ShardRanges(sh *Shard) [][2]int {
+	var out [][2]int
+	for _, r := range t.Ranges() {
+		if r.Shard == sh {
+			out = append(out, [2]int{r.Start, r.End})
+		}
+	}
+	return out
+}
+
+// ShardID is the 40-hex id of a shard (CLUSTER MYSHARDID): derived from
+// its master's id, so every node computes the same one.
+func ShardID(sh *Shard) string {
+	h := sha1.Sum([]byte("cellserver-shard:" + sh.Master.ID))
+	return hex.EncodeToString(h[:])
+}
+
+// byFirstSlot returns the indexes of t's shards ordered by their lowest
+// slot, the order CLUSTER SHARDS and CLUSTER NODES list them in.
+func (t *Topology) byFirstSlot() []int {
+	first := make([]int, len(t.Shards))
+	for i := range first {
+		first[i] = keyslot.Slots
+	}
+	for s := keyslot.Slots - 1; s >= 0; s-- {
+		first[t.owner[s]] = s
+	}
+	idx := make([]int, len(t.Shards))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return first[idx[a]] < first[idx[b]] })
+	return idx
+}
+
+// OrderedShards returns the shards by their lowest slot.
+func (t *Topology) OrderedShards() []*Shard {
+	if t == nil {
+		return nil
+	}
+	var out []*Shard
+	for _, i := range t.byFirstSlot() {
+		out = append(out, &t.Shards[i])
+	}
+	return out
+}

@@ -1,0 +1,386 @@
+package commands
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/cellserver/cellserver/cluster"
+	"github.com/cellserver/cellserver/keyslot"
+)
+
+// Cluster mode (Config.Cluster): the client half of Redis Cluster over a
+// topology set from outside (CELLCLUSTER CONFIG). Replies copy Redis
+// 7.0.15's shapes; see cluster/replies.go for what cellserver shows where
+// Redis shows gossip state.
+
+// clusterCheck is the slot check of a command about to run or be queued,
+// as Redis's getNodeByQuery: "" when this node serves the command's keys
+// (or it has none), else the MOVED, CROSSSLOT or CLUSTERDOWN error. EXEC
+// checks its queued commands together: their keys must share one slot.
+func (s *Server) clusterCheck(x *ctx, sp *Spec) string {
+	if s.cluster == nil {
+		return ""
+	}
+	cl := x.cl
+	slot, keys, write := -1, false, sp.Flags&Write != 0
+	one := func(key []byte) bool {
+		k := int(keyslot.Of(key))
+		if keys && k != slot {
+			return false
+		}
+		slot, keys = k, true
+		return true
+	}
+	add := func(sp *Spec, args [][]byte) bool {
+		if sp.Keys != nil { // movable keys (CL.ALL): as COMMAND GETKEYS finds them
+			for _, p := range sp.Keys(args) {
+				if !one(args[p]) {
+					return false
+				}
+			}
+			return true
+		}
+		if sp.FirstKey == 0 {
+			return true
+		}
+		last := sp.LastKey // as keyPositions, without allocating
+		if last < 0 {
+			last += len(args)
+		}
+		for i := sp.FirstKey; i <= last && i < len(args); i += sp.Step {
+			if !one(args[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	if sp.Name == "exec" {
+		if !cl.inMulti {
+			return ""
+		}
+		for _, q := range cl.queue {
+			if !add(q.spec, q.args) {
+				return msgCrossSlot
+			}
+			write = write || q.spec.Flags&Write != 0
+		}
+	} else if !add(sp, x.args) {
+		return msgCrossSlot
+	}
+	if !keys {
+		return ""
+	}
+	v := s.cluster.View()
+	owner, ok := v.Route(uint16(slot), cl.readonly, write)
+	switch {
+	case ok:
+		return ""
+	case owner == nil:
+		return msgClusterDownUnbound
+	}
+	return errMoved(slot, owner.Master.Addr())
+}
+
+// clusterReject answers a command clusterCheck refused, as Redis's
+// clusterRedirectClient: the error as it is (EXEC too, which discards the
+// transaction), and inside MULTI the transaction is flagged to abort.
+func (s *Server) clusterReject(x *ctx, sp *Spec, msg string) {
+	cl := x.cl
+	sp.stats.rejected.Add(1)
+	if sp.Name == "exec" {
+		cl.resetMulti()
+		cl.multiSeen.Store(-1)
+		s.unwatchAll(cl)
+	} else {
+		cl.multiFailed()
+	}
+	x.errorReply(msg)
+}
+
+// clusterOn answers the disabled error when cluster mode is off.
+func clusterOn(x *ctx) bool {
+	if x.s.cluster == nil {
+		x.errorReply(msgClusterDisabled)
+		return false
+	}
+	return true
+}
+
+func cmdReadonly(x *ctx) {
+	if clusterOn(x) {
+		x.cl.readonly = true
+		x.ok()
+	}
+}
+
+func cmdReadwrite(x *ctx) {
+	if clusterOn(x) {
+		x.cl.readonly = false
+		x.ok()
+	}
+}
+
+// ASKING is accepted: cellserver never sends ASK (no slot migration).
+func cmdAsking(x *ctx) {
+	if clusterOn(x) {
+		x.ok()
+	}
+}
+
+// CLUSTER SLOTS: [start, end, master, replicas...] per range, each node
+// [ip, port, id, {}].
+func cmdClusterSlots(x *ctx) {
+	if !clusterOn(x) {
+		return
+	}
+	ranges := x.s.cluster.View().T.Ranges()
+	x.array(len(ranges))
+	for _, r := range ranges {
+		x.array(3 + len(r.Shard.Replicas))
+		x.int(int64(r.Start))
+		x.int(int64(r.End))
+		for _, n := range append([]cluster.Node{r.Shard.Master}, r.Shard.Replicas...) {
+			x.array(4)
+			x.bulkStr(n.IP)
+			x.int(int64(n.Port))
+			x.bulkStr(n.ID)
+			x.mapLen(0)
+		}
+	}
+}
+
+// CLUSTER SHARDS: per shard {slots: [start, end, ...], nodes: [{id, port,
+// ip, endpoint, role, replication-offset, health}, ...]}.
+func cmdClusterShards(x *ctx) {
+	if !clusterOn(x) {
+		return
+	}
+	v := x.s.cluster.View()
+	node := func(n cluster.Node, role string) {
+		x.mapLen(7)
+		x.bulkStr("id")
+		x.bulkStr(n.ID)
+		x.bulkStr("port")
+		x.int(int64(n.Port))
+		x.bulkStr("ip")
+		x.bulkStr(n.IP)
+		x.bulkStr("endpoint")
+		x.bulkStr(n.IP)
+		x.bulkStr("role")
+		x.bulkStr(role)
+		x.bulkStr("replication-offset")
+		x.int(0)
+		x.bulkStr("health")
+		x.bulkStr("online")
+	}
+	shards := v.T.OrderedShards()
+	if v.Me == nil {
+		// As a Redis node alone: itself, without slots.
+		x.array(len(shards) + 1)
+		x.mapLen(2)
+		x.bulkStr("slots")
+		x.array(0)
+		x.bulkStr("nodes")
+		x.array(1)
+		node(v.Addr, "master")
+	} else {
+		x.array(len(shards))
+	}
+	for _, sh := range shards {
+		x.mapLen(2)
+		x.bulkStr("slots")
+		rs := v.T.ShardRanges(sh)
+		x.array(2 * len(rs))
+		for _, r := range rs {
+			x.int(int64(r[0]))
+			x.int(int64(r[1]))
+		}
+		x.bulkStr("nodes")
+		x.array(1 + len(sh.Replicas))
+		node(sh.Master, "master")
+		for _, r := range sh.Replicas {
+			node(r, "replica")
+		}
+	}
+}
+
+func cmdClusterNodes(x *ctx) {
+	if clusterOn(x) {
+		x.verbatim(x.s.cluster.View().Nodes())
+	}
+}
+
+func cmdClusterInfo(x *ctx) {
+	if clusterOn(x) {
+		x.verbatim(x.s.cluster.View().Info())
+	}
+}
+
+func cmdClusterKeyslot(x *ctx) {
+	if clusterOn(x) {
+		x.int(int64(keyslot.Of(x.args[2])))
+	}
+}
+
+func cmdClusterMyID(x *ctx) {
+	if clusterOn(x) {
+		x.bulkStr(x.s.cluster.MyID())
+	}
+}
+
+// CLUSTER MYSHARDID (Redis 7.2): the 40-hex id of this node's shard.
+func cmdClusterMyShardID(x *ctx) {
+	if !clusterOn(x) {
+		return
+	}
+	v := x.s.cluster.View()
+	if v.Me == nil {
+		x.bulkStr(cluster.ShardID(&cluster.Shard{Master: cluster.Node{ID: v.ID}}))
+		return
+	}
+	x.bulkStr(cluster.ShardID(v.Me))
+}
+
+// parseSlot reads a slot argument as Redis's getSlotOrReply.
+func parseSlot(x *ctx, b []byte) (uint16, bool) {
+	n, ok := parseRedisInt(b)
+	if !ok {
+		x.errorReply(msgNotInt)
+		return 0, false
+	}
+	if n < 0 || n >= keyslot.Slots {
+		x.errorReply(msgInvalidSlot)
+		return 0, false
+	}
+	return uint16(n), true
+}
+
+func cmdClusterCountKeysInSlot(x *ctx) {
+	if !clusterOn(x) {
+		return
+	}
+	slot, ok := parseSlot(x, x.args[2])
+	if !ok {
+		return
+	}
+	x.int(int64(x.s.slots.CountKeysInSlot(0, slot)))
+}
+
+func cmdClusterGetKeysInSlot(x *ctx) {
+	if !clusterOn(x) {
+		return
+	}
+	slot, ok1 := parseRedisInt(x.args[2])
+	count, ok2 := parseRedisInt(x.args[3])
+	if !ok1 || !ok2 {
+		x.errorReply(msgNotInt)
+		return
+	}
+	if slot < 0 || slot >= keyslot.Slots || count < 0 {
+		x.errorReply(msgInvalidSlotOrCount)
+		return
+	}
+	keys := x.s.slots.KeysInSlot(0, uint16(slot), int(min(count, 1<<20)))
+	x.array(len(keys))
+	for _, k := range keys {
+		x.bulk(k)
+	}
+}
+
+func cmdClusterHelp(x *ctx) {
+	if !clusterOn(x) {
+		return
+	}
+	helpReply(x,
+		"CLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+		"COUNTKEYSINSLOT <slot>",
+		"    Return the number of keys in <slot>.",
+		"GETKEYSINSLOT <slot> <count>",
+		"    Return key names stored by current node in a slot.",
+		"INFO",
+		"    Return information about the cluster.",
+		"KEYSLOT <key>",
+		"    Return the hash slot for <key>.",
+		"MYID",
+		"    Return the node id.",
+		"MYSHARDID",
+		"    Return the node's shard id.",
+		"NODES",
+		"    Return cluster configuration seen by node. Output format:",
+		"    <id> <ip:port@bus-port> <flags> <master> <pings> <pongs> <epoch> <link> <slot> ...",
+		"SHARDS",
+		"    Return information about slot range mappings and the nodes associated with them.",
+		"SLOTS",
+		"    Return information about slots range mappings. Each range is made of:",
+		"    start, end, master and replicas IP addresses, ports and ids",
+		"HELP",
+		"    Print this help.",
+		"The topology is set with CELLCLUSTER CONFIG.")
+}
+
+// CELLCLUSTER CONFIG <json>: validate and install a topology.
+func cmdCellClusterConfig(x *ctx) {
+	if !clusterOn(x) {
+		return
+	}
+	t, err := cluster.Parse(x.args[2])
+	if err != nil {
+		x.errorReply(errInvalidClusterConfig(strings.TrimPrefix(err.Error(), cluster.ErrInvalid.Error()+": ")))
+		return
+	}
+	if err := x.s.cluster.Install(t); err != nil {
+		x.errorReply(errClusterConfigFile(err))
+		return
+	}
+	x.ok()
+}
+
+// CELLCLUSTER MYID [<id>]: show or set this node's id.
+func cmdCellClusterMyID(x *ctx) {
+	if !clusterOn(x) {
+		return
+	}
+	switch len(x.args) {
+	case 2:
+		x.bulkStr(x.s.cluster.MyID())
+		return
+	case 3:
+		if err := x.s.cluster.SetMyID(string(x.args[2])); err != nil {
+			if errors.Is(err, cluster.ErrInvalidID) {
+				x.errorReply(errInvalidNodeID(strings.TrimPrefix(err.Error(), cluster.ErrInvalidID.Error()+": ")))
+				return
+			}
+			x.errorReply(errClusterConfigFile(err))
+			return
+		}
+		x.ok()
+		return
+	}
+	x.errorReply(errWrongArity("cellcluster|myid"))
+}
+
+func cmdCellClusterHelp(x *ctx) {
+	helpReply(x,
+		"CELLCLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+		"CONFIG <json>",
+		"    Install a cluster topology (Dragonfly's DFLYCLUSTER CONFIG JSON: an array of",
+		"    {slot_ranges:[{start,end}], master:{id,ip,port}, replicas:[{id,ip,port}]}).",
+		"MYID [<id>]",
+		"    Return this node's id, or set it.",
+		"HELP",
+		"    Print this help.")
+}
+
+// errMoved is Redis's redirection: -MOVED <slot> <ip>:<port>.
+func errMoved(slot int, addr string) string {
+	return "MOVED " + strconv.Itoa(slot) + " " + addr
+}
+
+// redisMode is INFO's redis_mode and HELLO's mode.
+func (s *Server) redisMode() string {
+	if s.cluster != nil {
+		return "cluster"
+	}
+	return "standalone"
+}
