@@ -34,9 +34,10 @@
 # and their slots, "{tag}" in the key replaced by a tag of the node the
 # connection serves) and, if that fails, one redis-benchmark per node at the
 # same time, each on keys whose hash tag lands on that node. Per node it
-# reports the CL.THROTTLE calls it served per second (INFO commandstats
-# over the run's wall time) and the MOVED replies it sent (INFO
-# errorstats); the total is redis-benchmark's.
+# reports its requests/s and the MOVED replies it sent (INFO
+# errorstats): with --cluster, its share of the CL.THROTTLE calls (INFO
+# commandstats) times redis-benchmark's total; per node, that
+# redis-benchmark's figure.
 #
 # What two CPUs can show: that the load splits by slot (a third per node),
 # that a cluster client sends no MOVED once it has the slot map, and what
@@ -105,19 +106,6 @@ free_port() {
 	return 1
 }
 
-wait_ready() {
-	for _ in $(seq 100); do
-		if ! kill -0 "$2" 2>/dev/null; then
-			echo "cluster.sh: server on port $1 exited; log:" >&2
-			cat "$tmp"/*.log >&2
-			return 1
-		fi
-		if [[ "$(timeout 2 redis-cli -p "$1" PING 2>/dev/null)" == PONG ]]; then return 0; fi
-		sleep 0.1
-	done
-	echo "cluster.sh: server on port $1 not ready after 10 s" >&2
-	return 1
-}
 
 srv_pin=() cli_pin=() pin_note="not pinned"
 if [[ "${NOPIN:-0}" != 1 ]] && command -v taskset >/dev/null && (($(nproc) >= 2)); then
@@ -132,19 +120,41 @@ if [[ -z "$bin" ]]; then
 	(cd "$repo" && go build -o "$tmp/cellserver" ./cmd/cellserver)
 	bin="$tmp/cellserver"
 fi
-if ! "$bin" --help 2>&1 | grep -q -- '--cluster-enabled'; then
+help=$("$bin" --help 2>&1 || true)
+if [[ "$help" != *--cluster-enabled* ]]; then
 	echo "cluster.sh: this cellserver build has no --cluster-enabled option (cluster mode not in this build)" >&2
 	exit 3
 fi
 
-# start NAME PORT ARGS...: a pinned cellserver on 127.0.0.1:PORT; sets spid.
+# start NAME PORTVAR ARGS...: a pinned cellserver on 127.0.0.1:$PORTVAR;
+# sets spid. If another process took the port meanwhile, it picks another
+# one and stores it in PORTVAR.
 start() {
-	local name=$1 port=$2
+	local name=$1
+	local -n _port=$2
 	shift 2
-	"${srv_pin[@]}" "$bin" --addr "127.0.0.1:$port" "$@" >"$tmp/$name.log" 2>&1 &
-	spid=$!
-	pids+=("$spid")
-	wait_ready "$port" "$spid"
+	for _ in 1 2 3 4 5; do
+		"${srv_pin[@]}" "$bin" --addr "127.0.0.1:$_port" "$@" >"$tmp/$name.log" 2>&1 &
+		spid=$!
+		pids+=("$spid")
+		for _ in $(seq 100); do
+			kill -0 "$spid" 2>/dev/null || break
+			if [[ "$(timeout 2 redis-cli -p "$_port" PING 2>/dev/null)" == PONG ]]; then return 0; fi
+			sleep 0.1
+		done
+		if kill -0 "$spid" 2>/dev/null; then
+			echo "cluster.sh: $name on port $_port not ready after 10 s" >&2
+			return 1
+		fi
+		if ! grep -q 'address already in use' "$tmp/$name.log"; then
+			echo "cluster.sh: $name on port $_port exited; log:" >&2
+			cat "$tmp/$name.log" >&2
+			return 1
+		fi
+		_port=$(free_port)
+	done
+	echo "cluster.sh: $name: no free port after 5 tries" >&2
+	return 1
 }
 
 # push PORTS... with RANGES...: the topology in which node i (of PORTS)
@@ -188,17 +198,16 @@ moved_replies() {
 bench() {
 	local out=$1
 	shift
-	timeout "$RUN_TIMEOUT" "${cli_pin[@]}" redis-benchmark -h 127.0.0.1 "$@" --csv >"$out" 2>"$out.err" &
+	timeout "$RUN_TIMEOUT" "${cli_pin[@]}" redis-benchmark -h 127.0.0.1 --csv "$@" >"$out" 2>"$out.err" &
 	bench_pids=($!)
 	if ! wait "${bench_pids[0]}"; then
 		bench_pids=()
 		return 1
 	fi
 	bench_pids=()
-	awk -F'"' 'NR==2 {print $4}' "$out"
+	awk -F'"' '$2 == "test" { getline; print $4; exit }' "$out"
 }
 
-now_ms() { date +%s%3N; }
 
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
@@ -222,8 +231,8 @@ if [[ " $PARTS " == *" slotcheck "* ]]; then
 	poff=$(free_port)
 	pon=$(free_port)
 	while [[ "$pon" == "$poff" ]]; do pon=$(free_port); done
-	start off "$poff"
-	start on "$pon" --cluster-enabled yes --cluster-config-file "$tmp/on-cluster.json"
+	start off poff
+	start on pon --cluster-enabled yes --cluster-config-file "$tmp/on-cluster.json"
 	onports=("$pon") onranges=("0-16383")
 	push_topology onports onranges
 	[[ "$(redis-cli -p "$pon" INFO cluster | tr -d '\r' | sed -n 's/^cluster_enabled://p')" == 1 ]] ||
@@ -264,23 +273,23 @@ if [[ " $PARTS " == *" spread "* ]]; then
 	echo
 	echo "== part B: the same load on one node with every slot, then spread over three nodes"
 	p1=$(free_port)
-	start single "$p1" --cluster-enabled yes --cluster-config-file "$tmp/single-cluster.json"
+	start single p1 --cluster-enabled yes --cluster-config-file "$tmp/single-cluster.json"
 	sports=("$p1") sranges=("0-16383")
 	push_topology sports sranges
 	ports=()
 	for i in 0 1 2; do
 		p=$(free_port)
 		while [[ " ${ports[*]} $p1 " == *" $p "* ]]; do p=$(free_port); done
+		start "node$i" p --cluster-enabled yes --cluster-config-file "$tmp/node$i-cluster.json"
 		ports+=("$p")
-		start "node$i" "$p" --cluster-enabled yes --cluster-config-file "$tmp/node$i-cluster.json"
 	done
 	ranges=("0-5460" "5461-10922" "10923-16383")
 	push_topology ports ranges
 
 	# Does redis-benchmark --cluster work with cellserver's CLUSTER NODES?
 	mode=cluster
-	if ! out=$(timeout 60 "${cli_pin[@]}" redis-benchmark -h 127.0.0.1 -p "${ports[0]}" --cluster -c 6 -n 3000 \
-		CL.THROTTLE 'probe:{tag}:__rand_int__' 15 30 60 --csv 2>&1) || ! grep -q '^"CL.THROTTLE' <<<"$out"; then
+	if ! out=$(timeout 60 "${cli_pin[@]}" redis-benchmark -h 127.0.0.1 -p "${ports[0]}" --cluster --csv -c 6 -n 3000 \
+		CL.THROTTLE 'probe:{tag}:__rand_int__' 15 30 60 2>&1) || ! grep -q '^"CL.THROTTLE' <<<"$out"; then
 		mode=per-node
 		echo "  redis-benchmark --cluster did not work with these nodes; running one redis-benchmark per node:"
 		sed 's/^/    /' <<<"$out" | head -10
@@ -306,9 +315,8 @@ if [[ " $PARTS " == *" spread "* ]]; then
 		printf '  round %d  one node        total %12s rps\n' "$round" "$rps"
 
 		# Three nodes.
-		declare -a c0=() m0=()
+		declare -a c0=() m0=() nrps=()
 		for i in 0 1 2; do c0[i]=$(throttle_calls "${ports[$i]}"); m0[i]=$(moved_replies "${ports[$i]}"); done
-		t0=$(now_ms)
 		if [[ $mode == cluster ]]; then
 			total=$(bench "$raw/B-r$round-three.csv" -p "${ports[0]}" --cluster -c "$CLIENTS" -n "$REQUESTS" -P "$PIPELINE" \
 				-r "$KEYSPACE" CL.THROTTLE 'key:{tag}:__rand_int__' 15 30 60) ||
@@ -327,19 +335,24 @@ if [[ " $PARTS " == *" spread "* ]]; then
 			for pid in "${bp[@]}"; do wait "$pid" || { echo "cluster.sh: a per-node redis-benchmark failed" >&2; exit 1; }; done
 			bench_pids=()
 			total=0
+			for i in 0 1 2; do
+				nrps[i]=$(awk -F'"' '$2 == "test" { getline; print $4; exit }' "$raw/B-r$round-node$i.csv")
+				total=$(awk -v a="$total" -v b="${nrps[$i]}" 'BEGIN { printf "%.0f", a + b }')
+			done
 		fi
-		t1=$(now_ms)
 		line="  round $round  three nodes "
-		sum=0
+		calls=() sumcalls=0
 		for i in 0 1 2; do
-			calls=$(($(throttle_calls "${ports[$i]}") - c0[i]))
-			moved=$(($(moved_replies "${ports[$i]}") - m0[i]))
-			nr=$(awk -v c="$calls" -v ms="$((t1 - t0))" 'BEGIN { printf "%.0f", c / (ms / 1000) }')
-			sum=$((sum + nr))
-			echo "node$i,$round,$nr,$calls,$moved" >>"$raw/B.csv"
-			line+=" node$i $nr rps (${calls} calls, $moved MOVED)"
+			calls[i]=$(($(throttle_calls "${ports[$i]}") - c0[i]))
+			sumcalls=$((sumcalls + calls[i]))
 		done
-		[[ $mode == cluster ]] || total=$sum
+		for i in 0 1 2; do
+			moved=$(($(moved_replies "${ports[$i]}") - m0[i]))
+			# --cluster: the node's share of the calls times the total.
+			[[ $mode == cluster ]] && nrps[i]=$(awk -v t="$total" -v c="${calls[$i]}" -v s="$sumcalls" 'BEGIN { printf "%.0f", t * c / s }')
+			echo "node$i,$round,${nrps[$i]},${calls[$i]},$moved" >>"$raw/B.csv"
+			line+=" node$i ${nrps[$i]} rps (${calls[$i]} calls, $moved MOVED)"
+		done
 		echo "three,$round,$total" >>"$raw/B.csv"
 		echo "$line  total $total rps"
 	done
@@ -352,8 +365,8 @@ if [[ " $PARTS " == *" spread "* ]]; then
 				"MOVED sent over all rounds: $(awk -F, -v n="node$i" '$1 == n {s += $5} END {print s + 0}' "$raw/B.csv")"
 		done
 		echo "  three nodes, total:     $(awk -F, '$1 == "three" {print $3}' "$raw/B.csv" | tr '\n' ' ' | median) rps"
-		echo "  (per node: CL.THROTTLE calls from INFO commandstats over the run's wall time; total: redis-benchmark's"
-		echo "   figure with --cluster, else the sum of the per-node runs)"
+		echo "  (with --cluster: total = redis-benchmark's rps, per node = the total times the node's share of the"
+		echo "   CL.THROTTLE calls in INFO commandstats; per-node mode: each node's redis-benchmark rps, total = their sum)"
 		echo "  all three servers share CPU 0: this shows the split and the cost of three processes on one core, not scaling"
 	} | tee "$tmp/partB.txt"
 fi
