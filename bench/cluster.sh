@@ -14,6 +14,8 @@
 #   PIPELINE     pipeline depth, -P (default 16)
 #   KEYSPACE     random key range, -r (default 100000)
 #   PARTS        "slotcheck spread" (default) or either one
+#   SPREAD_MODE  part B: "cluster" (default: redis-benchmark --cluster if it works)
+#                or "per-node" (one redis-benchmark per node)
 #   NOPIN=1      do not pin with taskset
 #   CELLSERVER_BIN  use this binary instead of building ./cmd/cellserver
 #   RUN_TIMEOUT  seconds after which one redis-benchmark run is abandoned (default 300)
@@ -287,12 +289,14 @@ if [[ " $PARTS " == *" spread "* ]]; then
 	push_topology ports ranges
 
 	# Does redis-benchmark --cluster work with cellserver's CLUSTER NODES?
-	mode=cluster
-	if ! out=$(timeout 60 "${cli_pin[@]}" redis-benchmark -h 127.0.0.1 -p "${ports[0]}" --cluster --csv -c 6 -n 3000 \
-		CL.THROTTLE 'probe:{tag}:__rand_int__' 15 30 60 2>&1) || ! grep -q '^"CL.THROTTLE' <<<"$out"; then
-		mode=per-node
-		echo "  redis-benchmark --cluster did not work with these nodes; running one redis-benchmark per node:"
-		sed 's/^/    /' <<<"$out" | head -10
+	mode=${SPREAD_MODE:-cluster}
+	if [[ $mode == cluster ]]; then
+		if ! out=$(timeout 60 "${cli_pin[@]}" redis-benchmark -h 127.0.0.1 -p "${ports[0]}" --cluster --csv -c 6 -n 3000 \
+			CL.THROTTLE 'probe:{tag}:__rand_int__' 15 30 60 2>&1) || ! grep -q '^"CL.THROTTLE' <<<"$out"; then
+			mode=per-node
+			echo "  redis-benchmark --cluster did not work with these nodes; running one redis-benchmark per node:"
+			sed 's/^/    /' <<<"$out" | head -10
+		fi
 	fi
 	echo "  mode: $mode"
 	# tags[i]: a hash tag whose slot node i owns (for the per-node mode).
@@ -367,7 +371,11 @@ if [[ " $PARTS " == *" spread "* ]]; then
 		echo "  three nodes, total:     $(awk -F, '$1 == "three" {print $3}' "$raw/B.csv" | tr '\n' ' ' | median) rps"
 		echo "  (with --cluster: total = redis-benchmark's rps, per node = the total times the node's share of the"
 		echo "   CL.THROTTLE calls in INFO commandstats; per-node mode: each node's redis-benchmark rps, total = their sum)"
-		echo "  all three servers share CPU 0: this shows the split and the cost of three processes on one core, not scaling"
+		if ((${#srv_pin[@]} > 0)); then
+			echo "  all servers share CPU 0, redis-benchmark runs on CPU 1: this shows the split, not scaling"
+		else
+			echo "  not pinned: servers and redis-benchmark share $(nproc) CPUs: this shows the split, not scaling"
+		fi
 	} | tee "$tmp/partB.txt"
 fi
 echo
