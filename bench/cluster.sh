@@ -27,7 +27,10 @@
 #   redis-benchmark -c 50 -P 16 -r 100000 CL.THROTTLE key:__rand_int__ 15 30 60
 # against both, the order alternating between rounds (off-on, on-off, ...)
 # so drift does not favour one. It prints each round's ratio on/off and the
-# ratio of the medians; the aim is >= 0.97.
+# ratio of the medians; the aim is >= 0.97. It also prints each server's
+# CPU time per request (/proc/PID/task/*/schedstat), whose ratio off/on is
+# what a CPU-bound node would show, and which other processes on the
+# machine disturb much less than requests/s.
 #
 # Part B, a load spread over three nodes: three cluster-mode nodes, each
 # owning a third of the slots, and the same load as one node with every
@@ -211,6 +214,10 @@ bench() {
 }
 
 
+# cpu_ns PID: CPU time the process's threads have used, in ns
+# (/proc/PID/task/*/schedstat, first field).
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f", s }'; }
+
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
@@ -234,7 +241,9 @@ if [[ " $PARTS " == *" slotcheck "* ]]; then
 	pon=$(free_port)
 	while [[ "$pon" == "$poff" ]]; do pon=$(free_port); done
 	start off poff
+	offpid=$spid
 	start on pon --cluster-enabled yes --cluster-config-file "$tmp/on-cluster.json"
+	onpid=$spid
 	onports=("$pon") onranges=("0-16383")
 	push_topology onports onranges
 	[[ "$(redis-cli -p "$pon" INFO cluster | tr -d '\r' | sed -n 's/^cluster_enabled://p')" == 1 ]] ||
@@ -242,22 +251,26 @@ if [[ " $PARTS " == *" slotcheck "* ]]; then
 	a=$(redis-cli -p "$poff" CL.THROTTLE bench:check 15 30 60 | tr '\n' ' ')
 	b=$(redis-cli -p "$pon" CL.THROTTLE bench:check 15 30 60 | tr '\n' ' ')
 	[[ "$a" == "$b" ]] || { echo "cluster.sh: replies differ: off [$a] on [$b]" >&2; exit 1; }
-	offs="" ons="" ratios=""
+	offs="" ons="" ratios="" offns="" onns="" nsratios=""
 	for round in $(seq "$ROUNDS"); do
 		order=(off on)
 		((round % 2 == 0)) && order=(on off)
 		for which in "${order[@]}"; do
-			port=$poff
-			[[ $which == on ]] && port=$pon
+			port=$poff pid=$offpid
+			[[ $which == on ]] && port=$pon pid=$onpid
+			c0=$(cpu_ns "$pid")
 			rps=$(bench "$raw/A-r$round-$which.csv" -p "$port" -c "$CLIENTS" -n "$REQUESTS" -P "$PIPELINE" -r "$KEYSPACE" "${throttle[@]}") ||
 				{ echo "cluster.sh: redis-benchmark failed ($which); see $raw/A-r$round-$which.csv.err" >&2; exit 1; }
-			printf '  round %d  cluster %-3s %12s rps\n' "$round" "$which" "$rps"
-			[[ $which == on ]] && on_rps=$rps || off_rps=$rps
+			ns=$(awk -v a="$c0" -v b="$(cpu_ns "$pid")" -v n="$REQUESTS" 'BEGIN { printf "%.0f", (b - a) / n }')
+			printf '  round %d  cluster %-3s %12s rps  %5s ns server CPU/request\n' "$round" "$which" "$rps" "$ns"
+			if [[ $which == on ]]; then on_rps=$rps on_ns=$ns; else off_rps=$rps off_ns=$ns; fi
 		done
-		offs+=" $off_rps" ons+=" $on_rps"
+		offs+=" $off_rps" ons+=" $on_rps" offns+=" $off_ns" onns+=" $on_ns"
 		ratios+=" $(awk -v a="$on_rps" -v b="$off_rps" 'BEGIN { printf "%.3f", a / b }')"
+		nsratios+=" $(awk -v a="$on_ns" -v b="$off_ns" 'BEGIN { printf "%.3f", b / a }')"
 	done
 	moff=$(median <<<"$offs") mon=$(median <<<"$ons")
+	moffns=$(median <<<"$offns") monns=$(median <<<"$onns")
 	errs_on=$(info_field "$pon" stats total_error_replies)
 	errs_off=$(info_field "$poff" stats total_error_replies)
 	{
@@ -266,6 +279,8 @@ if [[ " $PARTS " == *" slotcheck "* ]]; then
 		echo "  median rps: cluster off $moff, cluster on (all slots) $mon"
 		echo "  ratio of medians on/off: $(awk -v a="$mon" -v b="$moff" 'BEGIN { printf "%.3f", a / b }') (aim >= 0.97)"
 		echo "  per-round ratios on/off:$ratios"
+		echo "  median server CPU per request: off $moffns ns, on $monns ns; ratio off/on $(awk -v a="$moffns" -v b="$monns" 'BEGIN { printf "%.3f", a / b }')"
+		echo "    (the throughput ratio a CPU-bound node would show; per round:$nsratios)"
 		echo "  error replies: off ${errs_off:-?}, on ${errs_on:-?}"
 	} | tee "$tmp/partA.txt"
 	cleanup
