@@ -88,7 +88,7 @@ cli() {
 	timeout "$call_timeout" redis-cli --raw -h "$h" -p "$p" "$@"
 }
 
-master_name= to_addr= from_addr= read_from= mode=failover
+master_name= role= to_addr= from_addr= read_from= mode=failover
 if [[ "${1:-}" == --sync ]]; then
 	mode=sync
 	if [[ $# -eq 3 ]]; then
@@ -99,6 +99,7 @@ if [[ "${1:-}" == --sync ]]; then
 else
 	[[ $# -eq 7 ]] || usage
 	master_name=$1
+	role=$2
 	from_addr="$4:$5"
 	to_addr="$6:$7"
 	[[ "$5" =~ ^[0-9]+$ && "$7" =~ ^[0-9]+$ ]] || usage
@@ -109,12 +110,12 @@ for tool in redis-cli awk timeout; do
 done
 
 # One run at a time on this host: a later run reads a newer Sentinel view.
-if command -v flock >/dev/null; then
-	exec 9>>"${TMPDIR:-/tmp}/cellserver-cluster-reconfig.lock"
+lock="${TMPDIR:-/tmp}/cellserver-cluster-reconfig.lock"
+if command -v flock >/dev/null && { exec 9>>"$lock"; } 2>/dev/null; then
 	flock -w 30 9 || log "lock not taken after 30 s; going on"
 fi
 
-log "start: mode=$mode master-name=${master_name:--} role=${2:--} from=${from_addr:--} to=${to_addr:--} sentinel=$sentinel"
+log "start: mode=$mode master-name=${master_name:--} role=${role:--} from=${from_addr:--} to=${to_addr:--} sentinel=$sentinel"
 
 # 1. The layout, from CLUSTER NODES of the first node that answers.
 nodes_txt= layout_from=
