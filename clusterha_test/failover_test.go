@@ -141,12 +141,7 @@ func TestPerShardSentinelFailover(t *testing.T) {
 		if err := os.WriteFile(n.conf, []byte(conf), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		bp, _, err := binproc.Launch(binPath, "--addr", n.addr, "--config", n.conf,
-			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(n.dir, "cluster.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		n.p = fromBinproc(t, n.name, bp)
+		launch(t, n)
 		nodes = append(nodes, n)
 	}
 	t.Cleanup(func() {
@@ -398,10 +393,44 @@ func TestPerShardSentinelFailover(t *testing.T) {
 	if runs == 0 || !strings.Contains(string(b), "pushed to "+nodes[1].addr+": OK") {
 		t.Errorf("the script's log shows %d runs and no push to node-1:\n%s", runs, b)
 	}
+	// The killed primary comes back with the topology it had (its cluster
+	// config file): it still names itself shard-0's master until
+	// cluster-reconfig.sh --sync pushes the current one.
+	launch(t, nodes[0])
+	waitFor(t, 20*time.Second, "node-0 is back", func() (bool, string) {
+		if !nodes[0].p.alive() {
+			t.Fatalf("node-0 exited: %v\n%s", nodes[0].p.err, nodes[0].p.logs)
+		}
+		m, err := nodes[0].slotMaster(ctx, 0)
+		return err == nil, fmt.Sprint(m, err)
+	})
+	stale, _ := nodes[0].slotMaster(ctx, 0)
+	t.Logf("node-0 restarted naming %s as slot 0's master (itself: %v)", stale, stale == nodes[0].addr)
+	code, out := runScript(t, []string{"CELLSERVER_SENTINEL=" + addrOf(ports[4])}, "--sync", "127.0.0.1", strconv.Itoa(nodes[1].port))
+	if code != 0 {
+		t.Fatalf("cluster-reconfig.sh --sync: exit %d\n%s", code, out)
+	}
+	for _, n := range nodes {
+		if m, err := n.slotMaster(ctx, 0); err != nil || m != nodes[1].addr {
+			t.Errorf("after --sync, %s: slot 0 master %q (%v), want node-1 %s", n.name, m, err, nodes[1].addr)
+		}
+	}
 	t.Logf("shard-0: %d ok, %d errors; shard-1: %d ok, %d errors; sentinels switched %v after the kill, "+
 		"topology on every live node after %v, client's first shard-0 success after %v; script runs: %d; total %v",
 		ok[0].Load(), errs[0].Load(), ok[1].Load(), errs[1].Load(), switched.Round(time.Millisecond),
 		pushed.Round(time.Millisecond), recoveredAfter.Round(time.Millisecond), runs, time.Since(start).Round(time.Millisecond))
+}
+
+// launch starts n in cluster mode from its config file, keeping its
+// topology in its directory's cluster.json.
+func launch(t *testing.T, n *cnode) {
+	t.Helper()
+	bp, _, err := binproc.Launch(binPath, "--addr", n.addr, "--config", n.conf,
+		"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(n.dir, "cluster.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.p = fromBinproc(t, n.name, bp)
 }
 
 // waitReplicaOf waits until n reports role:slave of primary, link up.
