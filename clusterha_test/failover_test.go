@@ -119,6 +119,9 @@ func TestPerShardSentinelFailover(t *testing.T) {
 	needSentinel(t)
 	needClusterMode(t)
 	start := time.Now()
+	// Every wait below ends within 55 s of the start (about 6 s when all
+	// goes well).
+	setBudget(t, 55*time.Second)
 	ctx := context.Background()
 	root := t.TempDir()
 	script := scriptPath(t)
