@@ -232,7 +232,9 @@ func TestReconfigScript(t *testing.T) {
 	dead.Close()
 	fb, fc, fd, sent := newFakeNode(t), newFakeNode(t), newFakeNode(t), newFakeNode(t)
 	b, c, d := fb.addr, fc.addr, fd.addr
-	ids := map[string]string{a: strings.Repeat("a", 40), b: strings.Repeat("b", 40), c: strings.Repeat("c", 40), d: strings.Repeat("d", 40)}
+	// Ids need not be 40 hex digits (--cluster-node-id takes any printable
+	// id); one has a quote that the JSON must escape.
+	ids := map[string]string{a: strings.Repeat("a", 40), b: `node-"b"`, c: strings.Repeat("c", 40), d: "d"}
 	ranges := []string{"0-8191", "8192-16000 16001 16002-16383"}
 	before := clusterNodesText([][]string{{a, b}, {c, d}}, ranges, ids)
 	env := []string{"CELLSERVER_SENTINEL=" + sent.addr}
@@ -387,7 +389,7 @@ func TestReconfigScript(t *testing.T) {
 		}
 		sent.set("", sentinelMasters(map[string]string{"shard-0": a, "shard-1": c}), "")
 		code, out := runScript(t, append(env, "CELLSERVER_RECONFIG_DRYRUN=1"), failoverArgs("shard-0", "leader", a, b)...)
-		if code != 0 || !strings.Contains(out, `"master":{"id":"`+ids[b]) {
+		if code != 0 || !strings.Contains(out, `"master":{"id":"node-\"b\""`) {
 			t.Fatalf("exit %d\n%s", code, out)
 		}
 		for _, f := range []*fakeNode{fb, fc, fd} {

@@ -78,7 +78,7 @@ usage() {
 	exit 2
 }
 
-# hostport HOST:PORT -> "HOST PORT" (the port is after the last colon).
+# split_addr HOST:PORT -> "HOST PORT" (the port is after the last colon).
 split_addr() { echo "${1%:*} ${1##*:}"; }
 
 # cli HOST PORT ARGS...: one redis-cli call with a deadline, raw output.
@@ -121,7 +121,7 @@ log "start: mode=$mode master-name=${master_name:--} role=${role:--} from=${from
 nodes_txt= layout_from=
 for a in $to_addr $read_from ${CELLSERVER_SEEDS:-} $from_addr; do
 	read -r h p <<<"$(split_addr "$a")"
-	if out=$(cli "$h" "$p" CLUSTER NODES 2>/dev/null) && [[ "$out" =~ [0-9a-f]{40} ]]; then
+	if out=$(cli "$h" "$p" CLUSTER NODES 2>/dev/null) && [[ "$out" == *" connected"* ]]; then
 		nodes_txt=$out layout_from=$a
 		break
 	fi
@@ -155,9 +155,10 @@ topology=$(awk -v to="$to_addr" -v smasters="$sentinel_masters" '
 function addr_of(f,   a) { a = f; sub(/@.*/, "", a); return a }
 function ipof(a) { return substr(a, 1, match(a, /:[0-9]+$/) - 1) }
 function portof(a) { return substr(a, match(a, /:[0-9]+$/) + 1) }
-function node_json(i) { return sprintf("{\"id\":\"%s\",\"ip\":\"%s\",\"port\":%d}", id[i], ipof(addr[i]), portof(addr[i])) }
+function jstr(v) { gsub(/\\/, "\\\\", v); gsub(/"/, "\\\"", v); return v }
+function node_json(i) { return sprintf("{\"id\":\"%s\",\"ip\":\"%s\",\"port\":%d}", jstr(id[i]), jstr(ipof(addr[i])), portof(addr[i])) }
 BEGIN { n = split(smasters, sm, " "); for (i = 1; i <= n; i++) is_sm[sm[i]] = 1 }
-NF >= 8 && length($1) == 40 && $1 ~ /^[0-9a-f]+$/ {
+NF >= 8 && $2 ~ /:[0-9]+@/ && $8 == "connected" {
 	k++
 	id[k] = $1; addr[k] = addr_of($2); master_of[k] = $4
 	if ($3 ~ /(^|,)master(,|$)/) {
