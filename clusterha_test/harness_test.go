@@ -1,0 +1,222 @@
+// Package clusterha_test runs the per-shard Sentinel recipe of the README
+// ("Cluster", failover per shard) with real processes on 127.0.0.1: two
+// shards of cellserver nodes in cluster mode, each a primary and a
+// replica (REPLICAOF), three redis-sentinel processes (Debian
+// redis-sentinel 7.0.15) monitoring shard-0 and shard-1 with
+// scripts/cluster-reconfig.sh as client-reconfig-script, and a go-redis
+// ClusterClient load. It also checks the script alone against fake nodes
+// (script_test.go), which needs only redis-cli.
+package clusterha_test
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cellserver/cellserver/internal/binproc"
+)
+
+var (
+	binPath  string
+	buildErr error
+	// clusterOnce probes, once, whether the built cellserver knows
+	// --cluster-enabled.
+	clusterOnce sync.Once
+	clusterErr  error
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	var cleanup func()
+	if !testing.Short() {
+		if _, err := exec.LookPath("redis-sentinel"); err == nil {
+			// CELLSERVER_BIN: test this binary instead of building one.
+			if binPath = os.Getenv("CELLSERVER_BIN"); binPath == "" {
+				binPath, cleanup, buildErr = binproc.Build()
+			}
+		}
+	}
+	code := m.Run()
+	if cleanup != nil {
+		cleanup()
+	}
+	os.Exit(code)
+}
+
+// needSentinel skips the test without the redis-sentinel binary (Debian
+// redis-sentinel; scripts/ensure-tools.sh installs it, CI has it).
+func needSentinel(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs redis-sentinel and cellserver processes")
+	}
+	if _, err := exec.LookPath("redis-sentinel"); err != nil {
+		t.Skip("redis-sentinel not installed (Debian redis-sentinel; scripts/ensure-tools.sh installs it)")
+	}
+	needRedisCLI(t)
+}
+
+// needClusterMode fails on a build error and skips, saying why, when the
+// built cellserver has no --cluster-enabled option (cluster mode not in
+// this build yet).
+func needClusterMode(t *testing.T) {
+	t.Helper()
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	clusterOnce.Do(func() {
+		out, err := exec.Command(binPath, "--help").CombinedOutput()
+		if err != nil {
+			clusterErr = fmt.Errorf("cellserver --help: %v\n%s", err, out)
+			return
+		}
+		if !strings.Contains(string(out), "--cluster-enabled") {
+			clusterErr = errNoClusterMode
+		}
+	})
+	if clusterErr == errNoClusterMode {
+		t.Skip("this cellserver build has no --cluster-enabled option (cluster mode not in this build)")
+	}
+	if clusterErr != nil {
+		t.Fatal(clusterErr)
+	}
+}
+
+var errNoClusterMode = fmt.Errorf("no --cluster-enabled")
+
+// freePorts returns n distinct loopback ports that were free a moment ago.
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}
+
+func addrOf(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
+// proc is one process the test started; only these are ever killed.
+type proc struct {
+	name   string
+	cmd    *exec.Cmd
+	logs   *binproc.Logs
+	exited chan struct{}
+	err    error // Wait's result, valid once exited is closed
+}
+
+// startProc starts argv with env added to the test's environment, its
+// stdout and stderr kept in logs.
+func startProc(t *testing.T, name string, env []string, argv ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, logs: &binproc.Logs{}, exited: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			p.logs.Add(sc.Text())
+		}
+		io.Copy(io.Discard, out)
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(p.kill)
+	return p
+}
+
+// fromBinproc adopts a process binproc.Launch started.
+func fromBinproc(t *testing.T, name string, bp *binproc.Proc) *proc {
+	p := &proc{name: name, cmd: bp.Cmd, logs: bp.Logs, exited: make(chan struct{})}
+	go func() {
+		<-bp.Exited
+		p.err = bp.Err
+		close(p.exited)
+	}()
+	t.Cleanup(p.kill)
+	return p
+}
+
+// kill sends SIGKILL to the process (by its PID) and waits until it is
+// gone; it does nothing if the process already exited.
+func (p *proc) kill() {
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Kill()
+	select {
+	case <-p.exited:
+	case <-time.After(20 * time.Second):
+	}
+}
+
+func (p *proc) alive() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// budgetEnd, when set, bounds every waitFor of the running test: the
+// whole test then ends in bounded time whichever wait fails.
+var budgetEnd time.Time
+
+// setBudget bounds the rest of the test's waits to d from now.
+func setBudget(t *testing.T, d time.Duration) {
+	budgetEnd = time.Now().Add(d)
+	t.Cleanup(func() { budgetEnd = time.Time{} })
+}
+
+// waitFor polls cond every 50 ms until it holds, failing the test with
+// cond's last explanation after timeout (or at the test's budget).
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	if !budgetEnd.IsZero() {
+		timeout = min(timeout, max(time.Until(budgetEnd), 0))
+	}
+	binproc.WaitFor(t, timeout, 50*time.Millisecond, what, cond)
+}
+
+// infoFields parses an INFO reply into its fields.
+func infoFields(s string) map[string]string {
+	m := map[string]string{}
+	for _, line := range strings.Split(s, "\r\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
