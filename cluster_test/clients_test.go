@@ -588,13 +588,7 @@ func nodeLoss(t *testing.T, c *cluster) {
 
 	// Placement on the survivors: the dead node's slots now hold exactly
 	// the keys called since the push.
-	c.mu.Lock()
-	for s := range c.perSlt {
-		if oldOwner[s] == dead {
-			c.perSlt[s] = 0
-		}
-	}
-	c.mu.Unlock()
+	c.lostSlots(func(s uint16) bool { return oldOwner[s] == dead })
 	var since []string
 	for _, k := range append(ks, gk...) {
 		if oldOwner[keyslot.Of([]byte(k))] == dead {
