@@ -1,10 +1,12 @@
 package cluster_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/binproc"
 	"github.com/cellserver/cellserver/keyslot"
 	"github.com/redis/go-redis/v9"
 )
@@ -451,60 +454,111 @@ func ioredisCluster(t *testing.T, c *cluster, prefix string, keyed bool) {
 }
 
 // nodeLoss kills node3 (SIGKILL by its PID): only its slots may fail.
-// Then the topology giving its slots to node1 and node2 is pushed; a
-// ClusterClient with a short ClusterStateReloadInterval must follow
-// within a bounded wait, keys that did not move must stay at their limit,
-// and keys that moved start fresh on their new owner.
+// Then the topology giving its slots to node1 and node2 is pushed and the
+// clients must follow within a bounded wait: go-redis with a short
+// ClusterStateReloadInterval, go-redis with the default interval told to
+// ReloadState, redis-py and ioredis (each with its slot map from before
+// the kill). Keys that did not move stay at their limit; keys that moved
+// start fresh on their new owner (soft state).
 func nodeLoss(t *testing.T, c *cluster) {
 	const dead = 2
 	live := []int{0, 1}
 	ks := keys("loss", 3000)
+	c.wrote(ks)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.seeds(),
-		DialTimeout: 500 * time.Millisecond, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
-		MaxRedirects: 1, DialerRetries: 1, MinRetryBackoff: -1, MaxRetryBackoff: -1,
-		ClusterStateReloadInterval: 500 * time.Millisecond})
+	opts := func() *redis.ClusterOptions {
+		return &redis.ClusterOptions{Addrs: c.seeds(),
+			DialTimeout: 500 * time.Millisecond, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
+			MaxRedirects: 1, DialerRetries: 1, MinRetryBackoff: -1, MaxRetryBackoff: -1}
+	}
+	o := opts()
+	o.ClusterStateReloadInterval = 500 * time.Millisecond
+	cl := redis.NewClusterClient(o)
 	defer cl.Close()
-	call := func(k string) error {
+	// call makes one call on k: whether it was admitted, or the error.
+	call := func(cl *redis.ClusterClient, k string) (bool, error) {
 		v, err := cl.Do(ctx, c.f.cmd(k)...).Result()
 		if err != nil {
-			return err
+			return false, err
 		}
-		ok, err := c.f.admitted(v)
-		if err == nil && !ok {
-			err = fmt.Errorf("refused")
-		}
-		return err
+		return c.f.admitted(v)
 	}
-	// Every key once before the loss.
-	for _, k := range ks {
-		if err := call(k); err != nil {
-			t.Fatalf("before the loss, %s: %v", k, err)
+	// Every key to its limit before the loss (pipelined by slot).
+	for b := 0; b < len(ks); b += 500 {
+		cmds, err := cl.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range ks[b:min(b+500, len(ks))] {
+				for range limit {
+					p.Do(ctx, c.f.cmd(k)...)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("before the loss: %v", err)
+		}
+		for _, cmd := range cmds {
+			if ok, err := c.f.admitted(cmd.(*redis.Cmd).Val()); !ok || err != nil {
+				t.Fatalf("before the loss, %v: not admitted (%v)", cmd.Args(), err)
+			}
 		}
 	}
-	c.wrote(ks)
+	// A second client with the default reload interval (60 s), told to
+	// ReloadState after the push.
+	cl2 := redis.NewClusterClient(opts())
+	defer cl2.Close()
+	if err := cl2.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	fols := startFollowers(t, c)
+	for _, f := range fols {
+		f.expect(t, "ready")
+		c.wrote(keys(f.prefix, followKeys))
+	}
 
 	c.nodes[dead].p.kill()
 	t.Logf("killed %s (pid %d)", c.nodes[dead].name, c.nodes[dead].p.cmd.Process.Pid)
-	okBy, errBy := map[int]int{}, map[int]int{}
+	servedBy, errBy, admittedLive := map[int]int{}, map[int]int{}, 0
 	var firstErr error
 	for _, k := range ks {
 		o := c.ownerOf(k)
-		if err := call(k); err != nil {
+		ok, err := call(cl, k)
+		if err != nil {
 			errBy[o]++
 			if firstErr == nil {
 				firstErr = err
 			}
-		} else {
-			okBy[o]++
+			continue
+		}
+		servedBy[o]++
+		if ok {
+			admittedLive++
 		}
 	}
 	logged, firstLog := clientLog.count()
-	t.Logf("after the kill: admitted by owner %v, failed by owner %v (first error: %v; go-redis logged %d lines, first: %s)",
-		okBy, errBy, firstErr, logged, firstLog)
-	if okBy[dead] != 0 || errBy[0] != 0 || errBy[1] != 0 || okBy[0]+okBy[1]+errBy[dead] != len(ks) {
+	t.Logf("go-redis after the kill: served by owner %v, failed by owner %v (first error: %v; go-redis logged %d lines, first: %s)",
+		servedBy, errBy, firstErr, logged, firstLog)
+	if servedBy[dead] != 0 || errBy[0] != 0 || errBy[1] != 0 || servedBy[0]+servedBy[1]+errBy[dead] != len(ks) {
 		t.Fatalf("only %s's keys may fail", c.nodes[dead].name)
+	}
+	if admittedLive != 0 {
+		t.Errorf("after the kill, %d keys at their limit on live nodes were admitted again", admittedLive)
+	}
+	for _, f := range fols {
+		f.send(t, "killed "+c.nodes[dead].addr)
+		r := f.expect(t, "killed")
+		wantDead := 0
+		for _, k := range keys(f.prefix, followKeys) {
+			if c.ownerOf(k) == dead {
+				wantDead++
+			}
+		}
+		t.Logf("%s after the kill: %v live keys served, %v of %v dead-node keys tried failed (%v)", f.name,
+			r["liveOk"], r["deadFailed"], r["deadTried"], r["firstDeadError"])
+		if r["deadKeys"] != float64(wantDead) || r["liveOk"] != float64(followKeys-wantDead) ||
+			r["deadFailed"] != r["deadTried"] || r["deadTried"] == float64(0) {
+			t.Errorf("%s after the kill: %v; want %d live keys served and only the %d dead-node keys failing", f.name, r, followKeys-wantDead, wantDead)
+		}
 	}
 
 	// The dead node's range, split between the survivors.
@@ -514,67 +568,104 @@ func nodeLoss(t *testing.T, c *cluster) {
 	pushed := time.Now()
 	c.f.push(t, c, newTop, live)
 	oldOwner := c.owner
+	wasDead := func(k string) bool { return oldOwner[keyslot.Of([]byte(k))] == dead }
 	c.setTop(newTop)
 	c.checkTopology(live)
-	var pending []string
+	t.Logf("topology pushed and agreed by the survivors in %v", time.Since(pushed).Round(time.Millisecond))
+	for _, f := range fols {
+		f.send(t, "pushed")
+	}
+	var pending, movedKeys []string
 	for _, k := range ks {
-		if oldOwner[keyslot.Of([]byte(k))] == dead {
+		if wasDead(k) {
 			pending = append(pending, k)
 		}
 	}
-	moved := len(pending)
+	movedKeys = pending
 	var last error
+	refusedFresh := 0
 	deadline := pushed.Add(15 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	for len(pending) > 0 && time.Now().Before(deadline) {
 		var still []string
 		for _, k := range pending {
-			if err := call(k); err != nil {
+			ok, err := call(cl, k)
+			if err != nil {
 				still = append(still, k)
 				last = err
+			} else if !ok {
+				refusedFresh++
 			}
 		}
 		pending = still
-	}
-	if len(pending) > 0 {
-		t.Fatalf("%d of %d moved keys still failing 15 s after the push; last error: %v", len(pending), moved, last)
-	}
-	t.Logf("go-redis (ClusterStateReloadInterval 500ms) served all %d moved keys %v after the push; servers sent %d MOVED",
-		moved, time.Since(pushed).Round(time.Millisecond), c.moved(live)-before)
-
-	// Keys that did not move keep their state: goredis's keys, all at
-	// their limit, are refused on the survivors; those that moved start
-	// fresh (soft state) and are admitted once.
-	var stayedAdmitted, movedRefused int
-	gk := keys("gr", nKeys)
-	var fresh []string
-	for _, k := range gk {
-		err := call(k)
-		if oldOwner[keyslot.Of([]byte(k))] == dead {
-			fresh = append(fresh, k)
-			if err != nil {
-				movedRefused++
-			}
-		} else if err == nil {
-			stayedAdmitted++
-		} else if err.Error() != "refused" {
-			t.Fatalf("%s: %v", k, err)
+		if len(pending) > 0 {
+			<-tick.C
 		}
 	}
-	t.Logf("after the push: %d keys that stayed admitted (want 0), %d keys that moved refused (want 0, they restart)",
-		stayedAdmitted, movedRefused)
-	if stayedAdmitted != 0 || movedRefused != 0 {
-		t.Errorf("limits after the push: %d stayed keys admitted beyond their limit, %d moved keys refused", stayedAdmitted, movedRefused)
+	if len(pending) > 0 {
+		t.Fatalf("%d of %d moved keys still failing 15 s after the push; last error: %v", len(pending), len(movedKeys), last)
+	}
+	t.Logf("go-redis (ClusterStateReloadInterval 500ms) served all %d moved keys %v after the push",
+		len(movedKeys), time.Since(pushed).Round(time.Millisecond))
+	if refusedFresh != 0 {
+		t.Errorf("%d moved keys refused on their new owner, want each to start fresh", refusedFresh)
+	}
+	// Keys that did not move keep their state: still refused.
+	readmitted := 0
+	for _, k := range ks {
+		if !wasDead(k) {
+			if ok, err := call(cl, k); err != nil {
+				t.Fatalf("%s after the push: %v", k, err)
+			} else if ok {
+				readmitted++
+			}
+		}
+	}
+	t.Logf("after the push: %d of %d keys that did not move admitted beyond their limit (want 0)", readmitted, len(ks)-len(movedKeys))
+	if readmitted != 0 {
+		t.Errorf("%d keys that did not move were admitted beyond their limit after the push", readmitted)
 	}
 
+	reload := time.Now()
+	cl2.ReloadState(ctx) // asynchronous in go-redis
+	k2 := movedKeys[0]
+	binproc.WaitFor(t, 10*time.Second, 10*time.Millisecond, "go-redis to reload after ReloadState", func() (bool, string) {
+		_, err := call(cl2, k2)
+		return err == nil, fmt.Sprint(err)
+	})
+	t.Logf("go-redis (default reload interval) served a moved key %v after ReloadState", time.Since(reload).Round(time.Millisecond))
+	failed2 := 0
+	for _, k := range keys("loss2", 1000) {
+		if _, err := call(cl2, k); err != nil {
+			failed2++
+			last = err
+		}
+	}
+	if failed2 > 0 {
+		t.Errorf("go-redis after ReloadState: %d of 1000 new keys failed; last: %v", failed2, last)
+	}
+	for _, f := range fols {
+		r := f.expect(t, "followed")
+		t.Logf("%s: served all %v moved keys %v ms after the push (%v errors on the way, last: %s)",
+			f.name, r["served"], r["ms"], r["errors"], r["lastError"])
+		if r["pending"] != float64(0) {
+			t.Errorf("%s did not follow the push within 15 s: %v", f.name, r)
+		}
+		f.wait(t)
+	}
+	t.Logf("servers sent %d MOVED since the push", c.moved(live)-before)
+
 	// redis-cli -c through node1 reaches a moved key now owned by node2.
-	for _, k := range fresh {
+	for _, k := range movedKeys {
 		if c.ownerOf(k) == 1 {
 			args := []string{"-c", "-h", "127.0.0.1", "-p", fmt.Sprint(c.nodes[0].port)}
 			for _, a := range c.f.cmd(k) {
 				args = append(args, fmt.Sprint(a))
 			}
 			out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput()
-			// The second call on the key: INCR gives 2; CL.THROTTLE admits.
+			// The key's second call since it moved: INCR gives 2;
+			// CL.THROTTLE admits it.
 			first, _, _ := strings.Cut(string(out), "\n")
 			want := map[string]string{"incr": "2", "throttle": "0"}[c.f.mode]
 			if err != nil || first != want {
@@ -590,11 +681,122 @@ func nodeLoss(t *testing.T, c *cluster) {
 	// the keys called since the push.
 	c.lostSlots(func(s uint16) bool { return oldOwner[s] == dead })
 	var since []string
-	for _, k := range append(ks, gk...) {
-		if oldOwner[keyslot.Of([]byte(k))] == dead {
+	all := ks
+	for _, f := range fols {
+		all = append(all, keys(f.prefix, followKeys)...)
+	}
+	for _, k := range all {
+		if wasDead(k) {
 			since = append(since, k)
 		}
 	}
 	c.wrote(since)
+	c.wrote(keys("loss2", 1000)) // written after the push
 	c.checkPlacement(live)
+}
+
+// followKeys is how many keys each follower (redis-py, ioredis) runs in
+// nodeLoss.
+const followKeys = 1000
+
+// follower is a client script in follow mode: it answers JSON lines
+// ("phase" ready, killed, followed) to lines the test writes on its stdin.
+type follower struct {
+	name, prefix string
+	cmd          *exec.Cmd
+	in           io.WriteCloser
+	lines        chan string
+	stderr       *bytes.Buffer
+}
+
+// startFollowers starts redis-py and ioredis in follow mode (those that
+// are installed), each seeded with node1.
+func startFollowers(t *testing.T, c *cluster) []*follower {
+	var fs []*follower
+	args := func(prefix string) []string {
+		return []string{"127.0.0.1", fmt.Sprint(c.nodes[0].port), prefix, fmt.Sprint(followKeys), fmt.Sprint(calls), c.f.mode, fmt.Sprint(burst)}
+	}
+	if py := pythonWithRedis(); py != "" {
+		fs = append(fs, startFollower(t, "redis-py", "lpy", "testdata", py, append(append([]string{"redispy_cluster.py"}, args("lpy")...), "follow")...))
+	} else {
+		t.Log("redis-py follower skipped: no python3 with redis.cluster")
+	}
+	if dir, why := ioredisDir(); why == "" {
+		fs = append(fs, startFollower(t, "ioredis", "lio", dir, "node", append(append([]string{"iocluster.js"}, args("lio")...), "true", "follow")...))
+	} else {
+		t.Log("ioredis follower skipped: " + why)
+	}
+	return fs
+}
+
+func startFollower(t *testing.T, name, prefix, dir, bin string, args ...string) *follower {
+	f := &follower{name: name, prefix: prefix, lines: make(chan string, 8), stderr: &bytes.Buffer{}}
+	f.cmd = exec.Command(bin, args...)
+	f.cmd.Dir = dir
+	f.cmd.Stderr = f.stderr
+	var err error
+	if f.in, err = f.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := f.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.cmd.Start(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		f.in.Close()
+		_ = f.cmd.Process.Kill()
+	})
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			f.lines <- sc.Text()
+		}
+		close(f.lines)
+	}()
+	return f
+}
+
+func (f *follower) send(t *testing.T, line string) {
+	if _, err := io.WriteString(f.in, line+"\n"); err != nil {
+		t.Fatalf("%s: %v", f.name, err)
+	}
+}
+
+// expect reads the follower's next line (30 s at most), which must be
+// phase's JSON object.
+func (f *follower) expect(t *testing.T, phase string) map[string]any {
+	t.Helper()
+	select {
+	case line, ok := <-f.lines:
+		var r map[string]any
+		if !ok || json.Unmarshal([]byte(line), &r) != nil || r["phase"] != phase {
+			_ = f.cmd.Process.Kill()
+			_ = f.cmd.Wait()
+			t.Fatalf("%s: want phase %s, got %q (exited: %v)\n%s", f.name, phase, line, !ok, f.stderr)
+		}
+		return r
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: no %s line within 30 s\n%s", f.name, phase, f.stderr)
+	}
+	return nil
+}
+
+// wait waits for the follower to exit on its own (10 s at most).
+func (f *follower) wait(t *testing.T) {
+	t.Helper()
+	f.in.Close()
+	done := make(chan error, 1)
+	go func() { done <- f.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("%s: %v\n%s", f.name, err, f.stderr)
+		}
+	case <-time.After(10 * time.Second):
+		_ = f.cmd.Process.Kill()
+		t.Errorf("%s did not exit", f.name)
+	}
 }
