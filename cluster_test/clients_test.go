@@ -102,6 +102,7 @@ func goRedisClients(t *testing.T, c *cluster, prefix string) {
 	ks := keys(prefix, nKeys)
 	c.wrote(ks)
 	before := c.moved(allNodes())
+	commands := c.commandCalls()
 	admitted := make([]int32, len(ks))
 	var errs atomic.Int64
 	var firstErr atomic.Value
@@ -146,6 +147,13 @@ func goRedisClients(t *testing.T, c *cluster, prefix string) {
 	}
 	checkHist(t, "go-redis "+redis.Version(), histogram(admitted), len(ks))
 	checkMoved(t, c, "go-redis "+redis.Version(), before, 0)
+	// go-redis from v9.18 asks COMMAND (once per client while it
+	// succeeds) to learn where a command's key is.
+	if n := c.commandCalls() - commands; n > nodes {
+		t.Errorf("go-redis %s: %d COMMAND calls for %d clients", redis.Version(), n, nodes)
+	} else {
+		t.Logf("go-redis %s: %d COMMAND calls for %d clients", redis.Version(), n, nodes)
+	}
 	c.checkPlacement(allNodes())
 }
 
@@ -180,6 +188,7 @@ func goRedis917(t *testing.T, c *cluster, prefix string) {
 	}
 	c.wrote(keys(prefix, nKeys))
 	before := c.moved(allNodes())
+	commands := c.commandCalls()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, gr917Bin, "-seeds", strings.Join(c.seeds(), ","), "-prefix", prefix,
@@ -193,6 +202,12 @@ func goRedis917(t *testing.T, c *cluster, prefix string) {
 	}
 	res.check(t, "go-redis "+res.Version, nKeys)
 	checkMoved(t, c, "go-redis "+res.Version, before, 0)
+	// v9.17 routes by argv[1] and never asks COMMAND.
+	if n := c.commandCalls() - commands; n != 0 {
+		t.Errorf("go-redis %s: %d COMMAND calls, want 0", res.Version, n)
+	} else {
+		t.Logf("go-redis %s: 0 COMMAND calls", res.Version)
+	}
 	c.checkPlacement(allNodes())
 }
 

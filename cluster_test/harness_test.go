@@ -416,19 +416,33 @@ func (c *cluster) checkTopology(live []int) {
 // moved sums errorstat_MOVED over the nodes listed.
 func (c *cluster) moved(live []int) int {
 	c.t.Helper()
+	return c.infoSum(live, "errorstats", "errorstat_MOVED:count=")
+}
+
+// commandCalls sums the calls of bare COMMAND (what go-redis and redis-py
+// send to learn key positions) over every node.
+func (c *cluster) commandCalls() int {
+	c.t.Helper()
+	return c.infoSum(allNodes(), "commandstats", "cmdstat_command:calls=")
+}
+
+// infoSum sums the number after prefix in INFO section over the nodes
+// listed.
+func (c *cluster) infoSum(live []int, section, prefix string) int {
+	c.t.Helper()
 	total := 0
 	for _, i := range live {
 		cl := c.nodes[i].client()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		s, err := cl.Info(ctx, "errorstats").Result()
+		s, err := cl.Info(ctx, section).Result()
 		cancel()
 		cl.Close()
 		if err != nil {
-			c.t.Fatalf("%s INFO errorstats: %v", c.nodes[i].name, err)
+			c.t.Fatalf("%s INFO %s: %v", c.nodes[i].name, section, err)
 		}
 		for _, line := range strings.Split(s, "\n") {
 			line = strings.TrimSpace(line)
-			if v, ok := strings.CutPrefix(line, "errorstat_MOVED:count="); ok {
+			if v, ok := strings.CutPrefix(line, prefix); ok {
 				n, err := strconv.Atoi(strings.SplitN(v, ",", 2)[0])
 				if err != nil {
 					c.t.Fatalf("%s: %q", c.nodes[i].name, line)
