@@ -163,10 +163,9 @@ var (
 	gr917Err  error
 )
 
-// goRedis917 runs testdata/goredis917 (its own module pinning go-redis
-// v9.17.x, whose ClusterClient never asks COMMAND) with the same load as
-// goRedisClients.
-func goRedis917(t *testing.T, c *cluster, prefix string) {
+// buildGoRedis917 builds testdata/goredis917 once (its own module, so
+// the build needs its go-redis in the module cache or the module proxy).
+func buildGoRedis917() error {
 	gr917Once.Do(func() {
 		dir, err := os.MkdirTemp("", "goredis917-")
 		if err != nil {
@@ -183,8 +182,15 @@ func goRedis917(t *testing.T, c *cluster, prefix string) {
 			gr917Err = fmt.Errorf("go build testdata/goredis917 (module proxy reachable?): %v\n%s", err, out)
 		}
 	})
-	if gr917Err != nil {
-		t.Skip(gr917Err)
+	return gr917Err
+}
+
+// goRedis917 runs testdata/goredis917 (its own module pinning go-redis
+// v9.17.x, whose ClusterClient never asks COMMAND) with the same load as
+// goRedisClients.
+func goRedis917(t *testing.T, c *cluster, prefix string) {
+	if err := buildGoRedis917(); err != nil {
+		t.Skip(err)
 	}
 	c.wrote(keys(prefix, nKeys))
 	before := c.moved(allNodes())
@@ -724,8 +730,9 @@ type follower struct {
 	stderr       *bytes.Buffer
 }
 
-// startFollowers starts redis-py and ioredis in follow mode (those that
-// are installed), each seeded with node1.
+// startFollowers starts redis-py, go-redis v9.17 and ioredis in follow
+// mode (those that are installed or build), redis-py and ioredis seeded
+// with node1, go-redis with every node.
 func startFollowers(t *testing.T, c *cluster) []*follower {
 	var fs []*follower
 	args := func(prefix string) []string {
@@ -735,6 +742,12 @@ func startFollowers(t *testing.T, c *cluster) []*follower {
 		fs = append(fs, startFollower(t, "redis-py", "lpy", "testdata", py, append(append([]string{"redispy_cluster.py"}, args("lpy")...), "follow")...))
 	} else {
 		t.Log("redis-py follower skipped: no python3 with redis.cluster")
+	}
+	if err := buildGoRedis917(); err == nil {
+		fs = append(fs, startFollower(t, "go-redis v9.17 (ReloadState)", "l917", ".", gr917Bin, "-seeds", strings.Join(c.seeds(), ","),
+			"-prefix", "l917", "-n", fmt.Sprint(followKeys), "-mode", c.f.mode, "-burst", fmt.Sprint(burst), "-follow"))
+	} else {
+		t.Log("go-redis v9.17 follower skipped: ", err)
 	}
 	if dir, why := ioredisDir(); why == "" {
 		fs = append(fs, startFollower(t, "ioredis", "lio", dir, "node", append(append([]string{"iocluster.js"}, args("lio")...), "true", "follow")...))
