@@ -197,6 +197,17 @@ func startProc(t *testing.T, name string, argv ...string) *proc {
 	return p
 }
 
+// fromBinproc adopts a process binproc.Launch started.
+func fromBinproc(name string, bp *binproc.Proc) *proc {
+	p := &proc{name: name, cmd: bp.Cmd, logs: bp.Logs, exited: make(chan struct{})}
+	go func() {
+		<-bp.Exited
+		p.err = bp.Err
+		close(p.exited)
+	}()
+	return p
+}
+
 // kill sends SIGKILL to the process by its PID and waits until it is gone.
 func (p *proc) kill() {
 	select {
@@ -713,13 +724,26 @@ var cellserverFlavor = flavor{
 	name: "cellserver",
 	mode: "throttle",
 	start: func(t *testing.T, top []slotRange) []*node {
-		ports := freePorts(t, nodes)
+		// Each node listens on a port the kernel picks (binproc reads it
+		// from the startup line); the topology pushed afterwards names it.
 		var ns []*node
 		for i := range nodes {
-			n := &node{name: fmt.Sprintf("node%d", i+1), id: nodeID(i), port: ports[i],
-				addr: fmt.Sprintf("127.0.0.1:%d", ports[i])}
-			n.p = startProc(t, n.name, binPath, "--addr", n.addr,
-				"--cluster-enabled", "yes", "--cluster-node-id", n.id)
+			n := &node{name: fmt.Sprintf("node%d", i+1), id: nodeID(i)}
+			bp, addrc, err := binproc.Launch(binPath, "--cluster-enabled", "yes", "--cluster-node-id", n.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.p = fromBinproc(n.name, bp)
+			t.Cleanup(n.p.kill)
+			select {
+			case n.addr = <-addrc:
+			case <-bp.Exited:
+				t.Fatalf("%s exited before listening: %v\n%s", n.name, bp.Err, bp.Logs)
+			case <-time.After(20 * time.Second):
+				t.Fatalf("%s did not listen within 20 s\n%s", n.name, bp.Logs)
+			}
+			_, port, _ := net.SplitHostPort(n.addr)
+			n.port, _ = strconv.Atoi(port)
 			ns = append(ns, n)
 		}
 		for _, n := range ns {
