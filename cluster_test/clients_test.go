@@ -177,7 +177,7 @@ func buildGoRedis917() error {
 		defer cancel()
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", gr917Bin, ".")
 		cmd.Dir = "testdata/goredis917"
-		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
+		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly -buildvcs=false")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			gr917Err = fmt.Errorf("go build testdata/goredis917 (module proxy reachable?): %v\n%s", err, out)
 		}
