@@ -537,6 +537,7 @@ func nodeLoss(t *testing.T, c *cluster) {
 		c.wrote(keys(f.prefix, followKeys))
 	}
 
+	clientLog.reset()
 	c.nodes[dead].p.kill()
 	t.Logf("killed %s (pid %d)", c.nodes[dead].name, c.nodes[dead].p.cmd.Process.Pid)
 	servedBy, errBy, admittedLive := map[int]int{}, map[int]int{}, 0

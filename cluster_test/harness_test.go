@@ -98,6 +98,13 @@ func (l *countingLogger) Printf(_ context.Context, format string, v ...any) {
 	l.n++
 }
 
+// reset forgets the lines so far.
+func (l *countingLogger) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n, l.first = 0, ""
+}
+
 func (l *countingLogger) count() (int, string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
