@@ -142,8 +142,12 @@ func caseBulk(t *testing.T) {
 	})
 	reportErrs(t, "bulks over the cap", errs, n)
 
-	bound := a.base + 64*mib + conns*4*bulk
-	a.end(bound, "base + 64 MiB + 8 conns x 4 x 1 MiB", false,
+	// The 16 MiB are the collector's headroom: 1 MiB buffers freed by
+	// one round stand until its next cycle. Without it the bound failed
+	// about one run in five on a loaded 2-CPU machine (peaks 91-122 MiB
+	// over ten runs, at this commit and at the one that set the bound).
+	bound := a.base + 64*mib + conns*4*bulk + 16*mib
+	a.end(bound, "base + 64 MiB + 8 conns x 4 x 1 MiB + 16 MiB of GC headroom", false,
 		fmt.Sprintf("%d x SET+GET of exactly 1 MiB served; %d over-cap framings got the exact error then close", conns*rounds, len(overs)*4))
 }
 
