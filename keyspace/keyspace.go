@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/cellserver/cellserver/keyslot"
 )
 
 // Kind says which command family owns a key and how its Value is read.
@@ -138,6 +140,11 @@ type Config struct {
 	// Shards is the number of shards per database, rounded up to a power of
 	// two. The default value is 256.
 	Shards int
+	// SlotIndex keeps, per database, an index from hash slot (keyslot.Of)
+	// to its keys, so that CountKeysInSlot, KeysInSlot and DeleteSlot need
+	// no scan (slots.go). It costs 8 bytes per key plus a map entry per
+	// (shard, slot) in use; cluster mode turns it on. The default is off.
+	SlotIndex bool
 }
 
 // ErrConfig reports an invalid Config.
@@ -166,6 +173,8 @@ type Keyspace struct {
 
 	// replica: the keyspace follows a primary (SetReplica).
 	replica atomic.Bool
+
+	slotIndex bool // Config.SlotIndex
 }
 
 // SetReplica switches the keyspace into replica mode (on) or back. In
@@ -282,14 +291,20 @@ func New(cfg Config) (*Keyspace, error) {
 		return nil, errors.Join(ErrConfig, errors.New("keyspace: maxmemory must not be negative"))
 	}
 	ks := &Keyspace{seed: maphash.MakeSeed(), dbs: make([]*DB, cfg.Databases), journal: cfg.Journal,
-		maxMemory: cfg.MaxMemory, policy: cfg.Policy}
+		maxMemory: cfg.MaxMemory, policy: cfg.Policy, slotIndex: cfg.SlotIndex}
 	for i := range ks.dbs {
 		db := &DB{ks: ks, index: i, shards: make([]Shard, n), mask: uint64(n - 1)}
+		if cfg.SlotIndex {
+			db.slotCounts = new([keyslot.Slots]atomic.Int32)
+		}
 		for j := range db.shards {
 			db.shards[j].db = i
 			db.shards[j].index = j
 			db.shards[j].journal = cfg.Journal
 			db.shards[j].ks = ks
+			if cfg.SlotIndex {
+				db.shards[j].t.sx = newSlotIndex(db.slotCounts)
+			}
 		}
 		ks.dbs[i] = db
 	}
@@ -342,6 +357,9 @@ type DB struct {
 	index  int
 	mask   uint64
 	shards []Shard
+	// slotCounts is the number of keys per hash slot, with Config.SlotIndex
+	// (nil without); each shard keeps its part under its lock (slots.go).
+	slotCounts *[keyslot.Slots]atomic.Int32
 }
 
 // Index returns the database number.
@@ -622,7 +640,10 @@ func (s *Shard) Range(now int64, fn func(key string, v *Value) bool) {
 
 // clear drops every entry of the shard. s.mu must be held.
 func (s *Shard) clear() {
-	s.t = table{limit: s.t.limit, cur: -1}
+	if s.t.sx != nil {
+		s.t.sx.reset()
+	}
+	s.t = table{limit: s.t.limit, cur: -1, sx: s.t.sx}
 	s.view, s.jv = Value{}, Value{}
 	s.account(-s.bytes)
 }

@@ -1,0 +1,214 @@
+package keyspace
+
+import (
+	"sync/atomic"
+
+	"github.com/cellserver/cellserver/keyslot"
+)
+
+// The slot index (Config.SlotIndex) lets cluster mode count, list and
+// delete the keys of one hash slot (keyslot.Of) without a scan.
+//
+// Keys stay in the shard their seeded hash picks, so a slot's keys are
+// spread over every shard of a database. Each shard threads its entries
+// of one slot on a doubly linked list: the links live in chunks parallel
+// to the entries' (8 bytes per entry; entries never move, so rehashing
+// and page compaction leave them alone), and a map from slot to the
+// list's head and length holds the slots present in the shard. The
+// database keeps an atomic count per slot, which makes CountKeysInSlot
+// one load. An entry's slot is not stored: removal recomputes it from
+// the key (CRC16), which is cheaper than two more bytes per entry.
+//
+// Without the index (the default) a table's sx is nil and the only cost
+// is that nil check on insert and remove.
+
+// slotLink links an entry to the previous and next entries of its slot
+// in the same shard (index+1; 0: none).
+type slotLink struct{ prev, next uint32 }
+
+// slotList is the head (index+1) and length of a slot's list in a shard.
+type slotList struct{ head, n uint32 }
+
+// slotIndex is a table's part of the slot index.
+type slotIndex struct {
+	links  []*[chunkLen]slotLink // parallel to table.chunks, allocated as needed
+	lists  map[uint16]slotList   // slots with entries in this table
+	counts *[keyslot.Slots]atomic.Int32
+}
+
+func newSlotIndex(counts *[keyslot.Slots]atomic.Int32) *slotIndex {
+	return &slotIndex{lists: make(map[uint16]slotList), counts: counts}
+}
+
+func (x *slotIndex) link(i uint32) *slotLink {
+	return &x.links[i>>chunkBits][i&(chunkLen-1)]
+}
+
+// add puts entry idx at the head of slot's list.
+func (x *slotIndex) add(idx uint32, slot uint16) {
+	for int(idx>>chunkBits) >= len(x.links) {
+		x.links = append(x.links, new([chunkLen]slotLink))
+	}
+	l := x.lists[slot]
+	*x.link(idx) = slotLink{next: l.head}
+	if l.head != 0 {
+		x.link(l.head - 1).prev = idx + 1
+	}
+	l.head = idx + 1
+	l.n++
+	x.lists[slot] = l
+	x.counts[slot].Add(1)
+}
+
+// remove takes entry idx off slot's list.
+func (x *slotIndex) remove(idx uint32, slot uint16) {
+	lk := x.link(idx)
+	l := x.lists[slot]
+	if lk.prev != 0 {
+		x.link(lk.prev - 1).next = lk.next
+	} else {
+		l.head = lk.next
+	}
+	if lk.next != 0 {
+		x.link(lk.next - 1).prev = lk.prev
+	}
+	*lk = slotLink{}
+	if l.n--; l.n == 0 {
+		delete(x.lists, slot)
+	} else {
+		x.lists[slot] = l
+	}
+	x.counts[slot].Add(-1)
+}
+
+// reset forgets every entry (the table was emptied), taking them off the
+// database's counts.
+func (x *slotIndex) reset() {
+	for slot, l := range x.lists {
+		x.counts[slot].Add(-int32(l.n))
+	}
+	clear(x.lists)
+	x.links = nil
+}
+
+// SlotIndex reports whether the keyspace keeps the slot index
+// (Config.SlotIndex).
+func (ks *Keyspace) SlotIndex() bool { return ks.slotIndex }
+
+// CountKeysInSlot returns the number of keys of database db in hash slot
+// slot (keyslot.Of), counting like DBSIZE (expired keys not yet removed
+// included), as CLUSTER COUNTKEYSINSLOT. It takes no lock: O(1). Without
+// the slot index it is a full scan, one shard lock at a time.
+func (ks *Keyspace) CountKeysInSlot(db int, slot uint16) int {
+	d := ks.dbs[db]
+	if slot >= keyslot.Slots {
+		return 0
+	}
+	if d.slotCounts != nil {
+		return int(d.slotCounts[slot].Load())
+	}
+	n := 0
+	d.scanSlot(slot, func(s *Shard, idx uint32) bool { n++; return true })
+	return n
+}
+
+// KeysInSlot returns up to max keys (copies) of database db in hash slot
+// slot, as CLUSTER GETKEYSINSLOT (expired keys not yet removed
+// included). It locks one shard at a time; with the slot index it looks
+// only at the slot's keys (plus one map lookup per shard). Keys written
+// meanwhile may or may not be seen.
+func (ks *Keyspace) KeysInSlot(db int, slot uint16, max int) [][]byte {
+	d := ks.dbs[db]
+	if max <= 0 || slot >= keyslot.Slots {
+		return nil
+	}
+	if d.slotCounts != nil && d.slotCounts[slot].Load() == 0 {
+		return nil
+	}
+	var out [][]byte
+	if d.slotCounts == nil {
+		d.scanSlot(slot, func(s *Shard, idx uint32) bool {
+			out = append(out, append([]byte(nil), s.t.key(s.t.at(idx))...))
+			return len(out) < max
+		})
+		return out
+	}
+	for i := range d.shards {
+		s := &d.shards[i]
+		s.mu.Lock()
+		x := s.t.sx
+		for j := x.lists[slot].head; j != 0 && len(out) < max; j = x.link(j - 1).next {
+			out = append(out, append([]byte(nil), s.t.key(s.t.at(j-1))...))
+		}
+		s.mu.Unlock()
+		if len(out) >= max {
+			break
+		}
+	}
+	return out
+}
+
+// DeleteSlot removes every key of database db in hash slot slot and
+// returns how many it removed. Each removal is journaled as Delete's, so
+// persistence and replicas follow. It locks one shard at a time: a key
+// of the slot written meanwhile into a shard it has already passed stays
+// (callers stop writes to the slot first, as cluster mode does when it
+// gives a slot away). With the slot index it costs O(keys in the slot);
+// without, a full scan.
+func (ks *Keyspace) DeleteSlot(db int, slot uint16) int {
+	d := ks.dbs[db]
+	if slot >= keyslot.Slots {
+		return 0
+	}
+	if d.slotCounts == nil {
+		n := 0
+		for i := range d.shards {
+			s := &d.shards[i]
+			s.mu.Lock()
+			for j := uint32(0); j < s.t.next; j++ {
+				if e := s.t.at(j); e.meta != 0 && keyslot.Of(s.t.key(e)) == slot {
+					s.removeEntry(j)
+					n++
+				}
+			}
+			s.mu.Unlock()
+		}
+		return n
+	}
+	n := 0
+	for i := range d.shards {
+		if d.slotCounts[slot].Load() == 0 {
+			break
+		}
+		s := &d.shards[i]
+		s.mu.Lock()
+		for {
+			l, ok := s.t.sx.lists[slot]
+			if !ok {
+				break
+			}
+			s.removeEntry(l.head - 1)
+			n++
+		}
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// scanSlot calls fn for every entry of slot, a shard lock at a time,
+// until fn returns false: the fallback without the index.
+func (d *DB) scanSlot(slot uint16, fn func(s *Shard, idx uint32) bool) {
+	for i := range d.shards {
+		s := &d.shards[i]
+		s.mu.Lock()
+		for j := uint32(0); j < s.t.next; j++ {
+			if e := s.t.at(j); e.meta != 0 && keyslot.Of(s.t.key(e)) == slot {
+				if !fn(s, j) {
+					s.mu.Unlock()
+					return
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
+}
