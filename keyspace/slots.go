@@ -150,49 +150,100 @@ func (ks *Keyspace) KeysInSlot(db int, slot uint16, max int) [][]byte {
 
 // DeleteSlot removes every key of database db in hash slot slot and
 // returns how many it removed. Each removal is journaled as Delete's, so
-// persistence and replicas follow. It locks one shard at a time: a key
-// of the slot written meanwhile into a shard it has already passed stays
-// (callers stop writes to the slot first, as cluster mode does when it
-// gives a slot away). With the slot index it costs O(keys in the slot);
-// without, a full scan.
+// persistence and replicas follow. It locks one shard at a time, and
+// lets go of it every deleteBatch keys so that commands on the shard
+// wait for a bounded time: a key of the slot written meanwhile into a
+// shard it has already passed stays (callers stop writes to the slot
+// first, as cluster mode does when it gives a slot away). With the slot
+// index it costs O(keys in the slot) plus a map lookup per shard;
+// without, a full scan. It deletes in replica mode too: whether to call
+// it on a replica is the caller's decision.
 func (ks *Keyspace) DeleteSlot(db int, slot uint16) int {
-	d := ks.dbs[db]
 	if slot >= keyslot.Slots {
 		return 0
 	}
-	if d.slotCounts == nil {
-		n := 0
-		for i := range d.shards {
-			s := &d.shards[i]
-			s.mu.Lock()
-			for j := uint32(0); j < s.t.next; j++ {
-				if e := s.t.at(j); e.meta != 0 && keyslot.Of(s.t.key(e)) == slot {
-					s.removeEntry(j)
-					n++
-				}
-			}
-			s.mu.Unlock()
-		}
-		return n
-	}
+	var set [keyslot.Slots]bool
+	set[slot] = true
+	return ks.DeleteSlots(db, &set)
+}
+
+// deleteBatch is the most keys DeleteSlots removes under one shard lock.
+const deleteBatch = 256
+
+// DeleteSlots is DeleteSlot for every slot set in slots, in one pass over
+// the shards.
+func (ks *Keyspace) DeleteSlots(db int, slots *[keyslot.Slots]bool) int {
+	d := ks.dbs[db]
 	n := 0
+	var set, mine []uint16
+	for slot, ok := range slots {
+		if ok {
+			set = append(set, uint16(slot))
+		}
+	}
+	if len(set) == 0 {
+		return 0
+	}
 	for i := range d.shards {
-		if d.slotCounts[slot].Load() == 0 {
+		if d.slotCounts != nil && len(set) <= 16 && !d.anyKeys(set) {
 			break
 		}
 		s := &d.shards[i]
-		s.mu.Lock()
-		for {
-			l, ok := s.t.sx.lists[slot]
-			if !ok {
-				break
+		for more := true; more; {
+			more = false
+			batch := 0
+			s.mu.Lock()
+			if d.slotCounts == nil {
+				for j := uint32(0); j < s.t.next && batch < deleteBatch; j++ {
+					if e := s.t.at(j); e.meta != 0 && slots[keyslot.Of(s.t.key(e))] {
+						s.removeEntry(j)
+						batch++
+					}
+				}
+			} else {
+				// The shard's slots to empty: found from the shorter of
+				// the two lists.
+				mine = mine[:0]
+				if len(set) <= len(s.t.sx.lists) {
+					for _, slot := range set {
+						if _, ok := s.t.sx.lists[slot]; ok {
+							mine = append(mine, slot)
+						}
+					}
+				} else {
+					for slot := range s.t.sx.lists {
+						if slots[slot] {
+							mine = append(mine, slot)
+						}
+					}
+				}
+				for _, slot := range mine {
+					for batch < deleteBatch {
+						l, ok := s.t.sx.lists[slot]
+						if !ok {
+							break
+						}
+						s.removeEntry(l.head - 1)
+						batch++
+					}
+				}
 			}
-			s.removeEntry(l.head - 1)
-			n++
+			s.mu.Unlock()
+			n += batch
+			more = batch == deleteBatch
 		}
-		s.mu.Unlock()
 	}
 	return n
+}
+
+// anyKeys reports whether one of slots holds a key (with the index).
+func (d *DB) anyKeys(slots []uint16) bool {
+	for _, slot := range slots {
+		if d.slotCounts[slot].Load() != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // scanSlot calls fn for every entry of slot, a shard lock at a time,

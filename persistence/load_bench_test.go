@@ -13,7 +13,7 @@ import (
 // BenchmarkStartupLoad writes 1M CL.THROTTLE-like records (keys
 // "load:key:N", gcra values with a far expiry) into a Pebble directory,
 // closes it, and then times what a start does: OpenPebble and Load into
-// a fresh keyspace (default shape).
+// a fresh keyspace (default shape), with the slot index off and on.
 //
 //	go test ./persistence -run '^$' -bench StartupLoad -benchtime 1x
 func BenchmarkStartupLoad(b *testing.B) {
@@ -39,27 +39,30 @@ func BenchmarkStartupLoad(b *testing.B) {
 	if err := p.Close(); err != nil {
 		b.Fatal(err)
 	}
-	b.ResetTimer()
-	for range b.N {
-		start := time.Now()
-		p, err := OpenPebble(dir, PebbleOptions{Logger: quiet})
-		if err != nil {
-			b.Fatal(err)
-		}
-		opened := time.Since(start)
-		ks, err := keyspace.New(keyspace.Config{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		st, err := Load(p, ks, time.Now().UnixMilli())
-		if err != nil || st.Keys != keys {
-			b.Fatalf("loaded %d keys, err %v", st.Keys, err)
-		}
-		total := time.Since(start)
-		if err := p.Close(); err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(opened.Seconds(), "open-s")
-		b.ReportMetric(total.Seconds(), "open+load-s")
+	for _, index := range []bool{false, true} {
+		b.Run(fmt.Sprintf("slotindex=%v", index), func(b *testing.B) {
+			for range b.N {
+				start := time.Now()
+				p, err := OpenPebble(dir, PebbleOptions{Logger: quiet})
+				if err != nil {
+					b.Fatal(err)
+				}
+				opened := time.Since(start)
+				ks, err := keyspace.New(keyspace.Config{SlotIndex: index})
+				if err != nil {
+					b.Fatal(err)
+				}
+				st, err := Load(p, ks, time.Now().UnixMilli())
+				if err != nil || st.Keys != keys {
+					b.Fatalf("loaded %d keys, err %v", st.Keys, err)
+				}
+				total := time.Since(start)
+				if err := p.Close(); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(opened.Seconds(), "open-s")
+				b.ReportMetric(total.Seconds(), "open+load-s")
+			}
+		})
 	}
 }

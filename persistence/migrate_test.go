@@ -202,3 +202,35 @@ func TestLoadMisfiledSlot(t *testing.T) {
 	}
 	t.Logf("%v", err)
 }
+
+// BenchmarkMigrateV1 times OpenPebble on a format-1 directory of 1M
+// records (the migration), on the real file system.
+//
+//	go test ./persistence -run '^$' -bench MigrateV1 -benchtime 1x
+func BenchmarkMigrateV1(b *testing.B) {
+	const keys = 1_000_000
+	exp := time.Now().Add(time.Hour).UnixMilli()
+	recs := make(map[[2]string][]byte, keys)
+	for i := range keys {
+		recs[[2]string{"0", fmt.Sprintf("load:key:%d", i)}] = EncodeValue(nil, keyspace.Value{Kind: keyspace.KindGCRA, N: uint64(i), Exp: exp})
+	}
+	for range b.N {
+		b.StopTimer()
+		dir := b.TempDir()
+		writeV1(b, vfs.Default, dir, recs)
+		b.StartTimer()
+		start := time.Now()
+		p, err := OpenPebble(dir, PebbleOptions{Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(time.Since(start).Seconds(), "migrate-s")
+		n := 0
+		if err := p.Load(func(int, []byte, []byte) error { n++; return nil }); err != nil || n != keys {
+			b.Fatalf("after migration: %d records, %v", n, err)
+		}
+		if err := p.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
