@@ -265,7 +265,7 @@ func (ks *Keyspace) Audit() (entries, shards, total int64) {
 			s := &db.shards[i]
 			for j := uint32(0); j < s.t.next; j++ {
 				if e := s.t.at(j); e.meta != 0 {
-					entries += int64(e.klen()) + EntryOverhead
+					entries += int64(e.klen()) + EntryOverhead + s.t.indexOverhead()
 					if o := s.t.obj(e); o != nil {
 						entries += int64(objSize(o))
 					}

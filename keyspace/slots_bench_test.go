@@ -63,3 +63,30 @@ func BenchmarkSlotIndexUpdate(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSlotIndexChurn inserts and deletes keys (the paths the index
+// hooks) with the index off and on.
+func BenchmarkSlotIndexChurn(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(fmt.Sprintf("index=%v", on), func(b *testing.B) {
+			ks, _ := New(Config{Databases: 1, SlotIndex: on})
+			db := ks.DB(0)
+			keys := make([][]byte, 1<<16)
+			for i := range keys {
+				keys[i] = fmt.Appendf(nil, "user:%d", i)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				k := keys[i&(1<<16-1)]
+				s := db.Shard(k)
+				s.Lock()
+				if i&(1<<16) == 0 {
+					s.Set(k, Value{Kind: KindGCRA})
+				} else {
+					s.Delete(k, 0)
+				}
+				s.Unlock()
+			}
+		})
+	}
+}

@@ -66,6 +66,9 @@ func scanSlots(t *testing.T, ks *Keyspace, db int) map[uint16][][]byte {
 // the others).
 func checkSlots(t *testing.T, ks *Keyspace, db int) {
 	t.Helper()
+	if e, s, tot := ks.Audit(); e != s || s != tot {
+		t.Fatalf("memory accounting: entries %d, shards %d, total %d", e, s, tot)
+	}
 	want := scanSlots(t, ks, db)
 	d := ks.DB(db)
 	for sl := range uint16(keyslot.Slots) {

@@ -405,13 +405,23 @@ func (t *table) obj(e *entry) any {
 	return t.objAt(e.obj - 1).v
 }
 
-// size is the accounted memory of e: its key, EntryOverhead and its object.
+// size is the accounted memory of e: its key, EntryOverhead (plus
+// SlotIndexOverhead with the slot index) and its object.
 func (t *table) size(e *entry) int64 {
-	n := int64(e.klen()) + EntryOverhead
+	n := int64(e.klen()) + EntryOverhead + t.indexOverhead()
 	if e.obj != 0 {
 		n += int64(t.objAt(e.obj - 1).size)
 	}
 	return n
+}
+
+// indexOverhead is what the slot index adds to each entry's accounted
+// memory.
+func (t *table) indexOverhead() int64 {
+	if t.sx != nil {
+		return SlotIndexOverhead
+	}
+	return 0
 }
 
 // sample returns up to n live entry indexes starting at the rotating
