@@ -142,8 +142,10 @@ type Config struct {
 	Shards int
 	// SlotIndex keeps, per database, an index from hash slot (keyslot.Of)
 	// to its keys, so that CountKeysInSlot, KeysInSlot and DeleteSlot need
-	// no scan (slots.go). It costs 8 bytes per key plus a map entry per
-	// (shard, slot) in use; cluster mode turns it on. The default is off.
+	// no scan (slots.go). It costs about SlotIndexOverhead bytes per key
+	// (8 bytes of links, a map entry per (shard, slot) in use) and a map
+	// operation per key created or removed; cluster mode turns it on. The
+	// default is off.
 	SlotIndex bool
 }
 
@@ -638,7 +640,8 @@ func (s *Shard) Range(now int64, fn func(key string, v *Value) bool) {
 	}
 }
 
-// clear drops every entry of the shard. s.mu must be held.
+// clear drops every entry of the shard; the caller zeroes the
+// database's slot counts once every shard is cleared. s.mu must be held.
 func (s *Shard) clear() {
 	if s.t.sx != nil {
 		s.t.sx.reset()
@@ -665,6 +668,7 @@ func (db *DB) Flush(locked bool) {
 	for i := range db.shards {
 		db.shards[i].clear()
 	}
+	db.zeroSlotCounts()
 	if db.ks.journal != nil {
 		db.ks.journal.DeleteDB(db.index)
 	}
@@ -681,6 +685,7 @@ func (ks *Keyspace) FlushAll(locked bool) {
 		for i := range db.shards {
 			db.shards[i].clear()
 		}
+		db.zeroSlotCounts()
 	}
 	if ks.journal != nil {
 		ks.journal.DeleteAll()

@@ -35,13 +35,13 @@ func scanSlots(t *testing.T, ks *Keyspace, db int) map[uint16][][]byte {
 			}
 		}
 		if x := s.t.sx; x != nil {
-			if len(x.lists) != len(want) {
-				t.Fatalf("db %d shard %d: %d slot lists, %d slots hold keys", db, i, len(x.lists), len(want))
+			if len(x.heads) != len(want) {
+				t.Fatalf("db %d shard %d: %d slot lists, %d slots hold keys", db, i, len(x.heads), len(want))
 			}
-			for sl, l := range x.lists {
+			for sl, head := range x.heads {
 				seen := map[uint32]bool{}
 				prev := uint32(0)
-				for j := l.head; j != 0; j = x.link(j - 1).next {
+				for j := head; j != 0; j = x.link(j - 1).next {
 					if !want[sl][j] || seen[j] {
 						t.Fatalf("db %d shard %d slot %d: entry %d listed wrongly (live in slot: %v, seen: %v)", db, i, sl, j-1, want[sl][j], seen[j])
 					}
@@ -51,8 +51,8 @@ func scanSlots(t *testing.T, ks *Keyspace, db int) map[uint16][][]byte {
 					seen[j] = true
 					prev = j
 				}
-				if len(seen) != len(want[sl]) || int(l.n) != len(seen) {
-					t.Fatalf("db %d shard %d slot %d: list n %d, walked %d, entries %d", db, i, sl, l.n, len(seen), len(want[sl]))
+				if len(seen) != len(want[sl]) {
+					t.Fatalf("db %d shard %d slot %d: walked %d, entries %d", db, i, sl, len(seen), len(want[sl]))
 				}
 			}
 		}
