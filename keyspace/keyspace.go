@@ -143,7 +143,7 @@ type Config struct {
 	// SlotIndex keeps, per database, an index from hash slot (keyslot.Of)
 	// to its keys, so that CountKeysInSlot, KeysInSlot and DeleteSlot need
 	// no scan (slots.go). It costs about SlotIndexOverhead bytes per key
-	// (8 bytes of links, a map entry per (shard, slot) in use) and a map
+	// (8 bytes of links, a bucket per (shard, slot) in use) and a table
 	// operation per key created or removed; cluster mode turns it on. The
 	// default is off.
 	SlotIndex bool

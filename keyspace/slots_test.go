@@ -35,10 +35,16 @@ func scanSlots(t *testing.T, ks *Keyspace, db int) map[uint16][][]byte {
 			}
 		}
 		if x := s.t.sx; x != nil {
-			if len(x.heads) != len(want) {
-				t.Fatalf("db %d shard %d: %d slot lists, %d slots hold keys", db, i, len(x.heads), len(want))
+			if x.heads.n != len(want) {
+				t.Fatalf("db %d shard %d: %d slot lists, %d slots hold keys", db, i, x.heads.n, len(want))
 			}
-			for sl, head := range x.heads {
+			x.heads.each(func(sl uint16) {
+				if want[sl] == nil {
+					t.Fatalf("db %d shard %d: slot %d has a list but no keys", db, i, sl)
+				}
+			})
+			for sl := range want {
+				head := x.heads.get(sl)
 				seen := map[uint32]bool{}
 				prev := uint32(0)
 				for j := head; j != 0; j = x.link(j - 1).next {
