@@ -234,3 +234,69 @@ func BenchmarkMigrateV1(b *testing.B) {
 		}
 	}
 }
+
+// TestLoadSlotProperty writes random batches (puts, deletes, FLUSHDB and
+// FLUSHALL, databases 0, 1 and MaxDB, keys crowded into few slots) and
+// checks that LoadSlot gives exactly the records of Load in that database
+// and slot, in key order, for every slot that holds a record and a few
+// that do not.
+func TestLoadSlotProperty(t *testing.T) {
+	const cases = 20
+	checked := 0
+	for c := range cases {
+		r := rand.New(rand.NewPCG(uint64(c), 4))
+		p := openT(t, "/d", PebbleOptions{FS: vfs.NewMem(), Logger: quiet})
+		for range 30 {
+			var ops []Op
+			for range 1 + r.IntN(40) {
+				db := []int{0, 1, MaxDB}[r.IntN(3)]
+				key := fmt.Appendf(nil, "{t%d}:%d", r.IntN(5), r.IntN(50))
+				if r.IntN(3) == 0 {
+					key = fmt.Appendf(nil, "k%d", r.IntN(100))
+				}
+				switch x := r.IntN(100); {
+				case x < 70:
+					ops = append(ops, Op{Kind: OpPut, DB: db, Key: key, Value: fmt.Appendf(nil, "v%d", r.IntN(1000))})
+				case x < 97:
+					ops = append(ops, Op{Kind: OpDelete, DB: db, Key: key})
+				case x < 99:
+					ops = append(ops, Op{Kind: OpDeleteDB, DB: db})
+				default:
+					ops = append(ops, Op{Kind: OpDeleteAll})
+				}
+			}
+			if err := p.Write(ops, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		type rec struct{ key, value string }
+		want := map[[2]int][]rec{}
+		if err := p.Load(func(db int, key, value []byte) error {
+			k := [2]int{db, int(keyslot.Of(key))}
+			want[k] = append(want[k], rec{string(key), string(value)})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		probe := maps.Clone(want)
+		for _, s := range []int{0, 1, keyslot.Slots - 1} {
+			probe[[2]int{MaxDB, s}] = want[[2]int{MaxDB, s}]
+			probe[[2]int{0, s}] = want[[2]int{0, s}]
+		}
+		for k, w := range probe {
+			var got []rec
+			if err := p.LoadSlot(k[0], uint16(k[1]), func(key, value []byte) error {
+				got = append(got, rec{string(key), string(value)})
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(w) {
+				t.Fatalf("case %d: LoadSlot(%d, %d) = %v, Load has %v", c, k[0], k[1], got, w)
+			}
+			checked++
+		}
+		closeT(t, p)
+	}
+	t.Logf("%d cases, %d (db, slot) ranges compared", cases, checked)
+}
