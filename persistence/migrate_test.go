@@ -239,7 +239,7 @@ func BenchmarkMigrateV1(b *testing.B) {
 // FLUSHALL, databases 0, 1 and MaxDB, keys crowded into few slots) and
 // checks that LoadSlot gives exactly the records of Load in that database
 // and slot, in key order, for every slot that holds a record and a few
-// that do not.
+// that do not (among them each slot just before one that does).
 func TestLoadSlotProperty(t *testing.T) {
 	const cases = 20
 	checked := 0
@@ -279,6 +279,13 @@ func TestLoadSlotProperty(t *testing.T) {
 			t.Fatal(err)
 		}
 		probe := maps.Clone(want)
+		for k := range want {
+			// The slot just before one that holds records must not
+			// reach into it.
+			if k[1] > 0 {
+				probe[[2]int{k[0], k[1] - 1}] = want[[2]int{k[0], k[1] - 1}]
+			}
+		}
 		for _, s := range []int{0, 1, keyslot.Slots - 1} {
 			probe[[2]int{MaxDB, s}] = want[[2]int{MaxDB, s}]
 			probe[[2]int{0, s}] = want[[2]int{0, s}]
