@@ -22,6 +22,13 @@
 // removes it. Sweep removes expired keys that nobody reads, a bounded number
 // per shard per call, so idle keys do not pin memory.
 //
+// # Hash slots
+//
+// With Config.SlotIndex (cluster mode) each database also indexes its keys
+// by Redis Cluster hash slot (keyslot.Of), so that CountKeysInSlot is one
+// atomic load and KeysInSlot and DeleteSlot(s) touch only the slot's keys
+// (slots.go). Without it those methods scan.
+//
 // # Concurrency
 //
 // Keyspace, DB and Shard are safe for concurrent use as long as the shard

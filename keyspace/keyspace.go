@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/cellserver/cellserver/keyslot"
 )
 
 // Kind says which command family owns a key and how its Value is read.
@@ -138,6 +140,13 @@ type Config struct {
 	// Shards is the number of shards per database, rounded up to a power of
 	// two. The default value is 256.
 	Shards int
+	// SlotIndex keeps, per database, an index from hash slot (keyslot.Of)
+	// to its keys, so that CountKeysInSlot, KeysInSlot and DeleteSlot need
+	// no scan (slots.go). It costs about SlotIndexOverhead bytes per key
+	// (8 bytes of links, a bucket per (shard, slot) in use) and a table
+	// operation per key created or removed; cluster mode turns it on. The
+	// default is off.
+	SlotIndex bool
 }
 
 // ErrConfig reports an invalid Config.
@@ -166,6 +175,8 @@ type Keyspace struct {
 
 	// replica: the keyspace follows a primary (SetReplica).
 	replica atomic.Bool
+
+	slotIndex bool // Config.SlotIndex
 }
 
 // SetReplica switches the keyspace into replica mode (on) or back. In
@@ -256,7 +267,7 @@ func (ks *Keyspace) Audit() (entries, shards, total int64) {
 			s := &db.shards[i]
 			for j := uint32(0); j < s.t.next; j++ {
 				if e := s.t.at(j); e.meta != 0 {
-					entries += int64(e.klen()) + EntryOverhead
+					entries += int64(e.klen()) + EntryOverhead + s.t.indexOverhead()
 					if o := s.t.obj(e); o != nil {
 						entries += int64(objSize(o))
 					}
@@ -282,14 +293,20 @@ func New(cfg Config) (*Keyspace, error) {
 		return nil, errors.Join(ErrConfig, errors.New("keyspace: maxmemory must not be negative"))
 	}
 	ks := &Keyspace{seed: maphash.MakeSeed(), dbs: make([]*DB, cfg.Databases), journal: cfg.Journal,
-		maxMemory: cfg.MaxMemory, policy: cfg.Policy}
+		maxMemory: cfg.MaxMemory, policy: cfg.Policy, slotIndex: cfg.SlotIndex}
 	for i := range ks.dbs {
 		db := &DB{ks: ks, index: i, shards: make([]Shard, n), mask: uint64(n - 1)}
+		if cfg.SlotIndex {
+			db.slotCounts = new([keyslot.Slots]atomic.Int32)
+		}
 		for j := range db.shards {
 			db.shards[j].db = i
 			db.shards[j].index = j
 			db.shards[j].journal = cfg.Journal
 			db.shards[j].ks = ks
+			if cfg.SlotIndex {
+				db.shards[j].t.sx = newSlotIndex(db.slotCounts)
+			}
 		}
 		ks.dbs[i] = db
 	}
@@ -342,6 +359,9 @@ type DB struct {
 	index  int
 	mask   uint64
 	shards []Shard
+	// slotCounts is the number of keys per hash slot, with Config.SlotIndex
+	// (nil without); each shard keeps its part under its lock (slots.go).
+	slotCounts *[keyslot.Slots]atomic.Int32
 }
 
 // Index returns the database number.
@@ -620,9 +640,13 @@ func (s *Shard) Range(now int64, fn func(key string, v *Value) bool) {
 	}
 }
 
-// clear drops every entry of the shard. s.mu must be held.
+// clear drops every entry of the shard; the caller zeroes the
+// database's slot counts once every shard is cleared. s.mu must be held.
 func (s *Shard) clear() {
-	s.t = table{limit: s.t.limit, cur: -1}
+	if s.t.sx != nil {
+		s.t.sx.reset()
+	}
+	s.t = table{limit: s.t.limit, cur: -1, sx: s.t.sx}
 	s.view, s.jv = Value{}, Value{}
 	s.account(-s.bytes)
 }
@@ -644,6 +668,7 @@ func (db *DB) Flush(locked bool) {
 	for i := range db.shards {
 		db.shards[i].clear()
 	}
+	db.zeroSlotCounts()
 	if db.ks.journal != nil {
 		db.ks.journal.DeleteDB(db.index)
 	}
@@ -660,6 +685,7 @@ func (ks *Keyspace) FlushAll(locked bool) {
 		for i := range db.shards {
 			db.shards[i].clear()
 		}
+		db.zeroSlotCounts()
 	}
 	if ks.journal != nil {
 		ks.journal.DeleteAll()

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/maphash"
+
+	"github.com/cellserver/cellserver/keyslot"
 )
 
 // A shard's keys live in a table built for memory per key, not in a Go
@@ -111,6 +113,8 @@ type table struct {
 	limit       int    // most live entries (maxEntries; lowered by tests)
 	cursor      uint32 // where the next sweep or eviction sample starts
 	compactions int    // page compactions so far (for tests)
+
+	sx *slotIndex // the slot index (slots.go); nil without Config.SlotIndex
 }
 
 func (t *table) at(i uint32) *entry { return &t.chunks[i>>chunkBits][i&(chunkLen-1)] }
@@ -195,6 +199,9 @@ func (t *table) insert(seed maphash.Seed, key []byte, h uint64, kind Kind) uint3
 	}
 	t.slots[pos] = slotTag(h) | (idx + 1)
 	t.live++
+	if t.sx != nil {
+		t.sx.add(idx, keyslot.Of(key))
+	}
 	return idx
 }
 
@@ -240,6 +247,9 @@ func (t *table) newEntry() uint32 {
 // remove frees entry idx, whose slot is at pos.
 func (t *table) remove(idx uint32, pos int) {
 	e := t.at(idx)
+	if t.sx != nil {
+		t.sx.remove(idx, keyslot.Of(t.key(e)))
+	}
 	t.releaseKey(e)
 	if e.obj != 0 {
 		*t.objAt(e.obj - 1) = objSlot{}
@@ -257,7 +267,10 @@ func (t *table) remove(idx uint32, pos int) {
 		t.slots[pos] = tombstone
 	}
 	if t.live == 0 {
-		*t = table{limit: t.limit, cur: -1, compactions: t.compactions} // drop every chunk, page and slot
+		*t = table{limit: t.limit, cur: -1, compactions: t.compactions, sx: t.sx} // drop every chunk, page and slot
+		if t.sx != nil {
+			t.sx.reset() // its lists are empty: this drops the links
+		}
 		return
 	}
 	if held := (len(t.pages) - len(t.freePages)) * pageSize; held > 4*pageSize && t.keyBytes < held/2 {
@@ -392,13 +405,23 @@ func (t *table) obj(e *entry) any {
 	return t.objAt(e.obj - 1).v
 }
 
-// size is the accounted memory of e: its key, EntryOverhead and its object.
+// size is the accounted memory of e: its key, EntryOverhead (plus
+// SlotIndexOverhead with the slot index) and its object.
 func (t *table) size(e *entry) int64 {
-	n := int64(e.klen()) + EntryOverhead
+	n := int64(e.klen()) + EntryOverhead + t.indexOverhead()
 	if e.obj != 0 {
 		n += int64(t.objAt(e.obj - 1).size)
 	}
 	return n
+}
+
+// indexOverhead is what the slot index adds to each entry's accounted
+// memory.
+func (t *table) indexOverhead() int64 {
+	if t.sx != nil {
+		return SlotIndexOverhead
+	}
+	return 0
 }
 
 // sample returns up to n live entry indexes starting at the rotating

@@ -20,7 +20,9 @@
 //
 // Values are stored in a versioned binary encoding (EncodeValue,
 // DecodeValue; the layout is described in codec.go). Keys on disk are the
-// database number as 2 big-endian bytes followed by the raw key, so that
-// pebble's byte order is (db, key) order and FLUSHDB and FLUSHALL are range
-// deletions (pebble.go describes the layout).
+// database number and the key's hash slot (keyslot.Of), each as 2
+// big-endian bytes, followed by the raw key, so that pebble's byte order is
+// (db, slot, key) order, FLUSHDB and FLUSHALL are range deletions and one
+// slot's records are one range (store format 2; pebble.go describes the
+// layout, and how a directory of format 1 is migrated when opened).
 package persistence

@@ -5,6 +5,8 @@ import (
 	"cmp"
 	"slices"
 	"sync"
+
+	"github.com/cellserver/cellserver/keyslot"
 )
 
 // Memory is a Store that keeps everything in memory. It exists for tests
@@ -86,7 +88,8 @@ func (m *Memory) Load(fn func(db int, key, value []byte) error) error {
 	}
 	m.mu.RUnlock()
 	slices.SortFunc(recs, func(a, b record) int {
-		return cmp.Or(cmp.Compare(a.db, b.db), cmp.Compare(a.key, b.key))
+		return cmp.Or(cmp.Compare(a.db, b.db), cmp.Compare(keyslot.Of([]byte(a.key)), keyslot.Of([]byte(b.key))),
+			cmp.Compare(a.key, b.key))
 	})
 	var kbuf, vbuf []byte
 	for _, r := range recs {

@@ -16,23 +16,35 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellserver/cellserver/keyslot"
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
 	"github.com/cockroachdb/pebble/vfs/errorfs"
 )
 
-// The disk layout, store format 1.
+// The disk layout, store format 2.
 //
-// Every record is one pebble key: the database number as 2 big-endian bytes
-// followed by the raw key bytes (which may be empty or hold any byte). Its
-// pebble value is the EncodeValue encoding. Pebble's byte order is then
-// (db, key) order, and every record key has at least 2 bytes.
+// Every record is one pebble key: the database number as 2 big-endian
+// bytes, the key's hash slot (keyslot.Of) as 2 big-endian bytes, then the
+// raw key bytes (which may be empty or hold any byte). Its pebble value is
+// the EncodeValue encoding. Pebble's byte order is then (db, slot, key)
+// order: one database's records are one range, and so are one slot's
+// (LoadSlot), and every record key has at least 4 bytes.
 //
 // Keys shorter than 2 bytes are outside the record space. The one-byte key
 // 0x00, which sorts before every record key, holds the store format: one
 // byte, StoreFormat. A directory whose pebble store lacks it is fresh if it
 // holds no record (it is then written, synced) and ErrFormat otherwise; a
-// different version is ErrFormat.
+// newer version is ErrFormat.
+//
+// Store format 1 (cellserver before hash slots) had no slot: the record
+// key was the database number and the key. OpenPebble migrates such a
+// directory in place (migrateV1): one synced pebble batch deletes the
+// whole record space and writes every record again under its new key,
+// and sets the format to 2, so a crash leaves either format 1 untouched
+// or format 2 complete. The batch holds every record, so the migration
+// needs about the store's logical size in memory, once, and the old
+// records' space on disk until compactions drop them.
 //
 // OpDeleteDB of db d < MaxDB is the range deletion [d, d+1) over the 2-byte
 // prefixes; OpDeleteAll is [0x0000, 0xFFFF). The records of db 0xFFFF have
@@ -42,19 +54,28 @@ import (
 // an indexed batch while other writes wait.
 
 // StoreFormat is the version of the disk layout, kept in the meta record.
-const StoreFormat = 1
+const StoreFormat = 2
 
 // metaKey is the key of the store-format record, outside the record space.
 var metaKey = []byte{0x00}
 
+// recordPrefix is the length of a record key's (db, slot) prefix.
+const recordPrefix = 4
+
 // recordKey appends the record key of (db, key) to dst.
 func recordKey(dst []byte, db int, key []byte) []byte {
 	dst = binary.BigEndian.AppendUint16(dst, uint16(db))
+	dst = binary.BigEndian.AppendUint16(dst, keyslot.Of(key))
 	return append(dst, key...)
 }
 
 // dbPrefix returns the 2-byte prefix of db's records.
 func dbPrefix(db int) []byte { return binary.BigEndian.AppendUint16(nil, uint16(db)) }
+
+// slotPrefix returns the 4-byte prefix of the records of db's slot.
+func slotPrefix(db int, slot uint16) []byte {
+	return binary.BigEndian.AppendUint16(dbPrefix(db), slot)
+}
 
 // PebbleOptions configures OpenPebble. The zero value is valid.
 type PebbleOptions struct {
@@ -532,9 +553,62 @@ func (p *Pebble) checkFormatLocked(db *pebble.DB) error {
 	if len(v) != 1 {
 		return fmt.Errorf("%w: %s: format record has %d bytes, want 1", ErrCorrupt, p.dir, len(v))
 	}
-	if v[0] != StoreFormat {
-		return fmt.Errorf("%w: %s is store format %d, this build reads %d", ErrFormat, p.dir, v[0], StoreFormat)
+	switch v[0] {
+	case StoreFormat:
+		return nil
+	case 1:
+		return p.migrateV1(db)
 	}
+	return fmt.Errorf("%w: %s is store format %d, this build reads %d (and migrates 1): start a newer cellserver on it, or move it away to start empty", ErrFormat, p.dir, v[0], StoreFormat)
+}
+
+// migrateV1 rewrites a store of format 1 into format 2 (see the layout
+// above) in one synced batch, and logs the record count and the time.
+func (p *Pebble) migrateV1(db *pebble.DB) error {
+	start := time.Now()
+	p.log.Warn("persistence: migrating the data directory from store format 1 to 2 (records keyed by hash slot)", "dir", p.dir)
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: dbPrefix(0)})
+	if err != nil {
+		return p.wrap("read", err)
+	}
+	defer it.Close()
+	b := db.NewBatch()
+	defer b.Close()
+	// The range deletion of every old record comes first in the batch, so
+	// that it covers none of the records written after it.
+	if it.Last() {
+		if err := b.DeleteRange(dbPrefix(0), append(bytes.Clone(it.Key()), 0), nil); err != nil {
+			return p.wrap("migrate", err)
+		}
+	}
+	var k []byte
+	n := 0
+	for ok := it.First(); ok; ok = it.Next() {
+		old := it.Key()
+		if len(old) < 2 {
+			return fmt.Errorf("%w: %s: key %q outside the record space", ErrCorrupt, p.dir, old)
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return p.wrap("read", err)
+		}
+		k = recordKey(k[:0], int(binary.BigEndian.Uint16(old)), old[2:])
+		if err := b.Set(k, v, nil); err != nil {
+			return p.wrap("migrate", err)
+		}
+		n++
+	}
+	if err := it.Error(); err != nil {
+		return p.wrap("read", err)
+	}
+	if err := b.Set(metaKey, []byte{StoreFormat}, nil); err != nil {
+		return p.wrap("migrate", err)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return p.wrap("migrate", err)
+	}
+	p.log.Warn("persistence: migrated the data directory to store format 2", "dir", p.dir,
+		"records", n, "duration", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
@@ -863,14 +937,76 @@ func (p *Pebble) Load(fn func(db int, key, value []byte) error) error {
 		defer it.Close()
 		for ok := it.First(); ok; ok = it.Next() {
 			k := it.Key()
-			if len(k) < 2 {
-				return fmt.Errorf("%w: %s: key %q outside the record space", ErrCorrupt, p.dir, k)
+			if err := p.checkRecordKey(k); err != nil {
+				return err
 			}
 			v, err := it.ValueAndErr()
 			if err != nil {
 				return p.wrap("read", err)
 			}
-			if fnErr = fn(int(binary.BigEndian.Uint16(k)), k[2:], v); fnErr != nil {
+			if fnErr = fn(int(binary.BigEndian.Uint16(k)), k[recordPrefix:], v); fnErr != nil {
+				return nil
+			}
+		}
+		if err := it.Error(); err != nil {
+			return p.wrap("read", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return fnErr
+}
+
+// checkRecordKey reports a key that is not a record key of format 2: too
+// short, or filed under another slot than its own.
+func (p *Pebble) checkRecordKey(k []byte) error {
+	if len(k) < recordPrefix {
+		return fmt.Errorf("%w: %s: key %q outside the record space", ErrCorrupt, p.dir, k)
+	}
+	if slot := binary.BigEndian.Uint16(k[2:]); slot != keyslot.Of(k[recordPrefix:]) {
+		return fmt.Errorf("%w: %s: key %q of database %d is filed under slot %d, its slot is %d", ErrCorrupt, p.dir,
+			k[recordPrefix:], binary.BigEndian.Uint16(k), slot, keyslot.Of(k[recordPrefix:]))
+	}
+	return nil
+}
+
+// LoadSlot calls fn for every record of database db in hash slot slot, in
+// key order, from a consistent snapshot, reading that slot's range only;
+// fn must copy key and value to keep them. It is Load for one slot (to
+// copy a slot's state elsewhere).
+func (p *Pebble) LoadSlot(db int, slot uint16, fn func(key, value []byte) error) error {
+	if db < 0 || db > MaxDB || slot >= keyslot.Slots {
+		return fmt.Errorf("persistence: LoadSlot: db %d or slot %d out of range", db, slot)
+	}
+	pdb, in, unlock, err := p.acquire(false)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	var fnErr error
+	lower := slotPrefix(db, slot)
+	var upper []byte
+	if db < MaxDB || slot < keyslot.Slots-1 {
+		upper = binary.BigEndian.AppendUint32(nil, binary.BigEndian.Uint32(lower)+1)
+	}
+	err = p.guard(in, "read", func() error {
+		it, err := pdb.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+		if err != nil {
+			return p.wrap("read", err)
+		}
+		defer it.Close()
+		for ok := it.First(); ok; ok = it.Next() {
+			k := it.Key()
+			if err := p.checkRecordKey(k); err != nil {
+				return err
+			}
+			v, err := it.ValueAndErr()
+			if err != nil {
+				return p.wrap("read", err)
+			}
+			if fnErr = fn(k[recordPrefix:], v); fnErr != nil {
 				return nil
 			}
 		}

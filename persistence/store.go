@@ -62,7 +62,8 @@ type Store interface {
 	Write(ops []Op, sync bool) error
 	// Sync makes every completed Write durable.
 	Sync() error
-	// Load calls fn for every stored record, in (db, key) order, from a
+	// Load calls fn for every stored record, in (db, slot, key) order
+	// (slot: keyslot.Of(key), as the disk layout files them), from a
 	// consistent snapshot; fn must copy key/value to keep them, and must
 	// not call the Store's methods. An error from fn stops Load and is
 	// returned.

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cellserver/cellserver/keyslot"
 	"github.com/cockroachdb/pebble/vfs"
 )
 
@@ -22,7 +23,7 @@ type record struct {
 func (r record) String() string { return fmt.Sprintf("%d/%q=%d bytes", r.db, r.key, len(r.value)) }
 
 // loadAll returns every record of s, checking that Load reports them in
-// strictly increasing (db, key) order.
+// strictly increasing (db, slot, key) order.
 func loadAll(t testing.TB, s Store) []record {
 	t.Helper()
 	var recs []record
@@ -41,7 +42,7 @@ func loadAll(t testing.TB, s Store) []record {
 }
 
 func compareRecords(a, b record) int {
-	return cmp.Or(cmp.Compare(a.db, b.db), cmp.Compare(a.key, b.key))
+	return cmp.Or(cmp.Compare(a.db, b.db), cmp.Compare(keyslot.Of([]byte(a.key)), keyslot.Of([]byte(b.key))), cmp.Compare(a.key, b.key))
 }
 
 // model is the reference state: db -> key -> value.
@@ -85,6 +86,8 @@ func mustWrite(t testing.TB, s Store, sync bool, ops ...Op) {
 
 func checkRecords(t testing.TB, s Store, want []record) {
 	t.Helper()
+	want = slices.Clone(want)
+	slices.SortFunc(want, compareRecords) // Load's order
 	got := loadAll(t, s)
 	if len(got) != len(want) {
 		t.Fatalf("Load: %d records, want %d\n got  %v\n want %v", len(got), len(want), head(got), head(want))
