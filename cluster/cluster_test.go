@@ -269,8 +269,8 @@ func (j *countJournal) DeleteAll()                       {}
 
 func TestBackgroundDelete(t *testing.T) {
 	j := &countJournal{}
-	ks, _ := keyspace.New(keyspace.Config{Journal: j, Shards: 8})
-	store := cluster.NaiveStore{KS: ks, Now: func() int64 { return 1 }}
+	ks, _ := keyspace.New(keyspace.Config{Journal: j, Shards: 8, SlotIndex: true})
+	store := cluster.KeyspaceStore{Keyspace: ks}
 	s, _ := cluster.New(cluster.Config{NodeID: "m1", Store: store})
 	top, _ := cluster.Parse([]byte(three()))
 	s.Install(top)

@@ -314,8 +314,8 @@ func (s *State) deleteLoop() {
 	}
 }
 
-// batchDeleter is a SlotStore that deletes many slots in one pass (the
-// naive stand-in, whose every call scans the whole database).
+// batchDeleter is a SlotStore that deletes many slots in one pass
+// (KeyspaceStore: without the slot index, each call scans the database).
 type batchDeleter interface {
 	DeleteSlots(db int, slots *[keyslot.Slots]bool) int
 }

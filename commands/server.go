@@ -135,8 +135,8 @@ type Config struct {
 	// served. nil (the default) is a standalone server.
 	Cluster *cluster.State
 	// ClusterSlots counts, lists and deletes one slot's keys (CLUSTER
-	// COUNTKEYSINSLOT, GETKEYSINSLOT); nil means cluster.NaiveStore over
-	// Keyspace.
+	// COUNTKEYSINSLOT, GETKEYSINSLOT); nil means cluster.KeyspaceStore
+	// over Keyspace (a full scan per call without its slot index).
 	ClusterSlots cluster.SlotStore
 	// DumpValue encodes a value for DUMP (server wires the persistence
 	// codec, persistence.EncodeValue): appended to dst. Nil makes DUMP
@@ -327,7 +327,7 @@ func New(cfg Config) (*Server, error) {
 		slots:           cfg.ClusterSlots,
 	}
 	if s.slots == nil {
-		s.slots = cluster.NaiveStore{KS: cfg.Keyspace, Now: func() int64 { return unixMilli(cfg.Clock()) }}
+		s.slots = cluster.KeyspaceStore{Keyspace: cfg.Keyspace}
 	}
 	if !slices.ContainsFunc(s.settings, func(st Setting) bool { return st.Name == "tracking-table-max-keys" }) {
 		s.settings = append(slices.Clip(s.settings), Setting{Name: "tracking-table-max-keys",

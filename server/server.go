@@ -519,7 +519,8 @@ func New(cfg Config) (*Server, error) {
 		walDamage persistence.WALDamage
 	)
 	policy, _ := parsePolicy(cfg.MaxMemoryPolicy)
-	kcfg := keyspace.Config{Databases: cfg.Databases, Shards: cfg.Shards, MaxMemory: cfg.MaxMemory, Policy: policy}
+	kcfg := keyspace.Config{Databases: cfg.Databases, Shards: cfg.Shards, MaxMemory: cfg.MaxMemory, Policy: policy,
+		SlotIndex: cfg.ClusterEnabled}
 	if cfg.DataDir != "" {
 		mode, _ := persistence.ParseFsync(cfg.Fsync)
 		st, err := persistence.OpenPebble(cfg.DataDir, persistence.PebbleOptions{Logger: cfg.Logger, LoadDamagedWAL: cfg.LoadDamagedWAL})
@@ -581,13 +582,7 @@ func New(cfg Config) (*Server, error) {
 	var cl *cluster.State
 	var slots cluster.SlotStore
 	if cfg.ClusterEnabled {
-		now := time.Now
-		if cfg.Clock != nil {
-			now = cfg.Clock
-		}
-		// The naive stand-in until package keyspace has the slot API
-		// (CountKeysInSlot, KeysInSlot, DeleteSlot): then slots = ks.
-		slots = cluster.NaiveStore{KS: ks, Now: func() int64 { return now().UnixMilli() }}
+		slots = cluster.KeyspaceStore{Keyspace: ks}
 		cl, err = cluster.New(cluster.Config{NodeID: cfg.ClusterNodeID, ConfigFile: cfg.ClusterConfigFile, Logger: cfg.Logger, Store: slots})
 		if err != nil {
 			if store != nil {
