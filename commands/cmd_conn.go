@@ -8,6 +8,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/resp"
 )
 
@@ -543,10 +544,15 @@ func (s *Server) enqueue(cl *client, sp *Spec, args [][]byte) string {
 	return ""
 }
 
-// EXEC runs the queued commands with every shard lock held, so no other
-// client's command can interleave with them. It answers a null array
+// EXEC runs the queued commands with the locks of every shard they touch
+// held (and of the shards of the keys the client watches), so no other
+// client's command can interleave with them; a client on other shards is
+// not held up. A transaction with a command that needs more than its
+// keys (WholeKeyspace) holds every shard lock. EXEC answers a null array
 // instead when a watched key changed (see cmd_watch.go); either way the
-// client's watched keys are forgotten.
+// client's watched keys are forgotten. Each queued command runs through
+// Server.call, as a command outside MULTI does, with its keys resolved
+// once.
 func cmdExec(x *ctx) {
 	cl := x.cl
 	if !cl.inMulti {
@@ -572,11 +578,25 @@ func cmdExec(x *ctx) {
 		x.array(0)
 		return
 	}
-	x.s.ks.LockAll()
-	defer x.s.ks.UnlockAll()
-	if cl.noloop {
-		cl.heldAll.Store(true)
-		defer cl.heldAll.Store(false)
+	whole := false
+	for _, q := range queue {
+		if q.spec.Flags&WholeKeyspace != 0 {
+			whole = true
+			break
+		}
+	}
+	var keys []rkey // every queued command's keys, in queue order
+	if whole {
+		x.s.ks.LockAll()
+		defer x.s.ks.UnlockAll()
+		if cl.noloop {
+			cl.heldAll.Store(true)
+			defer cl.heldAll.Store(false)
+		}
+	} else {
+		keys = x.resolveQueue(queue)
+		x.lockShards(x.execShards(keys))
+		defer x.unlockShards()
 	}
 	if len(cl.watched) > 0 {
 		broken := x.watchBroken()
@@ -588,10 +608,49 @@ func cmdExec(x *ctx) {
 	}
 	x.array(len(queue))
 	outer := *x
+	x.locked, x.inExec = whole, true
 	for _, q := range queue {
 		x.args = q.args
-		x.locked = true
+		if whole {
+			// SELECT may have changed the database: resolved as it runs.
+			x.resolveKeys(q.spec, x.db())
+		} else {
+			x.keys, keys = keys[:q.nkeys:q.nkeys], keys[q.nkeys:]
+		}
 		x.s.call(x, q.spec)
 	}
-	x.args, x.spec, x.failed, x.locked = outer.args, outer.spec, false, false
+	x.args, x.spec, x.failed, x.locked, x.inExec = outer.args, outer.spec, false, false, false
+	x.keys, x.locks, x.heldSet = outer.keys, outer.locks, outer.heldSet
+}
+
+// resolveQueue resolves the keys of a transaction's commands (none needs
+// the whole keyspace, so all run in the current database) into the
+// client's buffer, recording each command's count in its nkeys.
+func (x *ctx) resolveQueue(queue []queued) []rkey {
+	cl := x.cl
+	db := x.db()
+	all := cl.execKeys[:0]
+	for i := range queue {
+		x.args = queue[i].args
+		x.resolveKeys(queue[i].spec, db)
+		queue[i].nkeys = len(x.keys)
+		all = append(all, x.keys...)
+	}
+	cl.execKeys = all
+	x.keys = nil
+	return all
+}
+
+// execShards returns the shards a transaction locks, each once, in the
+// lock order: those of its keys, and those of the keys the client
+// watches, so that a change to a watched key is either before EXEC's
+// check or after the transaction.
+func (x *ctx) execShards(keys []rkey) []*keyspace.Shard {
+	cl := x.cl
+	shards := cl.uniqueShards(cl.lockMore[:0], keys)
+	for _, wk := range cl.watched {
+		shards = append(shards, x.s.ks.DB(wk.db).Shard([]byte(wk.key)))
+	}
+	cl.lockMore = shards
+	return orderShards(shards)
 }

@@ -289,7 +289,6 @@ func cmdWatch(x *ctx) {
 		return
 	}
 	dbi := int(cl.db.Load())
-	db := x.db()
 	// The limits are checked first, so that a refused WATCH watches
 	// nothing (a key named twice in it counts twice).
 	n, size := len(cl.watched), cl.watchBytes
@@ -308,16 +307,15 @@ func cmdWatch(x *ctx) {
 		x.errorReply(msgWatchBytes)
 		return
 	}
-	for _, key := range x.args[1:] {
+	// The dispatcher holds the keys' shard locks: no change falls between
+	// reading a key and registering it.
+	for i := range x.keys {
+		key := x.keys[i].key
 		wk := &watchedKey{cl: cl, db: dbi, key: string(key)}
-		sh := db.Shard(key)
-		sh.Lock()
-		if v := sh.Peek(key, x.clockMS()); v != nil {
+		if v := x.keys[i].peek(x.clockMS()); v != nil {
 			wk.live, wk.exp = true, v.Exp
 		}
-		added := s.watch.add(wk)
-		sh.Unlock()
-		if added { // else already watched
+		if s.watch.add(wk) { // else already watched
 			cl.watched = append(cl.watched, wk)
 			cl.watchBytes += int64(len(key)) + watchedKeyBytes
 		}
