@@ -629,6 +629,9 @@ func cmdExec(x *ctx) {
 func (x *ctx) resolveQueue(queue []queued) []rkey {
 	cl := x.cl
 	db := x.db()
+	if cap(cl.execKeys) < len(queue) {
+		cl.execKeys = make([]rkey, 0, len(queue)) // one key a command, as a rule
+	}
 	all := cl.execKeys[:0]
 	for i := range queue {
 		x.args = queue[i].args
