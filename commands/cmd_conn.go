@@ -633,6 +633,7 @@ func (x *ctx) resolveQueue(queue []queued) []rkey {
 		cl.execKeys = make([]rkey, 0, len(queue)) // one key a command, as a rule
 	}
 	all := cl.execKeys[:0]
+	args := x.args
 	for i := range queue {
 		x.args = queue[i].args
 		x.resolveKeys(queue[i].spec, db)
@@ -640,7 +641,7 @@ func (x *ctx) resolveQueue(queue []queued) []rkey {
 		all = append(all, x.keys...)
 	}
 	cl.execKeys = all
-	x.keys = nil
+	x.args, x.keys = args, nil
 	return all
 }
 

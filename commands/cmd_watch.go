@@ -18,14 +18,16 @@ import (
 //
 // Changes are seen through the keyspace's Journal (watchJournal), which
 // the keyspace calls with the changed key's shard lock held, right after
-// the change. EXEC holds every shard lock while it checks the client's
-// dirty flag and runs its queue, so a change is either before the check
-// (the transaction aborts) or after the queue. While nobody watches or
-// tracks, the journal costs two atomic loads per change.
+// the change. EXEC holds the locks of the shards of its commands' keys and
+// of the watched keys (every shard lock for a WholeKeyspace command) while
+// it checks the client's dirty flag and runs its queue, so a change to a
+// watched key is either before the check (the transaction aborts) or
+// after the queue. While nobody watches or tracks, the journal costs two
+// atomic loads per change.
 //
-// Lock order: shard locks, then a watchStripe's mu. WATCH takes the key's
-// shard lock while it reads the key and registers it, so that no change
-// falls between the two.
+// Lock order: shard locks, then a watchStripe's mu. WATCH runs with its
+// keys' shard locks held (the dispatcher takes them) while it reads each
+// key and registers it, so that no change falls between the two.
 
 // watchedKey is one key one client watches.
 type watchedKey struct {
