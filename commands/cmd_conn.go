@@ -594,6 +594,8 @@ func cmdExec(x *ctx) {
 			defer cl.heldAll.Store(false)
 		}
 	} else {
+		// Cluster mode checks the queued commands' slots (rkey.slot)
+		// again here, before any lock is taken.
 		keys = x.resolveQueue(queue)
 		x.lockShards(x.execShards(keys))
 		defer x.unlockShards()

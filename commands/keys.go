@@ -112,6 +112,9 @@ func (x *ctx) doneKeys() {
 	}
 	if cap(cl.execKeys) > keptKeys {
 		cl.execKeys = nil
+	} else if len(cl.execKeys) > 0 {
+		clear(cl.execKeys) // they point into the transaction's arguments
+		cl.execKeys = cl.execKeys[:0]
 	}
 }
 
