@@ -98,9 +98,14 @@ func (x *ctx) addKey(db *keyspace.DB, key []byte) {
 // doneKeys forgets the command's keys (which point into its arguments)
 // and frees the client's buffers that a large command grew.
 func (x *ctx) doneKeys() {
-	clear(x.keys)
+	if len(x.keys) > 0 {
+		clear(x.keys)
+	}
 	x.keys = nil
 	cl := x.cl
+	if max(cap(cl.keyMore), cap(cl.pos), cap(cl.lockMore), cap(cl.execKeys), len(cl.execKeys)) == 0 {
+		return
+	}
 	if cap(cl.keyMore) > keptKeys {
 		cl.keyMore = nil
 	}
@@ -120,6 +125,13 @@ func (x *ctx) doneKeys() {
 
 // runLocked runs sp with the locks of its keys' shards held.
 func (x *ctx) runLocked(sp *Spec) {
+	if len(x.keys) == 1 && !x.cl.noloop { // the common case, in short
+		sh := x.keys[0].sh
+		sh.Lock()
+		defer sh.Unlock()
+		sp.Run(x)
+		return
+	}
 	x.lockShards(x.keyShards(x.keys))
 	defer x.unlockShards()
 	sp.Run(x)
