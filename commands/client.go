@@ -83,6 +83,7 @@ type client struct {
 	lockMore []*keyspace.Shard
 	execKeys []rkey
 	marks    []uint64
+	bigKeys  bool // one of these was used by the command (ctx.doneKeys)
 	// redir is the REDIRECT target (redirID its id, 0: none);
 	// redirBroken: it had gone at an invalidation. closed: the
 	// connection has ended (Server.Close), for clients redirecting to it.

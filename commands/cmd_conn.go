@@ -643,6 +643,7 @@ func (x *ctx) resolveQueue(queue []queued) []rkey {
 		all = append(all, x.keys...)
 	}
 	cl.execKeys = all
+	cl.bigKeys = true
 	x.args, x.keys = args, nil
 	return all
 }

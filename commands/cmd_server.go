@@ -273,6 +273,7 @@ func cmdCommandGetKeys(x *ctx) {
 	}
 	pos := sp.keyPositions(x.cl.pos[:0], args)
 	x.cl.pos = pos
+	x.cl.bigKeys = true
 	if len(pos) == 0 {
 		x.errorReply(msgInvalidArgs)
 		return

@@ -54,9 +54,17 @@ const (
 // resolveKeys sets x.keys to sp's keys in x.args, resolved in database db.
 func (x *ctx) resolveKeys(sp *Spec, db *keyspace.DB) {
 	x.keys = x.kbuf[:0]
+	if sp.FirstKey > 0 && sp.FirstKey == sp.LastKey && sp.Keys == nil { // one key, in short
+		if sp.FirstKey < len(x.args) {
+			x.keys = x.kbuf[:1]
+			x.setKey(&x.kbuf[0], db, x.args[sp.FirstKey])
+		}
+		return
+	}
 	if sp.Keys != nil {
 		cl := x.cl
 		cl.pos = sp.Keys(cl.pos[:0], x.args)
+		cl.bigKeys = true
 		x.growKeys(len(cl.pos))
 		for _, p := range cl.pos {
 			x.addKey(db, x.args[p])
@@ -84,28 +92,37 @@ func (x *ctx) growKeys(n int) {
 		cl.keyMore = make([]rkey, 0, n)
 	}
 	x.keys = cl.keyMore[:0]
+	cl.bigKeys = true
 }
 
 func (x *ctx) addKey(db *keyspace.DB, key []byte) {
+	x.keys = x.keys[:len(x.keys)+1]
+	x.setKey(&x.keys[len(x.keys)-1], db, key)
+}
+
+func (x *ctx) setKey(k *rkey, db *keyspace.DB, key []byte) {
 	h := x.s.ks.Hash(key)
-	k := rkey{key: key, hash: h, sh: db.ShardHash(h)}
+	k.key, k.hash, k.sh, k.slot = key, h, db.ShardHash(h), 0
 	if x.s.clusterMode {
 		k.slot = keyslot.Of(key)
 	}
-	x.keys = append(x.keys, k)
 }
 
-// doneKeys forgets the command's keys (which point into its arguments)
-// and frees the client's buffers that a large command grew.
+// doneKeys forgets the command's keys (those in the client's buffers
+// point into its arguments) and frees the buffers that a large command
+// grew. The context's own few are overwritten by the next command.
 func (x *ctx) doneKeys() {
-	if len(x.keys) > 0 {
-		clear(x.keys)
+	if x.cl.bigKeys {
+		x.doneBigKeys()
 	}
 	x.keys = nil
+}
+
+func (x *ctx) doneBigKeys() {
 	cl := x.cl
-	if max(cap(cl.keyMore), cap(cl.pos), cap(cl.lockMore), cap(cl.execKeys), len(cl.execKeys)) == 0 {
-		return
-	}
+	cl.bigKeys = false
+	clear(x.keys)
+	x.keys = nil
 	if cap(cl.keyMore) > keptKeys {
 		cl.keyMore = nil
 	}
@@ -147,6 +164,7 @@ func (x *ctx) keyShards(keys []rkey) []*keyspace.Shard {
 	dst := x.lbuf[:0]
 	if len(keys) > len(x.lbuf) {
 		dst = x.cl.lockMore[:0]
+		x.cl.bigKeys = true
 	}
 	dst = x.cl.uniqueShards(dst, keys)
 	if len(keys) > len(x.lbuf) {

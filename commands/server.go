@@ -503,7 +503,10 @@ func (s *Server) ServeRESP(c *resp.Conn, args [][]byte) {
 	if cl.trk.Load()&trkCaching != 0 {
 		cl.afterCommand(cl.lastCmd.Load())
 	}
-	x.doneKeys()
+	if cl.bigKeys {
+		x.doneBigKeys()
+	}
+	x.keys = nil // as ctx.doneKeys, inlined
 	x.args = nil
 }
 
