@@ -81,7 +81,7 @@ type client struct {
 	pos      []int
 	keyMore  []rkey
 	lockMore []*keyspace.Shard
-	execKeys []rkey
+	execKeys []execKey
 	marks    []uint64
 	bigKeys  bool // one of these was used by the command (ctx.doneKeys)
 	// redir is the REDIRECT target (redirID its id, 0: none);
@@ -136,6 +136,7 @@ type ctx struct {
 	// locks are the shards whose locks it took for them.
 	keys  []rkey
 	locks []*keyspace.Shard
+	pre   []execKey // hashes and slots of the keys resolveKeys finds (EXEC)
 	kbuf  [inlineKeys]rkey
 	lbuf  [inlineKeys]*keyspace.Shard
 

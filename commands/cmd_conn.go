@@ -585,7 +585,7 @@ func cmdExec(x *ctx) {
 			break
 		}
 	}
-	var keys []rkey // every queued command's keys, in queue order
+	var keys []execKey // every queued command's keys, in queue order
 	if whole {
 		x.s.ks.LockAll()
 		defer x.s.ks.UnlockAll()
@@ -594,10 +594,11 @@ func cmdExec(x *ctx) {
 			defer cl.heldAll.Store(false)
 		}
 	} else {
-		// Cluster mode checks the queued commands' slots (rkey.slot)
-		// again here, before any lock is taken.
-		keys = x.resolveQueue(queue)
-		x.lockShards(x.execShards(keys))
+		var shards []*keyspace.Shard
+		keys, shards = x.resolveQueue(queue)
+		// Cluster mode checks the queued commands' slots (execKey.slot)
+		// again here, before the locks are taken.
+		x.lockShards(shards)
 		defer x.unlockShards()
 	}
 	if len(cl.watched) > 0 {
@@ -617,7 +618,12 @@ func cmdExec(x *ctx) {
 			// SELECT may have changed the database: resolved as it runs.
 			x.resolveKeys(q.spec, x.db())
 		} else {
-			x.keys, keys = keys[:q.nkeys:q.nkeys], keys[q.nkeys:]
+			// Their hashes (and slots) as resolveQueue found them.
+			if q.nkeys > 0 {
+				x.pre, keys = keys[:q.nkeys], keys[q.nkeys:]
+			}
+			x.resolveKeys(q.spec, x.db())
+			x.pre = nil // used up
 		}
 		x.s.call(x, q.spec)
 	}
@@ -625,39 +631,63 @@ func cmdExec(x *ctx) {
 	x.keys, x.locks, x.heldSet = outer.keys, outer.locks, outer.heldSet
 }
 
+// execKey is a queued command's key as EXEC resolved it (resolveQueue),
+// without its bytes and shard, which the hash finds again as the command
+// runs: a buffer without pointers costs the garbage collector nothing.
+type execKey struct {
+	hash uint64
+	slot uint16
+}
+
 // resolveQueue resolves the keys of a transaction's commands (none needs
-// the whole keyspace, so all run in the current database) into the
-// client's buffer, recording each command's count in its nkeys.
-func (x *ctx) resolveQueue(queue []queued) []rkey {
+// the whole keyspace, so all run in the current database), recording
+// each command's count in its nkeys. It returns their hashes, in queue
+// order, and the shards to lock, each once, in the lock order: those of
+// the keys, and those of the keys the client watches, so that a change to
+// a watched key is either before EXEC's check or after the transaction.
+func (x *ctx) resolveQueue(queue []queued) ([]execKey, []*keyspace.Shard) {
 	cl := x.cl
 	db := x.db()
 	if cap(cl.execKeys) < len(queue) {
-		cl.execKeys = make([]rkey, 0, len(queue)) // one key a command, as a rule
+		cl.execKeys = make([]execKey, 0, len(queue)) // one key a command, as a rule
 	}
 	all := cl.execKeys[:0]
+	shards := cl.lockMore[:0]
+	marks := db.NumShards() <= markedShards
+	if w := (db.NumShards() + 63) / 64; marks && len(cl.marks) < w {
+		cl.marks = make([]uint64, w)
+	}
 	args := x.args
 	for i := range queue {
 		x.args = queue[i].args
 		x.resolveKeys(queue[i].spec, db)
 		queue[i].nkeys = len(x.keys)
-		all = append(all, x.keys...)
+		for j := range x.keys {
+			k := &x.keys[j]
+			all = append(all, execKey{hash: k.hash, slot: k.slot})
+			if !marks {
+				shards = append(shards, k.sh)
+				continue
+			}
+			// One entry per shard, so that sorting takes at most a
+			// database's shards, however many keys.
+			_, s := k.sh.Order()
+			if bit := uint64(1) << (s % 64); cl.marks[s/64]&bit == 0 {
+				cl.marks[s/64] |= bit
+				shards = append(shards, k.sh)
+			}
+		}
 	}
-	cl.execKeys = all
-	cl.bigKeys = true
-	x.args, x.keys = args, nil
-	return all
-}
-
-// execShards returns the shards a transaction locks, each once, in the
-// lock order: those of its keys, and those of the keys the client
-// watches, so that a change to a watched key is either before EXEC's
-// check or after the transaction.
-func (x *ctx) execShards(keys []rkey) []*keyspace.Shard {
-	cl := x.cl
-	shards := cl.uniqueShards(cl.lockMore[:0], keys)
+	if marks {
+		for _, sh := range shards {
+			_, s := sh.Order()
+			cl.marks[s/64] = 0
+		}
+	}
 	for _, wk := range cl.watched {
 		shards = append(shards, x.s.ks.DB(wk.db).Shard([]byte(wk.key)))
 	}
-	cl.lockMore = shards
-	return orderShards(shards)
+	cl.execKeys, cl.lockMore, cl.bigKeys = all, shards, true
+	x.args, x.keys = args, nil
+	return all, orderShards(shards)
 }

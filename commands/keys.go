@@ -101,6 +101,14 @@ func (x *ctx) addKey(db *keyspace.DB, key []byte) {
 }
 
 func (x *ctx) setKey(k *rkey, db *keyspace.DB, key []byte) {
+	if x.pre != nil { // resolved before (EXEC)
+		e := &x.pre[0]
+		k.key, k.hash, k.sh, k.slot = key, e.hash, db.ShardHash(e.hash), e.slot
+		if x.pre = x.pre[1:]; len(x.pre) == 0 {
+			x.pre = nil
+		}
+		return
+	}
 	h := x.s.ks.Hash(key)
 	k.key, k.hash, k.sh, k.slot = key, h, db.ShardHash(h), 0
 	if x.s.clusterMode {
@@ -132,11 +140,8 @@ func (x *ctx) doneBigKeys() {
 	if cap(cl.lockMore) > keptKeys {
 		cl.lockMore = nil
 	}
-	if cap(cl.execKeys) > keptKeys {
+	if cap(cl.execKeys) > 8*keptKeys { // 16 bytes a key
 		cl.execKeys = nil
-	} else if len(cl.execKeys) > 0 {
-		clear(cl.execKeys) // they point into the transaction's arguments
-		cl.execKeys = cl.execKeys[:0]
 	}
 }
 
