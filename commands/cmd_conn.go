@@ -659,11 +659,23 @@ func (x *ctx) resolveQueue(queue []queued) ([]execKey, []*keyspace.Shard) {
 	}
 	args := x.args
 	for i := range queue {
-		x.args = queue[i].args
-		x.resolveKeys(queue[i].spec, db)
-		queue[i].nkeys = len(x.keys)
-		for j := range x.keys {
-			k := &x.keys[j]
+		q := &queue[i]
+		var one [1]rkey
+		keys := x.keys[:0]
+		if sp := q.spec; sp.FirstKey > 0 && sp.FirstKey == sp.LastKey && sp.Keys == nil {
+			// One key, in short (as resolveKeys).
+			if sp.FirstKey < len(q.args) {
+				x.setKey(&one[0], db, q.args[sp.FirstKey])
+				keys = one[:]
+			}
+		} else {
+			x.args = q.args
+			x.resolveKeys(sp, db)
+			keys = x.keys
+		}
+		q.nkeys = len(keys)
+		for j := range keys {
+			k := &keys[j]
 			all = append(all, execKey{hash: k.hash, slot: k.slot})
 			if !marks {
 				shards = append(shards, k.sh)
