@@ -50,27 +50,38 @@ func TestDupSortedComparisons(t *testing.T) {
 	t.Logf("%d trials of %d keys", cases, n)
 }
 
-// TestSortShardsOrder: the lock order is sorted whatever the number of
-// shards (insertion for a few, a sort for more).
-func TestSortShardsOrder(t *testing.T) {
-	ks, err := keyspace.New(keyspace.Config{})
+// TestOrderShards: the lock order is sorted by database then index, each
+// shard once, whatever the number of shards (insertion for a few, a sort
+// for more).
+func TestOrderShards(t *testing.T) {
+	ks, err := keyspace.New(keyspace.Config{Databases: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := ks.DB(0)
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, n := range []int{0, 1, 2, 5, fewChecks, fewChecks + 1, 100, maxAllChecks} {
-		shards := make([]*keyspace.Shard, n)
-		for i := range shards {
-			shards[i] = db.Shard([]byte("k" + strconv.Itoa(rng.IntN(1<<30))))
-		}
-		sortShards(shards)
-		for i := 1; i < n; i++ {
-			_, a := shards[i-1].Order()
-			_, b := shards[i].Order()
-			if a > b {
-				t.Fatalf("n=%d: shard %d (index %d) before index %d", n, i-1, a, b)
+	cases := 0
+	for _, n := range []int{0, 1, 2, 5, 8, 9, 100, maxAllChecks} {
+		for trial := range 10 {
+			shards := make([]*keyspace.Shard, n)
+			distinct := map[*keyspace.Shard]bool{}
+			for i := range shards {
+				// Few keys for some trials, so that shards repeat.
+				shards[i] = ks.DB(rng.IntN(3)).Shard([]byte("k" + strconv.Itoa(rng.IntN(1<<(trial+1)))))
+				distinct[shards[i]] = true
 			}
+			got := orderShards(shards)
+			if len(got) != len(distinct) {
+				t.Fatalf("n=%d: %d shards after orderShards, want the %d distinct ones", n, len(got), len(distinct))
+			}
+			for i := 1; i < len(got); i++ {
+				if shardCompare(got[i-1], got[i]) >= 0 {
+					d1, a := got[i-1].Order()
+					d2, b := got[i].Order()
+					t.Fatalf("n=%d: shard %d (db %d index %d) before db %d index %d", n, i-1, d1, a, d2, b)
+				}
+			}
+			cases++
 		}
 	}
+	t.Logf("%d cases", cases)
 }

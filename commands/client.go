@@ -29,6 +29,7 @@ type client struct {
 	// for (fsync always); 0 when nothing is pending.
 	pendingSeq uint64
 	lower      [32]byte             // scratch for lower-casing command names
+	num        [20]byte             // scratch for a number GET shows (withString)
 	leases     limiter.Leases       // scratch for packed CL.ACQUIRE state (leasesOf)
 	checks     [4]check             // CL.ALL's parsed checks (cmdAll)
 	lastCmd    atomic.Pointer[Spec] // read by CLIENT LIST
@@ -67,12 +68,24 @@ type client struct {
 	// (guarded by Server.track.mu; read by CLIENT TRACKINGINFO).
 	trk         atomic.Uint32
 	trkPrefixes []string
-	// noloop mirrors trkNoloop for ctx.lock; held and heldAll say which
-	// shard lock (or every one, in EXEC) this NOLOOP client holds, so
-	// that a change under it is known as its own.
-	noloop  bool
-	held    atomic.Pointer[keyspace.Shard]
-	heldAll atomic.Bool
+	// noloop mirrors trkNoloop for ctx.lockShards; held, heldMore and
+	// heldAll say which shard locks (or every one, in EXEC) this NOLOOP
+	// client holds, so that a change under one is known as its own
+	// (writer).
+	noloop   bool
+	held     [heldInline]atomic.Pointer[keyspace.Shard]
+	heldMore atomic.Pointer[[]*keyspace.Shard]
+	heldAll  atomic.Bool
+
+	// Buffers for commands with more keys than the context holds
+	// (keys.go): key positions, resolved keys, shards to lock, a
+	// transaction's keys, and a bitmap of one database's shards.
+	pos      []int
+	keyMore  []rkey
+	lockMore []*keyspace.Shard
+	execKeys []execKey
+	marks    []uint64
+	bigKeys  bool // one of these was used by the command (ctx.doneKeys)
 	// redir is the REDIRECT target (redirID its id, 0: none);
 	// redirBroken: it had gone at an invalidation. closed: the
 	// connection has ended (Server.Close), for clients redirecting to it.
@@ -93,8 +106,9 @@ type client struct {
 }
 
 type queued struct {
-	spec *Spec
-	args [][]byte
+	spec  *Spec
+	args  [][]byte
+	nkeys int // its keys, resolved by EXEC (resolveQueue)
 }
 
 func (cl *client) multiFailed() {
@@ -120,9 +134,19 @@ type ctx struct {
 	spec *Spec
 	args [][]byte
 
+	// keys are the command's keys, resolved by the dispatcher (keys.go);
+	// locks are the shards whose locks it took for them.
+	keys  []rkey
+	locks []*keyspace.Shard
+	pre   []execKey // hashes and slots of the keys resolveKeys finds (EXEC)
+	kbuf  [inlineKeys]rkey
+	lbuf  [inlineKeys]*keyspace.Shard
+
 	nowNS   int64 // the command's clock reading, valid when haveNow
 	haveNow bool
 	locked  bool // every shard lock is held (inside EXEC)
+	inExec  bool // EXEC holds the locks the command needs
+	heldSet bool // locks are published in client.held (NOLOOP)
 	failed  bool // an error reply was written
 }
 
@@ -175,12 +199,13 @@ func floorDiv(a, b int64) int64 {
 
 func (x *ctx) db() *keyspace.DB { return x.s.ks.DB(int(x.cl.db.Load())) }
 
-// lock takes the shard lock unless the whole keyspace is already held.
+// lock takes the shard lock unless the whole keyspace is already held:
+// commands that visit every shard (WholeKeyspace) lock one at a time.
 func (x *ctx) lock(sh *keyspace.Shard) {
 	if !x.locked {
 		sh.Lock()
 		if x.cl.noloop {
-			x.cl.held.Store(sh)
+			x.cl.held[0].Store(sh)
 		}
 	}
 }
@@ -188,7 +213,7 @@ func (x *ctx) lock(sh *keyspace.Shard) {
 func (x *ctx) unlock(sh *keyspace.Shard) {
 	if !x.locked {
 		if x.cl.noloop {
-			x.cl.held.Store(nil)
+			x.cl.held[0].Store(nil)
 		}
 		sh.Unlock()
 	}

@@ -23,36 +23,13 @@ func (s *Server) clusterCheck(x *ctx, sp *Spec) string {
 		return ""
 	}
 	cl := x.cl
-	slot, keys, write := -1, false, sp.Flags&Write != 0
-	one := func(key []byte) bool {
-		k := int(keyslot.Of(key))
+	var slot uint16
+	keys, write := false, sp.Flags&Write != 0
+	same := func(k uint16) bool {
 		if keys && k != slot {
 			return false
 		}
 		slot, keys = k, true
-		return true
-	}
-	add := func(sp *Spec, args [][]byte) bool {
-		if sp.Keys != nil { // movable keys (CL.ALL): as COMMAND GETKEYS finds them
-			for _, p := range sp.Keys(args) {
-				if !one(args[p]) {
-					return false
-				}
-			}
-			return true
-		}
-		if sp.FirstKey == 0 {
-			return true
-		}
-		last := sp.LastKey // as keyPositions, without allocating
-		if last < 0 {
-			last += len(args)
-		}
-		for i := sp.FirstKey; i <= last && i < len(args); i += sp.Step {
-			if !one(args[i]) {
-				return false
-			}
-		}
 		return true
 	}
 	if sp.Name == "exec" {
@@ -60,26 +37,43 @@ func (s *Server) clusterCheck(x *ctx, sp *Spec) string {
 			return ""
 		}
 		for _, q := range cl.queue {
-			if !add(q.spec, q.args) {
-				return msgCrossSlot
+			if q.spec.Keys != nil { // movable keys (CL.ALL): as COMMAND GETKEYS finds them
+				cl.pos = q.spec.Keys(cl.pos[:0], q.args)
+				for _, p := range cl.pos {
+					if !same(keyslot.Of(q.args[p])) {
+						return msgCrossSlot
+					}
+				}
+			} else {
+				first, last := q.spec.keyRange(len(q.args))
+				for i := first; i <= last; i += q.spec.Step {
+					if !same(keyslot.Of(q.args[i])) {
+						return msgCrossSlot
+					}
+				}
 			}
 			write = write || q.spec.Flags&Write != 0
 		}
-	} else if !add(sp, x.args) {
-		return msgCrossSlot
+	} else {
+		// The dispatcher resolved the command's keys and their slots.
+		for i := range x.keys {
+			if !same(x.keys[i].slot) {
+				return msgCrossSlot
+			}
+		}
 	}
 	if !keys {
 		return ""
 	}
 	v := s.cluster.View()
-	owner, ok := v.Route(uint16(slot), cl.readonly, write)
+	owner, ok := v.Route(slot, cl.readonly, write)
 	switch {
 	case ok:
 		return ""
 	case owner == nil:
 		return msgClusterDownUnbound
 	}
-	return errMoved(slot, owner.Master.Addr())
+	return errMoved(int(slot), owner.Master.Addr())
 }
 
 // clusterReject answers a command clusterCheck refused, as Redis's

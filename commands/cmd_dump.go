@@ -26,11 +26,7 @@ func cmdDump(x *ctx) {
 		x.errorReply(msgDumpUnavailable)
 		return
 	}
-	key := x.args[1]
-	sh := x.db().Shard(key)
-	x.lock(sh)
-	defer x.unlock(sh)
-	v := sh.Peek(key, x.clockMS())
+	v := x.keys[0].peek(x.clockMS())
 	x.s.lookedUp(v != nil)
 	if v == nil {
 		x.null()
@@ -55,11 +51,7 @@ func cmdPExpireTime(x *ctx) { expireTimeReply(x, true) }
 // rounded to the nearest ((ms+500)/1000); -1 without expiry; -2 for a
 // missing key.
 func expireTimeReply(x *ctx, ms bool) {
-	key := x.args[1]
-	sh := x.db().Shard(key)
-	x.lock(sh)
-	defer x.unlock(sh)
-	v := sh.Peek(key, x.clockMS())
+	v := x.keys[0].peek(x.clockMS())
 	x.s.lookedUp(v != nil)
 	switch {
 	case v == nil:

@@ -54,23 +54,18 @@ func cmdStrlen(x *ctx) {
 	withString(x, func(b []byte, found bool) { x.int(int64(len(b))) })
 }
 
-// withString looks up x.args[1] as GET reads it (counting a keyspace hit
+// withString looks up the key as GET reads it (counting a keyspace hit
 // or miss) and calls reply, under the shard lock, with its string form (b
 // is valid only during the call) or found false for a missing key. A key
 // with no string form gets WRONGTYPE instead.
 func withString(x *ctx, reply func(b []byte, found bool)) {
-	key := x.args[1]
-	sh := x.db().Shard(key)
-	x.lock(sh)
-	defer x.unlock(sh)
-	v := sh.Peek(key, x.clockMS())
+	v := x.keys[0].peek(x.clockMS())
 	x.s.lookedUp(v != nil)
 	if v == nil {
 		reply(nil, false)
 		return
 	}
-	var scratch [20]byte
-	b, ok := stringValue(v, scratch[:0])
+	b, ok := stringValue(v, x.cl.num[:0])
 	if !ok {
 		x.errorReply(msgWrongType)
 		return
@@ -129,11 +124,8 @@ func cmdSet(x *ctx) {
 			return
 		}
 	}
-	key := args[1]
-	sh := x.db().Shard(key)
-	x.lock(sh)
-	defer x.unlock(sh)
-	v := sh.Lookup(key, now)
+	k := &x.keys[0]
+	v := k.lookup(now)
 	var old []byte
 	if opt.get && v != nil {
 		b, ok := stringValue(v, nil)
@@ -159,7 +151,7 @@ func cmdSet(x *ctx) {
 		x.oom()
 		return
 	}
-	sh.Replace(key, v, nv)
+	k.replace(v, nv)
 	if opt.get {
 		x.bulkOrNull(old, v != nil)
 		return
@@ -201,42 +193,30 @@ func absoluteExpiry(unit string, n, now int64) (int64, bool) {
 
 func cmdDel(x *ctx) {
 	now := x.clockMS()
-	db := x.db()
 	var n int64
-	for _, key := range x.args[1:] {
-		sh := db.Shard(key)
-		x.lock(sh)
-		if sh.Delete(key, now) {
+	for i := range x.keys {
+		if x.keys[i].del(now) {
 			n++
 		}
-		x.unlock(sh)
 	}
 	x.int(n)
 }
 
 func cmdExists(x *ctx) {
 	now := x.clockMS()
-	db := x.db()
 	var n int64
-	for _, key := range x.args[1:] {
-		sh := db.Shard(key)
-		x.lock(sh)
-		found := sh.Peek(key, now) != nil
+	for i := range x.keys {
+		found := x.keys[i].peek(now) != nil
 		x.s.lookedUp(found)
 		if found {
 			n++
 		}
-		x.unlock(sh)
 	}
 	x.int(n)
 }
 
 func cmdType(x *ctx) {
-	key := x.args[1]
-	sh := x.db().Shard(key)
-	x.lock(sh)
-	defer x.unlock(sh)
-	v := sh.Peek(key, x.clockMS())
+	v := x.keys[0].peek(x.clockMS())
 	x.s.lookedUp(v != nil)
 	if v == nil {
 		x.status("none")
@@ -249,12 +229,8 @@ func cmdTTL(x *ctx)  { ttlReply(x, false) }
 func cmdPTTL(x *ctx) { ttlReply(x, true) }
 
 func ttlReply(x *ctx, ms bool) {
-	key := x.args[1]
-	sh := x.db().Shard(key)
-	x.lock(sh)
-	defer x.unlock(sh)
 	now := x.clockMS()
-	v := sh.Peek(key, now)
+	v := x.keys[0].peek(now)
 	x.s.lookedUp(v != nil)
 	switch {
 	case v == nil:
@@ -315,11 +291,8 @@ func expireGeneric(x *ctx, name string, unit int64) {
 		return
 	}
 	when := n*unit + now
-	key := x.args[1]
-	sh := x.db().Shard(key)
-	x.lock(sh)
-	defer x.unlock(sh)
-	v := sh.Lookup(key, now)
+	k := &x.keys[0]
+	v := k.lookup(now)
 	if v == nil {
 		x.int(0)
 		return
@@ -333,27 +306,24 @@ func expireGeneric(x *ctx, name string, unit int64) {
 		return
 	}
 	if when <= now {
-		sh.Delete(key, now)
+		k.del(now)
 		x.int(1)
 		return
 	}
 	v.Exp = when
-	sh.Changed(key, v)
+	k.sh.Changed(k.key, v)
 	x.int(1)
 }
 
 func cmdPersist(x *ctx) {
-	key := x.args[1]
-	sh := x.db().Shard(key)
-	x.lock(sh)
-	defer x.unlock(sh)
-	v := sh.Lookup(key, x.clockMS())
+	k := &x.keys[0]
+	v := k.lookup(x.clockMS())
 	if v == nil || v.Exp == 0 {
 		x.int(0)
 		return
 	}
 	v.Exp = 0
-	sh.Changed(key, v)
+	k.sh.Changed(k.key, v)
 	x.int(1)
 }
 

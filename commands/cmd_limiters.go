@@ -2,7 +2,6 @@ package commands
 
 import (
 	"bytes"
-	"cmp"
 	"math"
 	"slices"
 	"sort"
@@ -248,9 +247,9 @@ func (c *check) needsRoom(v *keyspace.Value) bool {
 	return false
 }
 
-// apply performs what decide found, on shard sh (locked) where the key's
-// current value is v (nil if absent).
-func (c *check) apply(sh *keyspace.Shard, v *keyspace.Value, now int64, scratch *limiter.Leases) {
+// apply performs what decide found on k, the check's key (its shard
+// locked), whose current value is v (nil if absent).
+func (c *check) apply(k *rkey, v *keyspace.Value, now int64, scratch *limiter.Leases) {
 	if !c.store {
 		return
 	}
@@ -275,7 +274,7 @@ func (c *check) apply(sh *keyspace.Shard, v *keyspace.Value, now int64, scratch 
 		ls := leasesOf(v, scratch)
 		nv = leasesValue(ls, scratch, ls.Apply(now, c.per, c.token))
 	}
-	sh.Replace(c.key, v, nv)
+	k.replace(v, nv)
 }
 
 // leasesOf returns the leases of v, a KindLeases value (nil: the key does
@@ -333,11 +332,9 @@ func runCheck(x *ctx, minArgs, maxArgs int) {
 		return
 	}
 	c.ms = ms
-	sh := x.db().Shard(c.key)
-	x.lock(sh)
-	defer x.unlock(sh)
+	k := &x.keys[0] // c.key
 	now := x.clockNS()
-	v := sh.Lookup(c.key, floorDiv(now, 1e6))
+	v := k.lookup(floorDiv(now, 1e6))
 	if msg := c.decide(v, now, &x.cl.leases); msg != "" {
 		x.errorReply(msg)
 		return
@@ -346,7 +343,7 @@ func runCheck(x *ctx, minArgs, maxArgs int) {
 		x.oom()
 		return
 	}
-	c.apply(sh, v, now, &x.cl.leases)
+	c.apply(k, v, now, &x.cl.leases)
 	x.decided(c.t.limited, c.key)
 	x.tuple(c.t)
 }
@@ -358,12 +355,9 @@ func cmdAcquire(x *ctx)    { runCheck(x, 4, 4) }
 
 // CL.RELEASE key token
 func cmdRelease(x *ctx) {
-	key := x.args[1]
-	sh := x.db().Shard(key)
-	x.lock(sh)
-	defer x.unlock(sh)
+	k := &x.keys[0]
 	now := x.clockNS()
-	v := sh.Lookup(key, floorDiv(now, 1e6))
+	v := k.lookup(floorDiv(now, 1e6))
 	if v == nil {
 		x.int(0)
 		return
@@ -375,9 +369,9 @@ func cmdRelease(x *ctx) {
 	ls := leasesOf(v, &x.cl.leases)
 	released, exp := ls.Release(now, x.args[2])
 	if ls.Held(now) == 0 {
-		sh.Delete(key, floorDiv(now, 1e6))
+		k.del(floorDiv(now, 1e6))
 	} else {
-		sh.Replace(key, v, leasesValue(ls, &x.cl.leases, exp))
+		k.replace(v, leasesValue(ls, &x.cl.leases, exp))
 	}
 	if released {
 		x.int(1)
@@ -419,12 +413,8 @@ func cmdPeek(x *ctx) {
 		x.errorReply(msgCellParseInt + string(args[3]))
 		return
 	}
-	key := args[0]
-	sh := x.db().Shard(key)
-	x.lock(sh)
-	defer x.unlock(sh)
 	now := x.clockNS()
-	cur := sh.Peek(key, floorDiv(now, 1e6))
+	cur := x.keys[0].peek(floorDiv(now, 1e6)) // args[0]
 	x.s.lookedUp(cur != nil)
 	tat, msg := storedTAT(cur)
 	if msg != "" {
@@ -454,35 +444,24 @@ func cmdAll(x *ctx) {
 		x.errorReply(msg)
 		return
 	}
-	db := x.db()
-	var shardBuf, orderBuf [4]*keyspace.Shard
+	// The dispatcher resolved the keys of the checks (allKeys) and holds
+	// their shard locks: the checks parsed, so keys[i] is checks[i].key.
+	keys := x.keys
+	if len(keys) != len(checks) { // cannot happen: allKeys and parseChecks agree
+		x.errorReply(msgInvalidArgs)
+		return
+	}
 	var valBuf [4]*keyspace.Value
-	shards, order, vals := shardBuf[:0], orderBuf[:0], valBuf[:0]
-	for i := range checks {
-		shards = append(shards, db.Shard(checks[i].key))
+	vals := valBuf[:0]
+	for range checks {
 		vals = append(vals, nil)
 	}
-	// The lock order: shards sorted by index.
-	order = append(order, shards...)
-	sortShards(order)
-	for i, sh := range order {
-		if i == 0 || sh != order[i-1] {
-			x.lock(sh)
-		}
-	}
-	defer func() {
-		for i, sh := range order {
-			if i == 0 || sh != order[i-1] {
-				x.unlock(sh)
-			}
-		}
-	}()
 	now := x.clockNS()
 	nowMS := floorDiv(now, 1e6)
 	admitted := true
 	var limitedKey []byte
 	for i := range checks {
-		vals[i] = shards[i].Lookup(checks[i].key, nowMS)
+		vals[i] = keys[i].lookup(nowMS)
 		if msg := checks[i].decide(vals[i], now, &x.cl.leases); msg != "" {
 			x.errorReply(msg)
 			return
@@ -510,9 +489,9 @@ func cmdAll(x *ctx) {
 			// is still the shard's current one: nothing ran in between.
 			v := vals[i]
 			if len(checks) > 1 {
-				v = shards[i].Peek(checks[i].key, nowMS)
+				v = keys[i].peek(nowMS)
 			}
-			checks[i].apply(shards[i], v, now, &x.cl.leases)
+			checks[i].apply(&keys[i], v, now, &x.cl.leases)
 		}
 	}
 	x.decided(!admitted, limitedKey)
@@ -605,29 +584,6 @@ func dupSorted(n int, key func(int) []byte, compare func(a, b []byte) int) bool 
 	return false
 }
 
-// sortShards sorts shards into the lock order (by index; one database):
-// by insertion for a few, else in O(n log n).
-func sortShards(shards []*keyspace.Shard) {
-	if len(shards) > fewChecks {
-		slices.SortFunc(shards, func(a, b *keyspace.Shard) int {
-			_, i := a.Order()
-			_, j := b.Order()
-			return cmp.Compare(i, j)
-		})
-		return
-	}
-	for k := 1; k < len(shards); k++ {
-		for j := k; j > 0; j-- {
-			_, a := shards[j-1].Order()
-			_, b := shards[j].Order()
-			if a <= b {
-				break
-			}
-			shards[j-1], shards[j] = shards[j], shards[j-1]
-		}
-	}
-}
-
 // checkNames lists the limiter commands that CL.ALL takes as checks.
 var checkNames = []string{"cl.throttle", "cl.fixed", "cl.sliding", "cl.slidinglog", "cl.acquire"}
 
@@ -650,33 +606,31 @@ func checkName(b []byte) (string, int) {
 	return string(b), 0
 }
 
-// allKeys returns the positions of CL.ALL's keys for COMMAND GETKEYS and
-// cluster routing (nil if the call does not parse).
-func allKeys(args [][]byte) []int {
-	var pos []int
+// allKeys appends the positions of CL.ALL's keys to dst, for the
+// dispatcher, COMMAND GETKEYS and cluster routing (none if the call does
+// not parse), without allocating beyond growing dst.
+func allKeys(dst []int, args [][]byte) []int {
+	start := len(dst)
+	var lower [16]byte
 	for i := 1; i < len(args); {
-		_, n := checkName(lowerInto(make([]byte, 0, 16), args[i]))
+		_, n := checkName(lowerInto(lower[:0], args[i]))
 		if n == 0 || i+1+n > len(args) {
-			return nil
+			return dst[:start]
 		}
-		pos = append(pos, i+1)
+		dst = append(dst, i+1)
 		i += 1 + n
 		if i < len(args) && eqFold(args[i], "ms") && !eqFold(args[i-1-n], "cl.throttle") {
 			i++
 		}
 	}
-	return pos
+	return dst
 }
 
 // CL.INFO key: the key's limiter kind, state and TTL as field/value pairs.
 func cmdLimiterInfo(x *ctx) {
-	key := x.args[1]
-	sh := x.db().Shard(key)
-	x.lock(sh)
-	defer x.unlock(sh)
 	now := x.clockNS()
 	nowMS := floorDiv(now, 1e6)
-	v := sh.Peek(key, nowMS)
+	v := x.keys[0].peek(nowMS)
 	x.s.lookedUp(v != nil)
 	if v == nil {
 		x.nullArray()

@@ -25,11 +25,8 @@ func cmdMemoryUsage(x *ctx) {
 			return
 		}
 	}
-	key := x.args[2]
-	sh := x.db().Shard(key)
-	x.lock(sh)
-	defer x.unlock(sh)
-	n := sh.Usage(key, x.clockMS())
+	k := &x.keys[0]
+	n := k.sh.UsageHash(k.key, k.hash, x.clockMS())
 	if n < 0 {
 		x.null()
 		return

@@ -107,7 +107,7 @@ func cmdWait(x *ctx) {
 		return
 	}
 	off := x.cl.replOff
-	if c := s.repl.Acked(off); int64(c) >= n || x.locked {
+	if c := s.repl.Acked(off); int64(c) >= n || x.inExec {
 		x.int(int64(c))
 		return
 	}

@@ -33,14 +33,10 @@ func cmdThrottle(x *ctx) {
 		x.errorReply(msg)
 		return
 	}
-	key := args[1]
-	sh := x.db().Shard(key)
-	x.lock(sh)
-	defer x.unlock(sh)
-
+	k := &x.keys[0]
 	now := x.clockNS()
 	nowMS := floorDiv(now, 1e6)
-	v := sh.Lookup(key, nowMS)
+	v := k.lookup(nowMS)
 	tat, msg := storedTAT(v)
 	if msg != "" {
 		x.errorReply(msg)
@@ -60,7 +56,7 @@ func cmdThrottle(x *ctx) {
 		if r.TTLMillis >= 0 {
 			nv.Exp = nowMS + r.TTLMillis
 		}
-		sh.Replace(key, v, nv)
+		k.replace(v, nv)
 		if r.TTLMillis < -1 {
 			// redis-cell has written the value already and SetExpire fails:
 			// the key stays, without a TTL, and the client gets an error.
@@ -68,7 +64,7 @@ func cmdThrottle(x *ctx) {
 			return
 		}
 	}
-	x.decided(r.Limited, key)
+	x.decided(r.Limited, k.key)
 	out := redcon.AppendArray(x.c.Out, 5)
 	if r.Limited {
 		out = redcon.AppendInt(out, 1)

@@ -154,12 +154,6 @@ func (s *Server) clientByID(id int64) *client {
 	return found
 }
 
-// writer reports whether cl holds the lock of sh (or every lock): then the
-// change being journaled under that lock is cl's own (NOLOOP).
-func (cl *client) writer(sh *keyspace.Shard) bool {
-	return cl.heldAll.Load() || (sh != nil && cl.held.Load() == sh)
-}
-
 // touch is the change of key in database db: the clients that read it
 // are sent an invalidation, and it is forgotten; broadcasting clients
 // with a matching prefix are sent one too.
@@ -344,13 +338,12 @@ func (s *Server) trackRead(x *ctx, sp *Spec) {
 	if (f&trkOptin != 0 && !caching) || (f&trkOptout != 0 && caching) {
 		return
 	}
-	pos := sp.keyPositions(x.args)
-	if len(pos) == 0 {
+	if len(x.keys) == 0 {
 		return
 	}
-	keys := make([][]byte, len(pos))
-	for i, p := range pos {
-		keys[i] = x.args[p]
+	keys := make([][]byte, len(x.keys))
+	for i := range x.keys {
+		keys[i] = x.keys[i].key
 	}
 	s.track.remember(x.cl, keys)
 }

@@ -18,14 +18,16 @@ import (
 //
 // Changes are seen through the keyspace's Journal (watchJournal), which
 // the keyspace calls with the changed key's shard lock held, right after
-// the change. EXEC holds every shard lock while it checks the client's
-// dirty flag and runs its queue, so a change is either before the check
-// (the transaction aborts) or after the queue. While nobody watches or
-// tracks, the journal costs two atomic loads per change.
+// the change. EXEC holds the locks of the shards of its commands' keys and
+// of the watched keys (every shard lock for a WholeKeyspace command) while
+// it checks the client's dirty flag and runs its queue, so a change to a
+// watched key is either before the check (the transaction aborts) or
+// after the queue. While nobody watches or tracks, the journal costs two
+// atomic loads per change.
 //
-// Lock order: shard locks, then a watchStripe's mu. WATCH takes the key's
-// shard lock while it reads the key and registers it, so that no change
-// falls between the two.
+// Lock order: shard locks, then a watchStripe's mu. WATCH runs with its
+// keys' shard locks held (the dispatcher takes them) while it reads each
+// key and registers it, so that no change falls between the two.
 
 // watchedKey is one key one client watches.
 type watchedKey struct {
@@ -289,7 +291,6 @@ func cmdWatch(x *ctx) {
 		return
 	}
 	dbi := int(cl.db.Load())
-	db := x.db()
 	// The limits are checked first, so that a refused WATCH watches
 	// nothing (a key named twice in it counts twice).
 	n, size := len(cl.watched), cl.watchBytes
@@ -308,16 +309,15 @@ func cmdWatch(x *ctx) {
 		x.errorReply(msgWatchBytes)
 		return
 	}
-	for _, key := range x.args[1:] {
+	// The dispatcher holds the keys' shard locks: no change falls between
+	// reading a key and registering it.
+	for i := range x.keys {
+		key := x.keys[i].key
 		wk := &watchedKey{cl: cl, db: dbi, key: string(key)}
-		sh := db.Shard(key)
-		sh.Lock()
-		if v := sh.Peek(key, x.clockMS()); v != nil {
+		if v := x.keys[i].peek(x.clockMS()); v != nil {
 			wk.live, wk.exp = true, v.Exp
 		}
-		added := s.watch.add(wk)
-		sh.Unlock()
-		if added { // else already watched
+		if s.watch.add(wk) { // else already watched
 			cl.watched = append(cl.watched, wk)
 			cl.watchBytes += int64(len(key)) + watchedKeyBytes
 		}

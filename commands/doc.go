@@ -7,10 +7,13 @@
 // # Model
 //
 // A Server implements resp.Handler. Each connection's commands run on that
-// connection's goroutine with a reused execution context (ctx); handlers
-// read their arguments as []byte, take the shard lock of the key they touch
-// (read -> decide -> write under one lock), and append the reply to the
-// connection's output buffer with redcon's appenders. The hot path of
+// connection's goroutine with a reused execution context (ctx). The
+// dispatcher resolves a command's keys from its spec (keys.go: each hashed
+// once, with its shard and, in cluster mode, its hash slot) and holds
+// their shard locks, taken in the global order, while the handler runs
+// (read -> decide -> write under one lock); handlers read their arguments
+// as []byte and append the reply to the connection's output buffer with
+// redcon's appenders. The hot path of
 // CL.THROTTLE allocates nothing once its key exists.
 //
 // The rate-limit arithmetic lives in the pure packages gcra (CL.THROTTLE,
@@ -25,12 +28,14 @@
 // # Transactions
 //
 // MULTI queues copies of the commands, up to Config.MultiMaxCommands and
-// MultiMaxBytes; EXEC takes every shard lock of every database, in the
-// global order, and runs them, so no other client's command interleaves.
-// CL.ALL locks only the shards of its keys (at most 1024), sorted by shard
-// index. WATCH registers keys in a table that the keyspace's Journal
-// consults on every change (one atomic load while nobody watches); a
-// change marks the watchers dirty, and EXEC, holding every shard lock,
+// MultiMaxBytes; EXEC takes the locks of the shards its commands' keys and
+// the watched keys are on (every shard lock of every database when one
+// command needs more than its keys: WholeKeyspace), in the global order,
+// and runs them through the dispatcher's call path, so no other client's
+// command on those shards interleaves, and clients on other shards go on.
+// WATCH registers keys in a table that the keyspace's Journal consults on
+// every change (one atomic load while nobody watches); a change marks the
+// watchers dirty, and EXEC, holding the watched keys' shard locks,
 // answers a null array instead of running the queue (cmd_watch.go).
 //
 // # Errors

@@ -223,6 +223,9 @@ type Server struct {
 
 	// passDigest is the SHA-256 of password, which AUTH compares with.
 	passDigest [sha256.Size]byte
+
+	// clusterMode: the dispatcher computes each key's hash slot (rkey.slot).
+	clusterMode bool
 }
 
 type netHolder struct{ Network }
@@ -351,6 +354,7 @@ func New(cfg Config) (*Server, error) {
 	if s.killRepl == nil {
 		s.killRepl = s.repl.KillLinks
 	}
+	s.clusterMode = s.cluster != nil
 	return s, nil
 }
 
@@ -517,6 +521,10 @@ func (s *Server) ServeRESP(c *resp.Conn, args [][]byte) {
 	if cl.trk.Load()&trkCaching != 0 {
 		cl.afterCommand(cl.lastCmd.Load())
 	}
+	if cl.bigKeys {
+		x.doneBigKeys()
+	}
+	x.keys = nil // as ctx.doneKeys, inlined
 	x.args = nil
 }
 
@@ -558,6 +566,9 @@ func (s *Server) dispatch(x *ctx) {
 		s.reject(x, sp, msgNoAuth)
 		return
 	}
+	// The keys are resolved (hashed, and their slots computed in cluster
+	// mode) before the cluster check and queueing; call locks their shards.
+	x.resolveKeys(sp, x.db())
 	if msg := s.clusterCheck(x, sp); msg != "" {
 		s.clusterReject(x, sp, msg)
 		return
@@ -642,11 +653,15 @@ func (s *Server) call(x *ctx, sp *Spec) {
 		start = time.Since(s.monoBase)
 		cl.lastBatch = b
 	}
-	sp.Run(x)
+	if x.inExec || len(x.keys) == 0 {
+		sp.Run(x) // EXEC holds the locks, or there are none to take
+	} else {
+		x.runLocked(sp)
+	}
 	if sp.Flags&ReadOnly != 0 && cl.trk.Load()&trkOn != 0 {
 		s.trackRead(x, sp)
 	}
-	if !x.locked {
+	if !x.inExec {
 		// maxmemory with allkeys-lru: evict what this command (or, after
 		// EXEC, the transaction) added or grew beyond the cap.
 		s.ks.Evict()

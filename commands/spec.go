@@ -25,6 +25,12 @@ const (
 	// reported.
 	RunsInMulti
 	PubSub // a pub/sub command ("pubsub")
+	// WholeKeyspace marks commands that read or change more than their
+	// key arguments (every shard of a database: KEYS, SCAN, DBSIZE,
+	// FLUSHDB, FLUSHALL, INFO) or change which database the next commands
+	// use (SELECT): a transaction holding one runs with every shard lock
+	// held. Not reported.
+	WholeKeyspace
 )
 
 // flagNames lists the reported flags in the order Redis 7 replies them.
@@ -69,9 +75,10 @@ type Spec struct {
 	Args     []Arg
 	Subs     []*Spec // subcommands of a container command (CLIENT, COMMAND, CONFIG)
 
-	// Keys returns the key positions of a call whose keys are not at
-	// fixed positions (MovableKeys); nil means use FirstKey/LastKey/Step.
-	Keys func(args [][]byte) []int
+	// Keys appends to dst the key positions of a call whose keys are not
+	// at fixed positions (MovableKeys) and returns it; nil means use
+	// FirstKey/LastKey/Step. It must not allocate beyond growing dst.
+	Keys func(dst []int, args [][]byte) []int
 	// Run executes the command; nil for containers, whose subcommands run.
 	Run func(x *ctx)
 
@@ -80,23 +87,30 @@ type Spec struct {
 	stats cmdStats
 }
 
-// keyPositions returns the indexes of the key arguments in args.
-func (sp *Spec) keyPositions(args [][]byte) []int {
+// keyPositions appends the indexes of the key arguments in args to dst
+// and returns it.
+func (sp *Spec) keyPositions(dst []int, args [][]byte) []int {
 	if sp.Keys != nil {
-		return sp.Keys(args)
+		return sp.Keys(dst, args)
 	}
+	first, last := sp.keyRange(len(args))
+	for i := first; i <= last; i += sp.Step {
+		dst = append(dst, i)
+	}
+	return dst
+}
+
+// keyRange returns the first and last key positions of a call with n
+// arguments of a command with fixed key positions (first > last: none).
+func (sp *Spec) keyRange(n int) (first, last int) {
 	if sp.FirstKey == 0 {
-		return nil
+		return 1, 0
 	}
-	last := sp.LastKey
+	last = sp.LastKey
 	if last < 0 {
-		last = len(args) + last
+		last = n + last
 	}
-	var pos []int
-	for i := sp.FirstKey; i <= last && i < len(args); i += sp.Step {
-		pos = append(pos, i)
-	}
-	return pos
+	return sp.FirstKey, min(last, n-1)
 }
 
 // arityOK reports whether n arguments (the name included) fit the arity.

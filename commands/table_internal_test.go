@@ -77,7 +77,7 @@ func TestKeyPositions(t *testing.T) {
 		3: {&Spec{}, "ping", nil},
 		4: {&Spec{FirstKey: 1, LastKey: 1, Step: 1}, "cl.throttle", nil},
 	} {
-		got := tc.sp.keyPositions(args(tc.call))
+		got := tc.sp.keyPositions(nil, args(tc.call))
 		if len(got) != len(tc.want) {
 			t.Errorf("%d: keyPositions(%q) = %v, want %v", i, tc.call, got, tc.want)
 			continue

@@ -375,6 +375,14 @@ func (db *DB) Shard(key []byte) *Shard {
 	return &db.shards[maphash.Bytes(db.ks.seed, key)&db.mask]
 }
 
+// Hash returns key's hash, which ShardHash and the Shard methods whose
+// names end in Hash take, so that a command hashes each key once.
+func (ks *Keyspace) Hash(key []byte) uint64 { return maphash.Bytes(ks.seed, key) }
+
+// ShardHash returns the shard that holds the key whose Hash is h: the
+// same as Shard(key).
+func (db *DB) ShardHash(h uint64) *Shard { return &db.shards[h&db.mask] }
+
 // ShardAt returns shard i (0 <= i < NumShards), for scans in shard order.
 func (db *DB) ShardAt(i int) *Shard { return &db.shards[i] }
 
@@ -485,8 +493,13 @@ func (s *Shard) load(idx uint32) *Value {
 // unlock, and changes made to it are kept only through Changed or Replace.
 // s.mu must be held.
 func (s *Shard) Lookup(key []byte, now int64) *Value {
+	return s.LookupHash(key, s.hash(key), now)
+}
+
+// LookupHash is Lookup of a key whose Hash is h. s.mu must be held.
+func (s *Shard) LookupHash(key []byte, h uint64, now int64) *Value {
 	s.sec = now / 1000
-	idx, pos, ok := s.t.lookup(key, s.hash(key))
+	idx, pos, ok := s.t.lookup(key, h)
 	if !ok {
 		return nil
 	}
@@ -505,7 +518,12 @@ func (s *Shard) Lookup(key []byte, now int64) *Value {
 // expired entry: read-only commands use it so that they write nothing.
 // s.mu must be held.
 func (s *Shard) Peek(key []byte, now int64) *Value {
-	idx, _, ok := s.t.lookup(key, s.hash(key))
+	return s.PeekHash(key, s.hash(key), now)
+}
+
+// PeekHash is Peek of a key whose Hash is h. s.mu must be held.
+func (s *Shard) PeekHash(key []byte, h uint64, now int64) *Value {
+	idx, _, ok := s.t.lookup(key, h)
 	if !ok {
 		return nil
 	}
@@ -522,7 +540,12 @@ func (s *Shard) Peek(key []byte, now int64) *Value {
 // bytes, EntryOverhead and its object), or -1 if it does not exist or has
 // expired at now. s.mu must be held.
 func (s *Shard) Usage(key []byte, now int64) int64 {
-	idx, _, ok := s.t.lookup(key, s.hash(key))
+	return s.UsageHash(key, s.hash(key), now)
+}
+
+// UsageHash is Usage of a key whose Hash is h. s.mu must be held.
+func (s *Shard) UsageHash(key []byte, h uint64, now int64) int64 {
+	idx, _, ok := s.t.lookup(key, h)
 	if !ok {
 		return -1
 	}
@@ -542,13 +565,22 @@ func (s *Shard) Set(key []byte, v Value) {
 // or Peek returned it (nil when absent or unknown): it saves a second
 // lookup on hot paths. s.mu must be held.
 func (s *Shard) Replace(key []byte, cur *Value, nv Value) {
+	s.ReplaceHash(key, 0, cur, nv)
+}
+
+// ReplaceHash is Replace of a key whose Hash is h; h 0 means unknown (it
+// is computed if needed, so a key whose hash is 0 is still stored right).
+// s.mu must be held.
+func (s *Shard) ReplaceHash(key []byte, h uint64, cur *Value, nv Value) {
 	var idx uint32
 	var old int64
 	if cur != nil && cur.ref != 0 && s.holds(cur.ref-1, key) {
 		idx = cur.ref - 1
 		old = s.t.size(s.t.at(idx))
 	} else {
-		h := s.hash(key)
+		if h == 0 {
+			h = s.hash(key)
+		}
 		i, _, ok := s.t.lookup(key, h)
 		if ok {
 			idx, old = i, s.t.size(s.t.at(i))
@@ -611,7 +643,12 @@ func (s *Shard) Changed(key []byte, v *Value) {
 // Delete removes key and reports whether a live value was removed.
 // s.mu must be held.
 func (s *Shard) Delete(key []byte, now int64) bool {
-	idx, pos, ok := s.t.lookup(key, s.hash(key))
+	return s.DeleteHash(key, s.hash(key), now)
+}
+
+// DeleteHash is Delete of a key whose Hash is h. s.mu must be held.
+func (s *Shard) DeleteHash(key []byte, h uint64, now int64) bool {
+	idx, pos, ok := s.t.lookup(key, h)
 	if !ok {
 		return false
 	}

@@ -1,0 +1,311 @@
+package commands
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/cellserver/cellserver/keyslot"
+	"github.com/cellserver/cellserver/keyspace"
+)
+
+// The dispatcher resolves a command's keys from its spec (FirstKey,
+// LastKey, Step or Keys) once, before the command is queued or run: each
+// key is hashed once (keyspace.Keyspace.Hash), which also picks its
+// shard, and in cluster mode its hash slot is computed (keyslot.Of). Before
+// the handler runs, the dispatcher takes the locks of the keys' shards,
+// each once, in the global order (keyspace.Shard.Order), and releases them
+// after it: handlers read and write x.keys without a lock prologue. EXEC
+// locks the shards of every queued command at once and runs the commands
+// through the same call path (Server.call) with the locks held.
+
+// rkey is one key argument of a command as the dispatcher resolved it.
+type rkey struct {
+	key  []byte
+	hash uint64          // keyspace.Keyspace.Hash(key)
+	sh   *keyspace.Shard // the shard that holds key in the command's database
+	slot uint16          // keyslot.Of(key); set only in cluster mode
+}
+
+// lookup, peek, replace and del are the keyspace.Shard methods for k, with
+// its hash. The shard lock must be held (the dispatcher holds it).
+func (k *rkey) lookup(now int64) *keyspace.Value { return k.sh.LookupHash(k.key, k.hash, now) }
+func (k *rkey) peek(now int64) *keyspace.Value   { return k.sh.PeekHash(k.key, k.hash, now) }
+func (k *rkey) del(now int64) bool               { return k.sh.DeleteHash(k.key, k.hash, now) }
+func (k *rkey) replace(cur *keyspace.Value, nv keyspace.Value) {
+	k.sh.ReplaceHash(k.key, k.hash, cur, nv)
+}
+
+const (
+	// inlineKeys is how many keys (and shards) a command resolves (and
+	// locks) in the client's context without allocating.
+	inlineKeys = 4
+	// keptKeys bounds the buffers a client keeps between commands for
+	// commands with more keys: past it they are freed after the command.
+	// CL.ALL's most checks (maxAllChecks) fit, whatever append's growth.
+	keptKeys = 2 * maxAllChecks
+	// markedShards bounds the databases whose shards are told apart with
+	// a bitmap (client.marks) rather than by sorting alone.
+	markedShards = 1 << 14
+	// heldInline is how many held shards a NOLOOP client publishes
+	// without allocating (client.held).
+	heldInline = 4
+)
+
+// resolveKeys sets x.keys to sp's keys in x.args, resolved in database db.
+func (x *ctx) resolveKeys(sp *Spec, db *keyspace.DB) {
+	x.keys = x.kbuf[:0]
+	if sp.FirstKey > 0 && sp.FirstKey == sp.LastKey && sp.Keys == nil { // one key, in short
+		if sp.FirstKey < len(x.args) {
+			x.keys = x.kbuf[:1]
+			x.setKey(&x.kbuf[0], db, x.args[sp.FirstKey])
+		}
+		return
+	}
+	if sp.Keys != nil {
+		cl := x.cl
+		cl.pos = sp.Keys(cl.pos[:0], x.args)
+		cl.bigKeys = true
+		x.growKeys(len(cl.pos))
+		for _, p := range cl.pos {
+			x.addKey(db, x.args[p])
+		}
+		return
+	}
+	first, last := sp.keyRange(len(x.args))
+	if first > last {
+		return
+	}
+	x.growKeys((last-first)/sp.Step + 1)
+	for i := first; i <= last; i += sp.Step {
+		x.addKey(db, x.args[i])
+	}
+}
+
+// growKeys makes room for n keys in x.keys (empty), in the client's
+// buffer when the context's is too small.
+func (x *ctx) growKeys(n int) {
+	if n <= cap(x.keys) {
+		return
+	}
+	cl := x.cl
+	if cap(cl.keyMore) < n {
+		cl.keyMore = make([]rkey, 0, n)
+	}
+	x.keys = cl.keyMore[:0]
+	cl.bigKeys = true
+}
+
+func (x *ctx) addKey(db *keyspace.DB, key []byte) {
+	x.keys = x.keys[:len(x.keys)+1]
+	x.setKey(&x.keys[len(x.keys)-1], db, key)
+}
+
+func (x *ctx) setKey(k *rkey, db *keyspace.DB, key []byte) {
+	if x.pre != nil { // resolved before (EXEC)
+		e := &x.pre[0]
+		k.key, k.hash, k.sh, k.slot = key, e.hash, db.ShardHash(e.hash), e.slot
+		if x.pre = x.pre[1:]; len(x.pre) == 0 {
+			x.pre = nil
+		}
+		return
+	}
+	h := x.s.ks.Hash(key)
+	k.key, k.hash, k.sh, k.slot = key, h, db.ShardHash(h), 0
+	if x.s.clusterMode {
+		k.slot = keyslot.Of(key)
+	}
+}
+
+// doneKeys forgets the command's keys (those in the client's buffers
+// point into its arguments) and frees the buffers that a large command
+// grew. The context's own few are overwritten by the next command.
+func (x *ctx) doneKeys() {
+	if x.cl.bigKeys {
+		x.doneBigKeys()
+	}
+	x.keys = nil
+}
+
+func (x *ctx) doneBigKeys() {
+	cl := x.cl
+	cl.bigKeys = false
+	clear(x.keys)
+	x.keys = nil
+	if cap(cl.keyMore) > keptKeys {
+		cl.keyMore = nil
+	}
+	if cap(cl.pos) > keptKeys {
+		cl.pos = nil
+	}
+	if cap(cl.lockMore) > keptKeys {
+		cl.lockMore = nil
+	}
+	if cap(cl.execKeys) > 8*keptKeys { // 16 bytes a key
+		cl.execKeys = nil
+	}
+}
+
+// runLocked runs sp with the locks of its keys' shards held.
+func (x *ctx) runLocked(sp *Spec) {
+	if len(x.keys) == 1 && !x.cl.noloop { // the common case, in short
+		sh := x.keys[0].sh
+		sh.Lock()
+		defer sh.Unlock()
+		sp.Run(x)
+		return
+	}
+	x.lockShards(x.keyShards(x.keys))
+	defer x.unlockShards()
+	sp.Run(x)
+}
+
+// keyShards returns the shards of keys (all in one database), each once,
+// in the lock order.
+func (x *ctx) keyShards(keys []rkey) []*keyspace.Shard {
+	if len(keys) == 1 {
+		x.lbuf[0] = keys[0].sh
+		return x.lbuf[:1]
+	}
+	dst := x.lbuf[:0]
+	if len(keys) > len(x.lbuf) {
+		dst = x.cl.lockMore[:0]
+		x.cl.bigKeys = true
+	}
+	dst = x.cl.uniqueShards(dst, keys)
+	if len(keys) > len(x.lbuf) {
+		x.cl.lockMore = dst
+	}
+	return orderShards(dst)
+}
+
+// uniqueShards appends to dst the shards of keys (all in one database),
+// each once, in no particular order.
+func (cl *client) uniqueShards(dst []*keyspace.Shard, keys []rkey) []*keyspace.Shard {
+	if len(keys) <= 2*inlineKeys {
+		for i := range keys {
+			dst = append(dst, keys[i].sh)
+		}
+		return dst // orderShards drops the repeats
+	}
+	// A bitmap of the database's shards keeps one entry per shard, so
+	// that sorting takes at most a database's shards, however many keys.
+	n := 0
+	for i := range keys {
+		_, j := keys[i].sh.Order()
+		n = max(n, j+1)
+	}
+	if n > markedShards {
+		for i := range keys {
+			dst = append(dst, keys[i].sh)
+		}
+		return dst
+	}
+	if w := (n + 63) / 64; len(cl.marks) < w {
+		cl.marks = make([]uint64, max(w, 4))
+	}
+	start := len(dst)
+	for i := range keys {
+		_, j := keys[i].sh.Order()
+		if bit := uint64(1) << (j % 64); cl.marks[j/64]&bit == 0 {
+			cl.marks[j/64] |= bit
+			dst = append(dst, keys[i].sh)
+		}
+	}
+	for _, sh := range dst[start:] {
+		_, j := sh.Order()
+		cl.marks[j/64] = 0
+	}
+	return dst
+}
+
+// orderShards sorts shards into the global lock order (database, then
+// index) and removes repeats.
+func orderShards(shards []*keyspace.Shard) []*keyspace.Shard {
+	if len(shards) <= 8 {
+		for k := 1; k < len(shards); k++ {
+			for j := k; j > 0 && shardLess(shards[j], shards[j-1]); j-- {
+				shards[j-1], shards[j] = shards[j], shards[j-1]
+			}
+		}
+	} else {
+		slices.SortFunc(shards, shardCompare)
+	}
+	return slices.Compact(shards)
+}
+
+func shardCompare(a, b *keyspace.Shard) int {
+	da, ia := a.Order()
+	db, ib := b.Order()
+	if c := cmp.Compare(da, db); c != 0 {
+		return c
+	}
+	return cmp.Compare(ia, ib)
+}
+
+func shardLess(a, b *keyspace.Shard) bool { return shardCompare(a, b) < 0 }
+
+// lockShards locks shards (in the lock order, each once) and, for a
+// NOLOOP client, publishes them as held (client.writer).
+func (x *ctx) lockShards(shards []*keyspace.Shard) {
+	for _, sh := range shards {
+		sh.Lock()
+	}
+	x.locks = shards
+	if x.cl.noloop {
+		x.cl.setHeld(shards)
+		x.heldSet = true
+	}
+}
+
+// unlockShards releases what lockShards took, in the reverse order.
+func (x *ctx) unlockShards() {
+	if x.heldSet {
+		x.cl.setHeld(nil)
+		x.heldSet = false
+	}
+	for i := len(x.locks) - 1; i >= 0; i-- {
+		x.locks[i].Unlock()
+	}
+	x.locks = nil
+}
+
+// setHeld publishes the shards whose locks cl holds (nil: none) for
+// writer; it is called with those locks held.
+func (cl *client) setHeld(shards []*keyspace.Shard) {
+	for i := range cl.held {
+		var sh *keyspace.Shard
+		if i < len(shards) {
+			sh = shards[i]
+		}
+		if sh != nil || cl.held[i].Load() != nil {
+			cl.held[i].Store(sh)
+		}
+	}
+	if len(shards) > heldInline {
+		more := slices.Clone(shards[heldInline:])
+		cl.heldMore.Store(&more)
+	} else if cl.heldMore.Load() != nil {
+		cl.heldMore.Store(nil)
+	}
+}
+
+// writer reports whether cl holds the lock of sh (or every lock): then the
+// change being journaled under that lock is cl's own (NOLOOP). It is
+// called with sh's lock held, so no other client can be publishing sh.
+func (cl *client) writer(sh *keyspace.Shard) bool {
+	if cl.heldAll.Load() {
+		return true
+	}
+	if sh == nil {
+		return false
+	}
+	for i := range cl.held {
+		if cl.held[i].Load() == sh {
+			return true
+		}
+	}
+	if more := cl.heldMore.Load(); more != nil {
+		return slices.Contains(*more, sh)
+	}
+	return false
+}
