@@ -538,8 +538,8 @@ func nodeLoss(t *testing.T, c *cluster) {
 	}
 
 	clientLog.reset()
-	c.nodes[dead].p.kill()
-	t.Logf("killed %s (pid %d)", c.nodes[dead].name, c.nodes[dead].p.cmd.Process.Pid)
+	c.nodes[dead].p.Kill()
+	t.Logf("killed %s (pid %d)", c.nodes[dead].name, c.nodes[dead].p.Cmd.Process.Pid)
 	servedBy, errBy, admittedLive := map[int]int{}, map[int]int{}, 0
 	var firstErr error
 	for _, k := range ks {

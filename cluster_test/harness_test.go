@@ -19,13 +19,11 @@
 package cluster_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -169,74 +167,23 @@ func freePorts(t *testing.T, n int) []int {
 	return ports
 }
 
-// proc is one process the test started; only these are ever killed.
-type proc struct {
-	name   string
-	cmd    *exec.Cmd
-	logs   *binproc.Logs
-	exited chan struct{}
-	err    error // Wait's result, valid once exited is closed
-}
+// proc is a process the test started (or adopted from binproc.Launch).
+type proc = binproc.Child
 
+// startProc starts argv with its stdout and stderr kept in its log; it is
+// killed when the test ends.
 func startProc(t *testing.T, name string, argv ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	out, err := cmd.StdoutPipe()
+	p, err := binproc.Start(name, nil, argv...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, logs: &binproc.Logs{}, exited: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			p.logs.Add(sc.Text())
-		}
-		io.Copy(io.Discard, out)
-		p.err = cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(p.kill)
+	t.Cleanup(p.Kill)
 	return p
 }
 
 // fromBinproc adopts a process binproc.Launch started.
-func fromBinproc(name string, bp *binproc.Proc) *proc {
-	p := &proc{name: name, cmd: bp.Cmd, logs: bp.Logs, exited: make(chan struct{})}
-	go func() {
-		<-bp.Exited
-		p.err = bp.Err
-		close(p.exited)
-	}()
-	return p
-}
-
-// kill sends SIGKILL to the process by its PID and waits until it is gone.
-func (p *proc) kill() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Kill()
-	select {
-	case <-p.exited:
-	case <-time.After(20 * time.Second):
-	}
-}
-
-func (p *proc) alive() bool {
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
-	}
-}
+func fromBinproc(name string, bp *binproc.Proc) *proc { return binproc.Adopt(name, bp) }
 
 // slotRange is one range of a topology and the index of its owner.
 type slotRange struct {
@@ -741,7 +688,7 @@ var cellserverFlavor = flavor{
 				t.Fatal(err)
 			}
 			n.p = fromBinproc(n.name, bp)
-			t.Cleanup(n.p.kill)
+			t.Cleanup(n.p.Kill)
 			select {
 			case n.addr = <-addrc:
 			case <-bp.Exited:
@@ -779,8 +726,8 @@ func waitPing(t *testing.T, n *node) {
 	cl := n.client()
 	defer cl.Close()
 	binproc.WaitFor(t, 20*time.Second, 20*time.Millisecond, n.name+" answers PING", func() (bool, string) {
-		if !n.p.alive() {
-			t.Fatalf("%s exited: %v\n%s", n.name, n.p.err, n.p.logs)
+		if !n.p.Alive() {
+			t.Fatalf("%s exited: %v\n%s", n.name, n.p.Err, n.p.Logs)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

@@ -150,7 +150,7 @@ func TestPerShardSentinelFailover(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() || os.Getenv("CELLSERVER_HA_LOGS") != "" {
 			for _, n := range nodes {
-				t.Logf("--- %s (%s) log:\n%s", n.name, n.addr, n.p.logs)
+				t.Logf("--- %s (%s) log:\n%s", n.name, n.addr, n.p.Logs)
 			}
 			if b, err := os.ReadFile(reconfigLog); err == nil {
 				t.Logf("--- %s:\n%s", reconfigLog, b)
@@ -159,8 +159,8 @@ func TestPerShardSentinelFailover(t *testing.T) {
 	})
 	for _, n := range nodes {
 		waitFor(t, 20*time.Second, n.name+" answers CLUSTER MYID", func() (bool, string) {
-			if !n.p.alive() {
-				t.Fatalf("%s exited: %v\n%s", n.name, n.p.err, n.p.logs)
+			if !n.p.Alive() {
+				t.Fatalf("%s exited: %v\n%s", n.name, n.p.Err, n.p.Logs)
 			}
 			id, err := n.do(ctx, "CLUSTER", "MYID")
 			if err != nil {
@@ -210,15 +210,15 @@ func TestPerShardSentinelFailover(t *testing.T) {
 		}, "redis-sentinel", path)
 		t.Cleanup(func() {
 			if t.Failed() {
-				t.Logf("--- %s log:\n%s", p.name, p.logs)
+				t.Logf("--- %s log:\n%s", p.Name, p.Logs)
 			}
 		})
 		sc := redis.NewSentinelClient(&redis.Options{Addr: addrOf(port), Protocol: 2, MaxRetries: -1,
 			DialTimeout: time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second})
 		t.Cleanup(func() { sc.Close() })
-		waitFor(t, 20*time.Second, p.name+" answers PING", func() (bool, string) {
-			if !p.alive() {
-				t.Fatalf("%s exited: %v\n%s", p.name, p.err, p.logs)
+		waitFor(t, 20*time.Second, p.Name+" answers PING", func() (bool, string) {
+			if !p.Alive() {
+				t.Fatalf("%s exited: %v\n%s", p.Name, p.Err, p.Logs)
 			}
 			err := sc.Ping(ctx).Err()
 			return err == nil, fmt.Sprint(err)
@@ -316,7 +316,7 @@ func TestPerShardSentinelFailover(t *testing.T) {
 	// SIGKILL shard-0's primary.
 	killed := time.Now()
 	killedAt.Store(killed.UnixNano())
-	nodes[0].p.kill()
+	nodes[0].p.Kill()
 	ok1AtKill := ok[1].Load()
 	t.Logf("killed %s (%s) at %v", nodes[0].name, nodes[0].addr, killed.Sub(start).Round(time.Millisecond))
 
@@ -401,8 +401,8 @@ func TestPerShardSentinelFailover(t *testing.T) {
 	// cluster-reconfig.sh --sync pushes the current one.
 	launch(t, nodes[0])
 	waitFor(t, 20*time.Second, "node-0 is back", func() (bool, string) {
-		if !nodes[0].p.alive() {
-			t.Fatalf("node-0 exited: %v\n%s", nodes[0].p.err, nodes[0].p.logs)
+		if !nodes[0].p.Alive() {
+			t.Fatalf("node-0 exited: %v\n%s", nodes[0].p.Err, nodes[0].p.Logs)
 		}
 		m, err := nodes[0].slotMaster(ctx, 0)
 		return err == nil, fmt.Sprint(m, err)

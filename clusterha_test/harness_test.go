@@ -9,10 +9,8 @@
 package clusterha_test
 
 import (
-	"bufio"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -116,78 +114,27 @@ func freePorts(t *testing.T, n int) []int {
 
 func addrOf(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 
-// proc is one process the test started; only these are ever killed.
-type proc struct {
-	name   string
-	cmd    *exec.Cmd
-	logs   *binproc.Logs
-	exited chan struct{}
-	err    error // Wait's result, valid once exited is closed
-}
+// proc is a process the test started (or adopted from binproc.Launch).
+type proc = binproc.Child
 
 // startProc starts argv with env added to the test's environment, its
-// stdout and stderr kept in logs.
+// stdout and stderr kept in its log; it is killed when the test ends.
 func startProc(t *testing.T, name string, env []string, argv ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.StdoutPipe()
+	p, err := binproc.Start(name, env, argv...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, logs: &binproc.Logs{}, exited: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			p.logs.Add(sc.Text())
-		}
-		io.Copy(io.Discard, out)
-		p.err = cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(p.kill)
+	t.Cleanup(p.Kill)
 	return p
 }
 
-// fromBinproc adopts a process binproc.Launch started.
+// fromBinproc adopts a process binproc.Launch started; it is killed when
+// the test ends.
 func fromBinproc(t *testing.T, name string, bp *binproc.Proc) *proc {
-	p := &proc{name: name, cmd: bp.Cmd, logs: bp.Logs, exited: make(chan struct{})}
-	go func() {
-		<-bp.Exited
-		p.err = bp.Err
-		close(p.exited)
-	}()
-	t.Cleanup(p.kill)
+	p := binproc.Adopt(name, bp)
+	t.Cleanup(p.Kill)
 	return p
-}
-
-// kill sends SIGKILL to the process (by its PID) and waits until it is
-// gone; it does nothing if the process already exited.
-func (p *proc) kill() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Kill()
-	select {
-	case <-p.exited:
-	case <-time.After(20 * time.Second):
-	}
-}
-
-func (p *proc) alive() bool {
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
-	}
 }
 
 // budgetEnd, when set, bounds every waitFor of the running test: the

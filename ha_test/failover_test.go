@@ -201,7 +201,7 @@ func runScenario(t *testing.T, kind nodeKind) {
 		})
 
 		killAt := time.Now()
-		primary.p.kill()
+		primary.p.Kill()
 		exitedAt := time.Now()
 		_, ackedBefore := l.counts(time.Time{})
 

@@ -12,12 +12,10 @@
 package ha_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -140,77 +138,23 @@ func freePorts(t *testing.T, n int) []int {
 
 func addrOf(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 
-// proc is one process the test started; only these are ever killed.
-type proc struct {
-	name   string
-	cmd    *exec.Cmd
-	logs   *binproc.Logs
-	exited chan struct{}
-	err    error // Wait's result, valid once exited is closed
-}
+// proc is a process the test started (or adopted from binproc.Launch).
+type proc = binproc.Child
 
-// startProc starts argv with its stdout and stderr kept in logs. The
+// startProc starts argv with its stdout and stderr kept in its log. The
 // caller registers its kill with the test that owns the process (a node
 // restarted in a subtest lives on after it).
 func startProc(t *testing.T, name string, argv ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(argv[0], argv[1:]...)
-	out, err := cmd.StdoutPipe()
+	p, err := binproc.Start(name, nil, argv...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, logs: &binproc.Logs{}, exited: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			p.logs.Add(sc.Text())
-		}
-		io.Copy(io.Discard, out)
-		p.err = cmd.Wait()
-		close(p.exited)
-	}()
 	return p
 }
 
 // fromBinproc adopts a process binproc.Launch started.
-func fromBinproc(name string, bp *binproc.Proc) *proc {
-	p := &proc{name: name, cmd: bp.Cmd, logs: bp.Logs, exited: make(chan struct{})}
-	go func() {
-		<-bp.Exited
-		p.err = bp.Err
-		close(p.exited)
-	}()
-	return p
-}
-
-// kill sends SIGKILL to the process (by its PID) and waits until it is
-// gone; it does nothing if the process already exited.
-func (p *proc) kill() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Kill()
-	select {
-	case <-p.exited:
-	case <-time.After(20 * time.Second):
-	}
-}
-
-func (p *proc) alive() bool {
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
-	}
-}
+func fromBinproc(name string, bp *binproc.Proc) *proc { return binproc.Adopt(name, bp) }
 
 // nodeKind launches data nodes of one implementation.
 type nodeKind struct {
@@ -282,12 +226,12 @@ type node struct {
 func (n *node) start(t *testing.T) {
 	t.Helper()
 	n.p = n.kind.start(t, n)
-	n.owner.Cleanup(n.p.kill)
+	n.owner.Cleanup(n.p.Kill)
 	c := n.client()
 	defer c.Close()
 	waitFor(t, 20*time.Second, n.name+" answers PING", func() (bool, string) {
-		if !n.p.alive() {
-			t.Fatalf("%s exited: %v\n%s", n.name, n.p.err, n.p.logs)
+		if !n.p.Alive() {
+			t.Fatalf("%s exited: %v\n%s", n.name, n.p.Err, n.p.Logs)
 		}
 		err := c.Ping(context.Background()).Err()
 		return err == nil, fmt.Sprint(err)
@@ -381,7 +325,7 @@ func newCluster(t *testing.T, kind nodeKind, replicas int) *cluster {
 			t.Fatal(err)
 		}
 		s.p = startProc(t, s.name, "redis-sentinel", s.conf)
-		t.Cleanup(s.p.kill)
+		t.Cleanup(s.p.Kill)
 		s.c = redis.NewSentinelClient(&redis.Options{Addr: s.addr, Protocol: 2, MaxRetries: -1,
 			DialTimeout: time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second})
 		t.Cleanup(func() { s.c.Close() })
@@ -390,8 +334,8 @@ func newCluster(t *testing.T, kind nodeKind, replicas int) *cluster {
 	ctx := context.Background()
 	for _, s := range cl.sentinels {
 		waitFor(t, 20*time.Second, s.name+" answers PING", func() (bool, string) {
-			if !s.p.alive() {
-				t.Fatalf("%s exited: %v\n%s", s.name, s.p.err, s.p.logs)
+			if !s.p.Alive() {
+				t.Fatalf("%s exited: %v\n%s", s.name, s.p.Err, s.p.Logs)
 			}
 			err := s.c.Ping(ctx).Err()
 			return err == nil, fmt.Sprint(err)
@@ -416,14 +360,14 @@ func newCluster(t *testing.T, kind nodeKind, replicas int) *cluster {
 func (cl *cluster) dumpLogs() {
 	for _, n := range cl.nodes {
 		if n.p != nil {
-			cl.t.Logf("--- %s (%s) log:\n%s", n.name, n.addr, n.p.logs)
+			cl.t.Logf("--- %s (%s) log:\n%s", n.name, n.addr, n.p.Logs)
 		}
 		if b, err := os.ReadFile(n.conf); err == nil {
 			cl.t.Logf("--- %s config file:\n%s", n.name, b)
 		}
 	}
 	for _, s := range cl.sentinels {
-		cl.t.Logf("--- %s (%s) log:\n%s", s.name, s.addr, s.p.logs)
+		cl.t.Logf("--- %s (%s) log:\n%s", s.name, s.addr, s.p.Logs)
 	}
 }
 

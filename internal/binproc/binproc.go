@@ -143,3 +143,79 @@ func WaitFor(t testing.TB, timeout, period time.Duration, what string, cond func
 		<-tick.C
 	}
 }
+
+// Child is a process a multi-process test started with Start (redis-server,
+// redis-sentinel, cellserver) or adopted from Launch with Adopt: its name
+// for messages, its log, and its end.
+type Child struct {
+	Name   string
+	Cmd    *exec.Cmd
+	Logs   *Logs
+	Exited chan struct{} // closed once the process has exited
+	Err    error         // Wait's result, valid once Exited is closed
+}
+
+// Start starts argv, with env added to the environment, keeping its
+// stdout and stderr in Logs.
+func Start(name string, env []string, argv ...string) (*Child, error) {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	c := &Child{Name: name, Cmd: cmd, Logs: &Logs{}, Exited: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			c.Logs.Add(sc.Text())
+		}
+		io.Copy(io.Discard, out)
+		c.Err = cmd.Wait()
+		close(c.Exited)
+	}()
+	return c, nil
+}
+
+// Adopt makes a Child of a process Launch started.
+func Adopt(name string, p *Proc) *Child {
+	c := &Child{Name: name, Cmd: p.Cmd, Logs: p.Logs, Exited: make(chan struct{})}
+	go func() {
+		<-p.Exited
+		c.Err = p.Err
+		close(c.Exited)
+	}()
+	return c
+}
+
+// Kill sends SIGKILL to the process, by its PID, and waits (at most 20 s)
+// until it is gone; it does nothing if the process already exited.
+func (c *Child) Kill() {
+	select {
+	case <-c.Exited:
+		return
+	default:
+	}
+	_ = c.Cmd.Process.Kill()
+	select {
+	case <-c.Exited:
+	case <-time.After(20 * time.Second):
+	}
+}
+
+// Alive reports whether the process has not exited.
+func (c *Child) Alive() bool {
+	select {
+	case <-c.Exited:
+		return false
+	default:
+		return true
+	}
+}
