@@ -94,20 +94,9 @@ var errNoClusterMode = fmt.Errorf("no --cluster-enabled")
 // freePorts returns n distinct loopback ports that were free a moment ago.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	ports, err := binproc.FreePorts(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ports
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/binproc"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/persistence"
@@ -51,16 +52,10 @@ func (n *node) info(t *testing.T, field string) string {
 	return ""
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor polls cond until it holds or 20 s pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	binproc.WaitFor(t, 20*time.Second, 5*time.Millisecond, what, func() (bool, string) { return cond(), "not yet" })
 }
 
 // waitInSync waits until each replica is up and at the primary's offset.

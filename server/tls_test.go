@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/binproc"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/server"
 	"github.com/redis/go-redis/v9"
@@ -214,18 +216,11 @@ func TestTLSReplication(t *testing.T) {
 	_, replAddr := servertest.Start(t, withCfg)
 	replica := tlsClient(replAddr, &tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.client}})
 	defer replica.Close()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	binproc.WaitFor(t, 20*time.Second, 10*time.Millisecond, "the TLS replica to get the key", func() (bool, string) {
 		got, err := replica.Get(ctx, "over-tls").Result()
 		want, _ := primary.Get(ctx, "over-tls").Result()
-		if err == nil && got == want {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the TLS replica never got the key: %q, %v", got, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil && got == want, fmt.Sprintf("%q, %v", got, err)
+	})
 	plain := redis.NewClient(&redis.Options{Addr: plainAddr})
 	defer plain.Close()
 	if s, _ := plain.Info(ctx, "replication").Result(); !strings.Contains(s, "master_link_status:down") {
