@@ -15,11 +15,12 @@ import (
 func ExampleBatch_Do() {
 	ctx := context.Background()
 	c := client.New(redis.NewClient(&redis.Options{Addr: "localhost:6379"}))
-	ok, res, err := c.All(). // CL.ALL: all or nothing
-					Throttle("global", 999, client.PerSecond(1000), 1).
-					Fixed("user:42", 5, time.Second, 1).
-					Sliding("ip:10.0.0.1", 20, time.Minute, 1).
-					Do(ctx)
+	// CL.ALL: all or nothing.
+	ok, res, err := c.All().
+		Throttle("global", 999, client.PerSecond(1000), 1).
+		Fixed("user:42", 5, time.Second, 1).
+		Sliding("ip:10.0.0.1", 20, time.Minute, 1).
+		Do(ctx)
 	if err == nil && !ok {
 		log.Printf("refused; user retry in %v", res[1].RetryAfter)
 	}
