@@ -306,3 +306,14 @@ func TestInfoRESP2(t *testing.T) {
 		t.Errorf("missing: %v %v", found, err)
 	}
 }
+
+// A cancelled context is the caller's error, not the server's.
+func TestContextError(t *testing.T) {
+	c, _ := start(t, 3)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err := c.Fixed(cctx, "f", 1, s, 1)
+	if !errors.Is(err, context.Canceled) || client.IsServerError(err) {
+		t.Errorf("cancelled: %v (%T)", err, err)
+	}
+}
