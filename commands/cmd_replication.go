@@ -176,17 +176,9 @@ func cmdPsync(x *ctx) {
 	}
 	ip := st.ip
 	if ip == "" {
-		ip = hostOf(x.c.RemoteAddr())
+		ip, _, _ = net.SplitHostPort(x.c.RemoteAddr())
 	}
 	sy := s.repl.Psync(replid, off, ip, st.port)
 	x.c.Out = append(x.c.Out, sy.Reply...)
 	x.c.Hijack(func(nc net.Conn, rest []byte) { sy.Serve(nc, rest) })
-}
-
-// hostOf returns the host part of "host:port".
-func hostOf(addr string) string {
-	if i := strings.LastIndexByte(addr, ':'); i >= 0 {
-		return strings.Trim(addr[:i], "[]")
-	}
-	return addr
 }

@@ -3,6 +3,7 @@ package replication
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cellserver/cellserver/keyspace"
@@ -147,8 +149,10 @@ func (b *byteReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// isClosed reports whether err only says the link was closed (by either
+// side), not that it failed.
 func isClosed(err error) bool {
-	return err == io.EOF || err == net.ErrClosed || errorsIsClosed(err)
+	return err == io.EOF || errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // readAcks reads the replica's ack frames.

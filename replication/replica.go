@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -427,8 +426,4 @@ func (l *link) applyChange(c *change, raw []byte) bool {
 		r.appendLocked(raw)
 	}
 	return true
-}
-
-func errorsIsClosed(err error) bool {
-	return errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }

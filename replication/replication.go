@@ -73,9 +73,7 @@ type Replication struct {
 	clock    func() time.Time
 	cfg      Config
 	size     int64
-	started  time.Time
 	dialer   func(addr string) (net.Conn, error)
-	changed  chan struct{} // closed and replaced on every role change (tests)
 	stopping atomic.Bool
 
 	mu           sync.Mutex // guards the fields below and the replicas' registration
@@ -124,8 +122,7 @@ func New(cfg Config) (*Replication, error) {
 		cfg.Clock = time.Now
 	}
 	r := &Replication{ks: cfg.Keyspace, log: cfg.Logger, clock: cfg.Clock, cfg: cfg, size: cfg.BacklogSize,
-		replID: newID(), replID2: zeroID, secondOffset: -1, changed: make(chan struct{})}
-	r.started = r.clock()
+		replID: newID(), replID2: zeroID, secondOffset: -1}
 	r.port.Store(int32(cfg.Port))
 	r.dialer = r.dial
 	cfg.Keyspace.WrapJournal(func(j keyspace.Journal) keyspace.Journal { return &journal{r: r, next: j} })
@@ -300,12 +297,6 @@ func (r *Replication) activateBacklog() {
 	}
 }
 
-// roleChanged wakes whoever waits on a role change. r.mu held.
-func (r *Replication) roleChanged() {
-	close(r.changed)
-	r.changed = make(chan struct{})
-}
-
 // ReplicaOf makes the node a replica of host:port at once (INFO shows
 // role:slave with the link down until the first sync completes). It
 // reports already when it follows that primary already. Existing data is
@@ -328,7 +319,6 @@ func (r *Replication) ReplicaOf(host string, port int) (already bool) {
 	r.ks.SetReplica(true)
 	r.link = l
 	r.replica.Store(true)
-	r.roleChanged()
 	r.mu.Unlock()
 	if old != nil {
 		old.stop()
@@ -366,7 +356,6 @@ func (r *Replication) NoOne() {
 	r.ks.SetReplica(false)
 	r.recording.Store(active)
 	reps := slices.Clone(r.replicas)
-	r.roleChanged()
 	r.mu.Unlock()
 	l.stop()
 	for _, rc := range reps {
