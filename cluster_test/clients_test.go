@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/client"
 	"github.com/cellserver/cellserver/internal/binproc"
 	"github.com/cellserver/cellserver/keyslot"
 	"github.com/redis/go-redis/v9"
@@ -53,6 +55,9 @@ func runScenario(t *testing.T, f flavor) {
 	t.Run("goredis917", func(t *testing.T) { c.t = t; goRedis917(t, c, "gr917") })
 	t.Run("redis-cli", func(t *testing.T) { c.t = t; redisCLI(t, c, "cli") })
 	t.Run("redis-py", func(t *testing.T) { c.t = t; redisPy(t, c, "py") })
+	if f.mode == "throttle" {
+		t.Run("client", func(t *testing.T) { c.t = t; typedClient(t, c, "tc") })
+	}
 	t.Run("ioredis", func(t *testing.T) { c.t = t; ioredisCluster(t, c, "io", true) })
 	t.Run("ioredis-unkeyed", func(t *testing.T) { c.t = t; ioredisCluster(t, c, "iou", false) })
 	t.Run("node-loss", func(t *testing.T) { c.t = t; nodeLoss(t, c) })
@@ -153,6 +158,61 @@ func goRedisClients(t *testing.T, c *cluster, prefix string) {
 		t.Errorf("go-redis %s: %d COMMAND calls for %d clients", redis.Version(), n, nodes)
 	} else {
 		t.Logf("go-redis %s: %d COMMAND calls for %d clients", redis.Version(), n, nodes)
+	}
+	c.checkPlacement(allNodes())
+}
+
+// typedClient: cellserver's own client package over a go-redis
+// ClusterClient, unchanged: every key admitted exactly limit times with no
+// MOVED, and a CL.ALL batch of hash-tagged keys decided on the slot's
+// owner, all or nothing.
+func typedClient(t *testing.T, c *cluster, prefix string) {
+	ks := keys(prefix, nKeys)
+	c.wrote(ks)
+	before := c.moved(allNodes())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rdb := clusterClient(c.seeds())
+	defer rdb.Close()
+	cl := client.New(rdb)
+	admitted := make([]int32, len(ks))
+	for i, k := range ks {
+		for range limit + 1 {
+			r, err := cl.Throttle(ctx, k, burst, client.PerHour(1), 1)
+			if err != nil {
+				t.Fatalf("Throttle %s: %v", k, err)
+			}
+			if r.Allowed {
+				admitted[i]++
+			}
+		}
+	}
+	checkHist(t, "client", histogram(admitted), len(ks))
+	checkMoved(t, c, "client", before, 0)
+
+	// Two limits on one user: the hash tag puts both keys in one slot.
+	a, b := prefix+":{user7}:api", prefix+":{user7}:login"
+	c.wrote([]string{a, b})
+	for i := range 3 {
+		ok, res, err := cl.All().Throttle(a, 9, client.PerHour(10), 1).Fixed(b, 2, time.Hour, 1).Do(ctx)
+		if err != nil {
+			t.Fatalf("CL.ALL call %d: %v", i, err)
+		}
+		if want := i < 2; ok != want || len(res) != 2 {
+			t.Fatalf("CL.ALL call %d: allowed %v (%d results), want %v", i, ok, len(res), want)
+		}
+	}
+	// The third call was refused by the fixed window: the GCRA key was
+	// charged twice, not three times.
+	r, err := cl.Peek(ctx, a, 9, client.PerHour(10))
+	if err != nil || r.Remaining != 8 {
+		t.Fatalf("after a refused CL.ALL: remaining %d (%v), want 8", r.Remaining, err)
+	}
+	// Keys of different slots are refused by the server, typed.
+	_, _, err = cl.All().Fixed(prefix+":x1", 1, time.Hour, 1).Fixed(prefix+":x2", 1, time.Hour, 1).Do(ctx)
+	var ce *client.Error
+	if !errors.As(err, &ce) || ce.Code != "CROSSSLOT" {
+		t.Fatalf("CL.ALL across slots: %v, want a CROSSSLOT *client.Error", err)
 	}
 	c.checkPlacement(allNodes())
 }
