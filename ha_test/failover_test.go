@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cellserver/cellserver/client"
 )
 
 // TestSentinelFailover is the evidence with cellserver data nodes:
@@ -325,6 +327,9 @@ func runScenario(t *testing.T, kind nodeKind) {
 
 	t.Run("redis-py", func(t *testing.T) { redisPySentinel(t, cl, newPrimary) })
 	t.Run("redis-cli", func(t *testing.T) { redisCLISentinel(t, cl, newPrimary) })
+	if kind.name == cellserverKind.name {
+		t.Run("client", func(t *testing.T) { typedClient(t, fc, newPrimary) })
+	}
 
 	t.Run("forced", func(t *testing.T) {
 		old := newPrimary
@@ -355,6 +360,34 @@ func runScenario(t *testing.T, kind nodeKind) {
 }
 
 // diffKV describes how b differs from a ("" when equal), briefly.
+// typedClient: cellserver's client package over the go-redis
+// FailoverClient that lived through the failovers reaches the primary the
+// sentinels name: a limit of 2 admits two calls and refuses the third,
+// and the state is on that primary.
+func typedClient(t *testing.T, fc *redis.Client, primary *node) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := client.New(fc)
+	var allowed []bool
+	for range 3 {
+		r, err := c.Throttle(ctx, "tc:sentinel", 1, client.PerHour(2), 1)
+		if err != nil {
+			t.Fatalf("Throttle through the failover client: %v", err)
+		}
+		allowed = append(allowed, r.Allowed)
+	}
+	if fmt.Sprint(allowed) != "[true true false]" {
+		t.Fatalf("allowed %v, want [true true false]", allowed)
+	}
+	pc := primary.client()
+	defer pc.Close()
+	info, found, err := client.New(pc).Info(ctx, "tc:sentinel")
+	if err != nil || !found || info.Kind != "gcra" {
+		t.Fatalf("CL.INFO on the primary %s: %+v %v %v", primary.addr, info, found, err)
+	}
+	t.Logf("client: 3 calls through the failover client, allowed %v; the state is on %s", allowed, primary.addr)
+}
+
 func diffKV(a, b map[string]string) string {
 	var d []string
 	for k, v := range a {
