@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/persistence/pebblestore"
 	"github.com/cellserver/cellserver/server"
 )
 
@@ -209,7 +210,7 @@ func TestInfoRedisFields(t *testing.T) {
 		cfg  server.Config
 	}{
 		{"memory", server.Config{}},
-		{"data-dir", server.Config{DataDir: t.TempDir()}},
+		{"data-dir", server.Config{DataDir: t.TempDir(), OpenStore: pebblestore.OpenStore}},
 	} {
 		t.Run(cfg.name, func(t *testing.T) {
 			_, addr := servertest.Start(t, cfg.cfg)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/persistence"
+	"github.com/cellserver/cellserver/persistence/pebblestore"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -369,11 +370,11 @@ func TestCorruptDataDir(t *testing.T) {
 	}
 }
 
-// writeRecord stores one raw record in dir with the persistence package,
+// writeRecord stores one raw record in dir with the pebble store,
 // bypassing the server.
 func writeRecord(t *testing.T, dir string, db int, key string, value []byte) {
 	t.Helper()
-	st, err := persistence.OpenPebble(dir, persistence.PebbleOptions{})
+	st, err := pebblestore.Open(dir, pebblestore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

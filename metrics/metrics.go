@@ -3,7 +3,9 @@
 // Nothing here runs on the request path: the command, connection and
 // keyspace layers keep their own counters, and a custom Collector reads
 // them when /metrics is scraped. NewHandler also serves the liveness and
-// readiness probes.
+// readiness probes. ServerHandler is what a server serves
+// (server.Config.Metrics): package server does not import this one, so a
+// program links the Prometheus client only if it imports it.
 package metrics
 
 import (

@@ -18,7 +18,7 @@ import (
 // key appears in no series of the /metrics page, even with a password set.
 func TestPrefixesHideWholeKeys(t *testing.T) {
 	clk := servertest.NewClock(t0)
-	srv, addr := servertest.Start(t, server.Config{Clock: clk.Now, Password: "pw", MetricsAddr: "127.0.0.1:0"})
+	srv, addr := servertest.Start(t, server.Config{Clock: clk.Now, Password: "pw", MetricsAddr: "127.0.0.1:0", Metrics: metrics.ServerHandler})
 	rdb := newClient(t, addr, 0)
 	if err := rdb.Do(t.Context(), "AUTH", "pw").Err(); err != nil {
 		t.Fatal(err)

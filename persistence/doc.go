@@ -7,22 +7,26 @@
 // state.
 //
 // A Store is a small interface with two implementations: Memory, the
-// reference used by tests, and Pebble, the durable one built on
+// reference used by tests, and pebblestore.Store (package
+// persistence/pebblestore), the durable one built on
 // github.com/cockroachdb/pebble. Both pass one conformance suite
-// (store_test.go).
+// (internal/storetest). This package does not import pebble: a program
+// links it only if it imports pebblestore, and a server is given its store
+// through an Opener (server.Config.OpenStore).
 //
-// Durability is chosen per batch: Write(ops, false) uses pebble.NoSync (the
-// batch is in the OS page cache when Write returns and survives a crash of
-// the process but not of the machine); Write(ops, true) uses pebble.Sync
-// (the WAL is fsynced before Write returns). Store.Sync makes every earlier
-// NoSync batch durable at once, which lets a writer batch many changes and
-// pay for one fsync per interval.
+// Durability is chosen per batch: Write(ops, false) leaves the batch in the
+// OS page cache when Write returns (pebble.NoSync: it survives a crash of
+// the process but not of the machine); Write(ops, true) returns once it is
+// on disk (pebble.Sync: the WAL is fsynced before Write returns).
+// Store.Sync makes every earlier NoSync batch durable at once, which lets a
+// writer batch many changes and pay for one fsync per interval.
 //
 // Values are stored in a versioned binary encoding (EncodeValue,
 // DecodeValue; the layout is described in codec.go). Keys on disk are the
 // database number and the key's hash slot (keyslot.Of), each as 2
 // big-endian bytes, followed by the raw key, so that pebble's byte order is
 // (db, slot, key) order, FLUSHDB and FLUSHALL are range deletions and one
-// slot's records are one range (store format 2; pebble.go describes the
-// layout, and how a directory of format 1 is migrated when opened).
+// slot's records are one range (store format 2; pebblestore/pebble.go
+// describes the layout, and how a directory of format 1 is migrated when
+// opened).
 package persistence

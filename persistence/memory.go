@@ -25,7 +25,7 @@ func NewMemory() *Memory { return &Memory{dbs: make(map[int]map[string][]byte)} 
 
 // Write implements Store.
 func (m *Memory) Write(ops []Op, sync bool) error {
-	if err := checkOps(ops); err != nil {
+	if err := CheckOps(ops); err != nil {
 		return err
 	}
 	m.mu.Lock()

@@ -3,6 +3,7 @@ package persistence
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 )
 
 // OpKind says what an Op does.
@@ -80,7 +81,7 @@ type Store interface {
 
 // The errors a Store returns; test them with errors.Is.
 var (
-	// ErrLocked: OpenPebble found the directory open, by another process or
+	// ErrLocked: a store found its directory open, by another process or
 	// by this one.
 	ErrLocked = errors.New("persistence: data directory is in use by another process")
 	// ErrCorrupt: stored data cannot be read (a damaged value, manifest or
@@ -93,9 +94,9 @@ var (
 	ErrStoreClosed = errors.New("persistence: store is closed")
 )
 
-// checkOps reports the first invalid op, so that Write can refuse a batch
+// CheckOps reports the first invalid op, so that Write can refuse a batch
 // before applying any of it.
-func checkOps(ops []Op) error {
+func CheckOps(ops []Op) error {
 	for i, op := range ops {
 		switch op.Kind {
 		case OpPut, OpDelete, OpDeleteDB:
@@ -109,3 +110,17 @@ func checkOps(ops []Op) error {
 	}
 	return nil
 }
+
+// OpenOptions are the settings a server hands an Opener.
+type OpenOptions struct {
+	// Logger receives the store's messages; nil means slog.Default().
+	Logger *slog.Logger
+	// LoadDamagedWAL opens a directory whose newest write-ahead log is
+	// damaged before its end, dropping the changes after the damage (see
+	// WALDamage). False refuses such a directory with ErrCorrupt.
+	LoadDamagedWAL bool
+}
+
+// An Opener opens (creating it if needed) the Store kept in directory dir.
+// pebblestore.OpenStore is the one cmd/cellserver uses.
+type Opener func(dir string, opts OpenOptions) (Store, error)

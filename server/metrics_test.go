@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/metrics"
+	"github.com/cellserver/cellserver/persistence/pebblestore"
 	"github.com/cellserver/cellserver/server"
 	"github.com/redis/go-redis/v9"
 )
@@ -29,7 +31,7 @@ func get(t *testing.T, url string) (int, string) {
 // move with traffic.
 func TestMetricsEndpoint(t *testing.T) {
 	clk := servertest.NewClock(time.Unix(1795312945, 0))
-	srv, addr := servertest.Start(t, server.Config{MetricsAddr: "127.0.0.1:0", Clock: clk.Now})
+	srv, addr := servertest.Start(t, server.Config{MetricsAddr: "127.0.0.1:0", Metrics: metrics.ServerHandler, Clock: clk.Now})
 	base := "http://" + srv.MetricsAddr().String()
 	if code, body := get(t, base+"/healthz"); code != 200 || body != "ok" {
 		t.Fatalf("/healthz: %d %q", code, body)
@@ -83,7 +85,7 @@ func grepLines(s, sub string) string {
 // exported (their values depend on the background writer's timing, so
 // only their presence is checked here; durability_test checks behaviour).
 func TestPersistenceMetrics(t *testing.T) {
-	srv, addr := servertest.Start(t, server.Config{MetricsAddr: "127.0.0.1:0", DataDir: t.TempDir()})
+	srv, addr := servertest.Start(t, server.Config{MetricsAddr: "127.0.0.1:0", Metrics: metrics.ServerHandler, DataDir: t.TempDir(), OpenStore: pebblestore.OpenStore})
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	rdb.Do(context.Background(), "CL.THROTTLE", "p:1", 1, 1, 60)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cellserver/cellserver/metrics"
 	"github.com/cellserver/cellserver/server"
 	"github.com/redis/go-redis/v9"
 )
@@ -39,7 +40,7 @@ func TestMetricsNonLoopbackWarns(t *testing.T) {
 		warn    bool
 	}{{"127.0.0.1:0", false}, {":0", true}} {
 		var logs lockedBuffer
-		srv, err := server.New(server.Config{Addr: "127.0.0.1:0", MetricsAddr: tc.metrics, Password: "pw",
+		srv, err := server.New(server.Config{Addr: "127.0.0.1:0", MetricsAddr: tc.metrics, Metrics: metrics.ServerHandler, Password: "pw",
 			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {
 			t.Fatal(err)

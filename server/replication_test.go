@@ -12,6 +12,7 @@ import (
 	"github.com/cellserver/cellserver/internal/binproc"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/metrics"
 	"github.com/cellserver/cellserver/persistence"
 	"github.com/cellserver/cellserver/server"
 	"github.com/redis/go-redis/v9"
@@ -271,9 +272,9 @@ func TestReplicationInProcess(t *testing.T) {
 // replica attached and the full resync it served; the replica reports its
 // link up and the full copy it received.
 func TestReplicationMetrics(t *testing.T) {
-	psrv, paddr := servertest.Start(t, server.Config{MetricsAddr: "127.0.0.1:0"})
+	psrv, paddr := servertest.Start(t, server.Config{MetricsAddr: "127.0.0.1:0", Metrics: metrics.ServerHandler})
 	h, p, _ := strings.Cut(paddr, ":")
-	rsrv, _ := servertest.Start(t, server.Config{MetricsAddr: "127.0.0.1:0", ReplicaOf: h + " " + p})
+	rsrv, _ := servertest.Start(t, server.Config{MetricsAddr: "127.0.0.1:0", Metrics: metrics.ServerHandler, ReplicaOf: h + " " + p})
 	want := map[*server.Server][]string{
 		psrv: {"cellserver_replication_replica 0", "cellserver_replication_connected_replicas 1",
 			"cellserver_replication_full_resyncs_total 1", "cellserver_replication_link_up 1"},

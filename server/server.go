@@ -21,7 +21,6 @@ import (
 	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/commands"
 	"github.com/cellserver/cellserver/keyspace"
-	"github.com/cellserver/cellserver/metrics"
 	"github.com/cellserver/cellserver/persistence"
 	"github.com/cellserver/cellserver/replication"
 	"github.com/cellserver/cellserver/resp"
@@ -107,10 +106,17 @@ type Config struct {
 	// keys with Redis's OOM error).
 	MaxMemory       int64
 	MaxMemoryPolicy string
-	// DataDir, when set, keeps every key's state in a Pebble database in
-	// this directory: loaded at startup, written behind every change.
-	// Empty (the default) keeps everything in memory only.
+	// DataDir, when set, keeps every key's state in the store OpenStore
+	// opens in this directory (cmd/cellserver: a Pebble database): loaded
+	// at startup, written behind every change. Empty (the default) keeps
+	// everything in memory only.
 	DataDir string
+	// OpenStore opens the store for DataDir; it is required with DataDir
+	// (Validate refuses a DataDir without it) and unused without.
+	// cmd/cellserver sets pebblestore.OpenStore. It is a field, not a
+	// default, so that this package does not link Pebble: a program that
+	// never sets it (an in-process test server) does not carry it.
+	OpenStore persistence.Opener
 	// Fsync is the durability policy with DataDir: "always" (a reply
 	// leaves once its change is on disk; group commit), "everysec" (the
 	// default: a crash loses at most about a second) or "no" (the OS
@@ -121,10 +127,16 @@ type Config struct {
 	// dropping those after it (logged at WARN, counted in INFO
 	// persistence). False, the default, refuses to start from it.
 	LoadDamagedWAL bool
-	// MetricsAddr, when set, serves Prometheus metrics at /metrics and the
-	// probes /healthz and /readyz over HTTP on this address. Off by
-	// default.
+	// MetricsAddr, when set, serves Metrics's handler over HTTP on this
+	// address (cmd/cellserver: Prometheus metrics at /metrics and the
+	// probes /healthz and /readyz). Off by default.
 	MetricsAddr string
+	// Metrics builds the handler served on MetricsAddr from the running
+	// server's parts; it is required with MetricsAddr (Validate refuses a
+	// MetricsAddr without it) and unused without. cmd/cellserver sets
+	// metrics.ServerHandler; like OpenStore it is a field so that this
+	// package does not link the Prometheus client.
+	Metrics func(MetricsSources) http.Handler
 	// KeyPrefixSeparator ends the key prefix used by the most-limited
 	// prefixes metric. The default value is ":".
 	KeyPrefixSeparator string
@@ -195,6 +207,22 @@ type Config struct {
 	// unset), to the config file. cmd/cellserver sets it when it runs from
 	// --config; nil means there is no config file to rewrite.
 	ConfigRewrite func(runtime []commands.Setting) error
+}
+
+// MetricsSources is what Config.Metrics reads from a Server, at scrape
+// time: nothing is computed on the request path.
+type MetricsSources struct {
+	Commands    *commands.Server
+	Network     *resp.Server
+	Replication *replication.Replication
+	// Writer and Store are nil without DataDir.
+	Writer *persistence.Writer
+	Store  persistence.Store
+	// Clock is Config.Clock (nil: time.Now).
+	Clock func() time.Time
+	// Ready reports whether the server is serving and not shutting down
+	// (for a readiness probe).
+	Ready func() bool
 }
 
 // Defaults for Config's zero values.
@@ -359,6 +387,12 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
 			bad("metrics-addr %q: %v", c.MetricsAddr, err)
 		}
+		if c.Metrics == nil {
+			bad("metrics-addr %q: Config.Metrics is not set (e.g. metrics.ServerHandler)", c.MetricsAddr)
+		}
+	}
+	if c.DataDir != "" && c.OpenStore == nil {
+		bad("data-dir %q: Config.OpenStore is not set (e.g. pebblestore.OpenStore)", c.DataDir)
 	}
 	if _, err := c.tlsConfig(); err != nil {
 		errs = append(errs, err)
@@ -515,7 +549,7 @@ func New(cfg Config) (*Server, error) {
 		store  persistence.Store
 		writer *persistence.Writer
 		loaded persistence.LoadStats
-		// walDamage is what OpenPebble found in the newest WAL.
+		// walDamage is what the store found in its newest WAL.
 		walDamage persistence.WALDamage
 	)
 	policy, _ := parsePolicy(cfg.MaxMemoryPolicy)
@@ -523,11 +557,14 @@ func New(cfg Config) (*Server, error) {
 		SlotIndex: cfg.ClusterEnabled}
 	if cfg.DataDir != "" {
 		mode, _ := persistence.ParseFsync(cfg.Fsync)
-		st, err := persistence.OpenPebble(cfg.DataDir, persistence.PebbleOptions{Logger: cfg.Logger, LoadDamagedWAL: cfg.LoadDamagedWAL})
+		st, err := cfg.OpenStore(cfg.DataDir, persistence.OpenOptions{Logger: cfg.Logger, LoadDamagedWAL: cfg.LoadDamagedWAL})
 		if err != nil {
 			return nil, fmt.Errorf("data directory %s: %w", cfg.DataDir, err)
 		}
-		store, walDamage = st, st.WALDamage()
+		store = st
+		if wc, ok := st.(persistence.WALChecker); ok {
+			walDamage = wc.WALDamage()
+		}
 		writer = persistence.NewWriter(store, mode, cfg.Logger)
 		kcfg.Journal = writer
 	}
@@ -725,13 +762,12 @@ func (s *Server) Serve() error {
 	s.bgCancel, s.bgDone = cancel, done
 	ln, mln := s.ln, s.metricsLn
 	if mln != nil {
-		src := metrics.Sources{Commands: s.cmds, Network: s.net, Clock: s.cfg.Clock}
-		src.Extra = append(src.Extra, metrics.ReplicationCollector(s.repl))
-		if s.writer != nil {
-			src.Extra = append(src.Extra, metrics.PersistenceCollector(s.writer, s.store))
+		h := s.cfg.Metrics(MetricsSources{Commands: s.cmds, Network: s.net, Replication: s.repl,
+			Writer: s.writer, Store: s.store, Clock: s.cfg.Clock, Ready: s.ready.Load})
+		if h == nil { // never http.DefaultServeMux
+			h = http.NotFoundHandler()
 		}
-		reg := metrics.NewRegistry(src)
-		s.httpSrv = &http.Server{Handler: metrics.NewHandler(reg, s.ready.Load), ReadHeaderTimeout: 10 * time.Second}
+		s.httpSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	}
 	hs := s.httpSrv
 	s.mu.Unlock()

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellserver/cellserver/metrics"
+	"github.com/cellserver/cellserver/persistence/pebblestore"
 	"github.com/cellserver/cellserver/server"
 )
 
@@ -283,6 +285,10 @@ func loadConfig(args []string, env func(string) string, stdout, stderr io.Writer
 			errs = append(errs, fmt.Sprintf("%s (from %s): %v", o.name, source[o.name], err))
 		}
 	}
+	// The store behind --data-dir and the exporter behind --metrics-addr
+	// are wired here, so that package server links neither.
+	cfg.OpenStore = pebblestore.OpenStore
+	cfg.Metrics = metrics.ServerHandler
 	if err := cfg.Validate(); err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			errs = append(errs, line)

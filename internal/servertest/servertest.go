@@ -1,15 +1,14 @@
-// Package servertest starts cellserver in-process for tests: on 127.0.0.1
-// at a free port, with an injectable clock, stopped by t.Cleanup.
+// Package servertest starts cellserver in-process for this repository's
+// tests, from a whole server.Config: a thin layer over the public package
+// cellservertest, plus a manual Clock the tests share.
 package servertest
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/cellservertest"
 	"github.com/cellserver/cellserver/server"
 )
 
@@ -44,30 +43,22 @@ func (c *Clock) Advance(d time.Duration) {
 }
 
 // Start runs a server with cfg on 127.0.0.1:0 (cfg.Addr is overridden) and
-// returns it with its address. Logs are discarded unless cfg.Logger is set.
-// The server is shut down when the test ends.
+// returns it with its address; cfg.Clock, nil for time.Now, is the
+// server's clock. Logs are discarded unless cfg.Logger is set. The server
+// is shut down when the test ends (cellservertest.Run).
 func Start(t testing.TB, cfg server.Config) (*server.Server, string) {
 	t.Helper()
-	cfg.Addr = "127.0.0.1:0"
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	clock := cfg.Clock
+	if clock == nil {
+		clock = time.Now
 	}
-	srv, err := server.New(cfg)
-	if err != nil {
-		t.Fatalf("servertest: %v", err)
-	}
-	if err := srv.Listen(); err != nil {
-		t.Fatalf("servertest: listen: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve() }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			t.Errorf("servertest: shutdown: %v", err)
+	s := cellservertest.Run(t, cellservertest.WithClock(clock), cellservertest.WithConfig(func(c *server.Config) {
+		logger := c.Logger
+		*c = cfg
+		c.Addr, c.Clock = "127.0.0.1:0", nil
+		if c.Logger == nil {
+			c.Logger = logger
 		}
-		<-done
-	})
-	return srv, srv.Addr().String()
+	}))
+	return s.Server(), s.Addr()
 }

@@ -1,10 +1,11 @@
-package persistence
+package pebblestore
 
 import (
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/cellserver/cellserver/persistence"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -58,7 +59,7 @@ func writeV1(t testing.TB, fs vfs.FS, dir string, recs map[[2]string][]byte) {
 	}
 }
 
-func loadMap(t testing.TB, s Store) map[[2]string][]byte {
+func loadMap(t testing.TB, s persistence.Store) map[[2]string][]byte {
 	t.Helper()
 	got := map[[2]string][]byte{}
 	err := s.Load(func(db int, key, value []byte) error {
@@ -84,7 +85,7 @@ func TestMigrateV1(t *testing.T) {
 		fs := vfs.NewMem()
 		recs := map[[2]string][]byte{}
 		for range r.IntN(300) {
-			db := []int{0, 1, 7, MaxDB}[r.IntN(4)]
+			db := []int{0, 1, 7, persistence.MaxDB}[r.IntN(4)]
 			var key []byte
 			switch r.IntN(4) {
 			case 0:
@@ -99,11 +100,11 @@ func TestMigrateV1(t *testing.T) {
 			default:
 				key = []byte(strings.Repeat("x", r.IntN(3)))
 			}
-			recs[[2]string{fmt.Sprint(db), string(key)}] = EncodeValue(nil, keyspace.Value{Kind: keyspace.KindGCRA, N: r.Uint64()})
+			recs[[2]string{fmt.Sprint(db), string(key)}] = persistence.EncodeValue(nil, keyspace.Value{Kind: keyspace.KindGCRA, N: r.Uint64()})
 		}
 		total += len(recs)
 		writeV1(t, fs, "/d", recs)
-		p := openT(t, "/d", PebbleOptions{FS: fs, Logger: quiet})
+		p := openT(t, "/d", Options{FS: fs, Logger: quiet})
 		if got := loadMap(t, p); !maps.EqualFunc(got, recs, bytes.Equal) {
 			t.Fatalf("case %d: after migration Load gives %d records, want %d", c, len(got), len(recs))
 		}
@@ -129,7 +130,7 @@ func TestMigrateV1(t *testing.T) {
 			}
 		}
 		// The store works as usual afterwards, and is not migrated again.
-		if err := p.Write([]Op{{Kind: OpPut, DB: 3, Key: []byte("new"), Value: []byte("v")}, {Kind: OpDeleteDB, DB: 7}}, true); err != nil {
+		if err := p.Write([]persistence.Op{{Kind: persistence.OpPut, DB: 3, Key: []byte("new"), Value: []byte("v")}, {Kind: persistence.OpDeleteDB, DB: 7}}, true); err != nil {
 			t.Fatal(err)
 		}
 		closeT(t, p)
@@ -139,7 +140,7 @@ func TestMigrateV1(t *testing.T) {
 			}
 		}
 		recs[[2]string{"3", "new"}] = []byte("v")
-		p = openT(t, "/d", PebbleOptions{FS: fs, Logger: quiet})
+		p = openT(t, "/d", Options{FS: fs, Logger: quiet})
 		if got := loadMap(t, p); !maps.EqualFunc(got, recs, bytes.Equal) {
 			t.Fatalf("case %d: after reopening Load gives %d records, want %d", c, len(got), len(recs))
 		}
@@ -155,11 +156,11 @@ func TestMigrateV1Load(t *testing.T) {
 	recs := map[[2]string][]byte{}
 	exp := time.Now().Add(time.Hour).UnixMilli()
 	for i := range 1000 {
-		recs[[2]string{fmt.Sprint(i % 2), fmt.Sprintf("user:%d", i)}] = EncodeValue(nil, keyspace.Value{Kind: keyspace.KindGCRA, N: uint64(i), Exp: exp})
+		recs[[2]string{fmt.Sprint(i % 2), fmt.Sprintf("user:%d", i)}] = persistence.EncodeValue(nil, keyspace.Value{Kind: keyspace.KindGCRA, N: uint64(i), Exp: exp})
 	}
 	writeV1(t, fs, "/d", recs)
 	var logged bytes.Buffer
-	p := openT(t, "/d", PebbleOptions{FS: fs, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	p := openT(t, "/d", Options{FS: fs, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	if !strings.Contains(logged.String(), "migrated the data directory to store format 2") || !strings.Contains(logged.String(), "records=1000") {
 		t.Fatalf("log of the migration:\n%s", logged.String())
 	}
@@ -168,7 +169,7 @@ func TestMigrateV1Load(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := Load(p, ks, time.Now().UnixMilli())
+	st, err := persistence.Load(p, ks, time.Now().UnixMilli())
 	if err != nil || st.Keys != 1000 {
 		t.Fatalf("Load: %d keys, %v", st.Keys, err)
 	}
@@ -181,7 +182,7 @@ func TestMigrateV1Load(t *testing.T) {
 // corruption, not a key to load.
 func TestLoadMisfiledSlot(t *testing.T) {
 	fs := vfs.NewMem()
-	p := openT(t, "/d", PebbleOptions{FS: fs, Logger: quiet})
+	p := openT(t, "/d", Options{FS: fs, Logger: quiet})
 	closeT(t, p)
 	db, err := pebble.Open("/d", &pebble.Options{FS: fs, Logger: pebbleLogger{l: quiet, in: &instance{}}})
 	if err != nil {
@@ -189,15 +190,15 @@ func TestLoadMisfiledSlot(t *testing.T) {
 	}
 	k := recordKey(nil, 0, []byte("a"))
 	k[3]++
-	if err := db.Set(k, EncodeValue(nil, keyspace.Value{Kind: keyspace.KindGCRA}), pebble.Sync); err != nil {
+	if err := db.Set(k, persistence.EncodeValue(nil, keyspace.Value{Kind: keyspace.KindGCRA}), pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	p = openT(t, "/d", PebbleOptions{FS: fs, Logger: quiet})
+	p = openT(t, "/d", Options{FS: fs, Logger: quiet})
 	err = p.Load(func(int, []byte, []byte) error { return nil })
-	if !errors.Is(err, ErrCorrupt) {
+	if !errors.Is(err, persistence.ErrCorrupt) {
 		t.Fatalf("Load of a misfiled record: %v, want ErrCorrupt", err)
 	}
 	t.Logf("%v", err)
@@ -212,7 +213,7 @@ func BenchmarkMigrateV1(b *testing.B) {
 	exp := time.Now().Add(time.Hour).UnixMilli()
 	recs := make(map[[2]string][]byte, keys)
 	for i := range keys {
-		recs[[2]string{"0", fmt.Sprintf("load:key:%d", i)}] = EncodeValue(nil, keyspace.Value{Kind: keyspace.KindGCRA, N: uint64(i), Exp: exp})
+		recs[[2]string{"0", fmt.Sprintf("load:key:%d", i)}] = persistence.EncodeValue(nil, keyspace.Value{Kind: keyspace.KindGCRA, N: uint64(i), Exp: exp})
 	}
 	for range b.N {
 		b.StopTimer()
@@ -220,7 +221,7 @@ func BenchmarkMigrateV1(b *testing.B) {
 		writeV1(b, vfs.Default, dir, recs)
 		b.StartTimer()
 		start := time.Now()
-		p, err := OpenPebble(dir, PebbleOptions{Logger: quiet})
+		p, err := Open(dir, Options{Logger: quiet})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -245,24 +246,24 @@ func TestLoadSlotProperty(t *testing.T) {
 	checked := 0
 	for c := range cases {
 		r := rand.New(rand.NewPCG(uint64(c), 4))
-		p := openT(t, "/d", PebbleOptions{FS: vfs.NewMem(), Logger: quiet})
+		p := openT(t, "/d", Options{FS: vfs.NewMem(), Logger: quiet})
 		for range 30 {
-			var ops []Op
+			var ops []persistence.Op
 			for range 1 + r.IntN(40) {
-				db := []int{0, 1, MaxDB}[r.IntN(3)]
+				db := []int{0, 1, persistence.MaxDB}[r.IntN(3)]
 				key := fmt.Appendf(nil, "{t%d}:%d", r.IntN(5), r.IntN(50))
 				if r.IntN(3) == 0 {
 					key = fmt.Appendf(nil, "k%d", r.IntN(100))
 				}
 				switch x := r.IntN(100); {
 				case x < 70:
-					ops = append(ops, Op{Kind: OpPut, DB: db, Key: key, Value: fmt.Appendf(nil, "v%d", r.IntN(1000))})
+					ops = append(ops, persistence.Op{Kind: persistence.OpPut, DB: db, Key: key, Value: fmt.Appendf(nil, "v%d", r.IntN(1000))})
 				case x < 97:
-					ops = append(ops, Op{Kind: OpDelete, DB: db, Key: key})
+					ops = append(ops, persistence.Op{Kind: persistence.OpDelete, DB: db, Key: key})
 				case x < 99:
-					ops = append(ops, Op{Kind: OpDeleteDB, DB: db})
+					ops = append(ops, persistence.Op{Kind: persistence.OpDeleteDB, DB: db})
 				default:
-					ops = append(ops, Op{Kind: OpDeleteAll})
+					ops = append(ops, persistence.Op{Kind: persistence.OpDeleteAll})
 				}
 			}
 			if err := p.Write(ops, false); err != nil {
@@ -287,7 +288,7 @@ func TestLoadSlotProperty(t *testing.T) {
 			}
 		}
 		for _, s := range []int{0, 1, keyslot.Slots - 1} {
-			probe[[2]int{MaxDB, s}] = want[[2]int{MaxDB, s}]
+			probe[[2]int{persistence.MaxDB, s}] = want[[2]int{persistence.MaxDB, s}]
 			probe[[2]int{0, s}] = want[[2]int{0, s}]
 		}
 		for k, w := range probe {

@@ -1,7 +1,8 @@
-package persistence
+package pebblestore
 
 import (
 	"fmt"
+	"github.com/cellserver/cellserver/persistence"
 	"io"
 	"log/slog"
 	"testing"
@@ -20,17 +21,17 @@ func BenchmarkStartupLoad(b *testing.B) {
 	const keys = 1_000_000
 	dir := b.TempDir()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	p, err := OpenPebble(dir, PebbleOptions{Logger: quiet})
+	p, err := Open(dir, Options{Logger: quiet})
 	if err != nil {
 		b.Fatal(err)
 	}
 	exp := time.Now().Add(time.Hour).UnixMilli()
-	ops := make([]Op, 0, 1000)
+	ops := make([]persistence.Op, 0, 1000)
 	for i := 0; i < keys; {
 		ops = ops[:0]
 		for ; len(ops) < cap(ops) && i < keys; i++ {
-			v := EncodeValue(nil, keyspace.Value{Kind: keyspace.KindGCRA, N: uint64(i), Exp: exp})
-			ops = append(ops, Op{Kind: OpPut, Key: fmt.Appendf(nil, "load:key:%d", i), Value: v})
+			v := persistence.EncodeValue(nil, keyspace.Value{Kind: keyspace.KindGCRA, N: uint64(i), Exp: exp})
+			ops = append(ops, persistence.Op{Kind: persistence.OpPut, Key: fmt.Appendf(nil, "load:key:%d", i), Value: v})
 		}
 		if err := p.Write(ops, false); err != nil {
 			b.Fatal(err)
@@ -48,7 +49,7 @@ func BenchmarkStartupLoad(b *testing.B) {
 		b.Run(fmt.Sprintf("slotindex=%v", index), func(b *testing.B) {
 			for range b.N {
 				start := time.Now()
-				p, err := OpenPebble(dir, PebbleOptions{Logger: quiet})
+				p, err := Open(dir, Options{Logger: quiet})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -57,7 +58,7 @@ func BenchmarkStartupLoad(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				st, err := Load(p, ks, time.Now().UnixMilli())
+				st, err := persistence.Load(p, ks, time.Now().UnixMilli())
 				if err != nil || st.Keys != keys {
 					b.Fatalf("loaded %d keys, err %v", st.Keys, err)
 				}

@@ -1,10 +1,11 @@
-package persistence
+package pebblestore
 
 import (
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/cellserver/cellserver/persistence"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -38,7 +39,7 @@ import (
 // newer version is ErrFormat.
 //
 // Store format 1 (cellserver before hash slots) had no slot: the record
-// key was the database number and the key. OpenPebble migrates such a
+// key was the database number and the key. Open migrates such a
 // directory in place (migrateV1): one synced pebble batch deletes the
 // whole record space and writes every record again under its new key,
 // and sets the format to 2, so a crash leaves either format 1 untouched
@@ -77,8 +78,8 @@ func slotPrefix(db int, slot uint16) []byte {
 	return binary.BigEndian.AppendUint16(dbPrefix(db), slot)
 }
 
-// PebbleOptions configures OpenPebble. The zero value is valid.
-type PebbleOptions struct {
+// Options configures Open. The zero value is valid.
+type Options struct {
 	// FS is the file system holding the directory; nil means vfs.Default,
 	// the real one. Tests pass vfs.NewMem().
 	FS vfs.FS
@@ -93,7 +94,7 @@ type PebbleOptions struct {
 	LoadDamagedWAL bool
 }
 
-// Pebble is a Store on a pebble database in one directory. It holds the
+// Store is a persistence.Store on a pebble database in one directory. It holds the
 // directory's lock (pebble's LOCK file) until Close.
 //
 // Its pebble options are modest, for a 2-core machine: a 16 MiB memtable
@@ -118,7 +119,7 @@ type PebbleOptions struct {
 // unsynced tail) and writes them again, in order, into the replacement,
 // then syncs it: no Write that returned nil is lost by a replacement.
 // The tail is synced, and so emptied, whenever it passes maxTail bytes.
-type Pebble struct {
+type Store struct {
 	// mu is held shared by every operation and exclusively by Close, by
 	// the reopening after a failure, and by the Writes that delete db
 	// MaxDB's records (see the layout above).
@@ -134,12 +135,12 @@ type Pebble struct {
 	reopenCause error
 	lock        *pebble.Lock
 	dir         string
-	fs          vfs.FS // what OpenPebble was given (each instance sees it behind its fence)
+	fs          vfs.FS // what Open was given (each instance sees it behind its fence)
 	log         *slog.Logger
 	// id identifies the directory in openDirs; nil unless on the real FS.
 	id os.FileInfo
 	// walDamage is what the check of the newest WAL found at open.
-	walDamage WALDamage
+	walDamage persistence.WALDamage
 	// reopened and abandoned count the instances replaced after a failure,
 	// and among them those left unclosed.
 	reopened, abandoned atomic.Int64
@@ -158,10 +159,10 @@ type Pebble struct {
 // maxTail bounds the unsynced tail: past it, Write syncs.
 const maxTail = 16 << 20
 
-// instance is the state of one pebble.DB that a Pebble opened.
+// instance is the state of one pebble.DB that a Store opened.
 type instance struct {
 	// broken is why the database cannot be used any more: pebble's
-	// Logger.Fatalf (from any goroutine) or a panic in a Pebble method.
+	// Logger.Fatalf (from any goroutine) or a panic in a Store method.
 	broken atomic.Pointer[error]
 	// wedged: pebble panicked inside a call of ours and may hold its own
 	// locks, so its Close would block forever.
@@ -192,13 +193,13 @@ func (in *instance) err() error {
 // errFenced is what a given-up database's file writes return.
 var errFenced = errors.New("persistence: this pebble instance was replaced after a failure")
 
-var _ Store = (*Pebble)(nil)
+var _ persistence.Store = (*Store)(nil)
 
 // openDirs holds the real directories this process has open. Pebble's own
 // check within a process compares LOCK paths as strings, and POSIX record
 // locks do not exclude the process that holds them: pebble alone lets one
 // process open a directory twice under two names (a symlink, a relative
-// path), each Open believing it holds the lock. OpenPebble resolves the
+// path), each Open believing it holds the lock. Open resolves the
 // path (filepath.Abs, EvalSymlinks) so pebble sees one name, and checks
 // this list by device and inode, which also catches another mount of the
 // same directory.
@@ -230,7 +231,7 @@ func unregisterDir(id os.FileInfo) {
 	}
 }
 
-// OpenPebble opens the store in dir, creating the directory and an empty
+// Open opens the store in dir, creating the directory and an empty
 // store if there is none. Its errors say which of these happened:
 //   - the directory is open, in another process or this one: ErrLocked;
 //   - the directory cannot be created, read or written (a permission, a
@@ -238,7 +239,7 @@ func unregisterDir(id os.FileInfo) {
 //   - pebble's files are damaged (a garbage MANIFEST, table files without
 //     a manifest): ErrCorrupt; it never starts empty over existing data;
 //   - the store was written in another layout: ErrFormat.
-func OpenPebble(dir string, opts PebbleOptions) (_ *Pebble, err error) {
+func Open(dir string, opts Options) (_ *Store, err error) {
 	if dir == "" {
 		return nil, errors.New("persistence: empty data directory path")
 	}
@@ -265,7 +266,7 @@ func OpenPebble(dir string, opts PebbleOptions) (_ *Pebble, err error) {
 		return nil, fmt.Errorf("persistence: data directory %s: %w", dir,
 			&fs.PathError{Op: "open", Path: dir, Err: syscall.ENOTDIR})
 	}
-	p := &Pebble{}
+	p := &Store{}
 	if onDisk {
 		if dir, err = filepath.EvalSymlinks(dir); err != nil {
 			return nil, fmt.Errorf("persistence: data directory: %w", err)
@@ -274,7 +275,7 @@ func OpenPebble(dir string, opts PebbleOptions) (_ *Pebble, err error) {
 			return nil, fmt.Errorf("persistence: data directory: %w", err)
 		}
 		if !registerDir(fi) {
-			return nil, fmt.Errorf("%w: %s is already open in this process", ErrLocked, dir)
+			return nil, fmt.Errorf("%w: %s is already open in this process", persistence.ErrLocked, dir)
 		}
 		p.id = fi
 		defer func() {
@@ -303,7 +304,7 @@ func OpenPebble(dir string, opts PebbleOptions) (_ *Pebble, err error) {
 	}
 	if p.walDamage.Damaged() {
 		if !opts.LoadDamagedWAL {
-			return nil, fmt.Errorf("%w: %s (start with --load-damaged-wal yes to load what precedes the damage and drop the rest)", ErrCorrupt, p.walDamage)
+			return nil, fmt.Errorf("%w: %s (start with --load-damaged-wal yes to load what precedes the damage and drop the rest)", persistence.ErrCorrupt, p.walDamage)
 		}
 		log.Warn("persistence: loading a damaged WAL: the changes after the damage are dropped",
 			"dir", dir, "wal", p.walDamage.File, "offset", p.walDamage.Offset,
@@ -324,7 +325,7 @@ func OpenPebble(dir string, opts PebbleOptions) (_ *Pebble, err error) {
 
 // openDB opens a pebble database on the directory, on a file system of
 // its own that fences it once it is given up.
-func (p *Pebble) openDB() (*pebble.DB, *instance, error) {
+func (p *Store) openDB() (*pebble.DB, *instance, error) {
 	in := &instance{}
 	fenced := errorfs.Wrap(p.fs, errorfs.InjectorFunc(func(op errorfs.Op, _ string) error {
 		if in.fenced.Load() && op.OpKind() == errorfs.OpKindWrite && op != errorfs.OpFileClose {
@@ -369,7 +370,7 @@ func (p *Pebble) openDB() (*pebble.DB, *instance, error) {
 	}
 	if err != nil {
 		if pebble.IsCorruptionError(err) {
-			return nil, nil, fmt.Errorf("%w: open %s: %w", ErrCorrupt, dir, err)
+			return nil, nil, fmt.Errorf("%w: open %s: %w", persistence.ErrCorrupt, dir, err)
 		}
 		return nil, nil, fmt.Errorf("persistence: open %s: %w", dir, err)
 	}
@@ -380,7 +381,7 @@ func (p *Pebble) openDB() (*pebble.DB, *instance, error) {
 // error. A wedged database is not closed (its Close would block forever):
 // it stays open behind its fence, and its reference on the lock is
 // dropped so that the next open can take the lock.
-func (p *Pebble) closeDB(db *pebble.DB, in *instance) (err error) {
+func (p *Store) closeDB(db *pebble.DB, in *instance) (err error) {
 	if in.wedged.Load() {
 		in.fenced.Store(true)
 		p.abandoned.Add(1)
@@ -490,12 +491,12 @@ func checkOrphans(vfsys vfs.FS, dir string) error {
 			continue
 		}
 		if _, err := vfsys.Stat(vfsys.PathJoin(dir, m)); errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("%w: %s: the manifest marker names %s, which is missing", ErrCorrupt, dir, m)
+			return fmt.Errorf("%w: %s: the manifest marker names %s, which is missing", persistence.ErrCorrupt, dir, m)
 		}
 	}
 	manifest := len(manifests) > 0 || (current && !versioned)
 	if !manifest && len(data) > 0 {
-		return fmt.Errorf("%w: %s holds pebble data (%s) but no manifest marker", ErrCorrupt, dir, strings.Join(data, ", "))
+		return fmt.Errorf("%w: %s holds pebble data (%s) but no manifest marker", persistence.ErrCorrupt, dir, strings.Join(data, ", "))
 	}
 	return nil
 }
@@ -509,20 +510,20 @@ func lockError(dir string, err error) error {
 		return fmt.Errorf("persistence: lock data directory %s: %w", dir, err)
 	case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EACCES):
 		// fcntl(F_SETLK) fails so when another process holds the lock.
-		return fmt.Errorf("%w: %s (pebble: %v)", ErrLocked, dir, err)
+		return fmt.Errorf("%w: %s (pebble: %v)", persistence.ErrLocked, dir, err)
 	case strings.Contains(err.Error(), "lock held by current process"):
 		// Pebble's own check within one process (pebble v1.1.5).
-		return fmt.Errorf("%w: %s is already open in this process", ErrLocked, dir)
+		return fmt.Errorf("%w: %s is already open in this process", persistence.ErrLocked, dir)
 	}
 	return fmt.Errorf("persistence: lock data directory %s: %w", dir, err)
 }
 
 // checkFormat reads the meta record, or writes it into a fresh store.
-func (p *Pebble) checkFormat() error {
+func (p *Store) checkFormat() error {
 	return p.guard(p.in, "read format record in", func() error { return p.checkFormatLocked(p.db) })
 }
 
-func (p *Pebble) checkFormatLocked(db *pebble.DB) error {
+func (p *Store) checkFormatLocked(db *pebble.DB) error {
 	v, closer, err := db.Get(metaKey)
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
@@ -540,7 +541,7 @@ func (p *Pebble) checkFormatLocked(db *pebble.DB) error {
 			return p.wrap("read", err)
 		}
 		if some {
-			return fmt.Errorf("%w: %s holds pebble data (first key %q) but no cellserver format record", ErrFormat, p.dir, key)
+			return fmt.Errorf("%w: %s holds pebble data (first key %q) but no cellserver format record", persistence.ErrFormat, p.dir, key)
 		}
 		if err := db.Set(metaKey, []byte{StoreFormat}, pebble.Sync); err != nil {
 			return p.wrap("write format record in", err)
@@ -551,7 +552,7 @@ func (p *Pebble) checkFormatLocked(db *pebble.DB) error {
 	}
 	defer closer.Close()
 	if len(v) != 1 {
-		return fmt.Errorf("%w: %s: format record has %d bytes, want 1", ErrCorrupt, p.dir, len(v))
+		return fmt.Errorf("%w: %s: format record has %d bytes, want 1", persistence.ErrCorrupt, p.dir, len(v))
 	}
 	switch v[0] {
 	case StoreFormat:
@@ -559,12 +560,12 @@ func (p *Pebble) checkFormatLocked(db *pebble.DB) error {
 	case 1:
 		return p.migrateV1(db)
 	}
-	return fmt.Errorf("%w: %s is store format %d, this build reads %d (and migrates 1): start a newer cellserver on it, or move it away to start empty", ErrFormat, p.dir, v[0], StoreFormat)
+	return fmt.Errorf("%w: %s is store format %d, this build reads %d (and migrates 1): start a newer cellserver on it, or move it away to start empty", persistence.ErrFormat, p.dir, v[0], StoreFormat)
 }
 
 // migrateV1 rewrites a store of format 1 into format 2 (see the layout
 // above) in one synced batch, and logs the record count and the time.
-func (p *Pebble) migrateV1(db *pebble.DB) error {
+func (p *Store) migrateV1(db *pebble.DB) error {
 	start := time.Now()
 	p.log.Warn("persistence: migrating the data directory from store format 1 to 2 (records keyed by hash slot)", "dir", p.dir)
 	it, err := db.NewIter(&pebble.IterOptions{LowerBound: dbPrefix(0)})
@@ -586,7 +587,7 @@ func (p *Pebble) migrateV1(db *pebble.DB) error {
 	for ok := it.First(); ok; ok = it.Next() {
 		old := it.Key()
 		if len(old) < 2 {
-			return fmt.Errorf("%w: %s: key %q outside the record space", ErrCorrupt, p.dir, old)
+			return fmt.Errorf("%w: %s: key %q outside the record space", persistence.ErrCorrupt, p.dir, old)
 		}
 		v, err := it.ValueAndErr()
 		if err != nil {
@@ -614,9 +615,9 @@ func (p *Pebble) migrateV1(db *pebble.DB) error {
 
 // wrap adds the operation and the directory to a pebble error, and
 // ErrCorrupt when pebble reports corruption.
-func (p *Pebble) wrap(op string, err error) error {
+func (p *Store) wrap(op string, err error) error {
 	if pebble.IsCorruptionError(err) {
-		return fmt.Errorf("%w: %s %s: %w", ErrCorrupt, op, p.dir, err)
+		return fmt.Errorf("%w: %s %s: %w", persistence.ErrCorrupt, op, p.dir, err)
 	}
 	return fmt.Errorf("persistence: %s %s: %w", op, p.dir, err)
 }
@@ -638,7 +639,7 @@ func panicError(r any) error {
 // pebble may have panicked holding its locks). A Fatalf that pebble logs
 // meanwhile, from any goroutine, makes the call fail too, even if pebble
 // went on: pebble's commit logs "fatal commit error" and returns nil.
-func (p *Pebble) guard(in *instance, op string, f func() error) (err error) {
+func (p *Store) guard(in *instance, op string, f func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			in.wedged.Store(true)
@@ -653,9 +654,9 @@ func (p *Pebble) guard(in *instance, op string, f func() error) (err error) {
 }
 
 // acquire locks p.mu (exclusively if excl, else shared) with a usable
-// database: it first replaces one that failed (see Pebble). It returns
+// database: it first replaces one that failed (see Store). It returns
 // the unlock function, or the error that keeps the store unusable.
-func (p *Pebble) acquire(excl bool) (db *pebble.DB, in *instance, unlock func(), err error) {
+func (p *Store) acquire(excl bool) (db *pebble.DB, in *instance, unlock func(), err error) {
 	lock, unlock := p.mu.RLock, p.mu.RUnlock
 	if excl {
 		lock, unlock = p.mu.Lock, p.mu.Unlock
@@ -664,7 +665,7 @@ func (p *Pebble) acquire(excl bool) (db *pebble.DB, in *instance, unlock func(),
 		lock()
 		if p.closed {
 			unlock()
-			return nil, nil, nil, ErrStoreClosed
+			return nil, nil, nil, persistence.ErrStoreClosed
 		}
 		if p.db != nil && p.in.broken.Load() == nil {
 			return p.db, p.in, unlock, nil
@@ -684,12 +685,12 @@ func (p *Pebble) acquire(excl bool) (db *pebble.DB, in *instance, unlock func(),
 }
 
 // failure returns why the store is not usable now.
-func (p *Pebble) failure() error {
+func (p *Store) failure() error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	switch {
 	case p.closed:
-		return ErrStoreClosed
+		return persistence.ErrStoreClosed
 	case p.in != nil:
 		if b := p.in.broken.Load(); b != nil {
 			return *b
@@ -702,9 +703,9 @@ func (p *Pebble) failure() error {
 
 // reopenLocked gives up the broken database, if there is one, and opens
 // the directory again; p.mu is held exclusively.
-func (p *Pebble) reopenLocked() error {
+func (p *Store) reopenLocked() error {
 	if p.closed {
-		return ErrStoreClosed
+		return persistence.ErrStoreClosed
 	}
 	cause := p.reopenCause
 	if p.db != nil {
@@ -745,7 +746,7 @@ func (p *Pebble) reopenLocked() error {
 // and syncs it; the tail is then empty. Its batches may be in db already
 // (replayed from the WAL): writing them again in the same order, after
 // which nothing was committed, leaves the same state.
-func (p *Pebble) rewriteTail(db *pebble.DB, in *instance) error {
+func (p *Store) rewriteTail(db *pebble.DB, in *instance) error {
 	p.tailMu.Lock()
 	defer p.tailMu.Unlock()
 	if len(p.tail) == 0 {
@@ -783,9 +784,9 @@ func writeOptions(sync bool) *pebble.WriteOptions {
 
 // needsExclusive reports whether ops delete db MaxDB's records, which needs
 // a stable view of that db's last key.
-func needsExclusive(ops []Op) bool {
+func needsExclusive(ops []persistence.Op) bool {
 	for _, op := range ops {
-		if op.Kind == OpDeleteAll || (op.Kind == OpDeleteDB && op.DB == MaxDB) {
+		if op.Kind == persistence.OpDeleteAll || (op.Kind == persistence.OpDeleteDB && op.DB == persistence.MaxDB) {
 			return true
 		}
 	}
@@ -794,9 +795,9 @@ func needsExclusive(ops []Op) bool {
 
 // Write implements Store. sync=false commits with pebble.NoSync (in the WAL,
 // not fsynced), sync=true with pebble.Sync. After a failure it first
-// reopens the database (see Pebble).
-func (p *Pebble) Write(ops []Op, sync bool) error {
-	if err := checkOps(ops); err != nil {
+// reopens the database (see Store).
+func (p *Store) Write(ops []persistence.Op, sync bool) error {
+	if err := persistence.CheckOps(ops); err != nil {
 		return err
 	}
 	if len(ops) == 0 && sync {
@@ -823,20 +824,20 @@ func (p *Pebble) Write(ops []Op, sync bool) error {
 		var err error
 		for _, op := range ops {
 			switch op.Kind {
-			case OpPut:
+			case persistence.OpPut:
 				k = recordKey(k[:0], op.DB, op.Key)
 				err = b.Set(k, op.Value, nil)
-			case OpDelete:
+			case persistence.OpDelete:
 				k = recordKey(k[:0], op.DB, op.Key)
 				err = b.Delete(k, nil)
-			case OpDeleteDB:
-				if op.DB < MaxDB {
+			case persistence.OpDeleteDB:
+				if op.DB < persistence.MaxDB {
 					err = b.DeleteRange(dbPrefix(op.DB), dbPrefix(op.DB+1), nil)
 				} else {
 					err = deleteLastDB(b)
 				}
-			case OpDeleteAll:
-				if err = b.DeleteRange(dbPrefix(0), dbPrefix(MaxDB), nil); err == nil {
+			case persistence.OpDeleteAll:
+				if err = b.DeleteRange(dbPrefix(0), dbPrefix(persistence.MaxDB), nil); err == nil {
 					err = deleteLastDB(b)
 				}
 			}
@@ -873,7 +874,7 @@ func (p *Pebble) Write(ops []Op, sync bool) error {
 // deleteLastDB adds to the indexed batch b the deletion of every record of
 // db MaxDB visible to it.
 func deleteLastDB(b *pebble.Batch) error {
-	start := dbPrefix(MaxDB)
+	start := dbPrefix(persistence.MaxDB)
 	it, err := b.NewIter(&pebble.IterOptions{LowerBound: start})
 	if err != nil {
 		return err
@@ -893,8 +894,8 @@ func deleteLastDB(b *pebble.Batch) error {
 
 // Sync implements Store: it commits an empty LogData record with
 // pebble.Sync, which fsyncs the WAL and with it every earlier batch. After
-// a failure it first reopens the database (see Pebble).
-func (p *Pebble) Sync() error {
+// a failure it first reopens the database (see Store).
+func (p *Store) Sync() error {
 	db, in, unlock, err := p.acquire(false)
 	if err != nil {
 		return err
@@ -909,7 +910,7 @@ func (p *Pebble) Sync() error {
 
 // syncTailLocked fsyncs the WAL (an empty LogData record with pebble.Sync)
 // and, once that succeeded, forgets the unsynced tail; p.tailMu is held.
-func (p *Pebble) syncTailLocked(db *pebble.DB, in *instance) error {
+func (p *Store) syncTailLocked(db *pebble.DB, in *instance) error {
 	if err := db.LogData(nil, pebble.Sync); err != nil {
 		return p.wrap("sync", err)
 	}
@@ -921,7 +922,7 @@ func (p *Pebble) syncTailLocked(db *pebble.DB, in *instance) error {
 }
 
 // Load implements Store; the iterator reads a consistent snapshot.
-func (p *Pebble) Load(fn func(db int, key, value []byte) error) error {
+func (p *Store) Load(fn func(db int, key, value []byte) error) error {
 	db, in, unlock, err := p.acquire(false)
 	if err != nil {
 		return err
@@ -961,12 +962,12 @@ func (p *Pebble) Load(fn func(db int, key, value []byte) error) error {
 
 // checkRecordKey reports a key that is not a record key of format 2: too
 // short, or filed under another slot than its own.
-func (p *Pebble) checkRecordKey(k []byte) error {
+func (p *Store) checkRecordKey(k []byte) error {
 	if len(k) < recordPrefix {
-		return fmt.Errorf("%w: %s: key %q outside the record space", ErrCorrupt, p.dir, k)
+		return fmt.Errorf("%w: %s: key %q outside the record space", persistence.ErrCorrupt, p.dir, k)
 	}
 	if slot := binary.BigEndian.Uint16(k[2:]); slot != keyslot.Of(k[recordPrefix:]) {
-		return fmt.Errorf("%w: %s: key %q of database %d is filed under slot %d, its slot is %d", ErrCorrupt, p.dir,
+		return fmt.Errorf("%w: %s: key %q of database %d is filed under slot %d, its slot is %d", persistence.ErrCorrupt, p.dir,
 			k[recordPrefix:], binary.BigEndian.Uint16(k), slot, keyslot.Of(k[recordPrefix:]))
 	}
 	return nil
@@ -976,8 +977,8 @@ func (p *Pebble) checkRecordKey(k []byte) error {
 // key order, from a consistent snapshot, reading that slot's range only;
 // fn must copy key and value to keep them. It is Load for one slot (to
 // copy a slot's state elsewhere).
-func (p *Pebble) LoadSlot(db int, slot uint16, fn func(key, value []byte) error) error {
-	if db < 0 || db > MaxDB || slot >= keyslot.Slots {
+func (p *Store) LoadSlot(db int, slot uint16, fn func(key, value []byte) error) error {
+	if db < 0 || db > persistence.MaxDB || slot >= keyslot.Slots {
 		return fmt.Errorf("persistence: LoadSlot: db %d or slot %d out of range", db, slot)
 	}
 	pdb, in, unlock, err := p.acquire(false)
@@ -988,7 +989,7 @@ func (p *Pebble) LoadSlot(db int, slot uint16, fn func(key, value []byte) error)
 	var fnErr error
 	lower := slotPrefix(db, slot)
 	var upper []byte
-	if db < MaxDB || slot < keyslot.Slots-1 {
+	if db < persistence.MaxDB || slot < keyslot.Slots-1 {
 		upper = binary.BigEndian.AppendUint32(nil, binary.BigEndian.Uint32(lower)+1)
 	}
 	err = p.guard(in, "read", func() error {
@@ -1027,10 +1028,10 @@ func (p *Pebble) LoadSlot(db int, slot uint16, fn func(key, value []byte) error)
 // Compact, not at once. It is 0 once closed.
 //
 // Pebble's metrics take its mutex, which pebble may hold forever if it
-// panicked holding it (see Pebble), so they are read on a goroutine of
+// panicked holding it (see Store), so they are read on a goroutine of
 // their own, one at a time: if they take more than usageWait, or the
 // database is broken, DiskUsage returns the last figure read.
-func (p *Pebble) DiskUsage() int64 {
+func (p *Store) DiskUsage() int64 {
 	p.mu.RLock()
 	db, in, closed := p.db, p.in, p.closed
 	p.mu.RUnlock()
@@ -1062,21 +1063,21 @@ func (p *Pebble) DiskUsage() int64 {
 const usageWait = time.Second
 
 // WALDamage returns what the check of the newest WAL found when the store
-// was opened: damage, when PebbleOptions.LoadDamagedWAL let it open.
-func (p *Pebble) WALDamage() WALDamage {
+// was opened: damage, when Options.LoadDamagedWAL let it open.
+func (p *Store) WALDamage() persistence.WALDamage {
 	return p.walDamage
 }
 
 // Reopened returns how many times the database was replaced after a
-// failure, and how many of those were left open (see Pebble).
-func (p *Pebble) Reopened() (reopened, abandoned int64) {
+// failure, and how many of those were left open (see Store).
+func (p *Store) Reopened() (reopened, abandoned int64) {
 	return p.reopened.Load(), p.abandoned.Load()
 }
 
 // Compact implements Store: it flushes the memtable, then compacts every
 // level over the whole key range, which drops deleted records and the
 // range deletions that covered them.
-func (p *Pebble) Compact() error {
+func (p *Store) Compact() error {
 	db, in, unlock, err := p.acquire(false)
 	if err != nil {
 		return err
@@ -1114,7 +1115,7 @@ func (p *Pebble) Compact() error {
 // Close implements Store. It closes pebble, which does not flush the
 // memtable (the WAL holds it and is replayed at the next open), and
 // releases the directory's lock. A panic in pebble becomes its error.
-func (p *Pebble) Close() error {
+func (p *Store) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -1191,3 +1192,17 @@ func opening() bool {
 		}
 	}
 }
+
+// OpenStore is Open as a persistence.Opener (server.Config.OpenStore).
+func OpenStore(dir string, opts persistence.OpenOptions) (persistence.Store, error) {
+	s, err := Open(dir, Options{Logger: opts.Logger, LoadDamagedWAL: opts.LoadDamagedWAL})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+var (
+	_ persistence.Opener     = OpenStore
+	_ persistence.WALChecker = (*Store)(nil)
+)

@@ -1,8 +1,9 @@
-package persistence
+package pebblestore
 
 import (
 	"errors"
 	"fmt"
+	"github.com/cellserver/cellserver/persistence"
 	"io"
 	"log/slog"
 	"strings"
@@ -17,7 +18,7 @@ import (
 func walStore(t *testing.T, n int) (vfs.FS, string, []byte) {
 	t.Helper()
 	mem := vfs.NewMem()
-	p := openT(t, "/data", PebbleOptions{FS: mem})
+	p := openT(t, "/data", Options{FS: mem})
 	for i := range n {
 		mustWrite(t, p, false, put(0, fmt.Sprintf("k%05d", i), strings.Repeat("v", 100)))
 	}
@@ -73,13 +74,13 @@ func TestWALDamage(t *testing.T) {
 			data[i] ^= 0xff
 		}
 		writeFile(t, mem, wal, data)
-		_, err := OpenPebble("/data", PebbleOptions{FS: mem, Logger: quiet})
-		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), wal) || !strings.Contains(err.Error(), "offset") {
+		_, err := Open("/data", Options{FS: mem, Logger: quiet})
+		if !errors.Is(err, persistence.ErrCorrupt) || !strings.Contains(err.Error(), wal) || !strings.Contains(err.Error(), "offset") {
 			t.Fatalf("OpenPebble with a WAL damaged in the middle: %v; want ErrCorrupt naming %s and the offset", err, wal)
 		}
 		t.Logf("refused: %v", err)
 		var logs strings.Builder
-		p, err := OpenPebble("/data", PebbleOptions{FS: mem, LoadDamagedWAL: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		p, err := Open("/data", Options{FS: mem, LoadDamagedWAL: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {
 			t.Fatalf("OpenPebble with LoadDamagedWAL: %v", err)
 		}
@@ -100,7 +101,7 @@ func TestWALDamage(t *testing.T) {
 		}
 		// Pebble flushed what it read and started a new WAL: the next open
 		// is clean.
-		q := openT(t, "/data", PebbleOptions{FS: mem})
+		q := openT(t, "/data", Options{FS: mem})
 		if q.WALDamage().Damaged() || len(loadAll(t, q)) != got {
 			t.Errorf("reopen: %v, %d keys; want no damage and %d keys", q.WALDamage(), len(loadAll(t, q)), got)
 		}
@@ -117,7 +118,7 @@ func TestWALDamage(t *testing.T) {
 		torn := append(data[:end-50:end-50], make([]byte, 4096)...)
 		writeFile(t, mem, wal, torn)
 		var logs strings.Builder
-		p, err := OpenPebble("/data", PebbleOptions{FS: mem, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		p, err := Open("/data", Options{FS: mem, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {
 			t.Fatalf("OpenPebble with a torn WAL tail: %v", err)
 		}

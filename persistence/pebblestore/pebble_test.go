@@ -1,9 +1,10 @@
-package persistence
+package pebblestore
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
+	"github.com/cellserver/cellserver/persistence"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -24,9 +25,9 @@ import (
 // quiet discards what pebble logs where a test provokes errors on purpose.
 var quiet = slog.New(slog.DiscardHandler)
 
-func openT(t testing.TB, dir string, opts PebbleOptions) *Pebble {
+func openT(t testing.TB, dir string, opts Options) *Store {
 	t.Helper()
-	p, err := OpenPebble(dir, opts)
+	p, err := Open(dir, opts)
 	if err != nil {
 		t.Fatalf("OpenPebble(%s): %v", dir, err)
 	}
@@ -34,7 +35,7 @@ func openT(t testing.TB, dir string, opts PebbleOptions) *Pebble {
 	return p
 }
 
-func closeT(t testing.TB, s Store) {
+func closeT(t testing.TB, s persistence.Store) {
 	t.Helper()
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -44,7 +45,7 @@ func closeT(t testing.TB, s Store) {
 func TestOpenLockedSameProcess(t *testing.T) {
 	parent := t.TempDir()
 	dir := filepath.Join(parent, "data")
-	p := openT(t, dir, PebbleOptions{})
+	p := openT(t, dir, Options{})
 	mustWrite(t, p, true, put(0, "k", "v"))
 
 	link := filepath.Join(t.TempDir(), "link")
@@ -56,8 +57,8 @@ func TestOpenLockedSameProcess(t *testing.T) {
 	// do not exclude their own process: the symlink and the relative path
 	// would get a second lock from pebble alone.
 	for _, name := range []string{dir, dir + "/", dir + "/.", "data", "./data", link} {
-		q, err := OpenPebble(name, PebbleOptions{})
-		if !errors.Is(err, ErrLocked) {
+		q, err := Open(name, Options{})
+		if !errors.Is(err, persistence.ErrLocked) {
 			if q != nil {
 				q.Close()
 			}
@@ -68,24 +69,24 @@ func TestOpenLockedSameProcess(t *testing.T) {
 		}
 	}
 	// Pebble's own error, as OpenPebble maps it when its registry misses.
-	if _, err := pebble.LockDirectory(dir, vfs.Default); !errors.Is(lockError(dir, err), ErrLocked) {
+	if _, err := pebble.LockDirectory(dir, vfs.Default); !errors.Is(lockError(dir, err), persistence.ErrLocked) {
 		t.Fatalf("pebble.LockDirectory on a locked dir: %v, mapped to %v", err, lockError(dir, err))
 	}
 
 	closeT(t, p)
-	q := openT(t, link, PebbleOptions{})
-	checkRecords(t, q, []record{{0, "k", "v"}})
+	q := openT(t, link, Options{})
+	checkRecords(t, q, []record{{DB: 0, Key: "k", Value: "v"}})
 	closeT(t, q)
 }
 
 func TestOpenLockedMemFS(t *testing.T) {
 	mem := vfs.NewMem()
-	p := openT(t, "/data", PebbleOptions{FS: mem})
-	if _, err := OpenPebble("/data", PebbleOptions{FS: mem}); !errors.Is(err, ErrLocked) {
+	p := openT(t, "/data", Options{FS: mem})
+	if _, err := Open("/data", Options{FS: mem}); !errors.Is(err, persistence.ErrLocked) {
 		t.Fatalf("second open: %v, want ErrLocked", err)
 	}
 	closeT(t, p)
-	closeT(t, openT(t, "/data", PebbleOptions{FS: mem}))
+	closeT(t, openT(t, "/data", Options{FS: mem}))
 }
 
 const helperDirEnv = "CELLSERVER_PERSISTENCE_LOCK_HELPER_DIR"
@@ -98,7 +99,7 @@ func TestLockHelperProcess(t *testing.T) {
 	if dir == "" {
 		t.Skip("helper process for TestOpenLockedOtherProcess")
 	}
-	p, err := OpenPebble(dir, PebbleOptions{})
+	p, err := Open(dir, Options{})
 	if err != nil {
 		fmt.Println("error:", err)
 		os.Exit(1)
@@ -132,8 +133,8 @@ func TestOpenLockedOtherProcess(t *testing.T) {
 		t.Fatalf("helper said %q, %v", line, err)
 	}
 
-	_, err = OpenPebble(dir, PebbleOptions{})
-	if !errors.Is(err, ErrLocked) {
+	_, err = Open(dir, Options{})
+	if !errors.Is(err, persistence.ErrLocked) {
 		t.Fatalf("open while another process holds %s: %v, want ErrLocked", dir, err)
 	}
 	t.Logf("open while another process holds it: %v", err)
@@ -142,7 +143,7 @@ func TestOpenLockedOtherProcess(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("helper: %v", err)
 	}
-	closeT(t, openT(t, dir, PebbleOptions{}))
+	closeT(t, openT(t, dir, Options{}))
 }
 
 func TestOpenNotADirectory(t *testing.T) {
@@ -151,7 +152,7 @@ func TestOpenNotADirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, dir := range []string{file, filepath.Join(file, "sub")} {
-		p, err := OpenPebble(dir, PebbleOptions{})
+		p, err := Open(dir, Options{})
 		if err == nil {
 			p.Close()
 			t.Fatalf("OpenPebble(%s) on a regular file: no error", dir)
@@ -159,7 +160,7 @@ func TestOpenNotADirectory(t *testing.T) {
 		if !errors.Is(err, syscall.ENOTDIR) || !strings.Contains(err.Error(), file) {
 			t.Errorf("OpenPebble(%s): %v, want ENOTDIR naming the path", dir, err)
 		}
-		if errors.Is(err, ErrLocked) || errors.Is(err, ErrCorrupt) || errors.Is(err, ErrFormat) {
+		if errors.Is(err, persistence.ErrLocked) || errors.Is(err, persistence.ErrCorrupt) || errors.Is(err, persistence.ErrFormat) {
 			t.Errorf("OpenPebble(%s): %v is one of the sentinels", dir, err)
 		}
 	}
@@ -169,10 +170,10 @@ func TestOpenNotADirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	if _, err := OpenPebble("/file", PebbleOptions{FS: mem}); err == nil {
+	if _, err := Open("/file", Options{FS: mem}); err == nil {
 		t.Fatal("OpenPebble on a MemFS file: no error")
 	}
-	if _, err := OpenPebble("", PebbleOptions{}); err == nil {
+	if _, err := Open("", Options{}); err == nil {
 		t.Fatal("OpenPebble(\"\"): no error")
 	}
 }
@@ -192,7 +193,7 @@ func TestOpenPermissionDenied(t *testing.T) {
 	}
 	t.Cleanup(func() { os.Chmod(noAccess, 0o755); os.Chmod(readOnly, 0o755) })
 	for _, dir := range []string{noAccess, readOnly, filepath.Join(readOnly, "sub"), filepath.Join(noAccess, "sub")} {
-		p, err := OpenPebble(dir, PebbleOptions{})
+		p, err := Open(dir, Options{})
 		if err == nil {
 			p.Close()
 			t.Fatalf("OpenPebble(%s): no error", dir)
@@ -201,7 +202,7 @@ func TestOpenPermissionDenied(t *testing.T) {
 		if !errors.Is(err, fs.ErrPermission) || !strings.Contains(err.Error(), parent) {
 			t.Errorf("OpenPebble(%s): %v, want a permission error naming the path", dir, err)
 		}
-		if errors.Is(err, ErrLocked) || errors.Is(err, ErrCorrupt) {
+		if errors.Is(err, persistence.ErrLocked) || errors.Is(err, persistence.ErrCorrupt) {
 			t.Errorf("OpenPebble(%s): %v is ErrLocked or ErrCorrupt", dir, err)
 		}
 	}
@@ -221,13 +222,13 @@ func TestOpenPermissionDenied(t *testing.T) {
 		t.Cleanup(func() { os.Chmod(f.path, 0o755) })
 	}
 	for _, dir := range []string{roStore, unreadable} {
-		p, err := OpenPebble(dir, PebbleOptions{Logger: quiet})
+		p, err := Open(dir, Options{Logger: quiet})
 		if err == nil {
 			p.Close()
 			t.Fatalf("OpenPebble(%s): no error", dir)
 		}
 		t.Logf("%v", err)
-		if !errors.Is(err, fs.ErrPermission) || errors.Is(err, ErrCorrupt) || errors.Is(err, ErrLocked) {
+		if !errors.Is(err, fs.ErrPermission) || errors.Is(err, persistence.ErrCorrupt) || errors.Is(err, persistence.ErrLocked) {
 			t.Errorf("OpenPebble(%s): %v, want a permission error, not ErrCorrupt or ErrLocked", dir, err)
 		}
 	}
@@ -238,27 +239,27 @@ func TestOpenPermissionDenied(t *testing.T) {
 func populated(t *testing.T) (string, []record) {
 	t.Helper()
 	dir := t.TempDir()
-	return dir, populate(t, dir, PebbleOptions{})
+	return dir, populate(t, dir, Options{})
 }
 
-func populate(t *testing.T, dir string, opts PebbleOptions) []record {
+func populate(t *testing.T, dir string, opts Options) []record {
 	t.Helper()
 	p := openT(t, dir, opts)
 	m := model{}
-	var ops []Op
+	var ops []persistence.Op
 	for i := range 500 {
 		ops = append(ops, put(i%3, fmt.Sprintf("k%04d", i), strings.Repeat("v", i)))
 	}
 	mustWrite(t, p, true, ops...)
-	m.apply(ops)
+	m.Apply(ops)
 	if err := p.db.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	ops = []Op{put(1, "wal-only", "x"), del(0, "k0000")}
+	ops = []persistence.Op{put(1, "wal-only", "x"), del(0, "k0000")}
 	mustWrite(t, p, true, ops...)
-	m.apply(ops)
+	m.Apply(ops)
 	closeT(t, p)
-	return m.records()
+	return m.Records()
 }
 
 func globAll(t *testing.T, dir, pattern string) []string {
@@ -308,7 +309,7 @@ func TestOpenCorrupt(t *testing.T) {
 		{"MarkerMissingTablesOnly", func(t *testing.T, dir string) {
 			// With every record in tables and an empty WAL, pebble alone
 			// would start an empty store here.
-			p := openT(t, dir, PebbleOptions{})
+			p := openT(t, dir, Options{})
 			if err := p.Compact(); err != nil {
 				t.Fatal(err)
 			}
@@ -326,14 +327,14 @@ func TestOpenCorrupt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, _ := populated(t)
 			tc.damage(t, dir)
-			p, err := OpenPebble(dir, PebbleOptions{})
+			p, err := Open(dir, Options{})
 			if err == nil {
 				recs := loadAll(t, p)
 				p.Close()
 				t.Fatalf("open of a damaged store: no error, %d records", len(recs))
 			}
 			t.Logf("%v", err)
-			if !errors.Is(err, ErrCorrupt) {
+			if !errors.Is(err, persistence.ErrCorrupt) {
 				t.Fatalf("open of a damaged store: %v, want ErrCorrupt", err)
 			}
 		})
@@ -346,7 +347,7 @@ func TestOpenCorrupt(t *testing.T) {
 		// fewer records without an error.
 		// On MemFS, copied fresh for each byte: a disk costs seconds here.
 		tmpl := vfs.NewMem()
-		want := populate(t, "/data", PebbleOptions{FS: tmpl})
+		want := populate(t, "/data", Options{FS: tmpl})
 		manifest := func(fs vfs.FS) string {
 			names, err := fs.List("/data")
 			if err != nil {
@@ -378,9 +379,9 @@ func TestOpenCorrupt(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p, err := OpenPebble("/data", PebbleOptions{FS: mem})
+			p, err := Open("/data", Options{FS: mem})
 			if err != nil {
-				if !errors.Is(err, ErrCorrupt) {
+				if !errors.Is(err, persistence.ErrCorrupt) {
 					t.Fatalf("byte %d flipped: %v, want ErrCorrupt", i, err)
 				}
 				corrupt++
@@ -399,7 +400,7 @@ func TestOpenCorrupt(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "CURRENT"), []byte("garbage\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		p := openT(t, dir, PebbleOptions{})
+		p := openT(t, dir, Options{})
 		checkRecords(t, p, want)
 	})
 
@@ -418,9 +419,9 @@ func TestOpenCorrupt(t *testing.T) {
 		}
 		// Pebble does not read tables when it opens; Load finds it. (A
 		// compaction pebble starts may find it first, and log it.)
-		p, err := OpenPebble(dir, PebbleOptions{Logger: quiet})
+		p, err := Open(dir, Options{Logger: quiet})
 		if err != nil {
-			if !errors.Is(err, ErrCorrupt) {
+			if !errors.Is(err, persistence.ErrCorrupt) {
 				t.Fatalf("open: %v, want nil or ErrCorrupt", err)
 			}
 			return
@@ -428,7 +429,7 @@ func TestOpenCorrupt(t *testing.T) {
 		defer p.Close()
 		err = p.Load(func(int, []byte, []byte) error { return nil })
 		t.Logf("Load: %v", err)
-		if !errors.Is(err, ErrCorrupt) {
+		if !errors.Is(err, persistence.ErrCorrupt) {
 			t.Fatalf("Load of a corrupt table: %v, want ErrCorrupt", err)
 		}
 	})
@@ -453,7 +454,7 @@ func TestOpenFormat(t *testing.T) {
 	}
 
 	t.Run("FreshGetsFormat", func(t *testing.T) {
-		closeT(t, openT(t, "/fresh", PebbleOptions{FS: mem}))
+		closeT(t, openT(t, "/fresh", Options{FS: mem}))
 		db, err := pebble.Open("/fresh", &pebble.Options{FS: mem, Logger: pebbleLogger{l: quiet, in: &instance{}}})
 		if err != nil {
 			t.Fatal(err)
@@ -467,33 +468,33 @@ func TestOpenFormat(t *testing.T) {
 		if string(v) != string([]byte{StoreFormat}) {
 			t.Fatalf("format record %x", v)
 		}
-		closeT(t, openT(t, "/fresh2", PebbleOptions{FS: mem}))
-		closeT(t, openT(t, "/fresh2", PebbleOptions{FS: mem})) // and reopens
+		closeT(t, openT(t, "/fresh2", Options{FS: mem}))
+		closeT(t, openT(t, "/fresh2", Options{FS: mem})) // and reopens
 	})
 	t.Run("OtherVersion", func(t *testing.T) {
 		rawSet(t, "/v2", metaKey, []byte{StoreFormat + 1}, recordKey(nil, 0, []byte("k")), []byte("v"))
-		_, err := OpenPebble("/v2", PebbleOptions{FS: mem})
-		if !errors.Is(err, ErrFormat) {
+		_, err := Open("/v2", Options{FS: mem})
+		if !errors.Is(err, persistence.ErrFormat) {
 			t.Fatalf("open of format %d: %v, want ErrFormat", StoreFormat+1, err)
 		}
 		t.Logf("%v", err)
 	})
 	t.Run("NoFormatRecord", func(t *testing.T) {
 		rawSet(t, "/foreign", []byte("some other program's key"), []byte("v"))
-		if _, err := OpenPebble("/foreign", PebbleOptions{FS: mem}); !errors.Is(err, ErrFormat) {
+		if _, err := Open("/foreign", Options{FS: mem}); !errors.Is(err, persistence.ErrFormat) {
 			t.Fatalf("open of a pebble store without a format record: %v, want ErrFormat", err)
 		}
 	})
 	t.Run("BadFormatRecord", func(t *testing.T) {
 		rawSet(t, "/bad", metaKey, []byte{StoreFormat, 0})
-		if _, err := OpenPebble("/bad", PebbleOptions{FS: mem}); !errors.Is(err, ErrCorrupt) {
+		if _, err := Open("/bad", Options{FS: mem}); !errors.Is(err, persistence.ErrCorrupt) {
 			t.Fatalf("open with a 2-byte format record: %v, want ErrCorrupt", err)
 		}
 	})
 	t.Run("StrayKeyInRecordSpace", func(t *testing.T) {
 		rawSet(t, "/stray", metaKey, []byte{StoreFormat}, []byte{0x05}, []byte("v"))
-		p := openT(t, "/stray", PebbleOptions{FS: mem})
-		if err := p.Load(func(int, []byte, []byte) error { return nil }); !errors.Is(err, ErrCorrupt) {
+		p := openT(t, "/stray", Options{FS: mem})
+		if err := p.Load(func(int, []byte, []byte) error { return nil }); !errors.Is(err, persistence.ErrCorrupt) {
 			t.Fatalf("Load of a 1-byte key: %v, want ErrCorrupt", err)
 		}
 	})
@@ -504,7 +505,7 @@ func TestOpenFormat(t *testing.T) {
 // alone do not.
 func TestPebbleCrash(t *testing.T) {
 	mem := vfs.NewStrictMem()
-	p, err := OpenPebble("/data", PebbleOptions{FS: mem})
+	p, err := Open("/data", Options{FS: mem})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -521,8 +522,8 @@ func TestPebbleCrash(t *testing.T) {
 	mem.ResetToSyncedState()
 	mem.SetIgnoreSyncs(false)
 
-	p = openT(t, "/data", PebbleOptions{FS: mem})
-	checkRecords(t, p, []record{{0, "synced-write", "3"}, {0, "then-sync", "2"}})
+	p = openT(t, "/data", Options{FS: mem})
+	checkRecords(t, p, []record{{DB: 0, Key: "synced-write", Value: "3"}, {DB: 0, Key: "then-sync", Value: "2"}})
 }
 
 // faultFS counts and can fail the syncs of WAL files.
@@ -577,7 +578,7 @@ func (f *faultFile) Write(b []byte) (int, error) {
 // and that Write(ops, true) and Sync do.
 func TestPebbleSyncChoice(t *testing.T) {
 	ffs := &faultFS{FS: vfs.NewMem()}
-	p := openT(t, "/data", PebbleOptions{FS: ffs})
+	p := openT(t, "/data", Options{FS: ffs})
 	step := func(name string, f func() error, wantSync bool) {
 		t.Helper()
 		before := ffs.walSyncs.Load()
@@ -589,10 +590,10 @@ func TestPebbleSyncChoice(t *testing.T) {
 		}
 	}
 	for i := range 5 {
-		step("Write(nosync)", func() error { return p.Write([]Op{put(0, fmt.Sprint(i), "v")}, false) }, false)
+		step("Write(nosync)", func() error { return p.Write([]persistence.Op{put(0, fmt.Sprint(i), "v")}, false) }, false)
 	}
-	step("Write(sync)", func() error { return p.Write([]Op{put(0, "s", "v")}, true) }, true)
-	step("Write(nosync)", func() error { return p.Write([]Op{put(0, "n", "v")}, false) }, false)
+	step("Write(sync)", func() error { return p.Write([]persistence.Op{put(0, "s", "v")}, true) }, true)
+	step("Write(nosync)", func() error { return p.Write([]persistence.Op{put(0, "n", "v")}, false) }, false)
 	step("Sync", p.Sync, true)
 	step("Write(nil, sync)", func() error { return p.Write(nil, true) }, true)
 }
@@ -604,19 +605,19 @@ func TestPebbleSyncChoice(t *testing.T) {
 func TestPebbleWriteFailure(t *testing.T) {
 	mem := vfs.NewMem()
 	ffs := &faultFS{FS: mem}
-	p, err := OpenPebble("/data", PebbleOptions{FS: ffs, Logger: quiet})
+	p, err := Open("/data", Options{FS: ffs, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustWrite(t, p, true, put(0, "before", "1"))
 	ffs.failWAL.Store(true)
-	err = p.Write([]Op{put(0, "during", "1")}, true)
+	err = p.Write([]persistence.Op{put(0, "during", "1")}, true)
 	if err == nil {
 		t.Fatal("Write on a failing WAL: no error")
 	}
 	t.Logf("Write: %v", err)
 	// A Write without sync may be buffered; the Sync must fail.
-	_ = p.Write([]Op{put(0, "after", "1")}, false)
+	_ = p.Write([]persistence.Op{put(0, "after", "1")}, false)
 	if err2 := p.Sync(); err2 == nil {
 		t.Fatal("Sync after a failure: no error")
 	}
@@ -626,9 +627,9 @@ func TestPebbleWriteFailure(t *testing.T) {
 		t.Error("the store was not reopened after the failure")
 	}
 	closeT(t, p)
-	q := openT(t, "/data", PebbleOptions{FS: mem})
+	q := openT(t, "/data", Options{FS: mem})
 	defer closeT(t, q)
-	checkRecords(t, q, []record{{0, "after", "1"}, {0, "before", "1"}, {0, "during", "1"}})
+	checkRecords(t, q, []record{{DB: 0, Key: "after", Value: "1"}, {DB: 0, Key: "before", Value: "1"}, {DB: 0, Key: "during", Value: "1"}})
 }
 
 // diskFull is an errorfs injector: while full is set, file writes,
@@ -663,12 +664,12 @@ func TestPebbleDiskFull(t *testing.T) {
 		t.Run(fmt.Sprintf("syncEvery=%d", syncEvery), func(t *testing.T) {
 			mem := vfs.NewMem()
 			disk := &diskFull{}
-			p, err := OpenPebble("/data", PebbleOptions{FS: errorfs.Wrap(mem, disk), Logger: quiet})
+			p, err := Open("/data", Options{FS: errorfs.Wrap(mem, disk), Logger: quiet})
 			if err != nil {
 				t.Fatal(err)
 			}
 			want := model{}
-			var queue [][]Op
+			var queue [][]persistence.Op
 			writes := 0
 			// flush writes the queue, a batch at a time, syncing when sync
 			// is set or after syncEvery Writes. A batch whose Write failed
@@ -679,7 +680,7 @@ func TestPebbleDiskFull(t *testing.T) {
 					if err := p.Write(queue[0], syncEvery == 0); err != nil {
 						return err
 					}
-					want.apply(queue[0])
+					want.Apply(queue[0])
 					queue = queue[1:]
 					if writes++; syncEvery > 0 && writes%syncEvery == 0 {
 						if err := p.Sync(); err != nil {
@@ -706,7 +707,7 @@ func TestPebbleDiskFull(t *testing.T) {
 				case 2 * n / 3:
 					disk.full.Store(false)
 				}
-				queue = append(queue, []Op{put(i%3, fmt.Sprintf("k%04d", i), value), del(0, fmt.Sprintf("k%04d", i-30))})
+				queue = append(queue, []persistence.Op{put(i%3, fmt.Sprintf("k%04d", i), value), del(0, fmt.Sprintf("k%04d", i-30))})
 				err := flush(false)
 				switch {
 				case err == nil:
@@ -733,11 +734,11 @@ func TestPebbleDiskFull(t *testing.T) {
 			reopened, abandoned := p.Reopened()
 			t.Logf("%d of %d writes failed while full (%d injected errors); reopened %d times (%d left open); e.g. %v",
 				failed, n/3, disk.hits.Load(), reopened, abandoned, enospc)
-			checkRecords(t, p, want.records())
+			checkRecords(t, p, want.Records())
 			closeT(t, p)
-			q := openT(t, "/data", PebbleOptions{FS: mem})
+			q := openT(t, "/data", Options{FS: mem})
 			defer closeT(t, q)
-			checkRecords(t, q, want.records())
+			checkRecords(t, q, want.Records())
 		})
 	}
 }
@@ -749,7 +750,7 @@ func TestPebbleGuard(t *testing.T) {
 	for _, v := range []any{"pebble: a string", syscall.ENOSPC, &fs.PathError{Op: "write", Path: "x.log", Err: syscall.ENOSPC}, pebbleFatal{"fatal"}} {
 		t.Run(fmt.Sprintf("%T", v), func(t *testing.T) {
 			mem := vfs.NewMem()
-			p := openT(t, "/data", PebbleOptions{FS: mem, Logger: quiet})
+			p := openT(t, "/data", Options{FS: mem, Logger: quiet})
 			mustWrite(t, p, false, put(0, "a", "1")) // not synced: the tail
 			p.mu.RLock()
 			err := p.guard(p.in, "write", func() error { panic(v) })
@@ -765,9 +766,9 @@ func TestPebbleGuard(t *testing.T) {
 				t.Errorf("Reopened: %d, %d; want 1, 1", r, a)
 			}
 			closeT(t, p)
-			q := openT(t, "/data", PebbleOptions{FS: mem})
+			q := openT(t, "/data", Options{FS: mem})
 			defer closeT(t, q)
-			checkRecords(t, q, []record{{0, "a", "1"}, {0, "b", "2"}})
+			checkRecords(t, q, []record{{DB: 0, Key: "a", Value: "1"}, {DB: 0, Key: "b", Value: "2"}})
 		})
 	}
 }
@@ -775,18 +776,18 @@ func TestPebbleGuard(t *testing.T) {
 // TestPebbleCompactReclaims checks DiskUsage and that Compact gives back the
 // space of deleted records, db MaxDB's included.
 func TestPebbleCompactReclaims(t *testing.T) {
-	p := openT(t, t.TempDir(), PebbleOptions{})
+	p := openT(t, t.TempDir(), Options{})
 	empty := p.DiskUsage()
 	if empty <= 0 {
 		t.Fatalf("DiskUsage of an empty store: %d", empty)
 	}
 	rng := rand.NewChaCha8([32]byte{5, 6})
-	var ops []Op
+	var ops []persistence.Op
 	for i := range 256 {
 		v := make([]byte, 64<<10) // random: snappy cannot shrink it
 		rng.Read(v)
-		db := []int{0, 7, MaxDB}[i%3]
-		ops = append(ops, Op{Kind: OpPut, DB: db, Key: []byte(fmt.Sprintf("k%03d", i)), Value: v})
+		db := []int{0, 7, persistence.MaxDB}[i%3]
+		ops = append(ops, persistence.Op{Kind: persistence.OpPut, DB: db, Key: []byte(fmt.Sprintf("k%03d", i)), Value: v})
 		if len(ops) == 32 {
 			mustWrite(t, p, false, ops...)
 			ops = ops[:0]
@@ -809,7 +810,7 @@ func TestPebbleCompactReclaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	full := tables()
-	mustWrite(t, p, false, delDB(7), delDB(MaxDB))
+	mustWrite(t, p, false, delDB(7), delDB(persistence.MaxDB))
 	if err := p.Compact(); err != nil {
 		t.Fatal(err)
 	}
@@ -834,11 +835,11 @@ func TestPebbleCompactReclaims(t *testing.T) {
 }
 
 func benchmarkWrite(b *testing.B, sync bool, batch int) {
-	p := openT(b, b.TempDir(), PebbleOptions{})
-	ops := make([]Op, batch)
+	p := openT(b, b.TempDir(), Options{})
+	ops := make([]persistence.Op, batch)
 	value := make([]byte, 64)
 	for i := range ops {
-		ops[i] = Op{Kind: OpPut, DB: i % 4, Value: value}
+		ops[i] = persistence.Op{Kind: persistence.OpPut, DB: i % 4, Value: value}
 	}
 	b.SetBytes(int64(batch * (len(value) + 16)))
 	b.ResetTimer()
@@ -864,8 +865,8 @@ func BenchmarkWriteSync(b *testing.B) { benchmarkWrite(b, true, 256) }
 
 // BenchmarkSync is the cost of Store.Sync after one small NoSync write.
 func BenchmarkSync(b *testing.B) {
-	p := openT(b, b.TempDir(), PebbleOptions{})
-	ops := []Op{put(0, "k", "v")}
+	p := openT(b, b.TempDir(), Options{})
+	ops := []persistence.Op{put(0, "k", "v")}
 	for b.Loop() {
 		if err := p.Write(ops, false); err != nil {
 			b.Fatal(err)

@@ -1,10 +1,11 @@
-package persistence
+package pebblestore
 
 import (
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/cellserver/cellserver/persistence"
 	"hash/crc32"
 	"io"
 	"strconv"
@@ -14,44 +15,6 @@ import (
 	walrecord "github.com/cockroachdb/pebble/record"
 	"github.com/cockroachdb/pebble/vfs"
 )
-
-// WALDamage describes damage found before the end of the newest WAL.
-//
-// Pebble v1.1.5 replays the newest WAL up to its first chunk that does not
-// read (a bad checksum, a bad header, zeros) and takes that point for its
-// end, as it is after a crash in the middle of a write (a torn tail). It
-// does not look further, so damage in the middle of the log silently drops
-// every change after it. checkNewestWAL tells the two apart: after a torn
-// tail no intact record of this log follows; after damage, some do.
-type WALDamage struct {
-	// File is the damaged WAL's path; empty when there is no damage.
-	File string
-	// Offset is where pebble stops reading: the start of the first record
-	// that does not read.
-	Offset int64
-	// Reason is the record reader's error at Offset.
-	Reason string
-	// DroppedBytes runs from Offset to the end of the last intact record
-	// found after it: the part of the log pebble drops.
-	DroppedBytes int64
-	// DroppedRecords and DroppedChanges count the intact records (write
-	// batches) found after the damage and the changes (puts, deletes) they
-	// hold. The damaged records themselves cannot be counted, so these are
-	// lower bounds of what is lost.
-	DroppedRecords int64
-	DroppedChanges int64
-}
-
-// Damaged reports whether damage was found.
-func (d WALDamage) Damaged() bool { return d.File != "" }
-
-func (d WALDamage) String() string {
-	if !d.Damaged() {
-		return "no WAL damage"
-	}
-	return fmt.Sprintf("WAL %s is damaged at offset %d (%s): %d intact records (%d changes) follow in the next %d bytes and would be dropped",
-		d.File, d.Offset, d.Reason, d.DroppedRecords, d.DroppedChanges, d.DroppedBytes)
-}
 
 // The WAL's framing (pebble's record package): 32 KiB blocks of chunks,
 // each with a header of checksum (4 bytes), length (2), type (1) and, in
@@ -78,10 +41,10 @@ func walChecksum(b []byte) uint32 {
 // where the reading stops before the end of the file, looks for intact
 // records of the same log after that point. It returns the damage it
 // finds (the zero WALDamage for none) or an I/O error.
-func checkNewestWAL(fs vfs.FS, dir string) (WALDamage, error) {
+func checkNewestWAL(fs vfs.FS, dir string) (persistence.WALDamage, error) {
 	names, err := fs.List(dir)
 	if err != nil {
-		return WALDamage{}, fmt.Errorf("persistence: read data directory %s: %w", dir, err)
+		return persistence.WALDamage{}, fmt.Errorf("persistence: read data directory %s: %w", dir, err)
 	}
 	var newest string
 	var num uint64
@@ -95,21 +58,21 @@ func checkNewestWAL(fs vfs.FS, dir string) (WALDamage, error) {
 		}
 	}
 	if newest == "" {
-		return WALDamage{}, nil
+		return persistence.WALDamage{}, nil
 	}
 	path := fs.PathJoin(dir, newest)
 	f, err := fs.Open(path)
 	if err != nil {
-		return WALDamage{}, fmt.Errorf("persistence: read WAL: %w", err)
+		return persistence.WALDamage{}, fmt.Errorf("persistence: read WAL: %w", err)
 	}
 	data, err := io.ReadAll(f)
 	f.Close()
 	if err != nil {
-		return WALDamage{}, fmt.Errorf("persistence: read WAL %s: %w", path, err)
+		return persistence.WALDamage{}, fmt.Errorf("persistence: read WAL %s: %w", path, err)
 	}
 	d := scanWAL(data, uint32(num))
 	if d.DroppedRecords == 0 {
-		return WALDamage{}, nil
+		return persistence.WALDamage{}, nil
 	}
 	d.File = path
 	return d, nil
@@ -117,7 +80,7 @@ func checkNewestWAL(fs vfs.FS, dir string) (WALDamage, error) {
 
 // scanWAL is checkNewestWAL on the bytes of WAL number logNum, without
 // setting File: DroppedRecords > 0 means damage.
-func scanWAL(data []byte, logNum uint32) WALDamage {
+func scanWAL(data []byte, logNum uint32) persistence.WALDamage {
 	rr := walrecord.NewReader(bytes.NewReader(data), pebble.FileNum(logNum))
 	var off int64
 	var stop error
@@ -138,7 +101,7 @@ func scanWAL(data []byte, logNum uint32) WALDamage {
 			break
 		}
 	}
-	d := WALDamage{Offset: off, Reason: stop.Error()}
+	d := persistence.WALDamage{Offset: off, Reason: stop.Error()}
 	var end int64
 	// Every byte offset after the start of the record that did not read
 	// may hold a chunk header: the framing is lost in the damaged block.
@@ -156,7 +119,7 @@ func scanWAL(data []byte, logNum uint32) WALDamage {
 		end = pos
 	}
 	if d.DroppedRecords == 0 {
-		return WALDamage{} // a torn tail: nothing intact follows
+		return persistence.WALDamage{} // a torn tail: nothing intact follows
 	}
 	d.DroppedBytes = end - off
 	return d
