@@ -249,7 +249,20 @@ func (s *Server) close() error {
 	return s.stop()
 }
 
-// Restart stops the server and starts it again on the same address, with
+// Stop stops the server as Close does but keeps its address and
+// configuration, so that Restart can start it again: a test of what its
+// code does while cellserver is down. Stopping a stopped Server does
+// nothing.
+func (s *Server) Stop() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.stop(); err != nil {
+		return fmt.Errorf("cellservertest: stop: %w", err)
+	}
+	return nil
+}
+
+// Restart stops the server (if it runs) and starts it again on the same address, with
 // the same configuration and clock. Without a data directory the new
 // server starts empty; with one (WithConfig: DataDir and OpenStore) it
 // loads what the old one wrote, as a restarted process would. Restart

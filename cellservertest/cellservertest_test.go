@@ -198,6 +198,33 @@ func TestCloseAndRestart(t *testing.T) {
 	}
 }
 
+// TestStopThenRestart: between Stop and Restart nothing answers on the
+// address; Restart brings the server back there.
+func TestStopThenRestart(t *testing.T) {
+	s := cellservertest.Run(t)
+	addr := s.Addr()
+	rdb := newClient(t, addr, "")
+	ctx := context.Background()
+	if err := s.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+	if err := rdb.Ping(ctx).Err(); err == nil {
+		t.Fatal("PING after Stop answered")
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatalf("Restart after Stop: %v", err)
+	}
+	if s.Addr() != addr {
+		t.Fatalf("Restart moved from %s to %s", addr, s.Addr())
+	}
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatalf("PING after Restart: %v", err)
+	}
+}
+
 // TestRestartWithDataDir: with a data directory (the store opener given
 // through WithConfig) the restarted server has the old one's keys,
 // limiter state included.
