@@ -334,6 +334,10 @@ func (b *Batch) Acquire(key string, limit int64, lease time.Duration, token stri
 	return b.add("CL.ACQUIRE", key, limit, lease, token)
 }
 
+// Err returns the error a check added so far recorded without sending
+// anything (ErrRate), or nil. Do returns the same error.
+func (b *Batch) Err() error { return b.err }
+
 // Len returns the number of checks added.
 func (b *Batch) Len() int { return len(b.units) }
 
