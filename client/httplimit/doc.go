@@ -1,0 +1,3 @@
+// Package httplimit is net/http middleware limiting requests through
+// cellserver.
+package httplimit
