@@ -65,6 +65,9 @@ type Client struct {
 // New returns a Client over rdb, which the caller keeps owning (and closes).
 func New(rdb redis.UniversalClient) *Client { return &Client{rdb: rdb} }
 
+// Redis returns the go-redis client c sends through.
+func (c *Client) Redis() redis.UniversalClient { return c.rdb }
+
 // Rate is Count units per Period.
 type Rate struct {
 	Count  int64

@@ -167,8 +167,20 @@ func TestFallbackLocal(t *testing.T) {
 // (its ReadTimeout is 3 s); the breaker then spares the other requests
 // the wait, and lets one probe at a time through.
 func TestDeadlineSilentServer(t *testing.T) {
+	for _, cte := range []bool{false, true} {
+		t.Run("ContextTimeoutEnabled="+strconv.FormatBool(cte), func(t *testing.T) { testDeadlineSilentServer(t, cte) })
+	}
+}
+
+func testDeadlineSilentServer(t *testing.T, contextTimeout bool) {
 	const deadline = 50 * ms
-	e := envAt(t, silentAddr(t), Options{Limits: []Limit{perIP(5, 10*s, GCRA)}, Deadline: deadline})
+	rdb := redis.NewClient(&redis.Options{Addr: silentAddr(t), ContextTimeoutEnabled: contextTimeout})
+	t.Cleanup(func() { rdb.Close() })
+	e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: servertest.NewClock(t0)}
+	e.build(Options{Limits: []Limit{perIP(5, 10*s, GCRA)}, Deadline: deadline})
+	if e.m.direct != contextTimeout {
+		t.Fatalf("direct %v, want %v", e.m.direct, contextTimeout)
+	}
 	start := time.Now()
 	want(t, "1st", e.do(ipA), 200)
 	took := time.Since(start)
@@ -188,6 +200,25 @@ func TestDeadlineSilentServer(t *testing.T) {
 	st := e.m.Stats()
 	if st.RoundTrips != 2 || st.Probes != 1 || st.FallbackOpen != 21 || st.Unanswered != 2 {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// A refused dial costs go-redis about 1.5 s of retries (5 attempts with
+// backoff); the deadline holds there too, in both modes.
+func TestDeadlineDeadAddress(t *testing.T) {
+	addr := deadAddr(t)
+	for _, cte := range []bool{false, true} {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: cte})
+		t.Cleanup(func() { rdb.Close() })
+		e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: servertest.NewClock(t0)}
+		e.build(Options{Limits: []Limit{perIP(5, 10*s, GCRA)}, Deadline: 50 * ms, OnError: Closed})
+		start := time.Now()
+		want(t, "dead", e.do(ipA), 503)
+		took := time.Since(start)
+		t.Logf("ContextTimeoutEnabled=%v: waited %v", cte, took)
+		if took > 50*ms+time.Second {
+			t.Errorf("ContextTimeoutEnabled=%v: waited %v, want < deadline+1s", cte, took)
+		}
 	}
 }
 

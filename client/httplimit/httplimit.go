@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/cellserver/cellserver/client"
 	"github.com/cellserver/cellserver/limiter"
 )
@@ -282,6 +284,22 @@ type Middleware struct {
 	local   *localState
 	breaker breaker
 	stats   stats
+	direct  bool // the go-redis client honours context deadlines: no guard goroutine
+}
+
+// ctxHonored reports whether rdb applies context deadlines to its sockets
+// (ContextTimeoutEnabled), so that a call can be bounded without a guard
+// goroutine.
+func ctxHonored(rdb redis.UniversalClient) bool {
+	switch r := rdb.(type) {
+	case *redis.Client:
+		return r.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return r.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return r.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // New validates o and returns a Middleware sending to c. Every problem
@@ -338,6 +356,9 @@ func New(c *client.Client, o Options) (*Middleware, error) {
 		o.Unavailable = http.HandlerFunc(defaultUnavailable)
 	}
 	m := &Middleware{c: c, o: o, clock: o.Clock}
+	if c != nil {
+		m.direct = ctxHonored(c.Redis())
+	}
 	seen := map[string]bool{}
 	var policies []string
 	for i, l := range o.Limits {
@@ -359,7 +380,9 @@ func New(c *client.Client, o Options) (*Middleware, error) {
 		}
 		switch l.Algorithm {
 		case GCRA:
-			if l.Quota >= 1 && l.Window > 0 && c != nil {
+			if l.Quota >= 1 && l.Window > 0 && int64(l.Window)/l.Quota < 1 {
+				bad("%s: %d per %v: under 1 ns per unit, a zero rate for CL.THROTTLE", where, l.Quota, l.Window)
+			} else if l.Quota >= 1 && l.Window > 0 && c != nil {
 				if err := c.All().Throttle("k", l.Quota-1, client.Rate{Count: l.Quota, Period: l.Window}, 1).Err(); err != nil {
 					bad("%s: %d per %v: %v", where, l.Quota, l.Window, err)
 				}
@@ -534,10 +557,10 @@ type callResult struct {
 	err     error
 }
 
-// call sends the CL.ALL of app and waits at most the Deadline. The call
-// runs in its own goroutine, so the Deadline holds even when go-redis
-// ignores the context (ContextTimeoutEnabled off): an abandoned call ends
-// when go-redis's own timeouts end it.
+// call sends the CL.ALL of app and waits at most the Deadline. Unless the
+// go-redis client honours context deadlines (ContextTimeoutEnabled), the
+// call runs in its own goroutine, so that the Deadline holds anyway: an
+// abandoned call ends when go-redis's own timeouts end it.
 func (m *Middleware) call(parent context.Context, app []applied, cost int64) (bool, []client.Result, error) {
 	b := m.c.All()
 	for _, a := range app {
@@ -557,6 +580,13 @@ func (m *Middleware) call(parent context.Context, app []applied, cost int64) (bo
 	m.stats.roundTrips.Add(1)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), m.o.Deadline)
 	defer cancel()
+	if m.direct {
+		ok, res, err := b.Do(ctx)
+		if err != nil && !client.IsServerError(err) && ctx.Err() != nil {
+			err = fmt.Errorf("httplimit: no answer within %v: %w", m.o.Deadline, err)
+		}
+		return ok, res, err
+	}
 	ch := make(chan callResult, 1)
 	go func() {
 		ok, res, err := b.Do(ctx)

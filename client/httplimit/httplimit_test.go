@@ -324,6 +324,7 @@ func TestNewValidates(t *testing.T) {
 			{Name: "x", Quota: 3, Window: 700 * ms, Key: Global()},
 			{Name: "x", Quota: 3, Window: s, Key: nil, Algorithm: 9},
 			{Name: "é", Quota: 1, Window: s, Key: Global()},
+			{Name: "fast", Quota: 2e9, Window: s, Key: Global()},
 		},
 		Deadline: -1, LocalShare: 2, OnError: 7, ProbeInterval: -1, LocalMaxKeys: -1,
 	})
@@ -331,7 +332,7 @@ func TestNewValidates(t *testing.T) {
 		t.Fatal("no error")
 	}
 	for _, w := range []string{"limit 0 (\"\"): empty name", "name contains ':'", "Quota 0", "Window 0s",
-		"3 per 700ms", "duplicate name", "nil Key", "unknown Algorithm 9", "not printable ASCII",
+		"3 per 700ms", "duplicate name", "nil Key", "unknown Algorithm 9", "not printable ASCII", "under 1 ns per unit",
 		"negative Deadline", "LocalShare 2", "unknown OnError 7", "negative ProbeInterval", "negative LocalMaxKeys"} {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error lacks %q:\n%v", w, err)
