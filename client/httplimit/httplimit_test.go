@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -251,6 +252,42 @@ func TestDenyCacheCost(t *testing.T) {
 	want(t, "small passes", e.do(ipA), 200)
 	if st := e.m.Stats(); st.RoundTrips != 4 || st.DenyCacheHits != 1 {
 		t.Errorf("stats %+v", st)
+	}
+	// A cost above the quota can never pass: Retry-After is the window,
+	// and it is not cached (the next one asks the server again).
+	cost5 := func(r *http.Request) int64 { return 5 }
+	e.build(Options{Limits: []Limit{perIP(4, 4*s, GCRA)}, Cost: cost5})
+	want(t, "never", e.do(ipB), 429, "Retry-After", "4")
+	want(t, "never again", e.do(ipB), 429)
+	if st := e.m.Stats(); st.RoundTrips != 2 || st.DenyCacheHits != 0 || e.m.deny.len() != 0 {
+		t.Errorf("stats %+v, cache %d", st, e.m.deny.len())
+	}
+}
+
+// The deny cache and the Local fallback's state stay within their bounds.
+func TestBounds(t *testing.T) {
+	e := newEnv(t, Options{Limits: []Limit{perIP(1, 10*s, GCRA)}, DenyCacheSize: 2})
+	for i := range 5 {
+		ip := "192.0.2." + strconv.Itoa(10+i) + ":1"
+		e.do(ip)
+		want(t, "refused", e.do(ip), 429)
+		if n := e.m.deny.len(); n > 2 {
+			t.Fatalf("deny cache holds %d entries, cap 2", n)
+		}
+	}
+	if n := e.m.deny.len(); n != 2 {
+		t.Errorf("deny cache holds %d, want 2", n)
+	}
+	l := newLocalState(3)
+	lims := []limit{{Limit: perIP(5, 10*s, Fixed), local: 1}}
+	for i := range 10 {
+		l.decide(lims, []applied{{0, strconv.Itoa(i)}}, 1, t0.UnixNano())
+		if n := l.size(); n > 3 {
+			t.Fatalf("local state holds %d keys, cap 3", n)
+		}
+	}
+	if n := l.size(); n != 3 {
+		t.Errorf("local state holds %d keys, want 3", n)
 	}
 }
 
