@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -529,7 +528,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 			if errors.As(err, &ce) && ce.Code == "CROSSSLOT" {
 				err = fmt.Errorf("%w: %w", ErrCrossSlot, err)
 			}
-			m.recovered(now)
+			m.recovered()
 			m.fallback(w, r, next, app, cost, now, Error, err)
 			return
 		}
@@ -538,13 +537,13 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.fallback(w, r, next, app, cost, now, Fallback, err)
 		return
 	}
-	m.recovered(now)
+	m.recovered()
 	m.decided(w, r, next, app, cost, now, SourceServer, allowed, results, Allowed, nil)
 }
 
 // recovered notes that the server answered: close the breaker and drop
 // the Local fallback's state.
-func (m *Middleware) recovered(now time.Time) {
+func (m *Middleware) recovered() {
 	if m.breaker.down.Load() && m.breaker.down.CompareAndSwap(true, false) {
 		m.stats.recoveries.Add(1)
 		m.local.reset()
@@ -797,7 +796,6 @@ type breaker struct {
 	down      atomic.Bool
 	probing   atomic.Bool
 	nextProbe atomic.Int64 // Clock ns
-	mu        sync.Mutex
 }
 
 // admit reports whether this request may call, and whether as a probe.
