@@ -65,6 +65,9 @@ type Client struct {
 // New returns a Client over rdb, which the caller keeps owning (and closes).
 func New(rdb redis.UniversalClient) *Client { return &Client{rdb: rdb} }
 
+// Redis returns the go-redis client c sends through.
+func (c *Client) Redis() redis.UniversalClient { return c.rdb }
+
 // Rate is Count units per Period.
 type Rate struct {
 	Count  int64
@@ -333,6 +336,10 @@ func (b *Batch) SlidingLog(key string, limit int64, per time.Duration, quantity 
 func (b *Batch) Acquire(key string, limit int64, lease time.Duration, token string) *Batch {
 	return b.add("CL.ACQUIRE", key, limit, lease, token)
 }
+
+// Err returns the error a check added so far recorded without sending
+// anything (ErrRate), or nil. Do returns the same error.
+func (b *Batch) Err() error { return b.err }
 
 // Len returns the number of checks added.
 func (b *Batch) Len() int { return len(b.units) }

@@ -1,0 +1,343 @@
+package httplimit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/cellserver/cellserver/client"
+	"github.com/cellserver/cellserver/cluster"
+	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/server"
+)
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// go-redis logs every failed dial; the tests here fail dials on purpose.
+func init() { redis.SetLogger(quietLogger{}) }
+
+// deadAddr returns the address of a listener already closed: dials are
+// refused.
+func deadAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// silentAddr returns the address of a listener that accepts connections
+// and never reads or writes: a server that hangs.
+func silentAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return ln.Addr().String()
+}
+
+// envAt is an env whose go-redis client (default options: no
+// ContextTimeoutEnabled) talks to addr.
+func envAt(t *testing.T, addr string, o Options) *env {
+	if o.Deadline == 0 {
+		o.Deadline = DefaultDeadline // no server involved: nothing to wait for
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: servertest.NewClock(t0)}
+	e.build(o)
+	return e
+}
+
+func TestFallbackOpen(t *testing.T) {
+	e := envAt(t, deadAddr(t), Options{Limits: []Limit{perIP(5, 10*s, GCRA)}})
+	want(t, "1st", e.do(ipA), 200, "RateLimit-Policy", `"per-ip";q=5;w=10`, "RateLimit", "", "Retry-After", "")
+	if d := e.last(); d.Outcome != Fallback || d.Source != SourceOpen || d.Err == nil || d.Refused {
+		t.Errorf("decision %+v", d)
+	}
+	for range 5 {
+		want(t, "breaker open", e.do(ipA), 200)
+	}
+	if d := e.last(); d.Outcome != Fallback || d.Err != nil {
+		t.Errorf("decision without a call %+v", d)
+	}
+	st := e.m.Stats()
+	if st.RoundTrips != 1 || st.Unanswered != 1 || st.FallbackOpen != 6 || st.Allowed != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	e.clk.Advance(1 * s) // the probe interval: one request tries again
+	e.do(ipA)
+	if st := e.m.Stats(); st.RoundTrips != 2 || st.Probes != 1 || st.Unanswered != 2 {
+		t.Errorf("after the probe: %+v", st)
+	}
+}
+
+func TestFallbackClosed(t *testing.T) {
+	e := envAt(t, deadAddr(t), Options{Limits: []Limit{perIP(5, 10*s, GCRA)}, OnError: Closed, ProbeInterval: 3 * s})
+	w := e.do(ipA)
+	want(t, "1st", w, 503, "Retry-After", "3", "RateLimit-Policy", `"per-ip";q=5;w=10`, "Content-Type", "application/json")
+	if b := w.Body.String(); b != `{"error":"rate limiter unavailable","retry_after":3}`+"\n" {
+		t.Errorf("503 body %q", b)
+	}
+	e.clk.Advance(2500 * ms)
+	want(t, "before the probe", e.do(ipA), 503, "Retry-After", "1")
+	if d := e.last(); d.Outcome != Fallback || d.Source != SourceClosed || !d.Refused || d.RetryAfter != 500*ms {
+		t.Errorf("decision %+v", d)
+	}
+	if st := e.m.Stats(); st.RoundTrips != 1 || st.FallbackClosed != 2 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// Local: at one instant each key admits exactly its share (30% of 10),
+// whatever the algorithm, all or nothing across limits.
+func TestFallbackLocal(t *testing.T) {
+	for _, alg := range []Algorithm{GCRA, Fixed, Sliding, SlidingLog} {
+		t.Run(alg.String(), func(t *testing.T) {
+			global := Limit{Name: "global", Quota: 50, Window: 10 * s, Algorithm: alg, Key: Global()}
+			e := envAt(t, deadAddr(t), Options{Limits: []Limit{perIP(10, 10*s, alg), global}, OnError: Local, LocalShare: 0.3})
+			admitted := map[string]int{}
+			for i := range 40 {
+				ip := []string{ipA, ipB}[i%2]
+				if w := e.do(ip); w.Code == 200 {
+					admitted[ip]++
+				} else if w.Code != 429 || w.Header().Get("Retry-After") == "" {
+					t.Fatalf("request %d: %d %v", i, w.Code, w.Header())
+				}
+			}
+			// per-ip admits 3 per key; global (15 locally) is not reached.
+			if admitted[ipA] != 3 || admitted[ipB] != 3 {
+				t.Errorf("admitted %v, want 3 each", admitted)
+			}
+			st := e.m.Stats()
+			if st.FallbackLocal != 40 || st.LocalLimited != 34 || st.RoundTrips != 1 {
+				t.Errorf("stats %+v", st)
+			}
+			d := e.last()
+			if d.Outcome != Fallback || d.Source != SourceLocal || !d.Refused || d.Limit != "per-ip" || d.Results[1].Remaining != 15-6-1 { // as if charged: nothing was
+				t.Errorf("decision %+v", d)
+			}
+		})
+	}
+	// Headers of a local decision: GCRA 3 per 10 s locally.
+	e := envAt(t, deadAddr(t), Options{Limits: []Limit{perIP(10, 10*s, GCRA)}, OnError: Local, LocalShare: 0.3})
+	want(t, "local", e.do(ipA), 200, "RateLimit-Policy", `"per-ip";q=10;w=10`, "RateLimit", `"per-ip";r=2;t=4`)
+	// A share below one unit still admits one.
+	e.build(Options{Limits: []Limit{perIP(5, 10*s, Fixed)}, OnError: Local, LocalShare: 0.01, Deadline: DefaultDeadline})
+	want(t, "min 1", e.do(ipA), 200, "RateLimit", `"per-ip";r=0;t=10`)
+	want(t, "min 1, 2nd", e.do(ipA), 429)
+}
+
+// The deadline holds against a server that accepts and never answers,
+// although the go-redis client ignores context deadlines on its socket
+// (its ReadTimeout is 3 s); the breaker then spares the other requests
+// the wait, and lets one probe at a time through.
+func TestDeadlineSilentServer(t *testing.T) {
+	for _, cte := range []bool{false, true} {
+		t.Run("ContextTimeoutEnabled="+strconv.FormatBool(cte), func(t *testing.T) { testDeadlineSilentServer(t, cte) })
+	}
+}
+
+func testDeadlineSilentServer(t *testing.T, contextTimeout bool) {
+	const deadline = 50 * ms
+	rdb := redis.NewClient(&redis.Options{Addr: silentAddr(t), ContextTimeoutEnabled: contextTimeout})
+	t.Cleanup(func() { rdb.Close() })
+	e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: servertest.NewClock(t0)}
+	e.build(Options{Limits: []Limit{perIP(5, 10*s, GCRA)}, Deadline: deadline})
+	if e.m.direct != contextTimeout {
+		t.Fatalf("direct %v, want %v", e.m.direct, contextTimeout)
+	}
+	start := time.Now()
+	want(t, "1st", e.do(ipA), 200)
+	took := time.Since(start)
+	t.Logf("1st request waited %v (deadline %v)", took, deadline)
+	if took > deadline+time.Second {
+		t.Errorf("waited %v, want < deadline+1s", took)
+	}
+	if d := e.last(); d.Outcome != Fallback || !strings.Contains(d.Err.Error(), "no answer within 50ms") {
+		t.Errorf("decision %+v", d)
+	}
+	e.clk.Advance(1 * s)
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() { want(t, "concurrent", e.do(ipA), 200) })
+	}
+	wg.Wait()
+	st := e.m.Stats()
+	if st.RoundTrips != 2 || st.Probes != 1 || st.FallbackOpen != 21 || st.Unanswered != 2 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// A refused dial costs go-redis about 1.5 s of retries (5 attempts with
+// backoff); the deadline holds there too, in both modes.
+func TestDeadlineDeadAddress(t *testing.T) {
+	addr := deadAddr(t)
+	for _, cte := range []bool{false, true} {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: cte})
+		t.Cleanup(func() { rdb.Close() })
+		e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: servertest.NewClock(t0)}
+		e.build(Options{Limits: []Limit{perIP(5, 10*s, GCRA)}, Deadline: 50 * ms, OnError: Closed})
+		start := time.Now()
+		want(t, "dead", e.do(ipA), 503)
+		took := time.Since(start)
+		t.Logf("ContextTimeoutEnabled=%v: waited %v", cte, took)
+		if took > 50*ms+time.Second {
+			t.Errorf("ContextTimeoutEnabled=%v: waited %v, want < deadline+1s", cte, took)
+		}
+	}
+}
+
+// proxy forwards connections to a backend while up; down, it closes them.
+type proxy struct {
+	ln      net.Listener
+	backend string
+	mu      sync.Mutex // guards up, conns
+	up      bool
+	conns   map[net.Conn]bool
+}
+
+func newProxy(t *testing.T, backend string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, backend: backend, up: true, conns: map[net.Conn]bool{}}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			if !p.up {
+				p.mu.Unlock()
+				c.Close()
+				continue
+			}
+			b, err := net.Dial("tcp", backend)
+			if err != nil {
+				p.mu.Unlock()
+				c.Close()
+				continue
+			}
+			p.conns[c], p.conns[b] = true, true
+			p.mu.Unlock()
+			go func() { io.Copy(b, c); b.Close() }()
+			go func() { io.Copy(c, b); c.Close() }()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); p.set(false) })
+	return p
+}
+
+func (p *proxy) set(up bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.up = up
+	if !up {
+		for c := range p.conns {
+			c.Close()
+		}
+		clear(p.conns)
+	}
+}
+
+// The breaker recovers by itself once cellserver answers a probe, and the
+// Local fallback's state is dropped then.
+func TestBreakerRecovery(t *testing.T) {
+	clk := servertest.NewClock(t0)
+	_, addr := servertest.Start(t, server.Config{Clock: clk.Now})
+	p := newProxy(t, addr)
+	rdb := redis.NewClient(&redis.Options{Addr: p.ln.Addr().String()})
+	t.Cleanup(func() { rdb.Close() })
+	e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: clk}
+	e.build(Options{Limits: []Limit{perIP(10, 10*s, GCRA)}, OnError: Local, LocalShare: 0.3})
+
+	want(t, "up", e.do(ipA), 200, "RateLimit", `"per-ip";r=9;t=1`)
+	p.set(false)
+	want(t, "down", e.do(ipA), 200, "RateLimit", `"per-ip";r=2;t=4`)
+	if d := e.last(); d.Source != SourceLocal || d.Err == nil {
+		t.Errorf("decision %+v", d)
+	}
+	want(t, "down, no call", e.do(ipA), 200, "RateLimit", `"per-ip";r=1;t=7`)
+	p.set(true)
+	want(t, "up again, before the probe", e.do(ipA), 200, "RateLimit", `"per-ip";r=0;t=10`)
+	if st := e.m.Stats(); st.RoundTrips != 2 || st.FallbackLocal != 3 || e.m.local.size() != 1 {
+		t.Fatalf("stats %+v, local keys %d", st, e.m.local.size())
+	}
+	clk.Advance(1 * s)
+	want(t, "probe", e.do(ipA), 200, "RateLimit", `"per-ip";r=9;t=1`) // server: TAT t0+1s passed
+	if d := e.last(); d.Source != SourceServer || d.Outcome != Allowed {
+		t.Errorf("decision %+v", d)
+	}
+	st := e.m.Stats()
+	if st.Probes != 1 || st.Recoveries != 1 || st.RoundTrips != 3 || e.m.local.size() != 0 {
+		t.Errorf("stats %+v, local keys %d", st, e.m.local.size())
+	}
+	want(t, "after", e.do(ipA), 200, "RateLimit", `"per-ip";r=8;t=2`)
+	if st := e.m.Stats(); st.RoundTrips != 4 || st.Probes != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// In a cluster, keys of several limits in different slots get CROSSSLOT,
+// reported as ErrCrossSlot; a hash tag in Prefix puts them together.
+func TestCrossSlot(t *testing.T) {
+	clk := servertest.NewClock(t0)
+	srv, addr := servertest.Start(t, server.Config{Clock: clk.Now, ClusterEnabled: true, ClusterNodeID: "node-1"})
+	host, port, _ := net.SplitHostPort(addr)
+	pn, _ := strconv.Atoi(port)
+	shards := []cluster.Shard{{SlotRanges: []cluster.SlotRange{{Start: 0, End: 16383}},
+		Master: cluster.Node{ID: srv.Cluster().MyID(), IP: host, Port: pn}, Replicas: []cluster.Node{}}}
+	cfg, _ := json.Marshal(shards)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	t.Cleanup(func() { rdb.Close() })
+	if err := rdb.Do(bg, "CELLCLUSTER", "CONFIG", string(cfg)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: clk}
+	limits := []Limit{perIP(5, 10*s, GCRA), {Name: "global", Quota: 100, Window: 10 * s, Key: Global()}}
+	e.build(Options{Limits: limits})
+	want(t, "crossslot", e.do(ipA), 200)
+	if d := e.last(); d.Outcome != Error || !errors.Is(d.Err, ErrCrossSlot) {
+		t.Errorf("decision %+v", d)
+	}
+	t.Logf("CROSSSLOT reported as: %v", e.last().Err)
+	e.build(Options{Limits: limits, Prefix: "{rl}:"})
+	want(t, "hash tag", e.do(ipA), 200, "RateLimit", `"per-ip";r=4;t=2, "global";r=99;t=1`)
+}
