@@ -10,8 +10,10 @@
 // back to its full allowance). Rates are a count per period ([Rate]);
 // periods, leases and replies are [time.Duration]s. Commands that take the
 // MS option are sent with it, so their durations are exact to the
-// millisecond (rounded up). CL.THROTTLE has no MS option (it answers as
-// redis-cell does): its durations are whole seconds, rounded up.
+// millisecond (rounded up). Standalone CL.THROTTLE has no MS option (it
+// answers as redis-cell does): [Client.Throttle]'s durations are whole
+// seconds, rounded up. A CL.THROTTLE check inside CL.ALL takes MS, so
+// [Batch.Throttle]'s are exact to the millisecond.
 //
 // [Client.All] builds a CL.ALL call: several checks decided atomically,
 // all or nothing.
@@ -296,15 +298,18 @@ func (c *Client) All() *Batch {
 	return &Batch{c: c, args: []any{"CL.ALL"}}
 }
 
-// Throttle adds a CL.THROTTLE check (durations in whole seconds).
+// Throttle adds a CL.THROTTLE check, sent with MS (which CL.ALL accepts
+// after a CL.THROTTLE check): its durations are milliseconds rounded up,
+// as [Client.Peek]'s, not the whole seconds of [Client.Throttle]. The rate
+// is sent as Throttle sends it (ErrRate when it cannot be).
 func (b *Batch) Throttle(key string, maxBurst int64, rate Rate, quantity int64) *Batch {
 	count, secs, err := throttleRate(rate)
 	if err != nil {
 		b.err = err
 		return b
 	}
-	b.args = append(b.args, "CL.THROTTLE", key, maxBurst, count, secs, quantity)
-	b.units = append(b.units, time.Second)
+	b.args = append(b.args, "CL.THROTTLE", key, maxBurst, count, secs, quantity, "MS")
+	b.units = append(b.units, time.Millisecond)
 	return b
 }
 
