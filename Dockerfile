@@ -9,8 +9,12 @@
 # cached image.
 FROM golang:1.26.8-bookworm AS build
 WORKDIR /src
-# Dependencies first, as a cached layer.
+# Dependencies first, as a cached layer. go.mod replaces the client-side
+# modules with their directories, so go mod download reads their go.mod.
 COPY go.mod go.sum ./
+COPY client/go.mod client/go.sum ./client/
+COPY gcra/go.mod ./gcra/
+COPY limiter/go.mod ./limiter/
 RUN go mod download
 COPY . .
 ARG VERSION=dev

@@ -3,7 +3,12 @@
 GO ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build run test race fuzz bench
+.PHONY: build run test test-client-oldest vet race fuzz bench
+
+# The repository's Go modules: the server (.) and, each with its own
+# go.mod, the client side (README "Go client"). go test ./... at the root
+# does not enter the nested ones, so every target runs in each.
+MODULES = . gcra limiter client
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/cellserver ./cmd/cellserver
@@ -15,7 +20,25 @@ run:
 # first when missing (the redis-cli tests need it).
 test:
 	./scripts/ensure-tools.sh
-	$(GO) test -race -count=1 ./...
+	@set -e; for m in $(MODULES); do echo "== go test ($$m)"; $(GO) -C $$m test -race -count=1 ./...; done
+	$(MAKE) test-client-oldest
+
+# The client module requires the oldest go-redis it works with
+# (client/go.mod), while the root module, which holds the client's tests
+# against an in-process server (client_test/), pins a newer one. This runs
+# those tests again with the client's version, from a copy of go.mod
+# (-modfile; the module proxy must be reachable for that version).
+test-client-oldest:
+	@set -e; v=$$(cd client && $(GO) list -m -f '{{.Version}}' github.com/redis/go-redis/v9); \
+	d=$$(mktemp -d); trap 'rm -rf "$$d"' EXIT; cp go.mod go.sum "$$d"/; \
+	$(GO) mod edit -modfile="$$d/go.mod" -require=github.com/redis/go-redis/v9@$$v; \
+	got=$$($(GO) list -modfile="$$d/go.mod" -mod=mod -m -f '{{.Version}}' github.com/redis/go-redis/v9); \
+	if [ "$$got" != "$$v" ]; then echo "test-client-oldest: go-redis $$got selected, not $$v"; exit 1; fi; \
+	echo "== go test ./client_test/... with go-redis $$v"; \
+	$(GO) test -modfile="$$d/go.mod" -mod=mod -race -count=1 ./client_test/...
+
+vet:
+	@set -e; for m in $(MODULES); do echo "== go vet ($$m)"; $(GO) -C $$m vet ./...; done
 
 # Every fuzz target (one package at a time: go test -fuzz takes one target
 # per run). Each target has an execution budget sized to roughly ten seconds
@@ -38,9 +61,10 @@ fuzz:
 		if [ -n "$(FUZZTIME)" ]; then budget="$(FUZZTIME)"; fi; \
 		if grep -qs "^func $$name(" ./$$pkg/*_test.go; then \
 			echo "== fuzz $$pkg $$name ($$budget)"; \
-			$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $$budget -timeout 10m ./$$pkg; \
+			$(GO) -C $$pkg test -run '^$$' -fuzz "^$$name$$" -fuzztime $$budget -timeout 10m .; \
 		else echo "== fuzz $$pkg $$name: no such target"; exit 1; fi; \
 	done
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./gcra ./resp ./commands
+	$(GO) -C gcra test -run '^$$' -bench . -benchmem .
+	$(GO) test -run '^$$' -bench . -benchmem ./resp ./commands

@@ -3,6 +3,9 @@ module github.com/cellserver/cellserver
 go 1.26.0
 
 require (
+	github.com/cellserver/cellserver/client v0.0.0-00010101000000-000000000000
+	github.com/cellserver/cellserver/gcra v0.0.0-00010101000000-000000000000
+	github.com/cellserver/cellserver/limiter v0.0.0-00010101000000-000000000000
 	github.com/cockroachdb/pebble v1.1.5
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
@@ -38,4 +41,10 @@ require (
 	golang.org/x/exp v0.0.0-20230626212559-97b1e661b5df // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+replace (
+	github.com/cellserver/cellserver/client => ./client
+	github.com/cellserver/cellserver/gcra => ./gcra
+	github.com/cellserver/cellserver/limiter => ./limiter
 )

@@ -10,8 +10,10 @@
 // back to its full allowance). Rates are a count per period ([Rate]);
 // periods, leases and replies are [time.Duration]s. Commands that take the
 // MS option are sent with it, so their durations are exact to the
-// millisecond (rounded up). CL.THROTTLE has no MS option (it answers as
-// redis-cell does): its durations are whole seconds, rounded up.
+// millisecond (rounded up). Standalone CL.THROTTLE has no MS option (it
+// answers as redis-cell does): [Client.Throttle]'s durations are whole
+// seconds, rounded up. A CL.THROTTLE check inside CL.ALL takes MS, so
+// [Batch.Throttle]'s are exact to the millisecond.
 //
 // [Client.All] builds a CL.ALL call: several checks decided atomically,
 // all or nothing.
@@ -29,20 +31,28 @@
 // A call allocates nothing of its own beyond what go-redis allocates for
 // the same command sent with rdb.Do and run-time values. On loopback
 // against an in-process cellserver (go test -run '^$' -bench Throttle
-// -count 5 ./client/, 2 CPUs), Throttle takes about 11.6 µs, 392 B and 9
-// allocations per call, exactly the bytes and allocations of rdb.Do with
-// the same arguments as variables (raw-vars, about 11.4 µs); with
-// constant arguments rdb.Do takes 368 B and 7 allocations (raw-const),
-// the 2 saved being the boxing of the key and of an integer >= 256 into
-// go-redis's args ...any, which no caller with a run-time key avoids. The
-// time is the round trip. A period that is not a whole number of seconds
-// is sent as a duration string (one more small allocation); a CL.ALL
-// Batch, its results slice and an Info allocate.
+// -count 5 ./client_test/ in the repository's root, 2 CPUs), Throttle
+// takes about 11.6 µs, 392 B and 9 allocations per call, exactly the
+// bytes and allocations of rdb.Do with the same arguments as variables
+// (raw-vars, about 11.4 µs); with constant arguments rdb.Do takes 368 B
+// and 7 allocations (raw-const), the 2 saved being the boxing of the key
+// and of an integer >= 256 into go-redis's args ...any, which no caller
+// with a run-time key avoids. The time is the round trip. A period that
+// is not a whole number of seconds is sent as a duration string (one more
+// small allocation); a CL.ALL Batch, its results slice and an Info
+// allocate.
 //
 // # Concurrency
 //
 // A Client is safe for concurrent use, as is the go-redis client under it.
 // A [Batch] is not.
+//
+// # Module
+//
+// This package and client/httplimit form the module
+// github.com/cellserver/cellserver/client, apart from the server's: it
+// needs Go 1.22 and go-redis v9.5.5 or newer, and brings none of the
+// server's dependencies.
 package client
 
 import (
@@ -299,15 +309,18 @@ func (c *Client) All() *Batch {
 	return &Batch{c: c, args: []any{"CL.ALL"}}
 }
 
-// Throttle adds a CL.THROTTLE check (durations in whole seconds).
+// Throttle adds a CL.THROTTLE check, sent with MS (which CL.ALL accepts
+// after a CL.THROTTLE check): its durations are milliseconds rounded up,
+// as [Client.Peek]'s, not the whole seconds of [Client.Throttle]. The rate
+// is sent as Throttle sends it (ErrRate when it cannot be).
 func (b *Batch) Throttle(key string, maxBurst int64, rate Rate, quantity int64) *Batch {
 	count, secs, err := throttleRate(rate)
 	if err != nil {
 		b.err = err
 		return b
 	}
-	b.args = append(b.args, "CL.THROTTLE", key, maxBurst, count, secs, quantity)
-	b.units = append(b.units, time.Second)
+	b.args = append(b.args, "CL.THROTTLE", key, maxBurst, count, secs, quantity, "MS")
+	b.units = append(b.units, time.Millisecond)
 	return b
 }
 

@@ -192,6 +192,9 @@ func (c *check) decide(v *keyspace.Value, now int64, scratch *limiter.Leases) st
 		c.store = r.Store
 		c.expireErr = r.Store && r.TTLMillis < -1
 		c.t = tuple{r.Limited, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter}
+		if c.ms { // inside CL.ALL only: as CL.PEEK ... MS
+			c.t.retry, c.t.resetA = r.RetryAfterMillis, r.ResetAfterMillis
+		}
 	case keyspace.KindFixed:
 		var st limiter.FixedState
 		if v != nil && v.M%c.per == 0 {
@@ -434,8 +437,10 @@ func cmdPeek(x *ctx) {
 }
 
 // CL.ALL check [check ...]: every check is a limiter command written out
-// with its quantity; all are decided under their shard locks (taken in
-// shard order), and applied only if every one is admitted.
+// with its quantity, then an optional MS; all are decided under their
+// shard locks (taken in shard order), and applied only if every one is
+// admitted. A CL.THROTTLE check takes MS here too (its durations are then
+// CL.PEEK ... MS's), though standalone CL.THROTTLE does not.
 func cmdAll(x *ctx) {
 	// The client's buffer holds up to four checks without allocating, and
 	// without zeroing four checks on every call.
@@ -537,7 +542,7 @@ func parseChecks(checks []check, args [][]byte) ([]check, string) {
 			break
 		}
 		i += 1 + n
-		if i < len(args) && eqFold(args[i], "ms") && name != "cl.throttle" {
+		if i < len(args) && eqFold(args[i], "ms") {
 			c.ms = true
 			i++
 		}
@@ -619,7 +624,7 @@ func allKeys(dst []int, args [][]byte) []int {
 		}
 		dst = append(dst, i+1)
 		i += 1 + n
-		if i < len(args) && eqFold(args[i], "ms") && !eqFold(args[i-1-n], "cl.throttle") {
+		if i < len(args) && eqFold(args[i], "ms") {
 			i++
 		}
 	}

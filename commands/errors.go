@@ -231,7 +231,7 @@ func errUnknownCheck(name string) string {
 
 func errCheckArity(name string) string {
 	usage := map[string]string{
-		"cl.throttle":   "CL.THROTTLE key max_burst count period quantity",
+		"cl.throttle":   "CL.THROTTLE key max_burst count period quantity [MS]",
 		"cl.fixed":      "CL.FIXED key limit period quantity [MS]",
 		"cl.sliding":    "CL.SLIDING key limit period quantity [MS]",
 		"cl.slidinglog": "CL.SLIDINGLOG key limit period quantity [MS]",

@@ -381,7 +381,7 @@ func TestAllArgumentsAndKeys(t *testing.T) {
 		want string
 	}{
 		{[]any{"CL.ALL", "CL.FIXED", "a", 1, "1s", 1, "CL.FIXED", "b", 1}, "ERR CL.ALL: incomplete check, expected CL.FIXED key limit period quantity [MS]"},
-		{[]any{"CL.ALL", "CL.THROTTLE", "a", 1, 1, 1}, "ERR CL.ALL: incomplete check, expected CL.THROTTLE key max_burst count period quantity"},
+		{[]any{"CL.ALL", "CL.THROTTLE", "a", 1, 1, 1}, "ERR CL.ALL: incomplete check, expected CL.THROTTLE key max_burst count period quantity [MS]"},
 		{[]any{"CL.ALL", "GET", "a", 1, "1s", 1}, "ERR CL.ALL: unknown check 'GET' (expected CL.THROTTLE, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG or CL.ACQUIRE)"},
 		{[]any{"CL.ALL", "CL.FIXED", "a", 1, "1s", 1, "CL.SLIDING", "a", 1, "1s", 1}, "ERR CL.ALL checks must use distinct keys"},
 		{[]any{"CL.ALL", "CL.FIXED", "a", 0, "1s", 1}, "ERR limit must be a positive integer"},
@@ -401,5 +401,81 @@ func TestAllArgumentsAndKeys(t *testing.T) {
 	entry := info[0].([]any)
 	if entry[3] != int64(2) || !strings.Contains(fmt.Sprint(entry[2]), "movablekeys") {
 		t.Fatalf("COMMAND INFO cl.all: first key %v flags %v", entry[3], entry[2])
+	}
+}
+
+// A CL.THROTTLE check inside CL.ALL takes MS after its quantity: its
+// retry_after and reset_after are then milliseconds rounded up, as CL.PEEK
+// ... MS answers. MS belongs to the check it follows, and anywhere else it
+// is still an error (standalone CL.THROTTLE stays redis-cell's).
+func TestAllThrottleMS(t *testing.T) {
+	rdb, clk := limClient(t)
+	ctx := context.Background()
+	// CL.THROTTLE k 1 1 3: limit 2, one unit every 3 s, tolerance 6 s.
+	// limT0 is 207.675371 ms into its second (1 s fixed windows).
+	for i, s := range []struct {
+		at   time.Duration
+		args []any
+		want [][]int64
+	}{
+		// New key: TAT = now+3 s. The fixed check after it, without MS,
+		// is parsed as its own check and answers in seconds.
+		{0, []any{"CL.ALL", "CL.THROTTLE", "t", 1, 1, 3, 1, "MS", "CL.FIXED", "f", 10, "1s", 1},
+			[][]int64{{0, 2, 1, -1, 3000}, {0, 10, 9, -1, 1}}},
+		// TAT = t0+6 s, 4.7655 s ahead: 4766 ms (5 s without MS). Any case.
+		{1234500 * time.Microsecond, []any{"CL.ALL", "CL.THROTTLE", "t", 1, 1, 3, 1, "ms", "CL.FIXED", "f", 10, "1s", 1, "MS"},
+			[][]int64{{0, 2, 0, -1, 4766}, {0, 10, 9, -1, 558}}},
+		// Refused: allowed at t0+3 s, 1.7655 s away; nothing consumed.
+		{1234500 * time.Microsecond, []any{"CL.ALL", "CL.THROTTLE", "t", 1, 1, 3, 1, "MS", "CL.FIXED", "f", 10, "1s", 1, "MS"},
+			[][]int64{{1, 2, 0, 1766, 4766}, {0, 10, 8, -1, 558}}},
+		// Units per check in one call: t in seconds (redis-cell's
+		// rounding), u in ms.
+		{1234500 * time.Microsecond, []any{"CL.ALL", "CL.THROTTLE", "t", 1, 1, 3, 1, "CL.THROTTLE", "u", 1, 1, 3, 1, "MS"},
+			[][]int64{{1, 2, 0, 2, 5}, {0, 2, 1, -1, 3000}}},
+		// Quantity 0 answers what CL.PEEK t 1 1 3 MS answers (below).
+		{1234500 * time.Microsecond, []any{"CL.ALL", "CL.THROTTLE", "t", 1, 1, 3, 0, "MS"},
+			[][]int64{{0, 2, 0, -1, 4766}}},
+	} {
+		clk.Set(limT0.Add(s.at))
+		v, err := rdb.Do(ctx, s.args...).Slice()
+		if err != nil || len(v) != len(s.want) {
+			t.Fatalf("step %d %v: %v %v", i, s.args, v, err)
+		}
+		for j := range v {
+			if got := toInts(t, v[j], nil); !reflect.DeepEqual(got, s.want[j]) {
+				t.Fatalf("step %d %v: check %d got %v, want %v", i, s.args, j, got, s.want[j])
+			}
+		}
+	}
+	if got := ints(t, rdb.Do(ctx, "CL.PEEK", "t", 1, 1, 3, "MS")); !reflect.DeepEqual(got, []int64{0, 2, 0, -1, 4766}) {
+		t.Fatalf("CL.PEEK t 1 1 3 MS: %v", got)
+	}
+	if n := rdb.Exists(ctx, "u").Val(); n != 0 {
+		t.Fatalf("u exists after a refused CL.ALL")
+	}
+	keys, err := rdb.Do(ctx, "COMMAND", "GETKEYS", "CL.ALL", "CL.THROTTLE", "g", 1, 1, 1, 1, "MS", "CL.FIXED", "u", 1, "1s", 1).StringSlice()
+	if err != nil || !reflect.DeepEqual(keys, []string{"g", "u"}) {
+		t.Fatalf("GETKEYS: %v %v", keys, err)
+	}
+
+	unknownMS := "ERR CL.ALL: unknown check 'MS' (expected CL.THROTTLE, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG or CL.ACQUIRE)"
+	for _, tc := range []struct {
+		args []any
+		want string
+	}{
+		{[]any{"CL.ALL", "MS", "CL.THROTTLE", "a", 1, 1, 1, 1}, unknownMS},
+		{[]any{"CL.ALL", "CL.THROTTLE", "a", 1, 1, 1, 1, "MS", "MS"}, unknownMS},
+		{[]any{"CL.ALL", "CL.THROTTLE", "a", 1, 1, 1, 1, "MS", "MS", "CL.FIXED", "b", 1, "1s", 1}, unknownMS},
+		{[]any{"CL.ALL", "CL.THROTTLE", "a", 1, 1, 1, "MS"}, "Cell error: Store error: Couldn't parse as integer: MS"},
+		{[]any{"CL.ALL", "CL.THROTTLE", "a", 1, 1, 1, "MS", 1}, "Cell error: Store error: Couldn't parse as integer: MS"},
+		{[]any{"CL.THROTTLE", "a", 1, 1, 1, 1, "MS"}, "Cell error: Store error: Usage: cl.throttle <key> <max_burst> <count per period> <period> [<quantity>]"},
+		{[]any{"CL.ALL", "CL.THROTTLE", "a", 1, 1, 1}, "ERR CL.ALL: incomplete check, expected CL.THROTTLE key max_burst count period quantity [MS]"},
+	} {
+		if err := rdb.Do(ctx, tc.args...).Err(); err == nil || err.Error() != tc.want {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	if n := rdb.Exists(ctx, "a", "b").Val(); n != 0 {
+		t.Fatalf("%d keys written by refused calls", n)
 	}
 }

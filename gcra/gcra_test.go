@@ -255,7 +255,7 @@ func BenchmarkDecide(b *testing.B) {
 	var tat uint64
 	var exists bool
 	i := 0
-	for b.Loop() {
+	for range b.N {
 		r, err := Decide(now, tat, exists, benchParams[i%len(benchParams)])
 		if err == nil && r.Store {
 			tat, exists = r.NewTAT, true

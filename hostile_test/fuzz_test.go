@@ -370,7 +370,7 @@ func buildAll(spec []byte) (args []string, keys []string, checks int) {
 				checks = -1 // a token that changes how the server splits the checks
 			}
 		}
-		if next()%4 == 0 && kind.name != "cl.throttle" {
+		if next()%4 == 0 {
 			args = append(args, "MS")
 		}
 	}

@@ -426,7 +426,7 @@ func BenchmarkFixed(b *testing.B) {
 	var st FixedState
 	exists := false
 	now := t0
-	for b.Loop() {
+	for range b.N {
 		now += 997
 		next, d, store, _ := Fixed(st, exists, now, s, 1000, 1)
 		if store {

@@ -28,7 +28,8 @@ func BenchmarkAcquireManyLeases(b *testing.B) {
 			now := t0
 			ls, tok := fillLeases(n, now)
 			b.ReportAllocs()
-			for b.Loop() {
+			b.ResetTimer()
+			for range b.N {
 				now++
 				if d := ls.Acquire(now, 60*s, int64(n)+1, tok); d.Limited {
 					b.Fatalf("limited: %s", ds(d))

@@ -266,7 +266,7 @@ func BenchmarkLeases(b *testing.B) {
 	tokens := [][]byte{[]byte("a"), []byte("b"), []byte("c"), []byte("d"), []byte("e"), []byte("f"), []byte("g"), []byte("h")}
 	now := t0
 	i := 0
-	for b.Loop() {
+	for range b.N {
 		now += ms
 		tok := tokens[i%len(tokens)]
 		i++
@@ -293,7 +293,7 @@ func BenchmarkLeasesAcquireNewKey(b *testing.B) {
 	b.ReportAllocs()
 	tok := []byte("tok")
 	now := t0
-	for b.Loop() {
+	for range b.N {
 		now += ms
 		acquireNewKey(now, tok)
 	}

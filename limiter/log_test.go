@@ -378,7 +378,7 @@ func BenchmarkLog(b *testing.B) {
 	b.ReportAllocs()
 	var l Log
 	now := t0
-	for b.Loop() {
+	for range b.N {
 		now += 10 * ms
 		if d := l.Decide(now, s, 100, 1); !d.Limited {
 			l.Apply(now, s, 1)

@@ -390,7 +390,7 @@ func BenchmarkSliding(b *testing.B) {
 	var st SlidingState
 	exists := false
 	now := t0
-	for b.Loop() {
+	for range b.N {
 		now += 997
 		next, d, store, _ := Sliding(st, exists, now, s, 1000, 1)
 		if store {

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -250,4 +251,61 @@ func TestPackagingFiles(t *testing.T) {
 func num(s string) int {
 	n, _ := strconv.Atoi(s)
 	return n
+}
+
+// TestNestedModules checks what the repository's nested modules (the
+// client side, README "Go client") need elsewhere:
+//   - every go.mod below the root, outside testdata, is in the Makefile's
+//     MODULES, which make test, make vet and so CI run in each (go test ./...
+//     at the root does not enter a nested module);
+//   - go.mod replaces each one with its directory, and the Dockerfile
+//     copies its go.mod before go mod download, which reads it.
+func TestNestedModules(t *testing.T) {
+	root := filepath.Join("..", "..")
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	var nested []string
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || d.Name() == ".git" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && d.Name() == "go.mod" && p != filepath.Join(root, "go.mod") {
+			rel, _ := filepath.Rel(root, filepath.Dir(p))
+			nested = append(nested, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	modules := regexp.MustCompile(`(?m)^MODULES = (.*)$`).FindStringSubmatch(read("Makefile"))
+	if modules == nil {
+		t.Fatal("Makefile: no MODULES line")
+	}
+	listed := strings.Fields(modules[1])
+	gomod, dockerfile := read("go.mod"), read("Dockerfile")
+	download := strings.Index(dockerfile, "RUN go mod download")
+	for _, m := range nested {
+		if !slices.Contains(listed, m) {
+			t.Errorf("Makefile: MODULES (%s) lacks %s, which has a go.mod", modules[1], m)
+		}
+		if !regexp.MustCompile(`(?m)=> \./` + regexp.QuoteMeta(m) + `$`).MatchString(gomod) {
+			t.Errorf("go.mod: no replace of the module in %s by ./%s", m, m)
+		}
+		if c := regexp.MustCompile(`(?m)^COPY ` + regexp.QuoteMeta(m) + `/go\.mod[ \n]`).FindStringIndex(dockerfile); c == nil || download < 0 || c[0] > download {
+			t.Errorf("Dockerfile: %s/go.mod is not copied before RUN go mod download", m)
+		}
+	}
+	if len(nested) == 0 {
+		t.Fatal("no nested module found")
+	}
+	t.Logf("nested modules: %v", nested)
 }

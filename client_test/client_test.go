@@ -190,7 +190,7 @@ func TestAllOrNothing(t *testing.T) {
 		t.Fatalf("first: %v %+v %v", ok, rs, err)
 	}
 	want := []client.Result{
-		{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: 1 * s}, // TAT now+100ms, rounded up to 1 s
+		{Allowed: true, Limit: 10, Remaining: 9, ResetAfter: 100 * ms}, // TAT now+100ms (MS)
 		{Allowed: true, Limit: 1, Remaining: 0, ResetAfter: 10 * s},
 		{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 20 * s},
 		{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 10 * s},
@@ -225,6 +225,41 @@ func TestAllOrNothing(t *testing.T) {
 	if _, _, err := c.All().Throttle("x", 1, client.Rate{}, 1).Do(ctx); !errors.Is(err, client.ErrRate) {
 		t.Errorf("bad rate: %v", err)
 	}
+}
+
+// A Throttle check in a Batch is sent with MS: its durations are exact to
+// the ms, where Client.Throttle rounds the same state up to whole seconds.
+// CL.THROTTLE k 1 1 3: limit 2, T = 3 s, tolerance 6 s.
+func TestAllThrottleMS(t *testing.T) {
+	c, clk := start(t, 3)
+	per3s := client.Rate{Count: 1, Period: 3 * s}
+	one := func(name string, want client.Result, wantOK bool) {
+		t.Helper()
+		ok, rs, err := c.All().Throttle("g", 1, per3s, 1).Do(ctx)
+		if err != nil || ok != wantOK || len(rs) != 1 {
+			t.Fatalf("%s: %v %+v %v", name, ok, rs, err)
+		}
+		check(t, name, rs[0], nil, want)
+	}
+	one("t0", client.Result{Allowed: true, Limit: 2, Remaining: 1, ResetAfter: 3 * s}, true) // TAT t0+3s
+	clk.Set(t0.Add(1234500 * time.Microsecond))
+	// TAT t0+6s, 4.7655 s ahead: 4766 ms.
+	one("t0+1.2345s", client.Result{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 4766 * ms}, true)
+	// Refused: allowed at t0+3s, 1.7655 s ahead: 1766 ms.
+	one("refused", client.Result{Limit: 2, RetryAfter: 1766 * ms, ResetAfter: 4766 * ms}, false)
+	r, err := c.Throttle(ctx, "g", 1, per3s, 1) // the same, standalone: whole seconds
+	check(t, "standalone", r, err, client.Result{Limit: 2, RetryAfter: 2 * s, ResetAfter: 5 * s})
+	r, err = c.Peek(ctx, "g", 1, per3s)
+	check(t, "peek", r, err, client.Result{Allowed: true, Limit: 2, Remaining: 0, ResetAfter: 4766 * ms})
+	// A sub-second rate goes as a count per second, with MS: 1 per 250 ms.
+	ok, rs, err := c.All().Throttle("q", 0, client.Rate{Count: 1, Period: 250 * ms}, 1).Fixed("f", 5, 10*s, 1).Do(ctx)
+	if err != nil || !ok || len(rs) != 2 {
+		t.Fatalf("sub-second: %v %+v %v", ok, rs, err)
+	}
+	check(t, "sub-second", rs[0], nil, client.Result{Allowed: true, Limit: 1, Remaining: 0, ResetAfter: 250 * ms})
+	// The check after it is parsed as its own: the window ends at t0+10s,
+	// 8.7655 s ahead, 8766 ms.
+	check(t, "fixed after", rs[1], nil, client.Result{Allowed: true, Limit: 5, Remaining: 4, ResetAfter: 8766 * ms})
 }
 
 func TestServerErrors(t *testing.T) {

@@ -1,0 +1,3 @@
+module github.com/cellserver/cellserver/gcra
+
+go 1.22

@@ -1,0 +1,3 @@
+module github.com/cellserver/cellserver/limiter
+
+go 1.22
