@@ -139,11 +139,13 @@ func Context(key any) KeyFunc {
 // Route keys a request by r.Pattern, the ServeMux pattern that matched it
 // (set only when the middleware wraps a handler registered on a ServeMux,
 // not the ServeMux itself), else by method and path. Paths are chosen by
-// clients: keyed by path, every distinct URL is its own key.
+// clients: keyed by path, every distinct URL is its own key. Request.Pattern
+// exists since Go 1.23: built with Go 1.22, Route keys by method and path
+// only.
 func Route() KeyFunc {
 	return func(r *http.Request) (string, bool) {
-		if r.Pattern != "" {
-			return r.Pattern, true
+		if p := pattern(r); p != "" {
+			return p, true
 		}
 		return r.Method + " " + r.URL.Path, true
 	}

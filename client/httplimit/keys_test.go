@@ -57,19 +57,6 @@ func TestClientIP(t *testing.T) {
 	}
 }
 
-// Through the middleware: a spoofed header from an untrusted peer does not
-// give it a fresh bucket; from a trusted proxy it keys each client apart.
-func TestClientIPThroughMiddleware(t *testing.T) {
-	lim := Limit{Name: "per-ip", Quota: 1, Window: 10 * s, Key: ClientIP(netip.MustParsePrefix("10.0.0.0/8"))}
-	e := newEnv(t, Options{Limits: []Limit{lim}})
-	want(t, "first", e.do(ipA), 200)
-	want(t, "spoofed XFF", e.do(ipA, "X-Forwarded-For", "198.51.100.1"), 429)
-	want(t, "spoofed Forwarded", e.do(ipA, "Forwarded", "for=198.51.100.2"), 429)
-	want(t, "via proxy, client 1", e.do("10.0.0.5:1", "X-Forwarded-For", "198.51.100.1"), 200)
-	want(t, "via proxy, client 1 again", e.do("10.0.0.6:1", "X-Forwarded-For", "9.9.9.9, 198.51.100.1"), 429)
-	want(t, "via proxy, client 2", e.do("10.0.0.5:1", "X-Forwarded-For", "198.51.100.1, 198.51.100.2"), 200)
-}
-
 type ctxKey struct{}
 
 func TestKeyFuncs(t *testing.T) {
@@ -92,11 +79,7 @@ func TestKeyFuncs(t *testing.T) {
 	if k, _ := Route()(r); k != "POST /a/b" {
 		t.Errorf("Route: %q", k)
 	}
-	r.Pattern = "POST /a/{id}"
-	if k, _ := Route()(r); k != "POST /a/{id}" {
-		t.Errorf("Route with pattern: %q", k)
-	}
-	if k, ok := Join(ClientIP(), Route())(r); !ok || k != "192.0.2.1|POST /a/{id}" {
+	if k, ok := Join(ClientIP(), Route())(r); !ok || k != "192.0.2.1|POST /a/b" {
 		t.Errorf("Join: %q %v", k, ok)
 	}
 	if _, ok := Join(ClientIP(), Context(ctxKey{}))(r); ok {
