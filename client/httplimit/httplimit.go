@@ -242,7 +242,7 @@ type Decision struct {
 // errors.Is.
 var ErrCrossSlot = errors.New("httplimit: the limits' keys hash to different cluster slots; put a hash tag in Options.Prefix (e.g. \"{rl}:\") or in the keys")
 
-// Stats are the middleware's counters since New.
+// Stats are the middleware's counters since New and two gauges.
 type Stats struct {
 	Allowed        uint64 // requests admitted by cellserver's answer
 	Limited        uint64 // requests refused by cellserver or the deny cache (shadow included)
@@ -256,6 +256,13 @@ type Stats struct {
 	LocalLimited   uint64 // of FallbackLocal, refusals
 	Probes         uint64 // calls sent while cellserver was considered down
 	Recoveries     uint64 // times cellserver answered again after being down
+
+	// Gauges: current sizes, not counters. They bound the middleware's
+	// memory: each is at most its Options bound (DenyCacheSize,
+	// LocalMaxKeys); the local state is emptied when cellserver answers
+	// again.
+	DenyCacheEntries int // entries in the deny cache (0 when it is disabled)
+	LocalKeys        int // (limit, key) entries of the Local fallback's state
 }
 
 type stats struct {
@@ -448,14 +455,21 @@ func quote(s string) string {
 	return b.String()
 }
 
-// Stats returns the counters.
+// Stats returns the counters and the gauges. The gauges take the deny
+// cache's and the local state's locks for a moment; the counters are read
+// one at a time, not as one snapshot.
 func (m *Middleware) Stats() Stats {
 	s := &m.stats
+	deny := 0
+	if m.deny != nil {
+		deny = m.deny.len()
+	}
 	return Stats{
 		Allowed: s.allowed.Load(), Limited: s.limited.Load(), DenyCacheHits: s.denyHits.Load(),
 		RoundTrips: s.roundTrips.Load(), Unanswered: s.unanswered.Load(), Errors: s.errors.Load(),
 		FallbackOpen: s.fbOpen.Load(), FallbackClosed: s.fbClosed.Load(), FallbackLocal: s.fbLocal.Load(),
 		LocalLimited: s.localLimited.Load(), Probes: s.probes.Load(), Recoveries: s.recoveries.Load(),
+		DenyCacheEntries: deny, LocalKeys: m.local.size(),
 	}
 }
 

@@ -102,7 +102,7 @@ func evict[V any](m map[stateKey]V, expired func(V) bool) {
 	delete(m, first)
 }
 
-// len returns the number of entries (tests).
+// len returns the number of entries (Stats.DenyCacheEntries).
 func (c *denyCache) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -143,7 +143,7 @@ func (s *localState) reset() {
 	s.mu.Unlock()
 }
 
-// size returns the number of entries (tests).
+// size returns the number of entries (Stats.LocalKeys).
 func (s *localState) size() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
