@@ -150,7 +150,8 @@
 // # Costs
 //
 // Measured on a shared 2-CPU machine, in-process cellserver on loopback
-// (go test -run '^$' -bench . -benchtime 20000x -count 5 ./client/httplimit/),
+// (go test -run '^$' -bench . -benchtime 20000x -count 5 ./client_test/httplimit/,
+// in the cellserver module, which holds the tests against a server),
 // medians:
 //
 //	plain handler                       0.03 µs      2 B   1 alloc

@@ -2,9 +2,6 @@ package httplimit
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -15,9 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cellserver/cellserver/client"
-	"github.com/cellserver/cellserver/cluster"
-	"github.com/cellserver/cellserver/internal/servertest"
-	"github.com/cellserver/cellserver/server"
 )
 
 type quietLogger struct{}
@@ -78,7 +72,7 @@ func envAt(t *testing.T, addr string, o Options) *env {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { rdb.Close() })
-	e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: servertest.NewClock(t0)}
+	e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: newClock(t0)}
 	e.build(o)
 	return e
 }
@@ -176,7 +170,7 @@ func testDeadlineSilentServer(t *testing.T, contextTimeout bool) {
 	const deadline = 50 * ms
 	rdb := redis.NewClient(&redis.Options{Addr: silentAddr(t), ContextTimeoutEnabled: contextTimeout})
 	t.Cleanup(func() { rdb.Close() })
-	e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: servertest.NewClock(t0)}
+	e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: newClock(t0)}
 	e.build(Options{Limits: []Limit{perIP(5, 10*s, GCRA)}, Deadline: deadline})
 	if e.m.direct != contextTimeout {
 		t.Fatalf("direct %v, want %v", e.m.direct, contextTimeout)
@@ -194,7 +188,11 @@ func testDeadlineSilentServer(t *testing.T, contextTimeout bool) {
 	e.clk.Advance(1 * s)
 	var wg sync.WaitGroup
 	for range 20 {
-		wg.Go(func() { want(t, "concurrent", e.do(ipA), 200) })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			want(t, "concurrent", e.do(ipA), 200)
+		}()
 	}
 	wg.Wait()
 	st := e.m.Stats()
@@ -210,7 +208,7 @@ func TestDeadlineDeadAddress(t *testing.T) {
 	for _, cte := range []bool{false, true} {
 		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: cte})
 		t.Cleanup(func() { rdb.Close() })
-		e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: servertest.NewClock(t0)}
+		e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: newClock(t0)}
 		e.build(Options{Limits: []Limit{perIP(5, 10*s, GCRA)}, Deadline: 50 * ms, OnError: Closed})
 		start := time.Now()
 		want(t, "dead", e.do(ipA), 503)
@@ -220,124 +218,4 @@ func TestDeadlineDeadAddress(t *testing.T) {
 			t.Errorf("ContextTimeoutEnabled=%v: waited %v, want < deadline+1s", cte, took)
 		}
 	}
-}
-
-// proxy forwards connections to a backend while up; down, it closes them.
-type proxy struct {
-	ln      net.Listener
-	backend string
-	mu      sync.Mutex // guards up, conns
-	up      bool
-	conns   map[net.Conn]bool
-}
-
-func newProxy(t *testing.T, backend string) *proxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, backend: backend, up: true, conns: map[net.Conn]bool{}}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			if !p.up {
-				p.mu.Unlock()
-				c.Close()
-				continue
-			}
-			b, err := net.Dial("tcp", backend)
-			if err != nil {
-				p.mu.Unlock()
-				c.Close()
-				continue
-			}
-			p.conns[c], p.conns[b] = true, true
-			p.mu.Unlock()
-			go func() { io.Copy(b, c); b.Close() }()
-			go func() { io.Copy(c, b); c.Close() }()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); p.set(false) })
-	return p
-}
-
-func (p *proxy) set(up bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.up = up
-	if !up {
-		for c := range p.conns {
-			c.Close()
-		}
-		clear(p.conns)
-	}
-}
-
-// The breaker recovers by itself once cellserver answers a probe, and the
-// Local fallback's state is dropped then.
-func TestBreakerRecovery(t *testing.T) {
-	clk := servertest.NewClock(t0)
-	_, addr := servertest.Start(t, server.Config{Clock: clk.Now})
-	p := newProxy(t, addr)
-	rdb := redis.NewClient(&redis.Options{Addr: p.ln.Addr().String()})
-	t.Cleanup(func() { rdb.Close() })
-	e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: clk}
-	e.build(Options{Limits: []Limit{perIP(10, 10*s, GCRA)}, OnError: Local, LocalShare: 0.3})
-
-	want(t, "up", e.do(ipA), 200, "RateLimit", `"per-ip";r=9;t=1`)
-	p.set(false)
-	want(t, "down", e.do(ipA), 200, "RateLimit", `"per-ip";r=2;t=4`)
-	if d := e.last(); d.Source != SourceLocal || d.Err == nil {
-		t.Errorf("decision %+v", d)
-	}
-	want(t, "down, no call", e.do(ipA), 200, "RateLimit", `"per-ip";r=1;t=7`)
-	p.set(true)
-	want(t, "up again, before the probe", e.do(ipA), 200, "RateLimit", `"per-ip";r=0;t=10`)
-	if st := e.m.Stats(); st.RoundTrips != 2 || st.FallbackLocal != 3 || e.m.local.size() != 1 {
-		t.Fatalf("stats %+v, local keys %d", st, e.m.local.size())
-	}
-	clk.Advance(1 * s)
-	want(t, "probe", e.do(ipA), 200, "RateLimit", `"per-ip";r=9;t=1`) // server: TAT t0+1s passed
-	if d := e.last(); d.Source != SourceServer || d.Outcome != Allowed {
-		t.Errorf("decision %+v", d)
-	}
-	st := e.m.Stats()
-	if st.Probes != 1 || st.Recoveries != 1 || st.RoundTrips != 3 || e.m.local.size() != 0 {
-		t.Errorf("stats %+v, local keys %d", st, e.m.local.size())
-	}
-	want(t, "after", e.do(ipA), 200, "RateLimit", `"per-ip";r=8;t=2`)
-	if st := e.m.Stats(); st.RoundTrips != 4 || st.Probes != 1 {
-		t.Errorf("stats %+v", st)
-	}
-}
-
-// In a cluster, keys of several limits in different slots get CROSSSLOT,
-// reported as ErrCrossSlot; a hash tag in Prefix puts them together.
-func TestCrossSlot(t *testing.T) {
-	clk := servertest.NewClock(t0)
-	srv, addr := servertest.Start(t, server.Config{Clock: clk.Now, ClusterEnabled: true, ClusterNodeID: "node-1"})
-	host, port, _ := net.SplitHostPort(addr)
-	pn, _ := strconv.Atoi(port)
-	shards := []cluster.Shard{{SlotRanges: []cluster.SlotRange{{Start: 0, End: 16383}},
-		Master: cluster.Node{ID: srv.Cluster().MyID(), IP: host, Port: pn}, Replicas: []cluster.Node{}}}
-	cfg, _ := json.Marshal(shards)
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { rdb.Close() })
-	if err := rdb.Do(bg, "CELLCLUSTER", "CONFIG", string(cfg)).Err(); err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: clk}
-	limits := []Limit{perIP(5, 10*s, GCRA), {Name: "global", Quota: 100, Window: 10 * s, Key: Global()}}
-	e.build(Options{Limits: limits})
-	want(t, "crossslot", e.do(ipA), 200)
-	if d := e.last(); d.Outcome != Error || !errors.Is(d.Err, ErrCrossSlot) {
-		t.Errorf("decision %+v", d)
-	}
-	t.Logf("CROSSSLOT reported as: %v", e.last().Err)
-	e.build(Options{Limits: limits, Prefix: "{rl}:"})
-	want(t, "hash tag", e.do(ipA), 200, "RateLimit", `"per-ip";r=4;t=2, "global";r=99;t=1`)
 }

@@ -1,8 +1,6 @@
 package httplimit
 
 import (
-	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -14,8 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cellserver/cellserver/client"
-	"github.com/cellserver/cellserver/internal/servertest"
-	"github.com/cellserver/cellserver/server"
 )
 
 // t0 is a multiple of 10 s since the epoch, so 10 s windows start at t0.
@@ -23,29 +19,39 @@ var t0 = time.Unix(1_700_000_000, 0)
 
 const s, ms = time.Second, time.Millisecond
 
-var bg = context.Background()
+// clock is a manual clock for Options.Clock.
+type clock struct {
+	mu sync.Mutex // guards t
+	t  time.Time
+}
 
-// env is a middleware over an in-process cellserver sharing one clock.
+func newClock(t time.Time) *clock { return &clock{t: t} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// env is a middleware with a manual clock over a go-redis client. The tests
+// of this package need no cellserver: the client's address is dead or
+// silent (fallback_test.go); those against a running cellserver are in
+// client_test/httplimit of the cellserver module.
 type env struct {
 	t     *testing.T
 	m     *Middleware
 	c     *client.Client
 	rdb   *redis.Client
-	clk   *servertest.Clock
+	clk   *clock
 	h     http.Handler
 	mu    sync.Mutex
 	hooks []Decision
-}
-
-func newEnv(t *testing.T, o Options) *env {
-	t.Helper()
-	clk := servertest.NewClock(t0)
-	_, addr := servertest.Start(t, server.Config{Clock: clk.Now})
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { rdb.Close() })
-	e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: clk}
-	e.build(o)
-	return e
 }
 
 // build (re)creates the middleware with o, the env's clock and a hook
@@ -113,171 +119,39 @@ func perIP(q int64, w time.Duration, a Algorithm) Limit {
 	return Limit{Name: "per-ip", Quota: q, Window: w, Algorithm: a, Key: ClientIP()}
 }
 
-// GCRA 5 per 10 s: emission interval 2 s. Header values at explicit
-// instants, then the 429 and its body.
-func TestHeadersGCRA(t *testing.T) {
-	e := newEnv(t, Options{Limits: []Limit{perIP(5, 10*s, GCRA)}, LegacyHeaders: true})
-	pol := `"per-ip";q=5;w=10`
-	want(t, "1st", e.do(ipA), 200, "RateLimit-Policy", pol, "RateLimit", `"per-ip";r=4;t=2`,
-		"X-RateLimit-Limit", "5", "X-RateLimit-Remaining", "4", "X-RateLimit-Reset", "2", "Retry-After", "")
-	for i := 2; i <= 5; i++ {
-		e.do(ipA)
-	}
-	w := e.do(ipA) // TAT t0+10s; allowed at t0+2s
-	want(t, "6th", w, 429, "RateLimit-Policy", pol, "RateLimit", `"per-ip";r=0;t=10`, "Retry-After", "2",
-		"X-RateLimit-Remaining", "0", "Content-Type", "application/json")
-	if body := w.Body.String(); body != `{"error":"too many requests","limit":"per-ip","retry_after":2}`+"\n" {
-		t.Errorf("429 body %q", body)
-	}
-	if d := e.last(); d.Outcome != Limited || d.Source != SourceServer || !d.Refused || d.Limit != "per-ip" || d.RetryAfter != 2*s {
-		t.Errorf("decision %+v", d)
-	}
-	want(t, "other ip", e.do(ipB), 200, "RateLimit", `"per-ip";r=4;t=2`)
-	e.clk.Advance(3 * s) // t0+3s: one emission interval passed, TAT t0+10s -> t0+12s
-	want(t, "t0+3s", e.do(ipA), 200, "RateLimit", `"per-ip";r=0;t=9`)
-	e.clk.Advance(9 * s) // t0+12s: TAT reached, full again
-	want(t, "t0+12s", e.do(ipA), 200, "RateLimit", `"per-ip";r=4;t=2`)
-	st := e.m.Stats()
-	if st.Allowed != 8 || st.Limited != 1 || st.RoundTrips != 9 {
-		t.Errorf("stats %+v", st)
-	}
-}
-
-// Two limits in one CL.ALL: a request refused by per-ip charges nothing to
-// global, whose RateLimit item reports what really remains.
-func TestAllOrNothing(t *testing.T) {
-	global := Limit{Name: "global", Quota: 100, Window: 10 * s, Algorithm: Fixed, Key: Global()}
-	e := newEnv(t, Options{Limits: []Limit{perIP(1, 10*s, GCRA), global}, DenyCacheSize: -1})
-	pol := `"per-ip";q=1;w=10, "global";q=100;w=10`
-	want(t, "1st", e.do(ipA), 200, "RateLimit-Policy", pol, "RateLimit", `"per-ip";r=0;t=10, "global";r=99;t=10`)
-	e.clk.Advance(4 * s)
-	want(t, "refused", e.do(ipA), 429, "RateLimit-Policy", pol, "RateLimit", `"per-ip";r=0;t=6, "global";r=99;t=6`, "Retry-After", "6")
-	info, found, err := e.c.Info(bg, "rl:global:")
-	if err != nil || !found || info.Count != 1 {
-		t.Fatalf("global after the refusal: %+v %v %v, want count 1", info, found, err)
-	}
-	d := e.last()
-	if d.Limit != "per-ip" || len(d.Results) != 2 || d.Results[0].Allowed || !d.Results[1].Allowed {
-		t.Errorf("decision %+v", d)
-	}
-	want(t, "ip B", e.do(ipB), 200, "RateLimit", `"per-ip";r=0;t=10, "global";r=98;t=6`)
-	if info, _, _ = e.c.Info(bg, "rl:global:"); info.Count != 2 {
-		t.Errorf("global count %d, want 2", info.Count)
-	}
-	// A limit that does not apply is neither checked nor reported.
-	e.build(Options{Limits: []Limit{global, {Name: "per-user", Quota: 3, Window: 10 * s, Key: Header("X-User")}}})
-	want(t, "no user", e.do(ipA), 200, "RateLimit-Policy", `"global";q=100;w=10`, "RateLimit", `"global";r=97;t=6`)
-	if d := e.last(); len(d.Results) != 2 || d.Results[1].Limit != 0 || d.Results[0].Remaining != 97 {
-		t.Errorf("results with one limit applied: %+v", d.Results)
-	}
-	want(t, "user", e.do(ipA, "X-User", "u1"), 200, "RateLimit", `"global";r=96;t=6, "per-user";r=2;t=4`)
-}
-
-// The other algorithms' headers, at explicit instants.
-func TestHeadersOtherAlgorithms(t *testing.T) {
-	for _, tc := range []struct {
-		alg        Algorithm
-		at         time.Duration // from t0, of the 3rd request (refused)
-		first, ref string
-		retry      string
-	}{
-		{Fixed, 2500 * ms, `"per-ip";r=1;t=10`, `"per-ip";r=0;t=8`, "8"},
-		// retry: 2 in this window count as prev 2 in the next, where 1 fits
-		// once 2·(10−e)/10 <= 1: e = 5 s, so 7.5 s + 5 s.
-		{Sliding, 2500 * ms, `"per-ip";r=1;t=20`, `"per-ip";r=0;t=18`, "13"},
-		{SlidingLog, 2500 * ms, `"per-ip";r=1;t=10`, `"per-ip";r=0;t=8`, "8"},
-	} {
-		t.Run(tc.alg.String(), func(t *testing.T) {
-			e := newEnv(t, Options{Limits: []Limit{perIP(2, 10*s, tc.alg)}})
-			want(t, "1st", e.do(ipA), 200, "RateLimit", tc.first)
-			e.do(ipA)
-			e.clk.Advance(tc.at)
-			want(t, "refused", e.do(ipA), 429, "RateLimit", tc.ref, "Retry-After", tc.retry)
-		})
-	}
-}
-
-// The deny cache answers without a round trip until the retry instant,
-// and not one nanosecond longer.
-func TestDenyCache(t *testing.T) {
-	for _, tc := range []struct {
-		alg   Algorithm
-		retry time.Duration // of the 3rd request at t0+1s
-	}{
-		{GCRA, 4 * s},       // 2 per 10 s: TAT t0+10s, allowed again at t0+5s
-		{Fixed, 9 * s},      // window ends at t0+10s
-		{SlidingLog, 9 * s}, // the first entry leaves at t0+10s
-	} {
-		t.Run(tc.alg.String(), func(t *testing.T) {
-			e := newEnv(t, Options{Limits: []Limit{perIP(2, 10*s, tc.alg)}})
-			e.do(ipA)
-			e.do(ipA)
-			e.clk.Advance(1 * s)
-			want(t, "refused", e.do(ipA), 429)
-			if st := e.m.Stats(); st.RoundTrips != 3 || st.DenyCacheHits != 0 {
-				t.Fatalf("stats %+v", st)
-			}
-			e.clk.Advance(tc.retry - time.Nanosecond) // one ns before the retry instant
-			w := e.do(ipA)
-			want(t, "cached", w, 429, "Retry-After", "1", "RateLimit-Policy", `"per-ip";q=2;w=10`)
-			if d := e.last(); d.Source != SourceDenyCache || d.Outcome != Limited || d.RetryAfter != time.Nanosecond {
-				t.Errorf("decision %+v", d)
-			}
-			want(t, "other key", e.do(ipB), 200)
-			if st := e.m.Stats(); st.RoundTrips != 4 || st.DenyCacheHits != 1 || st.Limited != 2 {
-				t.Fatalf("stats %+v", st)
-			}
-			e.clk.Advance(time.Nanosecond) // the retry instant: to the server, admitted
-			want(t, "at retry", e.do(ipA), 200)
-			if st := e.m.Stats(); st.RoundTrips != 5 {
-				t.Errorf("round trips %d, want 5", st.RoundTrips)
-			}
-		})
-	}
-}
-
-// A refusal of a costly request does not refuse a cheaper one locally.
-func TestDenyCacheCost(t *testing.T) {
-	cost := func(r *http.Request) int64 {
-		if r.Header.Get("X-Big") != "" {
-			return 3
-		}
-		return 1
-	}
-	e := newEnv(t, Options{Limits: []Limit{perIP(4, 4*s, GCRA)}, Cost: cost}) // 1 s per unit
-	want(t, "2 units", e.do(ipA), 200)
-	e.do(ipA)
-	want(t, "big refused", e.do(ipA, "X-Big", "1"), 429, "Retry-After", "1") // 2 left, needs 3
-	want(t, "big cached", e.do(ipA, "X-Big", "1"), 429)
-	want(t, "small passes", e.do(ipA), 200)
-	if st := e.m.Stats(); st.RoundTrips != 4 || st.DenyCacheHits != 1 {
-		t.Errorf("stats %+v", st)
-	}
-	// A cost above the quota can never pass: Retry-After is the window,
-	// and it is not cached (the next one asks the server again).
-	cost5 := func(r *http.Request) int64 { return 5 }
-	e.build(Options{Limits: []Limit{perIP(4, 4*s, GCRA)}, Cost: cost5})
-	want(t, "never", e.do(ipB), 429, "Retry-After", "4")
-	want(t, "never again", e.do(ipB), 429)
-	if st := e.m.Stats(); st.RoundTrips != 2 || st.DenyCacheHits != 0 || e.m.deny.len() != 0 {
-		t.Errorf("stats %+v, cache %d", st, e.m.deny.len())
-	}
-}
-
-// The deny cache and the Local fallback's state stay within their bounds.
-func TestBounds(t *testing.T) {
-	e := newEnv(t, Options{Limits: []Limit{perIP(1, 10*s, GCRA)}, DenyCacheSize: 2})
+// The deny cache holds at most DenyCacheSize entries; a full cache evicts
+// an expired entry before a live one.
+func TestDenyCacheBound(t *testing.T) {
+	c := newDenyCache(2)
+	now := t0.UnixNano()
+	refused := client.Result{Limit: 1, RetryAfter: 10 * s, ResetAfter: 10 * s}
 	for i := range 5 {
-		ip := "192.0.2." + strconv.Itoa(10+i) + ":1"
-		e.do(ip)
-		want(t, "refused", e.do(ip), 429)
-		if n := e.m.deny.len(); n > 2 {
+		c.add(applied{0, strconv.Itoa(i)}, 1, now, refused)
+		if n := c.len(); n > 2 {
 			t.Fatalf("deny cache holds %d entries, cap 2", n)
 		}
 	}
-	if n := e.m.deny.len(); n != 2 {
+	if n := c.len(); n != 2 {
 		t.Errorf("deny cache holds %d, want 2", n)
 	}
+	// "a" expires at now+1s, "b" at now+10s; at now+2s "c" evicts "a".
+	c = newDenyCache(2)
+	c.add(applied{0, "a"}, 1, now, client.Result{Limit: 1, RetryAfter: s, ResetAfter: s})
+	c.add(applied{0, "b"}, 1, now, refused)
+	later := now + int64(2*s)
+	c.add(applied{0, "c"}, 1, later, refused)
+	for _, k := range []string{"b", "c"} {
+		if _, _, ok := c.lookup([]applied{{0, k}}, 1, later); !ok {
+			t.Errorf("%q evicted, want the expired \"a\" evicted", k)
+		}
+	}
+	if n := c.len(); n != 2 {
+		t.Errorf("deny cache holds %d, want 2", n)
+	}
+}
+
+// The Local fallback's state holds at most LocalMaxKeys keys.
+func TestLocalStateBound(t *testing.T) {
 	l := newLocalState(3)
 	lims := []limit{{Limit: perIP(5, 10*s, Fixed), local: 1}}
 	for i := range 10 {
@@ -289,67 +163,6 @@ func TestBounds(t *testing.T) {
 	if n := l.size(); n != 3 {
 		t.Errorf("local state holds %d keys, want 3", n)
 	}
-}
-
-// Shadow mode: every decision reported, no request refused, no header.
-func TestShadow(t *testing.T) {
-	e := newEnv(t, Options{Limits: []Limit{perIP(1, 10*s, GCRA)}, Shadow: true, LegacyHeaders: true})
-	for i := range 3 {
-		want(t, "request", e.do(ipA), 200, "RateLimit", "", "RateLimit-Policy", "", "Retry-After", "", "X-RateLimit-Limit", "")
-		d := e.last()
-		if (i > 0) != d.Refused || !d.Shadow {
-			t.Errorf("request %d: decision %+v", i, d)
-		}
-	}
-	if d := e.last(); d.Source != SourceDenyCache {
-		t.Errorf("3rd from %v, want the deny cache", d.Source)
-	}
-	if st := e.m.Stats(); st.Allowed != 1 || st.Limited != 2 || st.RoundTrips != 2 {
-		t.Errorf("stats %+v", st)
-	}
-}
-
-// Denied replaces the 429 writer; it sees the decision and the headers.
-func TestDeniedHandler(t *testing.T) {
-	e := newEnv(t, Options{Limits: []Limit{perIP(1, 10*s, GCRA)}})
-	var got Decision
-	e.build(Options{Limits: []Limit{perIP(1, 10*s, GCRA)}, Denied: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, _ = DecisionFrom(r.Context())
-		w.WriteHeader(http.StatusTeapot)
-		w.Write([]byte("slow down, retry in " + w.Header().Get("Retry-After")))
-	})})
-	e.do(ipA)
-	w := e.do(ipA)
-	if w.Code != http.StatusTeapot || w.Body.String() != "slow down, retry in 10" || got.Limit != "per-ip" {
-		t.Errorf("%d %q %+v", w.Code, w.Body.String(), got)
-	}
-}
-
-// A server error reply is an Error decision handled by OnError.
-func TestServerError(t *testing.T) {
-	e := newEnv(t, Options{Limits: []Limit{perIP(5, 10*s, GCRA)}})
-	if err := e.rdb.Set(bg, "rl:per-ip:192.0.2.1", "x", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	want(t, "open", e.do(ipA), 200, "RateLimit", "", "RateLimit-Policy", `"per-ip";q=5;w=10`)
-	d := e.last()
-	var ce *client.Error
-	if d.Outcome != Error || d.Source != SourceOpen || !errors.As(d.Err, &ce) || ce.Code != "Cell" || ce.Command != "CL.ALL" {
-		t.Errorf("decision %+v", d)
-	}
-	e.build(Options{Limits: []Limit{perIP(5, 10*s, GCRA)}, OnError: Closed})
-	want(t, "closed", e.do(ipA), 503, "Retry-After", "1")
-	e.build(Options{Limits: []Limit{perIP(5, 10*s, GCRA)}, OnError: Local, LocalShare: 0.2})
-	want(t, "local", e.do(ipA), 200, "RateLimit", `"per-ip";r=0;t=10`)
-	want(t, "local refused", e.do(ipA), 429)
-	if d := e.last(); d.Outcome != Error || d.Source != SourceLocal || !d.Refused {
-		t.Errorf("decision %+v", d)
-	}
-	st := e.m.Stats()
-	if st.Errors != 2 || st.FallbackLocal != 2 || st.LocalLimited != 1 || st.Unanswered != 0 {
-		t.Errorf("stats %+v", st)
-	}
-	want(t, "other key unaffected", e.do(ipB), 200, "RateLimit", `"per-ip";r=4;t=2`)
 }
 
 func TestNewValidates(t *testing.T) {
