@@ -129,10 +129,9 @@
 // passage of time, which T accounts for; requests admitted meanwhile (from
 // other processes) only push the instant later. It is conservative
 // (refuses what the server might admit) when an operator resets or deletes
-// the key, and by the rounding of T: CL.THROTTLE inside CL.ALL reports whole
-// seconds rounded up, so a GCRA key may be refused up to 1 s longer than
-// the server would (millisecond replies, where the server gives them, are
-// used as they come). Entries hold the reported remaining and reset for the
+// the key, and by the rounding of T: every check is sent with MS, so T is
+// in milliseconds, rounded up, and a key may be refused up to 1 ms longer
+// than the server would. Entries hold the reported remaining and reset for the
 // headers of cached refusals, which list only the refusing limit.
 // DenyCacheSize bounds it (default 10,000 entries, about 100 bytes each
 // plus the key); a full cache evicts an expired entry among 8 seen in
@@ -149,35 +148,36 @@
 //
 // # Costs
 //
-// Measured on a shared 2-CPU machine, in-process cellserver on loopback
-// (go test -run '^$' -bench . -benchtime 20000x -count 5 ./client_test/httplimit/,
-// in the cellserver module, which holds the tests against a server),
+// Measured on a shared 2-CPU machine (load average about 1.7), in-process
+// cellserver on loopback (go test -run '^$' -bench . -benchtime 20000x
+// -count 5 ./client_test/httplimit/ in the repository's root module),
 // medians:
 //
-//	plain handler                       0.03 µs      2 B   1 alloc
-//	1 limit                             32.2  µs  1,934 B  38 allocs
-//	2 limits                            35.4  µs  3,104 B  50 allocs
-//	1 limit, ContextTimeoutEnabled      14.3  µs  1,475 B  35 allocs
-//	CL.ALL alone (Batch.Do)             11.8  µs    730 B  19 allocs
-//	CL.ALL with the guard goroutine     30.3  µs  1,707 B  30 allocs
+//	plain handler                       0.02 µs      2 B   1 alloc
+//	1 limit                             34.1  µs  1,978 B  38 allocs
+//	2 limits                            35.0  µs  3,143 B  50 allocs
+//	1 limit, ContextTimeoutEnabled      14.0  µs  1,484 B  35 allocs
+//	CL.ALL alone (Batch.Do)             12.2  µs    829 B  20 allocs
+//	CL.ALL with a guard goroutine       27.1  µs  1,634 B  28 allocs
 //
 // The time is the round trip: the middleware's own work (keys, headers,
-// the deadline's timer) is about 2.5 µs and 16 allocations (1 limit with
+// the deadline's timer) is about 1.8 µs and 15 allocations (1 limit with
 // ContextTimeoutEnabled against CL.ALL alone); the guard goroutine's
-// hand-off costs about 18 µs more on this busy 2-CPU machine, which
-// ContextTimeoutEnabled avoids.
+// hand-off costs about 15-20 µs more on this busy 2-CPU machine, which
+// ContextTimeoutEnabled avoids. (The guard benchmark writes the same
+// pattern around Batch.Do, from outside the package.)
 //
 // A flood of 10 keys at 10 times their limit (10 per 10 s each, one
 // request every 10 ms of the injected clock, 20,000 requests;
 // BenchmarkDenyCacheFlood, same run):
 //
 //	                  round trips/request   admitted/request   time/request
-//	GCRA, no cache    1.000 (20,000)        0.1045             31.0 µs
-//	GCRA, cache       0.1945 (3,890)        0.1045             10.5 µs
-//	fixed, no cache   1.000 (20,000)        0.1000             36.1 µs
-//	fixed, cache      0.110 (2,200)         0.1000              6.2 µs
+//	GCRA, no cache    1.000 (20,000)        0.1045             23.1 µs
+//	GCRA, cache       0.204 (4,080)         0.1045              6.0 µs
+//	fixed, no cache   1.000 (20,000)        0.1000             23.4 µs
+//	fixed, cache      0.110 (2,200)         0.1000              3.9 µs
 //
-// The cache saves 81% (GCRA) and 89% (fixed window) of the round trips and
+// The cache saves 80% (GCRA) and 89% (fixed window) of the round trips and
 // admits exactly as many requests: what remains is the admitted requests
 // plus one refusal per key each time its entry expires.
 //
