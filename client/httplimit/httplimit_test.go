@@ -1,11 +1,8 @@
 package httplimit
 
 import (
-	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,102 +15,6 @@ import (
 var t0 = time.Unix(1_700_000_000, 0)
 
 const s, ms = time.Second, time.Millisecond
-
-// clock is a manual clock for Options.Clock.
-type clock struct {
-	mu sync.Mutex // guards t
-	t  time.Time
-}
-
-func newClock(t time.Time) *clock { return &clock{t: t} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-// env is a middleware with a manual clock over a go-redis client. The tests
-// of this package need no cellserver: the client's address is dead or
-// silent (fallback_test.go); those against a running cellserver are in
-// client_test/httplimit of the cellserver module.
-type env struct {
-	t     *testing.T
-	m     *Middleware
-	c     *client.Client
-	rdb   *redis.Client
-	clk   *clock
-	h     http.Handler
-	mu    sync.Mutex
-	hooks []Decision
-}
-
-// build (re)creates the middleware with o, the env's clock and a hook
-// recording decisions.
-func (e *env) build(o Options) {
-	e.t.Helper()
-	o.Clock = e.clk.Now
-	if o.Deadline == 0 {
-		o.Deadline = 2 * s // generous: the tests here are about decisions, not time
-	}
-	o.OnDecision = func(r *http.Request, d Decision) {
-		e.mu.Lock()
-		e.hooks = append(e.hooks, d)
-		e.mu.Unlock()
-	}
-	m, err := New(e.c, o)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.m = m
-	e.h = m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte("ok"))
-	}))
-}
-
-// last returns the last decision the hook saw.
-func (e *env) last() Decision {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if len(e.hooks) == 0 {
-		e.t.Fatal("no decision")
-	}
-	return e.hooks[len(e.hooks)-1]
-}
-
-// do sends a GET from peer (host:port) with extra headers (name, value...).
-func (e *env) do(peer string, hdr ...string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest("GET", "/x", nil)
-	r.RemoteAddr = peer
-	for i := 0; i+1 < len(hdr); i += 2 {
-		r.Header.Add(hdr[i], hdr[i+1])
-	}
-	w := httptest.NewRecorder()
-	e.h.ServeHTTP(w, r)
-	return w
-}
-
-// want checks the status and the headers named in kv (name, value; "" for
-// absent).
-func want(t *testing.T, step string, w *httptest.ResponseRecorder, code int, kv ...string) {
-	t.Helper()
-	if w.Code != code {
-		t.Errorf("%s: status %d, want %d (body %q)", step, w.Code, code, w.Body.String())
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		if have := w.Header().Get(kv[i]); have != kv[i+1] {
-			t.Errorf("%s: %s: %q, want %q", step, kv[i], have, kv[i+1])
-		}
-	}
-}
-
-const ipA, ipB = "192.0.2.1:1000", "192.0.2.2:1000"
 
 func perIP(q int64, w time.Duration, a Algorithm) Limit {
 	return Limit{Name: "per-ip", Quota: q, Window: w, Algorithm: a, Key: ClientIP()}
@@ -194,5 +95,37 @@ func TestNewValidates(t *testing.T) {
 	m, err := New(c, Options{Limits: []Limit{{Name: `a "b" \c`, Quota: 1, Window: 1500 * ms, Algorithm: Fixed, Key: Global()}}})
 	if err != nil || m.policy != `"a \"b\" \\c";q=1;w=2` {
 		t.Errorf("%v %q", err, m.policy)
+	}
+}
+
+type wrapped struct{ *redis.Client }
+
+// The call is made directly only when the go-redis client applies context
+// deadlines to its sockets; otherwise through the guard goroutine (the
+// deadline tests in client_test/httplimit check the time in both cases).
+func TestDirectCall(t *testing.T) {
+	lims := []Limit{perIP(5, 10*s, GCRA)}
+	for _, tc := range []struct {
+		name string
+		rdb  redis.UniversalClient
+		want bool
+	}{
+		{"Client", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), false},
+		{"Client+ContextTimeoutEnabled", redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}), true},
+		{"ClusterClient+ContextTimeoutEnabled", redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true}), true},
+		{"Ring", redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}}), false},
+		{"FailoverClient+ContextTimeoutEnabled", redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m",
+			SentinelAddrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: true}), true},
+		// A type of its own: its options are not known, so the guard runs.
+		{"wrapped", wrapped{redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})}, false},
+	} {
+		m, err := New(client.New(tc.rdb), Options{Limits: lims})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.direct != tc.want {
+			t.Errorf("%s: direct %v, want %v", tc.name, m.direct, tc.want)
+		}
+		tc.rdb.Close()
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/cellserver/cellserver/cellservertest"
 	"github.com/cellserver/cellserver/client"
 	"github.com/cellserver/cellserver/client/httplimit"
+	"github.com/cellserver/cellserver/internal/servertest"
 )
 
 // t0 is a multiple of 10 s since the epoch, so 10 s windows start at t0.
@@ -26,28 +27,11 @@ const s, ms = time.Second, time.Millisecond
 var bg = context.Background()
 
 // clock is the time shared by the middleware (Options.Clock) and, when
-// there is one, the server: a *cellservertest.Server or a manualClock.
+// there is one, the server: a *cellservertest.Server or a
+// *servertest.Clock.
 type clock interface {
 	Now() time.Time
 	Advance(time.Duration)
-}
-
-// manualClock is a clock for a middleware whose server is unreachable.
-type manualClock struct {
-	mu sync.Mutex // guards t
-	t  time.Time
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
 }
 
 // env is a middleware over an in-process cellserver sharing one clock.
@@ -318,7 +302,7 @@ func TestBounds(t *testing.T) {
 		t.Errorf("deny cache holds %d, want 2", n)
 	}
 	// cellserver unreachable: the Local fallback keeps at most 3 keys.
-	l := envOn(t, deadAddr(t), &manualClock{t: t0})
+	l := envOn(t, deadAddr(t), servertest.NewClock(t0))
 	l.build(httplimit.Options{Limits: []httplimit.Limit{perIP(5, 10*s, httplimit.Fixed)}, OnError: httplimit.Local,
 		LocalMaxKeys: 3, Deadline: httplimit.DefaultDeadline})
 	for i := range 10 {

@@ -1,7 +1,6 @@
-package httplimit
+package httplimit_test
 
 import (
-	"context"
 	"net"
 	"strconv"
 	"strings"
@@ -12,26 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cellserver/cellserver/client"
+	"github.com/cellserver/cellserver/client/httplimit"
+	"github.com/cellserver/cellserver/internal/servertest"
 )
-
-type quietLogger struct{}
-
-func (quietLogger) Printf(context.Context, string, ...any) {}
-
-// go-redis logs every failed dial; the tests here fail dials on purpose.
-func init() { redis.SetLogger(quietLogger{}) }
-
-// deadAddr returns the address of a listener already closed: dials are
-// refused.
-func deadAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
 
 // silentAddr returns the address of a listener that accepts connections
 // and never reads or writes: a server that hangs.
@@ -64,29 +46,28 @@ func silentAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// envAt is an env whose go-redis client (default options: no
-// ContextTimeoutEnabled) talks to addr.
-func envAt(t *testing.T, addr string, o Options) *env {
+// envAt is an env with a manual clock at t0 whose go-redis client
+// (default options: no ContextTimeoutEnabled) talks to addr, where no
+// cellserver answers.
+func envAt(t *testing.T, addr string, o httplimit.Options) *env {
 	if o.Deadline == 0 {
-		o.Deadline = DefaultDeadline // no server involved: nothing to wait for
+		o.Deadline = httplimit.DefaultDeadline // no server involved: nothing to wait for
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { rdb.Close() })
-	e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: newClock(t0)}
+	e := envOn(t, addr, servertest.NewClock(t0))
 	e.build(o)
 	return e
 }
 
 func TestFallbackOpen(t *testing.T) {
-	e := envAt(t, deadAddr(t), Options{Limits: []Limit{perIP(5, 10*s, GCRA)}})
+	e := envAt(t, deadAddr(t), httplimit.Options{Limits: []httplimit.Limit{perIP(5, 10*s, httplimit.GCRA)}})
 	want(t, "1st", e.do(ipA), 200, "RateLimit-Policy", `"per-ip";q=5;w=10`, "RateLimit", "", "Retry-After", "")
-	if d := e.last(); d.Outcome != Fallback || d.Source != SourceOpen || d.Err == nil || d.Refused {
+	if d := e.last(); d.Outcome != httplimit.Fallback || d.Source != httplimit.SourceOpen || d.Err == nil || d.Refused {
 		t.Errorf("decision %+v", d)
 	}
 	for range 5 {
 		want(t, "breaker open", e.do(ipA), 200)
 	}
-	if d := e.last(); d.Outcome != Fallback || d.Err != nil {
+	if d := e.last(); d.Outcome != httplimit.Fallback || d.Err != nil {
 		t.Errorf("decision without a call %+v", d)
 	}
 	st := e.m.Stats()
@@ -101,7 +82,7 @@ func TestFallbackOpen(t *testing.T) {
 }
 
 func TestFallbackClosed(t *testing.T) {
-	e := envAt(t, deadAddr(t), Options{Limits: []Limit{perIP(5, 10*s, GCRA)}, OnError: Closed, ProbeInterval: 3 * s})
+	e := envAt(t, deadAddr(t), httplimit.Options{Limits: []httplimit.Limit{perIP(5, 10*s, httplimit.GCRA)}, OnError: httplimit.Closed, ProbeInterval: 3 * s})
 	w := e.do(ipA)
 	want(t, "1st", w, 503, "Retry-After", "3", "RateLimit-Policy", `"per-ip";q=5;w=10`, "Content-Type", "application/json")
 	if b := w.Body.String(); b != `{"error":"rate limiter unavailable","retry_after":3}`+"\n" {
@@ -109,7 +90,7 @@ func TestFallbackClosed(t *testing.T) {
 	}
 	e.clk.Advance(2500 * ms)
 	want(t, "before the probe", e.do(ipA), 503, "Retry-After", "1")
-	if d := e.last(); d.Outcome != Fallback || d.Source != SourceClosed || !d.Refused || d.RetryAfter != 500*ms {
+	if d := e.last(); d.Outcome != httplimit.Fallback || d.Source != httplimit.SourceClosed || !d.Refused || d.RetryAfter != 500*ms {
 		t.Errorf("decision %+v", d)
 	}
 	if st := e.m.Stats(); st.RoundTrips != 1 || st.FallbackClosed != 2 {
@@ -117,13 +98,13 @@ func TestFallbackClosed(t *testing.T) {
 	}
 }
 
-// Local: at one instant each key admits exactly its share (30% of 10),
+// httplimit.Local: at one instant each key admits exactly its share (30% of 10),
 // whatever the algorithm, all or nothing across limits.
 func TestFallbackLocal(t *testing.T) {
-	for _, alg := range []Algorithm{GCRA, Fixed, Sliding, SlidingLog} {
+	for _, alg := range []httplimit.Algorithm{httplimit.GCRA, httplimit.Fixed, httplimit.Sliding, httplimit.SlidingLog} {
 		t.Run(alg.String(), func(t *testing.T) {
-			global := Limit{Name: "global", Quota: 50, Window: 10 * s, Algorithm: alg, Key: Global()}
-			e := envAt(t, deadAddr(t), Options{Limits: []Limit{perIP(10, 10*s, alg), global}, OnError: Local, LocalShare: 0.3})
+			global := httplimit.Limit{Name: "global", Quota: 50, Window: 10 * s, Algorithm: alg, Key: httplimit.Global()}
+			e := envAt(t, deadAddr(t), httplimit.Options{Limits: []httplimit.Limit{perIP(10, 10*s, alg), global}, OnError: httplimit.Local, LocalShare: 0.3})
 			admitted := map[string]int{}
 			for i := range 40 {
 				ip := []string{ipA, ipB}[i%2]
@@ -142,16 +123,16 @@ func TestFallbackLocal(t *testing.T) {
 				t.Errorf("stats %+v", st)
 			}
 			d := e.last()
-			if d.Outcome != Fallback || d.Source != SourceLocal || !d.Refused || d.Limit != "per-ip" || d.Results[1].Remaining != 15-6-1 { // as if charged: nothing was
+			if d.Outcome != httplimit.Fallback || d.Source != httplimit.SourceLocal || !d.Refused || d.Limit != "per-ip" || d.Results[1].Remaining != 15-6-1 { // as if charged: nothing was
 				t.Errorf("decision %+v", d)
 			}
 		})
 	}
-	// Headers of a local decision: GCRA 3 per 10 s locally.
-	e := envAt(t, deadAddr(t), Options{Limits: []Limit{perIP(10, 10*s, GCRA)}, OnError: Local, LocalShare: 0.3})
+	// Headers of a local decision: httplimit.GCRA 3 per 10 s locally.
+	e := envAt(t, deadAddr(t), httplimit.Options{Limits: []httplimit.Limit{perIP(10, 10*s, httplimit.GCRA)}, OnError: httplimit.Local, LocalShare: 0.3})
 	want(t, "local", e.do(ipA), 200, "RateLimit-Policy", `"per-ip";q=10;w=10`, "RateLimit", `"per-ip";r=2;t=4`)
 	// A share below one unit still admits one.
-	e.build(Options{Limits: []Limit{perIP(5, 10*s, Fixed)}, OnError: Local, LocalShare: 0.01, Deadline: DefaultDeadline})
+	e.build(httplimit.Options{Limits: []httplimit.Limit{perIP(5, 10*s, httplimit.Fixed)}, OnError: httplimit.Local, LocalShare: 0.01, Deadline: httplimit.DefaultDeadline})
 	want(t, "min 1", e.do(ipA), 200, "RateLimit", `"per-ip";r=0;t=10`)
 	want(t, "min 1, 2nd", e.do(ipA), 429)
 }
@@ -170,11 +151,8 @@ func testDeadlineSilentServer(t *testing.T, contextTimeout bool) {
 	const deadline = 50 * ms
 	rdb := redis.NewClient(&redis.Options{Addr: silentAddr(t), ContextTimeoutEnabled: contextTimeout})
 	t.Cleanup(func() { rdb.Close() })
-	e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: newClock(t0)}
-	e.build(Options{Limits: []Limit{perIP(5, 10*s, GCRA)}, Deadline: deadline})
-	if e.m.direct != contextTimeout {
-		t.Fatalf("direct %v, want %v", e.m.direct, contextTimeout)
-	}
+	e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: servertest.NewClock(t0)}
+	e.build(httplimit.Options{Limits: []httplimit.Limit{perIP(5, 10*s, httplimit.GCRA)}, Deadline: deadline})
 	start := time.Now()
 	want(t, "1st", e.do(ipA), 200)
 	took := time.Since(start)
@@ -182,7 +160,7 @@ func testDeadlineSilentServer(t *testing.T, contextTimeout bool) {
 	if took > deadline+time.Second {
 		t.Errorf("waited %v, want < deadline+1s", took)
 	}
-	if d := e.last(); d.Outcome != Fallback || !strings.Contains(d.Err.Error(), "no answer within 50ms") {
+	if d := e.last(); d.Outcome != httplimit.Fallback || !strings.Contains(d.Err.Error(), "no answer within 50ms") {
 		t.Errorf("decision %+v", d)
 	}
 	e.clk.Advance(1 * s)
@@ -208,8 +186,8 @@ func TestDeadlineDeadAddress(t *testing.T) {
 	for _, cte := range []bool{false, true} {
 		rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: cte})
 		t.Cleanup(func() { rdb.Close() })
-		e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: newClock(t0)}
-		e.build(Options{Limits: []Limit{perIP(5, 10*s, GCRA)}, Deadline: 50 * ms, OnError: Closed})
+		e := &env{t: t, c: client.New(rdb), rdb: rdb, clk: servertest.NewClock(t0)}
+		e.build(httplimit.Options{Limits: []httplimit.Limit{perIP(5, 10*s, httplimit.GCRA)}, Deadline: 50 * ms, OnError: httplimit.Closed})
 		start := time.Now()
 		want(t, "dead", e.do(ipA), 503)
 		took := time.Since(start)
