@@ -99,11 +99,8 @@ type Options struct {
 // Store is a persistence.Store on a pebble database in one directory. It holds the
 // directory's lock (pebble's LOCK file) until Close.
 //
-// Its pebble options are modest, for a 2-core machine: a 64 MiB memtable
-// (writes stall while 2 wait to be flushed, so at most 128 MiB; a larger
-// memtable means fewer flushes and compactions: each flush writes a key's
-// last version only, and under CL.THROTTLE over 100k keys 16 MiB flushed
-// 4 times as often for the same tables), an 8 MiB
+// Its pebble options are modest, for a 2-core machine: a 16 MiB memtable
+// (writes stall while 4 wait to be flushed, so at most 64 MiB), an 8 MiB
 // block cache, one compaction at a time and at most 256 open files. Load
 // reads everything once at start, so a larger cache would not help.
 //
@@ -348,8 +345,8 @@ func (p *Store) openDB() (*pebble.DB, *instance, error) {
 		// Pinned, not FormatNewest, so that a pebble upgrade does not ratchet
 		// the directory past what this build's pebble reads.
 		FormatMajorVersion:          pebble.FormatVirtualSSTables,
-		MemTableSize:                64 << 20,
-		MemTableStopWritesThreshold: 2,
+		MemTableSize:                16 << 20,
+		MemTableStopWritesThreshold: 4,
 		MaxConcurrentCompactions:    func() int { return 1 },
 		MaxOpenFiles:                256,
 		Logger:                      pebbleLogger{l: log, in: in, dir: dir},
