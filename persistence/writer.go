@@ -198,10 +198,18 @@ func (w *Writer) MaxPending() int64 { return w.maxPend }
 // It returns Failing's error (the command is then refused). Without a
 // backlog it costs two atomic loads.
 func (w *Writer) Admit() error {
+	w.WaitRoom()
+	return w.Failing()
+}
+
+// WaitRoom is Admit without the error: it returns at once unless the
+// changes queued and not yet written take more than the cap, and then
+// once they no longer do, the store fails, or the Writer closes. A
+// replica calls it before applying each change from its primary.
+func (w *Writer) WaitRoom() {
 	if w.pending.Load() > w.maxPend {
 		w.waitRoom()
 	}
-	return w.Failing()
 }
 
 // waitRoom blocks while pending is over the cap and writes succeed.

@@ -621,9 +621,14 @@ func New(cfg Config) (*Server, error) {
 		}
 		return nil, err
 	}
+	var waitRoom func()
+	if writer != nil {
+		waitRoom = writer.WaitRoom
+	}
 	repl, err := replication.New(replication.Config{Keyspace: ks, BacklogSize: cfg.ReplBacklogSize, TLS: rtls,
 		AnnounceIP: cfg.ReplicaAnnounceIP, AnnouncePort: cfg.ReplicaAnnouncePort,
-		MasterUser: cfg.MasterUser, MasterAuth: cfg.MasterAuth, Logger: cfg.Logger, Clock: cfg.Clock})
+		MasterUser: cfg.MasterUser, MasterAuth: cfg.MasterAuth, Logger: cfg.Logger, Clock: cfg.Clock,
+		WaitRoom: waitRoom})
 	if err != nil {
 		if store != nil {
 			store.Close()
