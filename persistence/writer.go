@@ -144,7 +144,7 @@ type Writer struct {
 	failing  atomic.Pointer[error] // err, for Failing (read per command)
 	pending  atomic.Int64          // bytes of the changes queued or being written (see opOverhead)
 	maxPend  int64                 // the cap on pending; set before Run
-	waits    atomic.Uint64         // Admit calls that waited for room
+	waits    atomic.Uint64         // Admit and WaitRoom calls that waited for room
 	waitNS   atomic.Int64          // time they waited, in total
 	failures atomic.Uint64         // failed Write and Sync calls since start
 
