@@ -18,6 +18,8 @@
 #   LOAD_KEYS  keys for the startup load measurement (default 1000000; QUICK=1: 100000)
 #   NOPIN=1    do not pin with taskset
 #   RUN_TIMEOUT  seconds after which one redis-benchmark run is abandoned (default 300)
+#   PROFILE=1  each throughput server writes a CPU profile (CELLSERVER_CPU_PROFILE)
+#              to the raw dir as r<round>-<mode>.pprof: go tool pprof -top FILE
 #
 # Throughput: for every round, then every mode (interleaved: off no
 # everysec always off no ...), a fresh cellserver (a fresh temp data
@@ -160,6 +162,9 @@ for round in $(seq "$ROUNDS"); do
 			rm -rf "$tmp/data-$mode"
 			args=(--data-dir "$tmp/data-$mode" --fsync "$mode")
 		fi
+		if [[ "${PROFILE:-0}" == 1 ]]; then
+			export CELLSERVER_CPU_PROFILE="$raw/r$round-$mode.pprof"
+		fi
 		start_server "$raw/r$round-$mode.log" "${args[@]}"
 		for pl in $PIPELINES; do
 			out="$raw/r$round-$mode-P$pl.csv"
@@ -220,6 +225,7 @@ cat "$tmp/table.md"
 
 echo
 echo "== startup load time of $LOAD_KEYS keys"
+unset CELLSERVER_CPU_PROFILE
 dir="$tmp/data-load"
 rm -rf "$dir"
 start_server "$raw/load-fill.log" --data-dir "$dir" --fsync everysec

@@ -67,6 +67,11 @@ type Config struct {
 	// (and EXEC of a transaction holding one) are refused with MISCONF, as
 	// Redis does when it cannot write its AOF; reads go on.
 	WriteError func() error
+	// AdmitWrite, when set, is called instead of WriteError before a
+	// write command runs: it may block until the persistence queue is
+	// back under its cap (backpressure; the caller's event loop stops
+	// meanwhile), then returns what WriteError would.
+	AdmitWrite func() error
 	// SlowlogSlowerThan is the execution time from which a command is
 	// kept in the SLOWLOG; negative turns the log off, 1ns keeps every
 	// command. The default value (zero) is 10ms, Redis's 10000 µs.
@@ -185,6 +190,7 @@ type Server struct {
 	persistInfo func() []string
 	dumpValue   func(dst []byte, v keyspace.Value) []byte
 	writeErr    func() error
+	admitWrite  func() error // WriteError, or AdmitWrite when set
 	protected   bool
 	loopback    func(string) bool
 	multiMax    int   // commands one MULTI may queue
@@ -300,6 +306,7 @@ func New(cfg Config) (*Server, error) {
 		persistInfo: cfg.PersistenceInfo,
 		dumpValue:   cfg.DumpValue,
 		writeErr:    cfg.WriteError,
+		admitWrite:  cfg.AdmitWrite,
 		protected:   cfg.ProtectedMode,
 		loopback:    cfg.Loopback,
 		ks:          cfg.Keyspace,
@@ -331,6 +338,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.slots == nil {
 		s.slots = cluster.KeyspaceStore{Keyspace: cfg.Keyspace}
+	}
+	if s.admitWrite == nil {
+		s.admitWrite = cfg.WriteError
 	}
 	if !slices.ContainsFunc(s.settings, func(st Setting) bool { return st.Name == "tracking-table-max-keys" }) {
 		s.settings = append(slices.Clip(s.settings), Setting{Name: "tracking-table-max-keys",
@@ -573,8 +583,8 @@ func (s *Server) dispatch(x *ctx) {
 		s.clusterReject(x, sp, msg)
 		return
 	}
-	if s.writeErr != nil && (sp.Flags&Write != 0 || sp.Name == "exec" && queuedWrite(cl.queue)) {
-		if err := s.writeErr(); err != nil {
+	if s.admitWrite != nil && (sp.Flags&Write != 0 || sp.Name == "exec" && queuedWrite(cl.queue)) {
+		if err := s.admitWrite(); err != nil {
 			s.reject(x, sp, errMisconf(err))
 			return
 		}

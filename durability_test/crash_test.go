@@ -70,14 +70,19 @@ func TestCrashRecovery(t *testing.T) {
 	for mi, mode := range []string{"always", "everysec", "no"} {
 		t.Run(mode, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, uint64(mi)))
-			crashMode(t, mode, rng)
+			crashMode(t, mode, rng, nil)
 		})
 	}
 }
 
-func crashMode(t *testing.T, mode string, rng *rand.Rand) {
+// crashMode runs the rounds of TestCrashRecovery for one fsync mode; with
+// sat, under saturation (see TestCrashUnderBackpressure).
+func crashMode(t *testing.T, mode string, rng *rand.Rand, sat *saturation) {
 	dir := filepath.Join(t.TempDir(), "data")
 	args := []string{"--data-dir", dir, "--fsync", mode}
+	if sat != nil {
+		args = append(args, sat.args...)
+	}
 	p := startServer(t, args...)
 
 	// A second instance on the same directory must refuse it.
@@ -106,7 +111,7 @@ func crashMode(t *testing.T, mode string, rng *rand.Rand) {
 			loadFor = 500 * time.Millisecond
 		}
 		tag := fmt.Sprintf("%s%d", mode, round)
-		stopAt, rs := driveLoad(t, p, &keys, rng.Uint64(), tag, loadFor, clean)
+		stopAt, rs := driveLoad(t, p, &keys, rng.Uint64(), tag, loadFor, clean, sat)
 		if t.Failed() {
 			return
 		}
@@ -121,6 +126,9 @@ func crashMode(t *testing.T, mode string, rng *rand.Rand) {
 			window = "clean"
 		}
 		verify(t, p, &keys, window, stopAt, &rs)
+		if sat != nil {
+			loadedKeys -= sat.keysIn(t, p)
+		}
 		if expired != 0 || loadedKeys != rs.present {
 			t.Errorf("restart logged keys=%d expired_dropped=%d, but %d of the test's keys are present", loadedKeys, expired, rs.present)
 		}
@@ -146,7 +154,10 @@ func lastLine(s string) string {
 // driveLoad runs the workers against p for d, then SIGKILLs p while they
 // are writing (with clean: stops the workers, then SIGTERMs p). It returns
 // the moment of the cut and the round's figures so far.
-func driveLoad(t *testing.T, p *proc, keys *[crashWorkers][]*keyHist, seed uint64, tag string, d time.Duration, clean bool) (time.Time, roundStats) {
+//
+// With sat, flood clients run too, and the cut comes once sat.cutNow says
+// the write path is saturated, instead of after d.
+func driveLoad(t *testing.T, p *proc, keys *[crashWorkers][]*keyHist, seed uint64, tag string, d time.Duration, clean bool, sat *saturation) (time.Time, roundStats) {
 	t.Helper()
 	var rs roundStats
 	for w := range keys {
@@ -214,6 +225,19 @@ func driveLoad(t *testing.T, p *proc, keys *[crashWorkers][]*keyHist, seed uint6
 			}
 		}()
 	}
+	if sat != nil {
+		for i := range sat.flooders {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := sat.flood(p, i, &stop); err != nil && !killed.Load() {
+					mu.Lock()
+					errs = append(errs, fmt.Sprintf("flood client %d: %v before the kill", i, err))
+					mu.Unlock()
+				}
+			}()
+		}
+	}
 	waitWorkers := func() {
 		done := make(chan struct{})
 		go func() { wg.Wait(); close(done) }()
@@ -223,7 +247,11 @@ func driveLoad(t *testing.T, p *proc, keys *[crashWorkers][]*keyHist, seed uint6
 			t.Fatal("load workers did not stop within 30s")
 		}
 	}
-	<-time.After(d)
+	if sat != nil && !clean {
+		sat.waitSaturated(t, p, d)
+	} else {
+		<-time.After(d)
+	}
 	cut := time.Now()
 	if clean {
 		stop.Store(true)

@@ -16,6 +16,10 @@ func PersistenceCollector(w *persistence.Writer, st persistence.Store) prometheu
 		syncLat:  prometheus.NewDesc(Namespace+"_persistence_last_sync_seconds", "Duration of the last sync to disk.", nil, nil),
 		lastSync: prometheus.NewDesc(Namespace+"_persistence_last_sync_timestamp_seconds", "Unix time of the last sync to disk.", nil, nil),
 		disk:     prometheus.NewDesc(Namespace+"_persistence_disk_bytes", "Bytes the store uses on disk.", nil, nil),
+		pendB:    prometheus.NewDesc(Namespace+"_persistence_pending_bytes", "Bytes of the changes queued for the store, not yet written (capped by --persist-max-pending-bytes).", nil, nil),
+		maxPendB: prometheus.NewDesc(Namespace+"_persistence_max_pending_bytes", "The cap on persistence_pending_bytes: past it, write commands wait.", nil, nil),
+		waits:    prometheus.NewDesc(Namespace+"_persistence_backpressure_waits_total", "Write commands that waited for the store to catch up (pending bytes over the cap).", nil, nil),
+		waitSec:  prometheus.NewDesc(Namespace+"_persistence_backpressure_wait_seconds_total", "Time write commands waited for the store to catch up.", nil, nil),
 		failed:   prometheus.NewDesc(Namespace+"_persistence_failed", "1 while the store refuses writes (write commands are refused with MISCONF until a write succeeds).", nil, nil),
 	}
 }
@@ -24,10 +28,11 @@ type persistCollector struct {
 	w                                                           *persistence.Writer
 	st                                                          persistence.Store
 	pending, written, flushLat, syncLat, lastSync, disk, failed *prometheus.Desc
+	pendB, maxPendB, waits, waitSec                             *prometheus.Desc
 }
 
 func (c *persistCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.pending, c.written, c.flushLat, c.syncLat, c.lastSync, c.disk, c.failed} {
+	for _, d := range []*prometheus.Desc{c.pending, c.written, c.flushLat, c.syncLat, c.lastSync, c.disk, c.failed, c.pendB, c.maxPendB, c.waits, c.waitSec} {
 		ch <- d
 	}
 }
@@ -36,6 +41,10 @@ func (c *persistCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.w.Stats()
 	gauge(ch, c.pending, float64(s.Pending))
 	counter(ch, c.written, float64(s.Written))
+	gauge(ch, c.pendB, float64(s.PendingBytes))
+	gauge(ch, c.maxPendB, float64(s.MaxPending))
+	counter(ch, c.waits, float64(s.BackpressureWaits))
+	counter(ch, c.waitSec, s.BackpressureWait.Seconds())
 	gauge(ch, c.flushLat, s.LastWriteTime.Seconds())
 	gauge(ch, c.syncLat, s.LastSyncTime.Seconds())
 	if !s.LastSync.IsZero() {

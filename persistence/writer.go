@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/cellserver/cellserver/keyspace"
 )
@@ -71,6 +72,14 @@ const (
 	maxSpareArena = 8 << 20
 )
 
+// DefaultMaxPending is the default cap on the bytes of changes queued and
+// not yet written (see Writer.Admit).
+const DefaultMaxPending = 64 << 20
+
+// opOverhead is what one queued change costs besides its key and value
+// bytes: its Op in the queue.
+const opOverhead = int64(unsafe.Sizeof(Op{}))
+
 // Writer is the write path: it implements keyspace.Journal, so every change
 // is encoded and queued, in order, while the shard lock is held; a
 // background goroutine (Run) writes the queue to the Store in batches, off
@@ -84,6 +93,15 @@ const (
 // Failing reports the error (commands then refuse write commands, as
 // Redis's MISCONF) and WaitDurable returns it.
 //
+// The changes queued and not yet written (the queue, the batch being
+// written, a batch kept for a retry) are counted in bytes: key, encoded
+// value and opOverhead each. Past the cap (SetMaxPending), Admit, called
+// before every write command, waits until the store has taken enough of
+// them (backpressure: the event loop running the command stops serving
+// its clients meanwhile) or until writes fail (then it returns the
+// error, so the command is refused). The queue can pass the cap only by
+// the changes of the commands already admitted: one per event loop.
+//
 // Writer is safe for concurrent use.
 type Writer struct {
 	store Store
@@ -96,11 +114,12 @@ type Writer struct {
 	// the queue and clears them; recycle puts a written batch's arrays
 	// back only into empty spare slots. So enqueue never appends into an
 	// array the store is reading.
-	mu      sync.Mutex // guards queue, arena, seq, taken, spare*
+	mu      sync.Mutex // guards queue, arena, seq, taken, qbytes, spare*
 	queue   []Op
 	arena   []byte // keys and encoded values of queue
 	seq     uint64 // changes queued so far
 	taken   uint64 // changes handed to batches so far
+	qbytes  int64  // what queue's changes count in pending
 	spareQ  []Op
 	spareAr []byte
 
@@ -123,6 +142,10 @@ type Writer struct {
 	closed     bool
 
 	failing  atomic.Pointer[error] // err, for Failing (read per command)
+	pending  atomic.Int64          // bytes of the changes queued or being written (see opOverhead)
+	maxPend  int64                 // the cap on pending; set before Run
+	waits    atomic.Uint64         // Admit and WaitRoom calls that waited for room
+	waitNS   atomic.Int64          // time they waited, in total
 	failures atomic.Uint64         // failed Write and Sync calls since start
 
 	written  atomic.Uint64
@@ -144,6 +167,7 @@ type batch struct {
 	ops    []Op
 	arena  []byte
 	lo, hi uint64
+	bytes  int64 // what the changes count in Writer.pending
 }
 
 // NewWriter returns a Writer for store; call Run to start writing.
@@ -152,13 +176,62 @@ func NewWriter(store Store, mode Fsync, log *slog.Logger) *Writer {
 		log = slog.Default()
 	}
 	w := &Writer{store: store, mode: mode, log: log, wake: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), maxPend: DefaultMaxPending}
 	w.durCond = sync.NewCond(&w.durMu)
 	return w
 }
 
 // Mode returns the fsync policy.
 func (w *Writer) Mode() Fsync { return w.mode }
+
+// SetMaxPending sets the cap on the bytes of changes queued and not yet
+// written (DefaultMaxPending unless set); n < 1 counts as 1. Call it
+// before Run.
+func (w *Writer) SetMaxPending(n int64) { w.maxPend = max(n, 1) }
+
+// MaxPending returns the cap set by SetMaxPending.
+func (w *Writer) MaxPending() int64 { return w.maxPend }
+
+// Admit is called before a write command runs: while the changes queued
+// and not yet written take more than the cap, it wakes the writer and
+// waits until they no longer do, the store fails, or the Writer closes.
+// It returns Failing's error (the command is then refused). Without a
+// backlog it costs two atomic loads.
+func (w *Writer) Admit() error {
+	w.WaitRoom()
+	return w.Failing()
+}
+
+// WaitRoom is Admit without the error: it returns at once unless the
+// changes queued and not yet written take more than the cap, and then
+// once they no longer do, the store fails, or the Writer closes. A
+// replica calls it before applying each change from its primary.
+func (w *Writer) WaitRoom() {
+	if w.pending.Load() > w.maxPend {
+		w.waitRoom()
+	}
+}
+
+// waitRoom blocks while pending is over the cap and writes succeed.
+func (w *Writer) waitRoom() {
+	start := time.Now()
+	w.poke()
+	w.durMu.Lock()
+	for w.pending.Load() > w.maxPend && w.err == nil && !w.closed {
+		w.durCond.Wait()
+	}
+	w.durMu.Unlock()
+	w.waits.Add(1)
+	w.waitNS.Add(int64(time.Since(start)))
+}
+
+// poke wakes Run, if it is not awake already.
+func (w *Writer) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
 
 // enqueue is called with shard locks held: the mutex is released by a
 // defer, so a panic in EncodeValue (a bug: a value of an unknown kind)
@@ -181,11 +254,13 @@ func (w *Writer) enqueue(kind OpKind, db int, key []byte, v *keyspace.Value) {
 	}
 	w.queue = append(w.queue, op)
 	w.seq++
-	if w.mode == FsyncAlways {
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
+	size := int64(len(op.Key)+len(op.Value)) + opOverhead
+	w.qbytes += size
+	n := w.pending.Add(size)
+	if w.mode == FsyncAlways || n > w.maxPend/2 {
+		// With always, a reply waits for this change; past half the cap,
+		// write now rather than at the next tick, before Admit must wait.
+		w.poke()
 	}
 }
 
@@ -301,6 +376,7 @@ func (w *Writer) take() *batch {
 		return nil
 	}
 	b := &batch{ops: w.queue, arena: w.arena, lo: w.taken + 1, hi: w.seq}
+	b.bytes, w.qbytes = w.qbytes, 0
 	w.taken = w.seq
 	w.queue, w.arena = w.spareQ, w.spareAr
 	w.spareQ, w.spareAr = nil, nil
@@ -385,6 +461,7 @@ func (w *Writer) write(b *batch) bool {
 		w.lastSync.Store(now.UnixNano())
 	}
 	w.written.Add(uint64(len(b.ops)))
+	w.pending.Add(-b.bytes) // before the broadcast, for Admit's waiters
 	w.durMu.Lock()
 	if b.hi > w.durable {
 		w.durable = b.hi
@@ -499,6 +576,13 @@ type WriterStats struct {
 	// Err is the store's error while writes fail (write commands are
 	// refused), nil when they succeed.
 	Err error
+	// PendingBytes counts the changes of Pending as Admit does, against
+	// MaxPending; BackpressureWaits counts the write commands that waited
+	// for room, BackpressureWait their total wait.
+	PendingBytes      int64
+	MaxPending        int64
+	BackpressureWaits uint64
+	BackpressureWait  time.Duration
 	// FailingSince is when the current failure began (zero when Err is
 	// nil); Failures counts the failed Write and Sync calls since start.
 	FailingSince time.Time
@@ -529,5 +613,7 @@ func (w *Writer) Stats() WriterStats {
 	return WriterStats{Mode: w.mode, Pending: pending, Written: w.written.Load(),
 		LastWrite: ts(w.lastWr.Load()), LastSync: ts(w.lastSync.Load()),
 		LastWriteTime: time.Duration(w.flushNS.Load()), LastSyncTime: time.Duration(w.syncNS.Load()),
-		Err: err, FailingSince: since, Failures: w.failures.Load()}
+		Err: err, FailingSince: since, Failures: w.failures.Load(),
+		PendingBytes: w.pending.Load(), MaxPending: w.maxPend,
+		BackpressureWaits: w.waits.Load(), BackpressureWait: time.Duration(w.waitNS.Load())}
 }

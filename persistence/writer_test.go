@@ -535,3 +535,67 @@ func TestWriterSurvivesAPanickingStore(t *testing.T) {
 		})
 	}
 }
+
+// TestWriterAdmitWaitsWhileOverTheCap: with the store held, changes past
+// the cap make Admit wait, and it returns once the store takes them (with
+// the wait counted); while writes fail it returns the error at once
+// instead of waiting, and the pending bytes stay counted until written.
+func TestWriterAdmitWaitsWhileOverTheCap(t *testing.T) {
+	st := newCheckStore()
+	w := NewWriter(st, FsyncEverySec, quietLog)
+	w.SetMaxPending(1000)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go w.Run(ctx)
+	defer w.Close()
+
+	unhold := st.hold(t)
+	m := wmodel{}
+	m.put(w, "first", strValue(10, 'a'))
+	st.waitEntered(t) // the batch of "first" is being written, and held
+	for i := range 20 {
+		m.put(w, fmt.Sprintf("k%d", i), strValue(100, 'b'))
+	}
+	if s := w.Stats(); s.PendingBytes <= 1000 {
+		t.Fatalf("PendingBytes %d after 20 changes of 100 bytes: want over the cap of 1000", s.PendingBytes)
+	}
+	admitted := make(chan error, 1)
+	go func() { admitted <- w.Admit() }()
+	select {
+	case err := <-admitted:
+		t.Fatalf("Admit returned %v over the cap while the store is held", err)
+	case <-time.After(50 * time.Millisecond): // the absence of an event: a bounded look
+	}
+	unhold()
+	select {
+	case err := <-admitted:
+		if err != nil {
+			t.Fatalf("Admit: %v", err)
+		}
+	case <-time.After(waitTimeout):
+		t.Fatalf("Admit still waiting %v after the store was released", waitTimeout)
+	}
+	waitWritten(t, w)
+	m.compare(t, st)
+	s := w.Stats()
+	if s.PendingBytes != 0 || s.BackpressureWaits != 1 || s.BackpressureWait <= 0 {
+		t.Fatalf("after the writes: PendingBytes %d (want 0), BackpressureWaits %d (want 1), BackpressureWait %v", s.PendingBytes, s.BackpressureWaits, s.BackpressureWait)
+	}
+
+	// A failing store: Admit refuses at once, whatever the backlog.
+	fs := &failStore{Memory: NewMemory()}
+	fs.failing.Store(true)
+	w2 := NewWriter(fs, FsyncEverySec, quietLog)
+	w2.SetMaxPending(100)
+	go w2.Run(ctx)
+	defer w2.Close()
+	big := strValue(500, 'c')
+	w2.Put(0, []byte("x"), &big)
+	waitFor(t, "the writer failing", func() bool { return w2.Failing() != nil })
+	if err := w2.Admit(); !errors.Is(err, errDiskFull) {
+		t.Fatalf("Admit while failing: %v, want %v", err, errDiskFull)
+	}
+	if s := w2.Stats(); s.PendingBytes < 500 {
+		t.Fatalf("PendingBytes %d while the batch is refused: want it still counted", s.PendingBytes)
+	}
+}

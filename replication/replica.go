@@ -329,6 +329,9 @@ func (l *link) apply(nc net.Conn, br *bufio.Reader) error {
 			if t == frameSnap {
 				raw = nil
 			}
+			if r.cfg.WaitRoom != nil {
+				r.cfg.WaitRoom()
+			}
 			if !l.applyChange(&c, raw) {
 				return errStopped
 			}

@@ -62,6 +62,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Clock is the wall clock (lag, link-down times); default time.Now.
 	Clock func() time.Time
+	// WaitRoom, if set, is called by a replica before it applies each
+	// change from its primary: with persistence, it waits while the
+	// write queue is over its cap (persistence.Writer.WaitRoom), so the
+	// replica stops reading the stream and TCP holds the primary back.
+	WaitRoom func()
 }
 
 // Replication is one node's replication state: its role, its backlog,

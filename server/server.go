@@ -127,6 +127,11 @@ type Config struct {
 	// dropping those after it (logged at WARN, counted in INFO
 	// persistence). False, the default, refuses to start from it.
 	LoadDamagedWAL bool
+	// PersistMaxPending caps the bytes of changes queued for the store
+	// and not yet written (persistence.Writer.SetMaxPending); past it,
+	// write commands wait for the writer (backpressure). 0 means
+	// persistence.DefaultMaxPending.
+	PersistMaxPending int64
 	// MetricsAddr, when set, serves Metrics's handler over HTTP on this
 	// address (cmd/cellserver: Prometheus metrics at /metrics and the
 	// probes /healthz and /readyz). Off by default.
@@ -290,6 +295,9 @@ func (c Config) withDefaults() Config {
 	if c.Fsync == "" {
 		c.Fsync = "everysec"
 	}
+	if c.PersistMaxPending == 0 {
+		c.PersistMaxPending = persistence.DefaultMaxPending
+	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
@@ -349,6 +357,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := parsePolicy(c.MaxMemoryPolicy); err != nil {
 		bad("maxmemory-policy %q: must be allkeys-lru or noeviction", c.MaxMemoryPolicy)
+	}
+	if c.PersistMaxPending < 0 {
+		bad("persist-max-pending-bytes %d: must be positive", c.PersistMaxPending)
 	}
 	if _, err := persistence.ParseFsync(c.Fsync); err != nil {
 		bad("fsync %q: must be always, everysec or no", c.Fsync)
@@ -486,6 +497,7 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "maxmemory-policy", Value: c.MaxMemoryPolicy},
 		{Name: "data-dir", Value: c.DataDir},
 		{Name: "fsync", Value: c.Fsync},
+		{Name: "persist-max-pending-bytes", Value: itoa(c.PersistMaxPending)},
 		{Name: "load-damaged-wal", Value: map[bool]string{false: "no", true: "yes"}[c.LoadDamagedWAL]},
 		{Name: "slowlog-log-slower-than", Value: itoa(slowlogMicros(c.SlowlogSlowerThan))},
 		{Name: "slowlog-max-len", Value: itoa(int64(max(c.SlowlogMaxLen, 0)))},
@@ -566,6 +578,7 @@ func New(cfg Config) (*Server, error) {
 			walDamage = wc.WALDamage()
 		}
 		writer = persistence.NewWriter(store, mode, cfg.Logger)
+		writer.SetMaxPending(cfg.PersistMaxPending)
 		kcfg.Journal = writer
 	}
 	ks, err := keyspace.New(kcfg)
@@ -590,9 +603,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	var durability commands.Durability
 	var persistInfo func() []string
-	var writeErr func() error
+	var writeErr, admitWrite func() error
 	if writer != nil {
 		writeErr = writer.Failing
+		admitWrite = writer.Admit // waits while the queue is over its cap
 		if writer.Mode() == persistence.FsyncAlways {
 			durability = writer
 		}
@@ -607,9 +621,14 @@ func New(cfg Config) (*Server, error) {
 		}
 		return nil, err
 	}
+	var waitRoom func()
+	if writer != nil {
+		waitRoom = writer.WaitRoom
+	}
 	repl, err := replication.New(replication.Config{Keyspace: ks, BacklogSize: cfg.ReplBacklogSize, TLS: rtls,
 		AnnounceIP: cfg.ReplicaAnnounceIP, AnnouncePort: cfg.ReplicaAnnouncePort,
-		MasterUser: cfg.MasterUser, MasterAuth: cfg.MasterAuth, Logger: cfg.Logger, Clock: cfg.Clock})
+		MasterUser: cfg.MasterUser, MasterAuth: cfg.MasterAuth, Logger: cfg.Logger, Clock: cfg.Clock,
+		WaitRoom: waitRoom})
 	if err != nil {
 		if store != nil {
 			store.Close()
@@ -640,6 +659,7 @@ func New(cfg Config) (*Server, error) {
 		Durability:         durability,
 		PersistenceInfo:    persistInfo,
 		WriteError:         writeErr,
+		AdmitWrite:         admitWrite,
 		Keyspace:           ks,
 		Clock:              cfg.Clock,
 		Settings:           cfg.Settings(),
@@ -905,6 +925,10 @@ func persistenceInfo(cfg Config, w *persistence.Writer, st persistence.Store, lo
 		"fsync:" + ws.Mode.String(),
 		fmt.Sprintf("pending_changes:%d", ws.Pending),
 		fmt.Sprintf("written_changes:%d", ws.Written),
+		fmt.Sprintf("pending_bytes:%d", ws.PendingBytes),
+		fmt.Sprintf("max_pending_bytes:%d", ws.MaxPending),
+		fmt.Sprintf("backpressure_waits:%d", ws.BackpressureWaits),
+		fmt.Sprintf("backpressure_wait_usec:%d", ws.BackpressureWait.Microseconds()),
 		fmt.Sprintf("last_write_time:%d", unix(ws.LastWrite)),
 		fmt.Sprintf("last_write_usec:%d", ws.LastWriteTime.Microseconds()),
 		fmt.Sprintf("last_sync_time:%d", unix(ws.LastSync)),

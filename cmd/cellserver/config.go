@@ -177,6 +177,7 @@ var options = []option{
 	{"maxmemory-policy", "allkeys-lru", "at maxmemory: allkeys-lru (evict; the key starts afresh) or noeviction (refuse new keys)", setString(func(c *server.Config) *string { return &c.MaxMemoryPolicy })},
 	{"data-dir", "", "keep state in a Pebble database in this directory (in memory only when empty)", setString(func(c *server.Config) *string { return &c.DataDir })},
 	{"fsync", "everysec", "with --data-dir: always (reply after the change is on disk), everysec or no", setString(func(c *server.Config) *string { return &c.Fsync })},
+	{"persist-max-pending-bytes", "64mb", "with --data-dir: cap on the changes queued for the disk and not yet written; past it, write commands wait (their event loop stops reading clients) until the disk catches up", setInt64(func(c *server.Config) *int64 { return &c.PersistMaxPending })},
 	{"load-damaged-wal", "no", "with --data-dir: start even if the newest WAL is damaged before its end, dropping the changes after the damage (logged, counted in INFO persistence)", setBool(func(c *server.Config) *bool { return &c.LoadDamagedWAL })},
 	{"slowlog-log-slower-than", "10000", "log commands slower than this many microseconds in SLOWLOG (0: all, negative: none)", setSlowlog},
 	{"slowlog-max-len", "128", "entries kept by SLOWLOG", setInt(func(c *server.Config) *int { return &c.SlowlogMaxLen })},

@@ -57,6 +57,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		cfg.Logger = logger
 	}
 	cfg.Version = version
+	defer startCPUProfile(os.Getenv, stderr)()
 	srv, err := server.New(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "cellserver: cannot start: %v\n", err)

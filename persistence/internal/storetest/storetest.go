@@ -159,6 +159,27 @@ func Run(t *testing.T, open func(t *testing.T) persistence.Store) {
 		CheckRecords(t, s, []Record{{3, "w", "1"}, {persistence.MaxDB, "n", "1"}})
 	})
 
+	t.Run("SameKeyManyTimesInOneBatch", func(t *testing.T) {
+		// A store may reorder or merge the changes of one batch (the
+		// Pebble store sorts them by key and keeps each key's last), but
+		// never across a FLUSHDB/FLUSHALL, and each key ends as its last
+		// change left it.
+		s := open(t)
+		ops := []persistence.Op{
+			Put(0, "hot", "1"), Put(0, "b", "1"), Put(0, "hot", "2"), Del(0, "b"),
+			Put(1, "hot", "x"), Put(0, "a", "1"), Del(0, "hot"), Put(0, "hot", "3"),
+			Put(0, "gone", "1"), DelDB(0), Put(0, "b", "2"), Put(0, "b", "3"),
+			Put(1, "hot", "y"), Del(1, "hot"), Put(2, "z", "1"), DelAll(), Put(2, "z", "2"),
+			Put(0, "hot", "4"), Del(0, "new"), Put(0, "new", "1"), Put(0, "del", "1"), Del(0, "del"),
+		}
+		MustWrite(t, s, false, ops...)
+		m := Model{}
+		m.Apply(ops)
+		CheckRecords(t, s, m.Records())
+		s = reopen(t, s)
+		CheckRecords(t, s, m.Records())
+	})
+
 	t.Run("DeleteDBOnlyItsDB", func(t *testing.T) {
 		s := open(t)
 		m := Model{}
