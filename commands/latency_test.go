@@ -36,18 +36,20 @@ func TestLatencyHistogram(t *testing.T) {
 	for _, s := range commands.LatencyBuckets {
 		bounds[int64(s*1e6)] = true
 	}
-	// check verifies a histogram map and returns its names in order.
+	// check verifies a histogram map and returns its names in order; its
+	// maps are arrays of pairs in RESP2, maps (kind '%') in RESP3.
+	kind := byte('*')
 	check := func(args ...string) []string {
 		t.Helper()
 		v := c.mustDo(t, append([]string{"LATENCY", "HISTOGRAM"}, args...)...)
-		if v.kind != '*' || len(v.elems)%2 != 0 {
+		if v.kind != kind || len(v.elems)%2 != 0 {
 			t.Fatalf("LATENCY HISTOGRAM %q: %v", args, v)
 		}
 		var names []string
 		for i := 0; i < len(v.elems); i += 2 {
 			name, h := v.elems[i], v.elems[i+1]
-			if name.kind != '$' || h.kind != '*' || len(h.elems) != 4 || h.elems[0].str != "calls" || h.elems[1].kind != ':' ||
-				h.elems[2].str != "histogram_usec" || h.elems[3].kind != '*' || len(h.elems[3].elems)%2 != 0 || len(h.elems[3].elems) == 0 {
+			if name.kind != '$' || h.kind != kind || len(h.elems) != 4 || h.elems[0].str != "calls" || h.elems[1].kind != ':' ||
+				h.elems[2].str != "histogram_usec" || h.elems[3].kind != kind || len(h.elems[3].elems)%2 != 0 || len(h.elems[3].elems) == 0 {
 				t.Fatalf("LATENCY HISTOGRAM %q: entry %v %v", args, name, h)
 			}
 			n, _ := strconv.ParseInt(h.elems[1].str, 10, 64)
@@ -95,4 +97,12 @@ func TestLatencyHistogram(t *testing.T) {
 		}
 	}
 	t.Logf("LATENCY HISTOGRAM with no argument: %d commands", len(all))
+
+	// RESP3: the same, as maps. (Not in the golden files: which buckets
+	// hold the calls depends on how fast they ran.)
+	c.mustDo(t, "HELLO", "3")
+	kind = '%'
+	if got := check("strlen"); len(got) != 1 || got[0] != "strlen" {
+		t.Errorf("RESP3 LATENCY HISTOGRAM strlen: %q", got)
+	}
 }

@@ -298,6 +298,10 @@ func (c *Conn) serve() (hijacked bool) {
 		if c.killed.Load() {
 			return false
 		}
+		// The batch's input is consumed: say so before the replies leave,
+		// so that a CLIENT LIST the client's next move triggers never sees
+		// it still buffered.
+		c.noteQueryBuf()
 		if len(c.Out) > 0 {
 			if c.write() != nil {
 				return false
@@ -307,7 +311,6 @@ func (c *Conn) serve() (hijacked bool) {
 			c.Out = nil
 		}
 		c.outCap.Store(int64(cap(c.Out)))
-		c.noteQueryBuf()
 		if c.closeAfter {
 			return c.hijack != nil && c.takeOver()
 		}
