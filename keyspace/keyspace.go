@@ -85,6 +85,16 @@ type Journal interface {
 	DeleteAll()
 }
 
+// Room is the backlog of the Journal's consumer (persistence's write
+// queue, with its cap).
+type Room interface {
+	// Full reports whether the backlog is over its cap.
+	Full() bool
+	// WaitRoom returns once the backlog is under its cap again, or at once
+	// when it cannot shrink (writes failing).
+	WaitRoom()
+}
+
 // Policy is what happens when MaxMemory is reached.
 type Policy uint8
 
@@ -134,6 +144,11 @@ type Config struct {
 	Policy Policy
 	// Journal, if not nil, is told about every change (persistence).
 	Journal Journal
+	// Room, if not nil, bounds the changes background work adds to the
+	// Journal's backlog: while Room.Full, an active-expiry pass (Sweep)
+	// is skipped (expired keys stay hidden from reads and go at a later
+	// pass), and DeleteSlots calls Room.WaitRoom between its batches.
+	Room Room
 	// Databases is the number of numbered databases (SELECT 0..n-1).
 	// The default value is 16.
 	Databases int
@@ -166,6 +181,7 @@ type Keyspace struct {
 	seed      maphash.Seed
 	dbs       []*DB
 	journal   Journal
+	room      Room // nil: no bound on background changes
 	maxMemory int64
 	policy    Policy
 	used      atomic.Int64 // estimated bytes of every entry
@@ -292,7 +308,7 @@ func New(cfg Config) (*Keyspace, error) {
 	if cfg.MaxMemory < 0 {
 		return nil, errors.Join(ErrConfig, errors.New("keyspace: maxmemory must not be negative"))
 	}
-	ks := &Keyspace{seed: maphash.MakeSeed(), dbs: make([]*DB, cfg.Databases), journal: cfg.Journal,
+	ks := &Keyspace{seed: maphash.MakeSeed(), dbs: make([]*DB, cfg.Databases), journal: cfg.Journal, room: cfg.Room,
 		maxMemory: cfg.MaxMemory, policy: cfg.Policy, slotIndex: cfg.SlotIndex}
 	for i := range ks.dbs {
 		db := &DB{ks: ks, index: i, shards: make([]Shard, n), mask: uint64(n - 1)}
@@ -822,7 +838,7 @@ type SweepConfig struct {
 // database at now (ms), locking one shard at a time, and returns the number
 // of keys removed.
 func (ks *Keyspace) Sweep(now int64, cfg SweepConfig) int {
-	if ks.replica.Load() {
+	if ks.replica.Load() || ks.room != nil && ks.room.Full() {
 		return 0
 	}
 	total := 0

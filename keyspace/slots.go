@@ -238,6 +238,9 @@ func (ks *Keyspace) DeleteSlots(db int, slots *[keyslot.Slots]bool) int {
 			s.mu.Unlock()
 			n += batch
 			more = batch == deleteBatch
+			if batch > 0 && ks.room != nil {
+				ks.room.WaitRoom()
+			}
 		}
 	}
 	return n

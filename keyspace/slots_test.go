@@ -371,3 +371,52 @@ func TestSlotIndexConcurrent(t *testing.T) {
 	wg.Wait()
 	checkSlots(t, ks, 0)
 }
+
+// fakeRoom is a Room whose fullness the test sets; it counts the waits and
+// the journal's deletions seen at each.
+type fakeRoom struct {
+	full    bool
+	j       *countJournal
+	waitsAt []int // j.deletes at each WaitRoom
+}
+
+func (r *fakeRoom) Full() bool { return r.full }
+func (r *fakeRoom) WaitRoom()  { r.waitsAt = append(r.waitsAt, r.j.deletes) }
+
+// TestRoomBoundsBackgroundWork: with the journal's backlog full, an
+// active-expiry pass removes nothing (and journals nothing), and
+// DeleteSlots gives the backlog a chance to drain after every batch, so
+// that at most deleteBatch deletions are queued between two waits.
+func TestRoomBoundsBackgroundWork(t *testing.T) {
+	j := &countJournal{}
+	room := &fakeRoom{full: true, j: j}
+	ks, err := New(Config{Databases: 1, Shards: 1, SlotIndex: true, Journal: j, Room: room})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3*deleteBatch + 7 {
+		ks.Restore(0, fmt.Appendf(nil, "{a}%d", i), Value{Kind: KindGCRA, Exp: 50})
+	}
+	if n := ks.Sweep(100, SweepConfig{PerShard: 10, Rounds: 4}); n != 0 || j.deletes != 0 {
+		t.Fatalf("full backlog: Sweep removed %d, journaled %d; want 0", n, j.deletes)
+	}
+	room.full = false
+	if n := ks.Sweep(100, SweepConfig{PerShard: 10, Rounds: 1}); n != 10 || j.deletes != 10 {
+		t.Fatalf("room again: Sweep removed %d, journaled %d; want 10", n, j.deletes)
+	}
+	n := ks.DeleteSlot(0, keyslot.Of([]byte("a")))
+	if n != 3*deleteBatch+7-10 {
+		t.Fatalf("DeleteSlot removed %d", n)
+	}
+	// 765 keys left: batches of 256, 256 and 253, a wait after each.
+	if len(room.waitsAt) != 3 {
+		t.Fatalf("WaitRoom called %d times (at %v), want 3", len(room.waitsAt), room.waitsAt)
+	}
+	prev := 10
+	for _, at := range room.waitsAt {
+		if at-prev > deleteBatch {
+			t.Fatalf("%d deletions queued between two waits (at %v), more than %d", at-prev, room.waitsAt, deleteBatch)
+		}
+		prev = at
+	}
+}

@@ -192,6 +192,10 @@ func (w *Writer) SetMaxPending(n int64) { w.maxPend = max(n, 1) }
 // MaxPending returns the cap set by SetMaxPending.
 func (w *Writer) MaxPending() int64 { return w.maxPend }
 
+// Full reports whether the changes queued and not yet written are over the
+// cap (keyspace.Room: background work then adds nothing, or waits).
+func (w *Writer) Full() bool { return w.pending.Load() > w.maxPend }
+
 // Admit is called before a write command runs: while the changes queued
 // and not yet written take more than the cap, it wakes the writer and
 // waits until they no longer do, the store fails, or the Writer closes.

@@ -580,6 +580,7 @@ func New(cfg Config) (*Server, error) {
 		writer = persistence.NewWriter(store, mode, cfg.Logger)
 		writer.SetMaxPending(cfg.PersistMaxPending)
 		kcfg.Journal = writer
+		kcfg.Room = writer // the sweep and slot deletes respect the queue's cap
 	}
 	ks, err := keyspace.New(kcfg)
 	if err != nil {
