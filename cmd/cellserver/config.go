@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/metrics"
+	"github.com/cellserver/cellserver/persistence/changelog"
 	"github.com/cellserver/cellserver/persistence/pebblestore"
 	"github.com/cellserver/cellserver/server"
 )
@@ -289,6 +290,15 @@ func loadConfig(args []string, env func(string) string, stdout, stderr io.Writer
 	// The store behind --data-dir and the exporter behind --metrics-addr
 	// are wired here, so that package server links neither.
 	cfg.OpenStore = pebblestore.OpenStore
+	if os.Getenv(changelog.EnvSwitch) == "1" {
+		// PROTOTYPE (issue 17): a change log with checkpoints in front of
+		// pebble; see package changelog.
+		var o changelog.Options
+		if d, err := time.ParseDuration(os.Getenv(changelog.EnvSwitch + "_INTERVAL")); err == nil {
+			o.CheckpointInterval = d
+		}
+		cfg.OpenStore = changelog.Opener(pebblestore.OpenStore, o)
+	}
 	cfg.Metrics = metrics.ServerHandler
 	if err := cfg.Validate(); err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
