@@ -108,12 +108,12 @@ type Store struct {
 	log   *slog.Logger
 	o     Options
 
-	mu      sync.Mutex // guards the fields below
-	f       *os.File
-	seg     uint64
-	off     int64
-	recs    []byte // the current segment's records, as written to it
-	closed  bool
+	mu     sync.Mutex // guards the fields below
+	f      *os.File
+	seg    uint64
+	off    int64
+	recs   []byte // the current segment's records, as written to it
+	closed bool
 
 	rotMu   sync.Mutex // held by Sync and by a rotation: Sync covers every completed Write
 	syncErr error      // a failed fsync of a rotated segment; guarded by rotMu
@@ -128,8 +128,8 @@ type Store struct {
 	stats struct {
 		sync.Mutex
 		checkpoints, replayed int64
-		lastKeys             int
-		lastDur              time.Duration
+		lastKeys              int
+		lastDur               time.Duration
 	}
 }
 
@@ -187,7 +187,9 @@ func segments(dir string) ([]uint64, error) {
 	return segs, nil
 }
 
-func segName(dir string, n uint64) string { return filepath.Join(dir, fmt.Sprintf("%016d%s", n, segSuffix)) }
+func segName(dir string, n uint64) string {
+	return filepath.Join(dir, fmt.Sprintf("%016d%s", n, segSuffix))
+}
 
 // Damage describes a segment whose records stop being readable before
 // intact records that follow.
@@ -623,12 +625,12 @@ func (s *Store) WALDamage() persistence.WALDamage {
 
 // Stats are the change log's figures.
 type Stats struct {
-	Checkpoints     int64
-	LastCheckpoint  time.Duration
-	LastKeys        int
-	Replayed        int64
-	Segment         uint64
-	SegmentBytes    int
+	Checkpoints    int64
+	LastCheckpoint time.Duration
+	LastKeys       int
+	Replayed       int64
+	Segment        uint64
+	SegmentBytes   int
 }
 
 // Stats returns the current figures.
