@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # bench/changelog.sh — PROTOTYPE measurement for issue 17: CL.THROTTLE
 # throughput with persistence off, with today's pebble write path, and with
-# the change log + checkpoints (CELLSERVER_CHANGELOG=1), under --fsync
-# everysec and always, interleaved per round.
+# the change log + checkpoints (CELLSERVER_CHANGELOG=1; "log3s-": a
+# checkpoint every 3 s instead of 1 s), under --fsync everysec and always,
+# interleaved per round. Prints one CSV line per run; the raw server logs
+# stay in the printed temp dir.
 #
 # Usage: ROUNDS=3 REQUESTS=500000 PIPELINES="16 1" bench/changelog.sh
 # Server: taskset -c 0, GOMAXPROCS=1; redis-benchmark: taskset -c 1.
@@ -32,6 +34,7 @@ for r in $(seq "$ROUNDS"); do
 		off) ;;
 		pebble-*) args+=(--data-dir "$tmp/d-$r-$c" --fsync "${c#pebble-}") ;;
 		log-*) args+=(--data-dir "$tmp/d-$r-$c" --fsync "${c#log-}"); env=(CELLSERVER_CHANGELOG=1) ;;
+		log3s-*) args+=(--data-dir "$tmp/d-$r-$c" --fsync "${c#log3s-}"); env=(CELLSERVER_CHANGELOG=1 CELLSERVER_CHANGELOG_INTERVAL=3s) ;;
 		esac
 		env "${env[@]}" GOMAXPROCS=1 taskset -c 0 "$bin" "${args[@]}" >"$tmp/log-$r-$c" 2>&1 &
 		spid=$!

@@ -113,13 +113,15 @@ type Store struct {
 	seg    uint64
 	off    int64
 	recs   []byte // the current segment's records, as written to it
+	spare  []byte // a checkpointed segment's buffer, for the next rotation
 	closed bool
 
 	rotMu   sync.Mutex // held by Sync and by a rotation: Sync covers every completed Write
 	syncErr error      // a failed fsync of a rotated segment; guarded by rotMu
 
-	ckMu    sync.Mutex // one checkpoint at a time; guards pending
+	ckMu    sync.Mutex // one checkpoint at a time; guards pending and ckOps
 	pending []frozen
+	ckOps   []persistence.Op // the checkpoint's batch, reused
 
 	kick chan struct{}
 	stop chan struct{}
@@ -128,7 +130,7 @@ type Store struct {
 	stats struct {
 		sync.Mutex
 		checkpoints, replayed int64
-		lastKeys              int
+		lastChanges           int
 		lastDur               time.Duration
 	}
 }
@@ -514,7 +516,11 @@ func (s *Store) Checkpoint() error {
 		return nil
 	}
 	keys := 0
-	var ops []persistence.Op
+	ops := s.ckOps
+	defer func() {
+		clear(ops[:cap(ops)]) // drop references into the segment buffers
+		s.ckOps = ops[:0]
+	}()
 	for _, p := range s.pending {
 		// The segment's records, in order, as one batch: the wrapped
 		// store sorts them and keeps the last change of each key.
@@ -538,13 +544,22 @@ func (s *Store) Checkpoint() error {
 			return fmt.Errorf("persistence: change log: %w", err)
 		}
 	}
+	if last := s.pending[len(s.pending)-1].recs; int64(cap(last)) <= 2*s.o.MaxBytes {
+		// Reused by the next rotation: the segment buffer does not grow
+		// from nothing (copying itself) every second.
+		s.mu.Lock()
+		if s.spare == nil {
+			s.spare = last[:0]
+		}
+		s.mu.Unlock()
+	}
 	s.pending = nil
 	if err := syncDir(s.dir); err != nil {
 		return err
 	}
 	s.stats.Lock()
 	s.stats.checkpoints++
-	s.stats.lastKeys, s.stats.lastDur = keys, time.Since(start)
+	s.stats.lastChanges, s.stats.lastDur = keys, time.Since(start)
 	s.stats.Unlock()
 	return nil
 }
@@ -583,7 +598,7 @@ func (s *Store) rotate() error {
 		return err
 	}
 	old.Close()
-	s.recs = nil
+	s.recs, s.spare = s.spare, nil
 	s.pending = append(s.pending, frozen{recs: recs, seg: oldSeg})
 	return nil
 }
@@ -627,7 +642,7 @@ func (s *Store) WALDamage() persistence.WALDamage {
 type Stats struct {
 	Checkpoints    int64
 	LastCheckpoint time.Duration
-	LastKeys       int
+	LastChanges    int
 	Replayed       int64
 	Segment        uint64
 	SegmentBytes   int
@@ -639,7 +654,7 @@ func (s *Store) Stats() Stats {
 	st := Stats{Segment: s.seg, SegmentBytes: len(s.recs)}
 	s.mu.Unlock()
 	s.stats.Lock()
-	st.Checkpoints, st.LastCheckpoint, st.LastKeys, st.Replayed = s.stats.checkpoints, s.stats.lastDur, s.stats.lastKeys, s.stats.replayed
+	st.Checkpoints, st.LastCheckpoint, st.LastChanges, st.Replayed = s.stats.checkpoints, s.stats.lastDur, s.stats.lastChanges, s.stats.replayed
 	s.stats.Unlock()
 	return st
 }
