@@ -927,6 +927,15 @@ func (o *opOrder) release() {
 // add adds run (OpPut and OpDelete only) to b.
 func (o *opOrder) add(b *pebble.Batch, run []persistence.Op) error {
 	o.keys, o.ents = o.keys[:0], o.ents[:0]
+	if len(run) > 1024 {
+		// A large run (a change log checkpoint) would otherwise grow
+		// both, copying, many times.
+		n := 0
+		for _, op := range run {
+			n += recordPrefix + len(op.Key)
+		}
+		o.keys, o.ents = slices.Grow(o.keys, n), slices.Grow(o.ents, len(run))
+	}
 	for i, op := range run {
 		start := len(o.keys)
 		o.keys = recordKey(o.keys, op.DB, op.Key)
