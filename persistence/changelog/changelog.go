@@ -42,6 +42,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cellserver/cellserver/persistence"
@@ -446,7 +447,7 @@ func (s *Store) Write(ops []persistence.Op, sync bool) error {
 		s.off += int64(len(s.recs) - start)
 	}
 	if sync {
-		if err := s.f.Sync(); err != nil {
+		if err := syncData(s.f); err != nil {
 			// The records are in the file; a retry appends them again,
 			// which replays to the same state.
 			s.mu.Unlock()
@@ -478,7 +479,7 @@ func (s *Store) Sync() error {
 	if closed {
 		return persistence.ErrStoreClosed
 	}
-	if err := f.Sync(); err != nil {
+	if err := syncData(f); err != nil {
 		return fmt.Errorf("persistence: change log sync: %w", err)
 	}
 	return nil
@@ -580,13 +581,13 @@ func (s *Store) rotate() error {
 	s.mu.Unlock()
 	// Most of the segment is synced without blocking Write; the rest
 	// under s.mu, with the swap.
-	if err := f.Sync(); err != nil {
+	if err := syncData(f); err != nil {
 		s.syncErr = fmt.Errorf("persistence: change log sync: %w", err)
 		return s.syncErr
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.f.Sync(); err != nil {
+	if err := syncData(s.f); err != nil {
 		s.syncErr = fmt.Errorf("persistence: change log sync: %w", err)
 		return s.syncErr
 	}
@@ -693,3 +694,14 @@ var (
 	_ persistence.Store      = (*Store)(nil)
 	_ persistence.WALChecker = (*Store)(nil)
 )
+
+// syncData makes f's written data durable with fdatasync(2), which also
+// persists the file size an append changed, but not the timestamps.
+func syncData(f *os.File) error {
+	for {
+		err := syscall.Fdatasync(int(f.Fd()))
+		if err != syscall.EINTR {
+			return err
+		}
+	}
+}
