@@ -7,22 +7,23 @@ import (
 	"time"
 )
 
-// TestCrashRecoveryChangeLog is TestCrashRecovery's rounds with the
-// change log prototype on (CELLSERVER_CHANGELOG=1, see package
-// persistence/changelog) and a checkpoint every 300 ms, so that kills land
-// before, during and after checkpoints: after each SIGKILL every key holds
-// a state it really had, with always its last acknowledged one (or its
-// in-flight write's); after SIGTERM nothing is lost. The saturated
-// subtests add TestCrashUnderBackpressure's flood.
-func TestCrashRecoveryChangeLog(t *testing.T) {
+// checkpointEvery is the --checkpoint-bytes of TestCrashRecoveryCheckpoints:
+// small enough that a checkpoint starts every few hundred changes, so the
+// kills land before, during and after checkpoints.
+const checkpointEvery = "16kb"
+
+// TestCrashRecoveryCheckpoints is TestCrashRecovery's rounds with frequent
+// checkpoints (--checkpoint-bytes 16kb instead of 64mb): after each SIGKILL
+// every key holds a state it really had, with always its last
+// acknowledged one (or its in-flight write's); after SIGTERM nothing is
+// lost. The saturated subtests add TestCrashUnderBackpressure's flood.
+func TestCrashRecoveryCheckpoints(t *testing.T) {
 	needBinary(t)
-	t.Setenv("CELLSERVER_CHANGELOG", "1")
-	t.Setenv("CELLSERVER_CHANGELOG_INTERVAL", "300ms")
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	for mi, mode := range []string{"always", "everysec", "no"} {
 		t.Run(mode, func(t *testing.T) {
-			crashMode(t, mode, rand.New(rand.NewPCG(seed, uint64(20+mi))), nil)
+			crashMode(t, mode, rand.New(rand.NewPCG(seed, uint64(20+mi))), nil, "--checkpoint-bytes", checkpointEvery)
 		})
 	}
 	for mi, mode := range []string{"always", "everysec"} {
@@ -30,7 +31,7 @@ func TestCrashRecoveryChangeLog(t *testing.T) {
 			crashMode(t, mode, rand.New(rand.NewPCG(seed, uint64(30+mi))), &saturation{
 				args:     []string{"--persist-max-pending-bytes", strconv.Itoa(satCap)},
 				flooders: 4,
-			})
+			}, "--checkpoint-bytes", checkpointEvery)
 		})
 	}
 }

@@ -48,18 +48,22 @@ func pristineDir(t *testing.T) (string, int) {
 	}
 	p.stop(t)
 	// A second session writes the small keys: about 90 KB, well within
-	// a memtable, so they are in the newest WAL only.
-	p = startServer(t, "--data-dir", dir, "--fsync", "everysec")
+	// a memtable, so they are in the newest WAL only. A tiny
+	// --checkpoint-bytes makes each batch of 100 its own checkpoint, so
+	// its own WAL record.
+	p = startServer(t, "--data-dir", dir, "--fsync", "everysec", "--checkpoint-bytes", "1kb")
 	rdb2 := client(p.addr, 1)
 	defer rdb2.Close()
 	pipe = rdb2.Pipeline()
 	for i := range corruptSmallKeys {
 		pipe.Do(ctx, "CL.THROTTLE", fmt.Sprintf("small:%d", i), 15, 1, 3600)
 		if i%100 == 99 { // many WAL records, not one big batch
+			before := infoInt(t, rdb2, "checkpoints")
 			if _, err := pipe.Exec(ctx); err != nil {
 				t.Fatal(err)
 			}
 			waitWritten(t, rdb2)
+			waitInfo(t, rdb2, "a checkpoint of the batch", func() bool { return infoInt(t, rdb2, "checkpoints") > before })
 		}
 	}
 	p.stop(t)
@@ -98,6 +102,32 @@ func waitWritten(t *testing.T, rdb *redis.Client) {
 			t.Fatalf("pending_changes still %s after 10s", v)
 		}
 		runtime.Gosched()
+	}
+}
+
+// infoInt reads an integer field of INFO persistence.
+func infoInt(t *testing.T, rdb *redis.Client, field string) int64 {
+	t.Helper()
+	v, err := infoField(context.Background(), rdb, "persistence", field)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		t.Fatalf("INFO persistence %s: %q: %v", field, v, err)
+	}
+	return n
+}
+
+// waitInfo polls cond for up to 10 s.
+func waitInfo(t *testing.T, rdb *redis.Client, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after 10s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -453,6 +483,79 @@ func TestLoadDamagedWAL(t *testing.T) {
 	dropped, _ := strconv.Atoi(m[1])
 	if keys >= nkeys || dropped == 0 || keys+dropped > nkeys || info["loaded_damaged_wal"] != "1" || info["damaged_wal_dropped_changes"] != m[1] {
 		t.Errorf("loaded %d of %d keys, %d changes said dropped; INFO %v", keys, nkeys, dropped, info)
+	}
+	p.stop(t)
+
+	p = startServer(t, "--data-dir", dir)
+	if k, _ := p.loaded(t); k != keys {
+		t.Errorf("next start: %d keys, want %d", k, keys)
+	}
+	p.stop(t)
+}
+
+// TestLoadDamagedChangeLog: the changes since the last checkpoint are in
+// the change log. A segment damaged in the middle (intact records after
+// the damage) is refused, naming the file and --load-damaged-wal; with
+// the option the server starts with the changes before the damage, says
+// what it dropped in a WARN line and INFO persistence, and the next start
+// is clean.
+func TestLoadDamagedChangeLog(t *testing.T) {
+	needBinary(t)
+	const nkeys = 3000
+	dir := filepath.Join(t.TempDir(), "data")
+	p := startServer(t, "--data-dir", dir, "--fsync", "always")
+	rdb := client(p.addr, 1)
+	ctx := context.Background()
+	pipe := rdb.Pipeline()
+	for i := range nkeys {
+		pipe.Do(ctx, "CL.THROTTLE", fmt.Sprintf("k:%d", i), 15, 1, 3600)
+		if i%100 == 99 {
+			if _, err := pipe.Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	rdb.Close()
+	p.kill(t) // no final checkpoint: every change is in the log only
+	logDir := filepath.Join(dir, "changelog")
+	segs := pick(t, logDir, func(n string) bool { return strings.HasSuffix(n, ".clog") })
+	if len(segs) != 1 {
+		t.Fatalf("change log segments after the kill: %v, want one", segs)
+	}
+	seg := filepath.Join(logDir, segs[0])
+	fi, err := os.Stat(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	garble(t, seg, fi.Size()/2, 8)
+	code, out := runToExit(t, "--data-dir", dir)
+	if code <= 0 || !strings.Contains(out, seg) || !strings.Contains(out, "--load-damaged-wal yes") {
+		t.Fatalf("damaged change log without the option: exit %d, want an error naming %s and the option:\n%s", code, seg, out)
+	}
+	t.Logf("without the option: exit %d: %s", code, lastLine(out))
+
+	p = startServer(t, "--data-dir", dir, "--load-damaged-wal", "yes")
+	keys, _ := p.loaded(t)
+	warn := ""
+	for _, line := range strings.Split(p.Logs.String(), "\n") {
+		if strings.Contains(line, "level=WARN") && strings.Contains(line, "damaged change log") {
+			warn = line
+		}
+	}
+	rdb = client(p.addr, 1)
+	info := map[string]string{}
+	for _, f := range []string{"loaded_damaged_wal", "damaged_wal_dropped_changes", "damaged_wal_dropped_records"} {
+		v, err := infoField(ctx, rdb, "persistence", f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info[f] = v
+	}
+	rdb.Close()
+	dropped, _ := strconv.Atoi(info["damaged_wal_dropped_changes"])
+	t.Logf("loaded %d of %d keys; %s; INFO %v", keys, nkeys, warn, info)
+	if warn == "" || keys == 0 || keys >= nkeys || dropped == 0 || keys+dropped > nkeys || info["loaded_damaged_wal"] != "1" {
+		t.Errorf("loaded %d of %d keys, %d changes said dropped, INFO %v, WARN %q", keys, nkeys, dropped, info, warn)
 	}
 	p.stop(t)
 

@@ -76,10 +76,11 @@ func TestCrashRecovery(t *testing.T) {
 }
 
 // crashMode runs the rounds of TestCrashRecovery for one fsync mode; with
-// sat, under saturation (see TestCrashUnderBackpressure).
-func crashMode(t *testing.T, mode string, rng *rand.Rand, sat *saturation) {
+// sat, under saturation (see TestCrashUnderBackpressure); extra are more
+// server flags.
+func crashMode(t *testing.T, mode string, rng *rand.Rand, sat *saturation, extra ...string) {
 	dir := filepath.Join(t.TempDir(), "data")
-	args := []string{"--data-dir", dir, "--fsync", mode}
+	args := append([]string{"--data-dir", dir, "--fsync", mode}, extra...)
 	if sat != nil {
 		args = append(args, sat.args...)
 	}

@@ -162,6 +162,12 @@ type Config struct {
 	// operation per key created or removed; cluster mode turns it on. The
 	// default is off.
 	SlotIndex bool
+	// TrackChanges keeps, per shard, which keys changed since the last
+	// CollectChanges (changes.go): persistence's checkpoints read them.
+	// It costs a bit per entry, 4 bytes per key changed and the bytes of
+	// each key removed until the next collection, and a bit test per
+	// change. The default is off.
+	TrackChanges bool
 }
 
 // ErrConfig reports an invalid Config.
@@ -193,6 +199,7 @@ type Keyspace struct {
 	replica atomic.Bool
 
 	slotIndex bool // Config.SlotIndex
+	track     bool // Config.TrackChanges
 }
 
 // SetReplica switches the keyspace into replica mode (on) or back. In
@@ -309,7 +316,7 @@ func New(cfg Config) (*Keyspace, error) {
 		return nil, errors.Join(ErrConfig, errors.New("keyspace: maxmemory must not be negative"))
 	}
 	ks := &Keyspace{seed: maphash.MakeSeed(), dbs: make([]*DB, cfg.Databases), journal: cfg.Journal, room: cfg.Room,
-		maxMemory: cfg.MaxMemory, policy: cfg.Policy, slotIndex: cfg.SlotIndex}
+		maxMemory: cfg.MaxMemory, policy: cfg.Policy, slotIndex: cfg.SlotIndex, track: cfg.TrackChanges}
 	for i := range ks.dbs {
 		db := &DB{ks: ks, index: i, shards: make([]Shard, n), mask: uint64(n - 1)}
 		if cfg.SlotIndex {
@@ -320,6 +327,9 @@ func New(cfg Config) (*Keyspace, error) {
 			db.shards[j].index = j
 			db.shards[j].journal = cfg.Journal
 			db.shards[j].ks = ks
+			if cfg.TrackChanges {
+				db.shards[j].chg = new(changes)
+			}
 			if cfg.SlotIndex {
 				db.shards[j].t.sx = newSlotIndex(db.slotCounts)
 			}
@@ -378,6 +388,9 @@ type DB struct {
 	// slotCounts is the number of keys per hash slot, with Config.SlotIndex
 	// (nil without); each shard keeps its part under its lock (slots.go).
 	slotCounts *[keyslot.Slots]atomic.Int32
+	// flushed: the database was flushed since the last CollectChanges
+	// (with Config.TrackChanges).
+	flushed atomic.Bool
 }
 
 // Index returns the database number.
@@ -413,8 +426,9 @@ type Shard struct {
 	bytes   int64 // estimated memory of the entries
 	ks      *Keyspace
 	journal Journal
-	db      int // database index, for lock ordering
-	index   int // shard index within the database, for lock ordering
+	chg     *changes // with Config.TrackChanges: what changed since the last collection
+	db      int      // database index, for lock ordering
+	index   int      // shard index within the database, for lock ordering
 	samples [8]uint32
 	sec     int64 // the latest now seen by Lookup or Peek, in seconds (new keys' LRU clock)
 
@@ -443,6 +457,9 @@ func (s *Shard) removeAt(idx uint32, pos int, key []byte) {
 			key = append([]byte(nil), s.t.key(e)...)
 		}
 		s.journal.Delete(s.db, key)
+		if s.chg != nil {
+			s.chg.removed(key)
+		}
 	}
 	s.t.remove(idx, pos)
 }
@@ -623,6 +640,9 @@ func (s *Shard) ReplaceHash(key []byte, h uint64, cur *Value, nv Value) {
 	if s.journal != nil {
 		s.jv = nv
 		s.journal.Put(s.db, key, &s.jv)
+		if s.chg != nil {
+			s.chg.mark(idx)
+		}
 	}
 }
 
@@ -702,6 +722,9 @@ func (s *Shard) clear() {
 	s.t = table{limit: s.t.limit, cur: -1, sx: s.t.sx}
 	s.view, s.jv = Value{}, Value{}
 	s.account(-s.bytes)
+	if s.chg != nil {
+		s.chg.reset()
+	}
 }
 
 // Flush removes every key of db (FLUSHDB), holding all of its shard locks
@@ -722,6 +745,7 @@ func (db *DB) Flush(locked bool) {
 		db.shards[i].clear()
 	}
 	db.zeroSlotCounts()
+	db.flushed.Store(db.ks.track)
 	if db.ks.journal != nil {
 		db.ks.journal.DeleteDB(db.index)
 	}
@@ -739,6 +763,7 @@ func (ks *Keyspace) FlushAll(locked bool) {
 			db.shards[i].clear()
 		}
 		db.zeroSlotCounts()
+		db.flushed.Store(ks.track)
 	}
 	if ks.journal != nil {
 		ks.journal.DeleteAll()

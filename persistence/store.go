@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+
+	"github.com/cellserver/cellserver/keyspace"
 )
 
 // OpKind says what an Op does.
@@ -124,3 +126,18 @@ type OpenOptions struct {
 // An Opener opens (creating it if needed) the Store kept in directory dir.
 // pebblestore.OpenStore is the one cmd/cellserver uses.
 type Opener func(dir string, opts OpenOptions) (Store, error)
+
+// A Checkpointer is a Store that writes checkpoints of the keys changed in
+// the keyspace, read from the keyspace itself (changelog.Store): the
+// keyspace in front of it must have keyspace.Config.TrackChanges on, and be
+// attached once it holds what the store holds (after Load, before
+// serving).
+type Checkpointer interface {
+	Store
+	Attach(ks *keyspace.Keyspace)
+}
+
+// An InfoReporter is a Store with lines of its own for INFO persistence.
+type InfoReporter interface {
+	Info() []string
+}

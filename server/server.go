@@ -22,6 +22,7 @@ import (
 	"github.com/cellserver/cellserver/commands"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/persistence"
+	"github.com/cellserver/cellserver/persistence/changelog"
 	"github.com/cellserver/cellserver/replication"
 	"github.com/cellserver/cellserver/resp"
 )
@@ -132,6 +133,12 @@ type Config struct {
 	// write commands wait for the writer (backpressure). 0 means
 	// persistence.DefaultMaxPending.
 	PersistMaxPending int64
+	// CheckpointBytes: with a store that keeps a change log
+	// (changelog.Store, what cmd/cellserver opens), a checkpoint starts
+	// once the log written since the previous one passes this many bytes;
+	// 0 means changelog.DefaultCheckpointBytes. cmd/cellserver hands it to
+	// the store's Opener; it is here for CONFIG GET and validation.
+	CheckpointBytes int64
 	// MetricsAddr, when set, serves Metrics's handler over HTTP on this
 	// address (cmd/cellserver: Prometheus metrics at /metrics and the
 	// probes /healthz and /readyz). Off by default.
@@ -295,6 +302,9 @@ func (c Config) withDefaults() Config {
 	if c.Fsync == "" {
 		c.Fsync = "everysec"
 	}
+	if c.CheckpointBytes == 0 {
+		c.CheckpointBytes = changelog.DefaultCheckpointBytes
+	}
 	if c.PersistMaxPending == 0 {
 		c.PersistMaxPending = persistence.DefaultMaxPending
 	}
@@ -357,6 +367,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := parsePolicy(c.MaxMemoryPolicy); err != nil {
 		bad("maxmemory-policy %q: must be allkeys-lru or noeviction", c.MaxMemoryPolicy)
+	}
+	if c.CheckpointBytes < 0 {
+		bad("checkpoint-bytes %d: must be positive", c.CheckpointBytes)
 	}
 	if c.PersistMaxPending < 0 {
 		bad("persist-max-pending-bytes %d: must be positive", c.PersistMaxPending)
@@ -498,6 +511,7 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "data-dir", Value: c.DataDir},
 		{Name: "fsync", Value: c.Fsync},
 		{Name: "persist-max-pending-bytes", Value: itoa(c.PersistMaxPending)},
+		{Name: "checkpoint-bytes", Value: itoa(c.CheckpointBytes)},
 		{Name: "load-damaged-wal", Value: map[bool]string{false: "no", true: "yes"}[c.LoadDamagedWAL]},
 		{Name: "slowlog-log-slower-than", Value: itoa(slowlogMicros(c.SlowlogSlowerThan))},
 		{Name: "slowlog-max-len", Value: itoa(int64(max(c.SlowlogMaxLen, 0)))},
@@ -581,6 +595,7 @@ func New(cfg Config) (*Server, error) {
 		writer.SetMaxPending(cfg.PersistMaxPending)
 		kcfg.Journal = writer
 		kcfg.Room = writer // the sweep and slot deletes respect the queue's cap
+		_, kcfg.TrackChanges = st.(persistence.Checkpointer)
 	}
 	ks, err := keyspace.New(kcfg)
 	if err != nil {
@@ -601,6 +616,9 @@ func New(cfg Config) (*Server, error) {
 		}
 		cfg.Logger.Info("loaded persisted state", "dir", cfg.DataDir, "keys", loaded.Keys,
 			"expired_dropped", loaded.Expired, "duration", loaded.Duration.String())
+		if cp, ok := store.(persistence.Checkpointer); ok {
+			cp.Attach(ks) // checkpoints read the changed keys from here on
+		}
 	}
 	var durability commands.Durability
 	var persistInfo func() []string
@@ -917,11 +935,15 @@ func persistenceInfo(cfg Config, w *persistence.Writer, st persistence.Store, lo
 		status, lastErr = "err", strings.NewReplacer("\r", " ", "\n", " ").Replace(ws.Err.Error())
 	}
 	du := st.DiskUsage()
-	return []string{
+	mode := "pebble"
+	if _, ok := st.(persistence.Checkpointer); ok {
+		mode = "changelog" // a change log with checkpoints into pebble
+	}
+	lines := []string{
 		"loading:0",
 		// Redis's field when AOF is on: the data directory's size.
 		fmt.Sprintf("aof_current_size:%d", du),
-		"persistence_mode:pebble",
+		"persistence_mode:" + mode,
 		"data_dir:" + cfg.DataDir,
 		"fsync:" + ws.Mode.String(),
 		fmt.Sprintf("pending_changes:%d", ws.Pending),
@@ -943,6 +965,10 @@ func persistenceInfo(cfg Config, w *persistence.Writer, st persistence.Store, lo
 		fmt.Sprintf("load_time_usec:%d", loaded.Duration.Microseconds()),
 		fmt.Sprintf("disk_usage_bytes:%d", du),
 	}
+	if r, ok := st.(persistence.InfoReporter); ok {
+		lines = append(lines, r.Info()...)
+	}
+	return lines
 }
 
 // walDamageInfo is the part of INFO persistence about the damage found in

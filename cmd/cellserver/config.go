@@ -178,6 +178,7 @@ var options = []option{
 	{"maxmemory-policy", "allkeys-lru", "at maxmemory: allkeys-lru (evict; the key starts afresh) or noeviction (refuse new keys)", setString(func(c *server.Config) *string { return &c.MaxMemoryPolicy })},
 	{"data-dir", "", "keep state in a Pebble database in this directory (in memory only when empty)", setString(func(c *server.Config) *string { return &c.DataDir })},
 	{"fsync", "everysec", "with --data-dir: always (reply after the change is on disk), everysec or no", setString(func(c *server.Config) *string { return &c.Fsync })},
+	{"checkpoint-bytes", "64mb", "with --data-dir: a checkpoint (the keys changed since the previous one, written to the store) starts once the change log written since the previous one passes this size; the log, and what a restart after a crash replays, stay about this size", setInt64(func(c *server.Config) *int64 { return &c.CheckpointBytes })},
 	{"persist-max-pending-bytes", "64mb", "with --data-dir: cap on the changes queued for the disk and not yet written; past it, write commands wait (their event loop stops reading clients) until the disk catches up", setInt64(func(c *server.Config) *int64 { return &c.PersistMaxPending })},
 	{"load-damaged-wal", "no", "with --data-dir: start even if the newest WAL is damaged before its end, dropping the changes after the damage (logged, counted in INFO persistence)", setBool(func(c *server.Config) *bool { return &c.LoadDamagedWAL })},
 	{"slowlog-log-slower-than", "10000", "log commands slower than this many microseconds in SLOWLOG (0: all, negative: none)", setSlowlog},
@@ -289,16 +290,9 @@ func loadConfig(args []string, env func(string) string, stdout, stderr io.Writer
 	}
 	// The store behind --data-dir and the exporter behind --metrics-addr
 	// are wired here, so that package server links neither.
-	cfg.OpenStore = pebblestore.OpenStore
-	if os.Getenv(changelog.EnvSwitch) == "1" {
-		// PROTOTYPE (issue 17): a change log with checkpoints in front of
-		// pebble; see package changelog.
-		var o changelog.Options
-		if d, err := time.ParseDuration(os.Getenv(changelog.EnvSwitch + "_INTERVAL")); err == nil {
-			o.CheckpointInterval = d
-		}
-		cfg.OpenStore = changelog.Opener(pebblestore.OpenStore, o)
-	}
+	// The data directory holds a change log (every change, appended) and
+	// pebble, which receives checkpoints of the keys changed.
+	cfg.OpenStore = changelog.Opener(pebblestore.OpenStore, changelog.Options{CheckpointBytes: cfg.CheckpointBytes})
 	cfg.Metrics = metrics.ServerHandler
 	if err := cfg.Validate(); err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {

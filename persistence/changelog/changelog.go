@@ -1,30 +1,41 @@
-// Package changelog is a PROTOTYPE (issue 17) of a cheaper write path for
-// cellserver's persistence: a Store that wraps another one (pebblestore)
-// and keeps the changes in a change log of its own instead of inserting
-// every change into the wrapped store.
+// Package changelog is cellserver's write path to disk: a Store in front
+// of another one (pebblestore) that appends every change to a log of its
+// own, and writes only checkpoints to the wrapped store.
 //
-//   - Write appends the batch's ops to the current log segment with one
-//     write(2) (each record: length, CRC32C, kind, db, key, value), fsyncs
-//     it when asked (fsync always), and keeps the records in memory too.
-//   - Sync fsyncs the current segment (fsync everysec: the Writer calls it
-//     once a second).
-//   - Every CheckpointInterval (sooner past MaxBytes of records) and on
-//     Close, a checkpoint rotates to a new segment, writes the rotated
-//     segment's ops to the wrapped store as one batch, syncs it, then
-//     deletes the older segments. pebblestore sorts a batch and keeps the
-//     last change of each key (coalescing), so a key written many times
-//     between two checkpoints is inserted into pebble once. (A map of the
-//     latest op per key, updated by every Write, was tried first: its
-//     lookups cost 18% of the CPU under CL.THROTTLE over 100k random
-//     keys, as much as the pebble inserts they saved.)
-//   - Open replays the remaining segments, in order, into the wrapped
-//     store (values are absolute states, so replaying changes the store
-//     already has is harmless), syncs it and deletes them. A torn last
-//     record is the end of the log; damage followed by intact records is
+//   - Write appends a batch's changes to the current log segment with one
+//     write(2) (each record: length, CRC32C, kind, db, key, value) and,
+//     when asked (fsync always), fdatasyncs it before returning. Sync
+//     fdatasyncs the segment (fsync everysec: once a second).
+//   - A checkpoint starts once the log written since the previous one
+//     passes Options.CheckpointBytes (and at Close). It rotates to a new
+//     segment, then writes to the wrapped store the keys changed since the
+//     previous checkpoint, read from the keyspace (Attach;
+//     keyspace.CollectChanges) with their values as they are now, syncs
+//     the wrapped store and deletes the segments before the new one. A key
+//     written a thousand times between two checkpoints is written to the
+//     wrapped store once, so the store's cost follows the number of keys
+//     changed, not the number of changes.
+//   - Recovery: Open replays the remaining segments, in order, into the
+//     wrapped store, syncs it and deletes them. This is exact because a
+//     change is a key's whole new value (or its removal): replaying a
+//     change the checkpoint already holds, or one older than the value the
+//     checkpoint took, ends at the key's last logged state, in the order
+//     the changes happened. A torn last record (a crash in the middle of a
+//     write) is the end of the log; damage followed by intact records is
 //     refused with ErrCorrupt unless OpenOptions.LoadDamagedWAL.
 //
-// cmd/cellserver uses it when the environment variable CELLSERVER_CHANGELOG
-// is 1; otherwise nothing changes.
+// Without a keyspace attached (tests, a store used only to load), a
+// checkpoint replays the rotated segments' records into the wrapped store
+// instead.
+//
+// Why a checkpoint may read values newer than the log position it starts
+// from: every change is marked in the keyspace under the shard lock, before
+// the Writer hands it to Write. A change whose record lies in a segment
+// the checkpoint deletes was made before the rotation, so before the
+// collection; it is either collected now (its key is still marked) or was
+// collected by an earlier checkpoint after it was made. Either way the
+// wrapped store holds that key at a state at least as new. Changes made
+// after the rotation are in the kept segments.
 package changelog
 
 import (
@@ -38,6 +49,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,12 +57,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/persistence"
 )
-
-// EnvSwitch is the environment variable that turns the change log on in
-// cmd/cellserver ("1").
-const EnvSwitch = "CELLSERVER_CHANGELOG"
 
 // Subdir is the change log's directory inside the data directory.
 const Subdir = "changelog"
@@ -63,26 +72,35 @@ const (
 	minPayload = 4 // kind, db (2 bytes), key length (uvarint, >= 1 byte)
 	maxPayload = 64 << 20
 	segSuffix  = ".clog"
+	// chunkBytes: a checkpoint hands the wrapped store its changes in
+	// batches of about this many bytes, so that no single batch holds the
+	// CPU long (the event loops share it) or holds much memory.
+	chunkBytes = 1 << 20
+	// retryEvery: after a failed checkpoint, the next attempt.
+	retryEvery = time.Second
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
+// DefaultCheckpointBytes is the default Options.CheckpointBytes.
+const DefaultCheckpointBytes = 64 << 20
+
 // Options tune a Store; zero fields take the defaults.
 type Options struct {
-	// CheckpointInterval: how often the logged changes go to the
-	// wrapped store (default 1 s).
+	// CheckpointBytes: a checkpoint starts once the log written since the
+	// previous one takes more bytes (DefaultCheckpointBytes). The log on
+	// disk, and the changes replayed after a crash, stay about this size
+	// (twice it while a checkpoint runs).
+	CheckpointBytes int64
+	// CheckpointInterval, when positive, also starts a checkpoint this
+	// long after the previous one if anything was logged since (tests use
+	// it to land crashes in and around checkpoints). Default: none.
 	CheckpointInterval time.Duration
-	// MaxBytes forces a checkpoint once the current segment's records
-	// (kept in memory too) take more (default 64 MiB).
-	MaxBytes int64
 }
 
 func (o Options) withDefaults() Options {
-	if o.CheckpointInterval <= 0 {
-		o.CheckpointInterval = time.Second
-	}
-	if o.MaxBytes <= 0 {
-		o.MaxBytes = 64 << 20
+	if o.CheckpointBytes <= 0 {
+		o.CheckpointBytes = DefaultCheckpointBytes
 	}
 	return o
 }
@@ -95,13 +113,6 @@ func Opener(inner persistence.Opener, o Options) persistence.Opener {
 	}
 }
 
-// frozen is the records of a rotated segment, kept in memory until a
-// checkpoint has written them to the wrapped store.
-type frozen struct {
-	recs []byte // the segment's records (without the header)
-	seg  uint64
-}
-
 // Store is the change log in front of a wrapped Store.
 type Store struct {
 	inner persistence.Store
@@ -109,20 +120,23 @@ type Store struct {
 	log   *slog.Logger
 	o     Options
 
-	mu     sync.Mutex // guards the fields below
-	f      *os.File
-	seg    uint64
-	off    int64
-	recs   []byte // the current segment's records, as written to it
-	spare  []byte // a checkpointed segment's buffer, for the next rotation
-	closed bool
+	mu      sync.Mutex // guards the fields below
+	f       *os.File
+	seg     uint64
+	off     int64  // the current segment's size
+	logged  int64  // bytes of records written since the last rotation
+	buf     []byte // Write's encoding buffer
+	suspect bool   // an fdatasync failed: only a checkpoint makes the log's state durable again
+	closed  bool
+	kicked  bool // the loop was told the log passed CheckpointBytes
 
-	rotMu   sync.Mutex // held by Sync and by a rotation: Sync covers every completed Write
-	syncErr error      // a failed fsync of a rotated segment; guarded by rotMu
+	rotMu sync.Mutex // held by Sync and by a rotation: Sync covers every completed Write
 
-	ckMu    sync.Mutex // one checkpoint at a time; guards pending and ckOps
-	pending []frozen
-	ckOps   []persistence.Op // the checkpoint's batch, reused
+	ckMu   sync.Mutex // one checkpoint at a time; guards the fields below
+	src    *keyspace.Keyspace
+	col    collector
+	ckErr  error     // the last checkpoint's error; nil after a success
+	lastCk time.Time // when the last checkpoint ended (or the Store opened)
 
 	kick chan struct{}
 	stop chan struct{}
@@ -130,9 +144,10 @@ type Store struct {
 
 	stats struct {
 		sync.Mutex
-		checkpoints, replayed int64
-		lastChanges           int
-		lastDur               time.Duration
+		checkpoints, failed, replayed int64
+		lastKeys                      int
+		lastDur                       time.Duration
+		damage                        persistence.WALDamage
 	}
 }
 
@@ -152,21 +167,568 @@ func Open(dir string, inner persistence.Opener, opts persistence.OpenOptions, o 
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Store{inner: st, dir: filepath.Join(dir, Subdir), log: log, o: o.withDefaults(),
+	s := &Store{inner: st, dir: filepath.Join(dir, Subdir), log: log, o: o.withDefaults(), lastCk: time.Now(),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	s.col.s = s
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("persistence: change log directory: %w", err)
 	}
-	last, err := s.replay(opts.LoadDamagedWAL)
+	segs, err := segments(s.dir)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.newSegment(last + 1); err != nil {
+	next := uint64(1)
+	if len(segs) > 0 {
+		start := time.Now()
+		total, err := s.replay(segs, opts.LoadDamagedWAL)
+		if err != nil {
+			return nil, err
+		}
+		s.log.Info("persistence: replayed change log", "segments", len(segs), "changes", total, "duration", time.Since(start).String())
+		s.stats.replayed = int64(total)
+		next = segs[len(segs)-1] + 1
+	}
+	if err := s.newSegment(next); err != nil {
 		return nil, err
 	}
 	go s.loop()
 	return s, nil
 }
+
+// Attach makes checkpoints read the changed keys from ks, which must have
+// keyspace.Config.TrackChanges on and hold what the store holds (call it
+// after the startup load, before serving). Without it, a checkpoint
+// replays the logged records instead.
+func (s *Store) Attach(ks *keyspace.Keyspace) {
+	s.ckMu.Lock()
+	s.src = ks
+	s.ckMu.Unlock()
+}
+
+// TracksChanges is true: a keyspace in front of this store should keep
+// keyspace.Config.TrackChanges on and be Attach'ed.
+func (s *Store) TracksChanges() bool { return true }
+
+// replay applies segs (segment numbers, in order) to the wrapped store,
+// syncs it and deletes every segment file; it returns the changes
+// applied.
+func (s *Store) replay(segs []uint64, loadDamaged bool) (int, error) {
+	var batch []persistence.Op
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := s.inner.Write(batch, false)
+		batch = batch[:0]
+		return err
+	}
+	total := 0
+	for i, n := range segs {
+		name := segName(s.dir, n)
+		data, err := os.ReadFile(name)
+		if err != nil {
+			return 0, fmt.Errorf("persistence: change log: %w", err)
+		}
+		end, perr := Parse(name, data, func(op persistence.Op) error {
+			batch = append(batch, op)
+			total++
+			if len(batch) >= 4096 {
+				return flush()
+			}
+			return nil
+		})
+		var dmg *Damage
+		lastSeg := i == len(segs)-1
+		switch {
+		case errors.As(perr, &dmg):
+			if !loadDamaged {
+				return 0, fmt.Errorf("%w: %s (start with --load-damaged-wal yes to load what precedes the damage and drop the rest)", persistence.ErrCorrupt, dmg)
+			}
+			s.log.Warn("persistence: loading a damaged change log: the changes after the damage are dropped",
+				"file", name, "offset", dmg.Offset, "reason", dmg.Reason, "dropped_records", dmg.Dropped, "dropped_segments", len(segs)-1-i)
+			s.stats.damage = persistence.WALDamage{File: name, Offset: dmg.Offset, Reason: dmg.Reason,
+				DroppedBytes: int64(len(data)) - dmg.Offset, DroppedRecords: int64(dmg.Dropped), DroppedChanges: int64(dmg.Dropped)}
+			lastSeg = true // later segments are dropped too (deleted below)
+		case perr != nil:
+			return 0, perr
+		case end < int64(len(data)) && !lastSeg:
+			// A torn tail before a later segment: a rotation syncs a
+			// segment before the next one is written, so this is damage.
+			return 0, fmt.Errorf("%w: change log %s ends in a torn record at offset %d, but later segments follow", persistence.ErrCorrupt, name, end)
+		case end < int64(len(data)):
+			s.log.Info("persistence: change log ends in a torn record (a crash during a write); it is the end of the log", "file", name, "offset", end)
+		}
+		if err := flush(); err != nil {
+			return 0, err
+		}
+		if lastSeg {
+			break
+		}
+	}
+	if err := s.inner.Sync(); err != nil {
+		return 0, err
+	}
+	for _, n := range segs {
+		if err := os.Remove(segName(s.dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return 0, fmt.Errorf("persistence: change log: %w", err)
+		}
+	}
+	return total, syncDir(s.dir)
+}
+
+// Write implements persistence.Store: one write(2) of the batch's records
+// to the current segment, fdatasynced with sync.
+func (s *Store) Write(ops []persistence.Op, sync bool) error {
+	if err := persistence.CheckOps(ops); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return persistence.ErrStoreClosed
+	}
+	buf := s.buf[:0]
+	for _, op := range ops {
+		buf = appendRecord(buf, op)
+	}
+	if cap(buf) <= 8<<20 {
+		s.buf = buf
+	} else {
+		s.buf = nil
+	}
+	if len(buf) > 0 {
+		if _, err := s.f.Write(buf); err != nil {
+			// Cut what part of the batch reached the file, so that the
+			// retry's records follow the last intact one.
+			if terr := s.f.Truncate(s.off); terr != nil {
+				err = errors.Join(err, terr)
+			}
+			_, _ = s.f.Seek(s.off, io.SeekStart)
+			s.mu.Unlock()
+			return fmt.Errorf("persistence: change log write: %w", err)
+		}
+		s.off += int64(len(buf))
+		s.logged += int64(len(buf))
+	}
+	if sync {
+		if err := syncData(s.f); err != nil {
+			// The records are in the file; a retry appends them again,
+			// which replays to the same state.
+			s.suspect = true
+			s.mu.Unlock()
+			return fmt.Errorf("persistence: change log sync: %w", err)
+		}
+	}
+	kick := s.logged >= s.o.CheckpointBytes && !s.kicked
+	if kick {
+		s.kicked = true
+	}
+	s.mu.Unlock()
+	if kick {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// Sync implements persistence.Store: it fdatasyncs the current segment
+// (the rotated ones were synced by their rotation). After a failed
+// fdatasync the kernel may have dropped pages it could not write, and a
+// later one that succeeds says nothing about them: then Sync runs a
+// checkpoint instead, which stores the keyspace's state in the wrapped
+// store and drops the suspect segments.
+func (s *Store) Sync() error {
+	s.mu.Lock()
+	suspect, closed := s.suspect, s.closed
+	s.mu.Unlock()
+	if closed {
+		return persistence.ErrStoreClosed
+	}
+	if suspect {
+		s.ckMu.Lock()
+		attached := s.src != nil
+		s.ckMu.Unlock()
+		if attached {
+			return s.Checkpoint()
+		}
+	}
+	s.rotMu.Lock()
+	defer s.rotMu.Unlock()
+	s.mu.Lock()
+	f := s.f
+	s.mu.Unlock()
+	if err := syncData(f); err != nil {
+		s.mu.Lock()
+		s.suspect = true
+		s.mu.Unlock()
+		return fmt.Errorf("persistence: change log sync: %w", err)
+	}
+	return nil
+}
+
+// loop runs the checkpoints: when Write says the log passed
+// CheckpointBytes, every CheckpointInterval if set, and every retryEvery
+// after a failure.
+func (s *Store) loop() {
+	defer close(s.done)
+	tick := retryEvery
+	if s.o.CheckpointInterval > 0 {
+		tick = min(tick, s.o.CheckpointInterval)
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			if !s.due() {
+				continue
+			}
+		case <-s.kick:
+		}
+		if err := s.Checkpoint(); err != nil {
+			s.log.Error("persistence: checkpoint failed; the change log is kept, and the checkpoint tried again", "err", err, "retry_in", retryEvery.String())
+		}
+	}
+}
+
+// due reports whether the ticker should start a checkpoint.
+func (s *Store) due() bool {
+	s.mu.Lock()
+	logged, kicked := s.logged, s.kicked
+	s.mu.Unlock()
+	s.ckMu.Lock()
+	defer s.ckMu.Unlock()
+	switch {
+	case s.ckErr != nil || len(s.col.ops) > 0:
+		return time.Since(s.lastCk) >= retryEvery
+	case kicked:
+		return true
+	case s.o.CheckpointInterval > 0 && logged > 0:
+		return time.Since(s.lastCk) >= s.o.CheckpointInterval
+	}
+	return false
+}
+
+// Checkpoint rotates to a new segment, writes the changes since the
+// previous checkpoint to the wrapped store (from the attached keyspace,
+// or else from the rotated segments), syncs it and deletes the segments
+// before the new one. If it fails, the segments stay, and so does what it
+// collected from the keyspace but could not write: the next checkpoint
+// writes that first.
+func (s *Store) Checkpoint() (err error) {
+	s.ckMu.Lock()
+	defer s.ckMu.Unlock()
+	defer func() {
+		s.ckErr, s.lastCk = err, time.Now()
+		if err != nil {
+			s.stats.Lock()
+			s.stats.failed++
+			s.stats.Unlock()
+		}
+	}()
+	start := time.Now()
+	old, err := s.rotate()
+	if err != nil {
+		return err
+	}
+	if len(old) == 0 && len(s.col.ops) == 0 {
+		return nil
+	}
+	keys := 0
+	if s.src != nil {
+		// What a failed checkpoint collected goes first: it is older.
+		if err := s.col.write(); err != nil {
+			return err
+		}
+		s.col.keys = 0
+		s.src.CollectChanges(&s.col)
+		if err := s.col.write(); err != nil {
+			return err
+		}
+		keys = s.col.keys
+	} else {
+		s.mu.Lock()
+		cur := s.seg
+		s.mu.Unlock()
+		var segs []uint64
+		for _, n := range old {
+			if n < cur {
+				segs = append(segs, n)
+			}
+		}
+		// replay deletes the segments it applied.
+		n, err := s.replay(segs, false)
+		if err != nil {
+			return err
+		}
+		keys = n
+	}
+	if err := s.inner.Sync(); err != nil {
+		return err
+	}
+	for _, n := range old {
+		if err := os.Remove(segName(s.dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("persistence: change log: %w", err)
+		}
+	}
+	if err := syncDir(s.dir); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.suspect = false
+	s.mu.Unlock()
+	s.stats.Lock()
+	s.stats.checkpoints++
+	s.stats.lastKeys, s.stats.lastDur = keys, time.Since(start)
+	s.stats.Unlock()
+	return nil
+}
+
+// rotate starts a new segment, unless nothing was written since the last
+// one, and returns the segments before the current one (those the
+// checkpoint covers). The old segment is fdatasynced before any write
+// reaches the new one, so a torn record can only end the newest segment.
+// A failed fdatasync leaves the segment current.
+func (s *Store) rotate() ([]uint64, error) {
+	s.rotMu.Lock()
+	defer s.rotMu.Unlock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, persistence.ErrStoreClosed
+	}
+	f, empty := s.f, s.off <= int64(len(segMagic))
+	s.mu.Unlock()
+	if !empty {
+		// Most of the segment is synced without blocking Write; the rest
+		// under s.mu, with the swap.
+		if err := syncData(f); err != nil {
+			return nil, fmt.Errorf("persistence: change log sync: %w", err)
+		}
+		s.mu.Lock()
+		if err := syncData(s.f); err != nil {
+			s.mu.Unlock()
+			return nil, fmt.Errorf("persistence: change log sync: %w", err)
+		}
+		old, oldSeg := s.f, s.seg
+		if err := s.newSegment(oldSeg + 1); err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		s.logged, s.kicked = 0, false
+		s.mu.Unlock()
+		old.Close()
+		if err := syncDir(s.dir); err != nil {
+			return nil, err
+		}
+	}
+	s.mu.Lock()
+	cur := s.seg
+	s.mu.Unlock()
+	all, err := segments(s.dir)
+	if err != nil {
+		return nil, err
+	}
+	var old []uint64
+	for _, n := range all {
+		if n < cur {
+			old = append(old, n)
+		}
+	}
+	return old, nil
+}
+
+// collector is the keyspace.ChangeSink of a checkpoint: it encodes the
+// changes into ops and hands them to the wrapped store about every
+// chunkBytes. Once a write fails it keeps the rest in memory (held for
+// the next checkpoint, which writes them first).
+type collector struct {
+	s     *Store
+	ops   []persistence.Op
+	arena []byte
+	keys  int
+	err   error
+}
+
+func (c *collector) FlushedDB(db int) {
+	c.ops = append(c.ops, persistence.Op{Kind: persistence.OpDeleteDB, DB: db})
+}
+
+func (c *collector) Removed(db int, key []byte) {
+	start := len(c.arena)
+	c.arena = append(c.arena, key...)
+	c.ops = append(c.ops, persistence.Op{Kind: persistence.OpDelete, DB: db, Key: c.arena[start:len(c.arena):len(c.arena)]})
+	c.keys++
+}
+
+func (c *collector) Changed(db int, key []byte, v *keyspace.Value) {
+	start := len(c.arena)
+	c.arena = append(c.arena, key...)
+	k := c.arena[start:len(c.arena):len(c.arena)]
+	vs := len(c.arena)
+	c.arena = persistence.EncodeValue(c.arena, *v)
+	c.ops = append(c.ops, persistence.Op{Kind: persistence.OpPut, DB: db, Key: k, Value: c.arena[vs:len(c.arena):len(c.arena)]})
+	c.keys++
+}
+
+func (c *collector) ShardDone() {
+	if c.err == nil && len(c.arena)+len(c.ops)*16 >= chunkBytes {
+		c.err = c.write()
+	}
+	// The event loops share the CPU: let them run between shards.
+	runtime.Gosched()
+}
+
+// write hands the collected ops to the wrapped store; on failure they
+// stay collected.
+func (c *collector) write() error {
+	if c.err != nil {
+		err := c.err
+		c.err = nil
+		return err
+	}
+	if len(c.ops) == 0 {
+		return nil
+	}
+	if err := c.s.inner.Write(c.ops, false); err != nil {
+		return err
+	}
+	clear(c.ops)
+	c.ops = c.ops[:0]
+	c.arena = c.arena[:0]
+	if cap(c.arena) > 4*chunkBytes {
+		c.ops, c.arena = nil, nil
+	}
+	return nil
+}
+
+// Load implements persistence.Store: the wrapped store's records, after a
+// checkpoint (the change log was replayed into the wrapped store when it
+// opened; this covers what was written since).
+func (s *Store) Load(fn func(db int, key, value []byte) error) error {
+	if err := s.Checkpoint(); err != nil {
+		return err
+	}
+	return s.inner.Load(fn)
+}
+
+// DiskUsage implements persistence.Store: the wrapped store's plus the
+// segments'.
+func (s *Store) DiskUsage() int64 {
+	n := s.inner.DiskUsage()
+	if segs, err := segments(s.dir); err == nil {
+		for _, g := range segs {
+			if fi, err := os.Stat(segName(s.dir, g)); err == nil {
+				n += fi.Size()
+			}
+		}
+	}
+	return n
+}
+
+// Compact implements persistence.Store.
+func (s *Store) Compact() error { return s.inner.Compact() }
+
+// WALDamage reports the damage the change log's replay dropped at Open
+// (with LoadDamagedWAL), or else the wrapped store's WAL check.
+func (s *Store) WALDamage() persistence.WALDamage {
+	s.stats.Lock()
+	d := s.stats.damage
+	s.stats.Unlock()
+	if d.Damaged() {
+		return d
+	}
+	if wc, ok := s.inner.(persistence.WALChecker); ok {
+		return wc.WALDamage()
+	}
+	return persistence.WALDamage{}
+}
+
+// Stats are the change log's figures.
+type Stats struct {
+	Checkpoints       int64         // completed checkpoints
+	FailedCheckpoints int64         // checkpoints that failed
+	LastCheckpoint    time.Duration // how long the last completed one took
+	LastKeys          int           // keys (or, without a keyspace, changes) it wrote
+	Replayed          int64         // changes replayed at Open
+	Segment           uint64        // the current segment's number
+	SegmentBytes      int64         // bytes logged since the last rotation
+	CheckpointBytes   int64         // Options.CheckpointBytes
+	Err               error         // the last checkpoint's error, nil after a success
+}
+
+// Stats returns the current figures.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	st := Stats{Segment: s.seg, SegmentBytes: s.logged, CheckpointBytes: s.o.CheckpointBytes}
+	s.mu.Unlock()
+	s.ckMu.Lock()
+	st.Err = s.ckErr
+	s.ckMu.Unlock()
+	s.stats.Lock()
+	st.Checkpoints, st.FailedCheckpoints, st.LastCheckpoint, st.LastKeys, st.Replayed =
+		s.stats.checkpoints, s.stats.failed, s.stats.lastDur, s.stats.lastKeys, s.stats.replayed
+	s.stats.Unlock()
+	return st
+}
+
+// Info returns INFO persistence's lines about the change log.
+func (s *Store) Info() []string {
+	st := s.Stats()
+	status := "ok"
+	if st.Err != nil {
+		status = "err"
+	}
+	return []string{
+		fmt.Sprintf("changelog_bytes:%d", st.SegmentBytes),
+		fmt.Sprintf("changelog_checkpoint_bytes:%d", st.CheckpointBytes),
+		fmt.Sprintf("checkpoints:%d", st.Checkpoints),
+		fmt.Sprintf("checkpoints_failed:%d", st.FailedCheckpoints),
+		"last_checkpoint_status:" + status,
+		fmt.Sprintf("last_checkpoint_usec:%d", st.LastCheckpoint.Microseconds()),
+		fmt.Sprintf("last_checkpoint_keys:%d", st.LastKeys),
+		fmt.Sprintf("changelog_replayed_at_load:%d", st.Replayed),
+	}
+}
+
+// Close implements persistence.Store: a last checkpoint, then the empty
+// current segment is removed and the wrapped store closed. If the
+// checkpoint fails the segments stay, to be replayed at the next start.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	close(s.stop)
+	<-s.done
+	err := s.Checkpoint()
+	s.rotMu.Lock()
+	s.mu.Lock()
+	s.closed = true
+	f, empty := s.f, s.off <= int64(len(segMagic))
+	s.mu.Unlock()
+	s.rotMu.Unlock()
+	f.Close()
+	if err == nil && empty {
+		os.Remove(f.Name())
+		_ = syncDir(s.dir)
+	}
+	if err != nil {
+		s.log.Error("persistence: final checkpoint failed; the change log is kept and replayed at the next start", "err", err)
+	}
+	return errors.Join(err, s.inner.Close())
+}
+
+var (
+	_ persistence.Store      = (*Store)(nil)
+	_ persistence.WALChecker = (*Store)(nil)
+)
 
 // segments lists the segment numbers in dir, in order.
 func segments(dir string) ([]uint64, error) {
@@ -307,87 +869,6 @@ func appendRecord(dst []byte, op persistence.Op) []byte {
 	return dst
 }
 
-// replay applies every segment in dir to the wrapped store, syncs it and
-// deletes the segments; it returns the last segment number (0 if none).
-func (s *Store) replay(loadDamaged bool) (uint64, error) {
-	segs, err := segments(s.dir)
-	if err != nil || len(segs) == 0 {
-		return 0, err
-	}
-	start := time.Now()
-	var batch []persistence.Op
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		err := s.inner.Write(batch, false)
-		batch = batch[:0]
-		return err
-	}
-	total := 0
-	for i, n := range segs {
-		name := segName(s.dir, n)
-		data, err := os.ReadFile(name)
-		if err != nil {
-			return 0, fmt.Errorf("persistence: change log: %w", err)
-		}
-		end, perr := Parse(name, data, func(op persistence.Op) error {
-			batch = append(batch, op)
-			total++
-			if len(batch) >= 4096 {
-				return flush()
-			}
-			return nil
-		})
-		var dmg *Damage
-		lastSeg := i == len(segs)-1
-		switch {
-		case errors.As(perr, &dmg):
-			if !loadDamaged {
-				return 0, fmt.Errorf("%w: %s (start with --load-damaged-wal yes to load what precedes the damage and drop the rest)", persistence.ErrCorrupt, dmg)
-			}
-			s.log.Warn("persistence: loading a damaged change log: the changes after the damage are dropped",
-				"file", name, "offset", dmg.Offset, "reason", dmg.Reason, "dropped_records", dmg.Dropped, "dropped_segments", len(segs)-1-i)
-			if err := flush(); err != nil {
-				return 0, err
-			}
-			segs = segs[:i+1] // later segments are dropped too (deleted below)
-			lastSeg = true
-		case perr != nil:
-			return 0, perr
-		case end < int64(len(data)) && !lastSeg:
-			// A torn tail before a later segment: the rotation syncs a
-			// segment before the next one is written, so this is damage.
-			return 0, fmt.Errorf("%w: change log %s ends in a torn record at offset %d, but later segments follow", persistence.ErrCorrupt, name, end)
-		case end < int64(len(data)):
-			s.log.Info("persistence: change log ends in a torn record (a crash during a write); it is the end of the log", "file", name, "offset", end)
-		}
-		if err := flush(); err != nil {
-			return 0, err
-		}
-		if lastSeg {
-			break
-		}
-	}
-	if err := s.inner.Sync(); err != nil {
-		return 0, err
-	}
-	all, _ := segments(s.dir)
-	for _, n := range all {
-		if err := os.Remove(segName(s.dir, n)); err != nil {
-			return 0, fmt.Errorf("persistence: change log: %w", err)
-		}
-	}
-	if err := syncDir(s.dir); err != nil {
-		return 0, err
-	}
-	s.log.Info("persistence: replayed change log", "segments", len(segs), "changes", total, "duration", time.Since(start).String())
-	s.stats.Lock()
-	s.stats.replayed = int64(total)
-	s.stats.Unlock()
-	return all[len(all)-1], nil
-}
-
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
@@ -415,285 +896,6 @@ func (s *Store) newSegment(n uint64) error {
 	s.f, s.seg, s.off = f, n, int64(len(segMagic))
 	return nil
 }
-
-// Write implements persistence.Store: one write(2) of the batch's records
-// to the current segment (fsynced with sync); the records are kept in
-// memory for the next checkpoint.
-func (s *Store) Write(ops []persistence.Op, sync bool) error {
-	if err := persistence.CheckOps(ops); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return persistence.ErrStoreClosed
-	}
-	start := len(s.recs)
-	for _, op := range ops {
-		s.recs = appendRecord(s.recs, op)
-	}
-	if len(s.recs) > start {
-		if _, err := s.f.Write(s.recs[start:]); err != nil {
-			// Cut what part of the batch reached the file, so that the
-			// retry's records follow the last intact one.
-			if terr := s.f.Truncate(s.off); terr != nil {
-				err = errors.Join(err, terr)
-			}
-			_, _ = s.f.Seek(s.off, io.SeekStart)
-			s.recs = s.recs[:start]
-			s.mu.Unlock()
-			return fmt.Errorf("persistence: change log write: %w", err)
-		}
-		s.off += int64(len(s.recs) - start)
-	}
-	if sync {
-		if err := syncData(s.f); err != nil {
-			// The records are in the file; a retry appends them again,
-			// which replays to the same state.
-			s.mu.Unlock()
-			return fmt.Errorf("persistence: change log sync: %w", err)
-		}
-	}
-	full := int64(len(s.recs)) >= s.o.MaxBytes
-	s.mu.Unlock()
-	if full {
-		select {
-		case s.kick <- struct{}{}:
-		default:
-		}
-	}
-	return nil
-}
-
-// Sync implements persistence.Store: it fsyncs the current segment (the
-// rotated ones were synced by their rotation).
-func (s *Store) Sync() error {
-	s.rotMu.Lock()
-	defer s.rotMu.Unlock()
-	if s.syncErr != nil {
-		return s.syncErr
-	}
-	s.mu.Lock()
-	f, closed := s.f, s.closed
-	s.mu.Unlock()
-	if closed {
-		return persistence.ErrStoreClosed
-	}
-	if err := syncData(f); err != nil {
-		return fmt.Errorf("persistence: change log sync: %w", err)
-	}
-	return nil
-}
-
-// loop checkpoints every CheckpointInterval, or sooner when kicked.
-func (s *Store) loop() {
-	defer close(s.done)
-	t := time.NewTicker(s.o.CheckpointInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-		case <-s.kick:
-		}
-		if err := s.Checkpoint(); err != nil {
-			s.log.Error("persistence: change log checkpoint failed; its segments are kept and written again at the next one", "err", err)
-		}
-	}
-}
-
-// Checkpoint rotates to a new segment, writes the changes of
-// the older segments to the wrapped store, syncs it and deletes those
-// segments.
-func (s *Store) Checkpoint() error {
-	s.ckMu.Lock()
-	defer s.ckMu.Unlock()
-	start := time.Now()
-	if err := s.rotate(); err != nil {
-		return err
-	}
-	if len(s.pending) == 0 {
-		return nil
-	}
-	keys := 0
-	ops := s.ckOps
-	defer func() {
-		clear(ops[:cap(ops)]) // drop references into the segment buffers
-		s.ckOps = ops[:0]
-	}()
-	for _, p := range s.pending {
-		// The segment's records, in order, as one batch: the wrapped
-		// store sorts them and keeps the last change of each key.
-		ops = ops[:0]
-		if _, err := parseRecords("memory", p.recs, 0, func(op persistence.Op) error {
-			ops = append(ops, op)
-			return nil
-		}); err != nil {
-			return err
-		}
-		keys += len(ops)
-		if err := s.inner.Write(ops, false); err != nil {
-			return err
-		}
-	}
-	if err := s.inner.Sync(); err != nil {
-		return err
-	}
-	for _, p := range s.pending {
-		if err := os.Remove(segName(s.dir, p.seg)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("persistence: change log: %w", err)
-		}
-	}
-	if last := s.pending[len(s.pending)-1].recs; int64(cap(last)) <= 2*s.o.MaxBytes {
-		// Reused by the next rotation: the segment buffer does not grow
-		// from nothing (copying itself) every second.
-		s.mu.Lock()
-		if s.spare == nil {
-			s.spare = last[:0]
-		}
-		s.mu.Unlock()
-	}
-	s.pending = nil
-	if err := syncDir(s.dir); err != nil {
-		return err
-	}
-	s.stats.Lock()
-	s.stats.checkpoints++
-	s.stats.lastChanges, s.stats.lastDur = keys, time.Since(start)
-	s.stats.Unlock()
-	return nil
-}
-
-// rotate moves the current segment and its records to s.pending and
-// starts a new segment, unless nothing was written since the last one.
-// The old segment is fsynced before any write reaches the new one, so a
-// torn record can only end the newest segment.
-func (s *Store) rotate() error {
-	s.rotMu.Lock()
-	defer s.rotMu.Unlock()
-	s.mu.Lock()
-	if s.closed || len(s.recs) == 0 {
-		s.mu.Unlock()
-		return nil
-	}
-	f := s.f
-	s.mu.Unlock()
-	// Most of the segment is synced without blocking Write; the rest
-	// under s.mu, with the swap.
-	if err := syncData(f); err != nil {
-		s.syncErr = fmt.Errorf("persistence: change log sync: %w", err)
-		return s.syncErr
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := syncData(s.f); err != nil {
-		s.syncErr = fmt.Errorf("persistence: change log sync: %w", err)
-		return s.syncErr
-	}
-	old, oldSeg, recs := s.f, s.seg, s.recs
-	if err := s.newSegment(oldSeg + 1); err != nil {
-		return err
-	}
-	if err := syncDir(s.dir); err != nil {
-		return err
-	}
-	old.Close()
-	s.recs, s.spare = s.spare, nil
-	s.pending = append(s.pending, frozen{recs: recs, seg: oldSeg})
-	return nil
-}
-
-// Load implements persistence.Store: the change log was replayed into the
-// wrapped store when it opened, and changes since are in both the log and
-// memory; Load reads the wrapped store after a checkpoint.
-func (s *Store) Load(fn func(db int, key, value []byte) error) error {
-	if err := s.Checkpoint(); err != nil {
-		return err
-	}
-	return s.inner.Load(fn)
-}
-
-// DiskUsage implements persistence.Store: the wrapped store's plus the
-// segments'.
-func (s *Store) DiskUsage() int64 {
-	n := s.inner.DiskUsage()
-	if segs, err := segments(s.dir); err == nil {
-		for _, g := range segs {
-			if fi, err := os.Stat(segName(s.dir, g)); err == nil {
-				n += fi.Size()
-			}
-		}
-	}
-	return n
-}
-
-// Compact implements persistence.Store.
-func (s *Store) Compact() error { return s.inner.Compact() }
-
-// WALDamage forwards the wrapped store's WAL check, if it has one.
-func (s *Store) WALDamage() persistence.WALDamage {
-	if wc, ok := s.inner.(persistence.WALChecker); ok {
-		return wc.WALDamage()
-	}
-	return persistence.WALDamage{}
-}
-
-// Stats are the change log's figures.
-type Stats struct {
-	Checkpoints    int64
-	LastCheckpoint time.Duration
-	LastChanges    int
-	Replayed       int64
-	Segment        uint64
-	SegmentBytes   int
-}
-
-// Stats returns the current figures.
-func (s *Store) Stats() Stats {
-	s.mu.Lock()
-	st := Stats{Segment: s.seg, SegmentBytes: len(s.recs)}
-	s.mu.Unlock()
-	s.stats.Lock()
-	st.Checkpoints, st.LastCheckpoint, st.LastChanges, st.Replayed = s.stats.checkpoints, s.stats.lastDur, s.stats.lastChanges, s.stats.replayed
-	s.stats.Unlock()
-	return st
-}
-
-// Close implements persistence.Store: a last checkpoint, then the empty
-// current segment is removed and the wrapped store closed. If the
-// checkpoint fails the segments stay, to be replayed at the next start.
-func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.mu.Unlock()
-	close(s.stop)
-	<-s.done
-	err := s.Checkpoint()
-	s.rotMu.Lock()
-	s.mu.Lock()
-	s.closed = true
-	f, empty := s.f, len(s.recs) == 0
-	s.mu.Unlock()
-	s.rotMu.Unlock()
-	f.Close()
-	if err == nil && empty {
-		os.Remove(f.Name())
-		_ = syncDir(s.dir)
-	}
-	if err != nil {
-		s.log.Error("persistence: final change log checkpoint failed; the change log is kept and replayed at the next start", "err", err)
-	}
-	return errors.Join(err, s.inner.Close())
-}
-
-var (
-	_ persistence.Store      = (*Store)(nil)
-	_ persistence.WALChecker = (*Store)(nil)
-)
 
 // syncData makes f's written data durable with fdatasync(2), which also
 // persists the file size an append changed, but not the timestamps.

@@ -1,0 +1,194 @@
+package changelog
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/persistence"
+	"github.com/cellserver/cellserver/persistence/internal/storetest"
+	"github.com/cellserver/cellserver/persistence/pebblestore"
+)
+
+// served is a keyspace writing through a Writer to a change log store, as
+// a server runs it.
+type served struct {
+	s      *Store
+	w      *persistence.Writer
+	ks     *keyspace.Keyspace
+	cancel context.CancelFunc
+}
+
+func serve(t *testing.T, dir string, o Options) *served {
+	t.Helper()
+	s := open(t, dir, persistence.OpenOptions{}, o)
+	w := persistence.NewWriter(s, persistence.FsyncEverySec, nil)
+	ks, err := keyspace.New(keyspace.Config{Databases: 3, Shards: 8, Journal: w, TrackChanges: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := persistence.Load(s, ks, 0); err != nil {
+		t.Fatal(err)
+	}
+	s.Attach(ks)
+	ctx, cancel := context.WithCancel(context.Background())
+	go w.Run(ctx)
+	return &served{s: s, w: w, ks: ks, cancel: cancel}
+}
+
+// written waits until every change so far is in the log.
+func (sv *served) written(t *testing.T) {
+	t.Helper()
+	if err := sv.w.WaitDurable(sv.w.Seq()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (sv *served) close(t *testing.T) {
+	sv.w.Close()
+	sv.cancel()
+	if err := sv.s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// records is the keyspace's state as a store holds it.
+func records(ks *keyspace.Keyspace) []storetest.Record {
+	var recs []storetest.Record
+	for d := 0; d < ks.NumDB(); d++ {
+		db := ks.DB(d)
+		for i := 0; i < db.NumShards(); i++ {
+			sh := db.ShardAt(i)
+			sh.Lock()
+			sh.Range(0, func(key string, v *keyspace.Value) bool {
+				recs = append(recs, storetest.Record{DB: d, Key: key, Value: string(persistence.EncodeValue(nil, *v))})
+				return true
+			})
+			sh.Unlock()
+		}
+	}
+	return recs
+}
+
+// change makes n random changes to ks: sets (most), deletes, and rarely
+// FLUSHDB or FLUSHALL.
+func change(rng *rand.Rand, ks *keyspace.Keyspace, n, keys int) {
+	for range n {
+		db := ks.DB(rng.IntN(ks.NumDB()))
+		key := []byte(fmt.Sprintf("key:%d", rng.IntN(keys)))
+		sh := db.Shard(key)
+		switch r := rng.IntN(20000); {
+		case r == 0:
+			ks.FlushAll(false)
+		case r < 5:
+			db.Flush(false)
+		case r < 3000:
+			sh.Lock()
+			sh.Delete(key, 0)
+			sh.Unlock()
+		default:
+			sh.Lock()
+			sh.Set(key, keyspace.Value{Kind: keyspace.KindGCRA, N: rng.Uint64() >> 1})
+			sh.Unlock()
+		}
+	}
+}
+
+// TestCheckpointFromKeyspace: with a keyspace attached, checkpoints write
+// the changed keys read from it. At random points the directory is copied
+// as a crash would leave it (the log written, a checkpoint done or not):
+// reopened, it holds exactly the keyspace's state. A clean close leaves no
+// log, and pebble alone holds the state.
+func TestCheckpointFromKeyspace(t *testing.T) {
+	const rounds = 40
+	dir := filepath.Join(t.TempDir(), "data")
+	sv := serve(t, dir, Options{CheckpointBytes: 1 << 40})
+	rng := rand.New(rand.NewPCG(11, 12))
+	crashes := 0
+	for round := range rounds {
+		change(rng, sv.ks, 2000, 300)
+		if rng.IntN(3) == 0 {
+			if err := sv.s.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+			if st := sv.s.Stats(); st.LastKeys > 2*3*300 {
+				t.Fatalf("round %d: the checkpoint wrote %d keys; at most 1800 (a removal and a value for each of 3 databases x 300 keys)", round, st.LastKeys)
+			}
+		}
+		if rng.IntN(2) == 0 {
+			sv.written(t)
+			want := records(sv.ks)
+			crashed := crashCopy(t, dir)
+			r := open(t, crashed, persistence.OpenOptions{}, Options{})
+			storetest.CheckRecords(t, r, want)
+			r.Close()
+			crashes++
+		}
+	}
+	want := records(sv.ks)
+	sv.close(t)
+	if segs := segFiles(t, dir); len(segs) != 0 {
+		t.Fatalf("segments after a clean close: %v, want none", segs)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, Subdir)); err != nil {
+		t.Fatal(err)
+	}
+	p, err := pebblestore.OpenStore(dir, persistence.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.CheckRecords(t, p, want)
+	p.Close()
+	t.Logf("%d rounds of 2000 random changes, %d crash copies checked", rounds, crashes)
+}
+
+// TestCheckpointCoalesces: a key changed many times between two
+// checkpoints is written to pebble once.
+func TestCheckpointCoalesces(t *testing.T) {
+	sv := serve(t, filepath.Join(t.TempDir(), "data"), Options{CheckpointBytes: 1 << 40})
+	defer sv.close(t)
+	sh := sv.ks.DB(0).Shard([]byte("hot"))
+	for i := range 5000 {
+		sh.Lock()
+		sh.Set([]byte("hot"), keyspace.Value{Kind: keyspace.KindGCRA, N: uint64(i)})
+		sh.Unlock()
+	}
+	sv.written(t)
+	if err := sv.s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if st := sv.s.Stats(); st.LastKeys != 1 || st.Checkpoints != 1 {
+		t.Fatalf("after 5000 changes of one key: %+v; want one checkpoint writing 1 key", st)
+	}
+}
+
+// TestCheckpointBySize: the log passing CheckpointBytes starts a
+// checkpoint by itself, and the log on disk stays near that size.
+func TestCheckpointBySize(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	sv := serve(t, dir, Options{CheckpointBytes: 64 << 10})
+	defer sv.close(t)
+	rng := rand.New(rand.NewPCG(13, 14))
+	for range 50 {
+		change(rng, sv.ks, 1000, 100)
+		sv.written(t)
+	}
+	waitFor(t, "a checkpoint started by the log's size", func() bool { return sv.s.Stats().Checkpoints > 0 })
+}
+
+// waitFor polls cond for up to 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
