@@ -18,6 +18,7 @@
 #   LOAD_KEYS  keys for the startup load measurement (default 1000000; QUICK=1: 100000)
 #   NOPIN=1    do not pin with taskset
 #   RUN_TIMEOUT  seconds after which one redis-benchmark run is abandoned (default 300)
+#   SERVER_ARGS  more flags for the persisting servers (e.g. "--checkpoint-bytes 16mb")
 #   PROFILE=1  each throughput server writes a CPU profile (CELLSERVER_CPU_PROFILE)
 #              to the raw dir as r<round>-<mode>.pprof: go tool pprof -top FILE
 #
@@ -160,7 +161,7 @@ for round in $(seq "$ROUNDS"); do
 		args=()
 		if [[ "$mode" != off ]]; then
 			rm -rf "$tmp/data-$mode"
-			args=(--data-dir "$tmp/data-$mode" --fsync "$mode")
+			args=(--data-dir "$tmp/data-$mode" --fsync "$mode" ${SERVER_ARGS:-})
 		fi
 		if [[ "${PROFILE:-0}" == 1 ]]; then
 			export CELLSERVER_CPU_PROFILE="$raw/r$round-$mode.pprof"
@@ -170,6 +171,7 @@ for round in $(seq "$ROUNDS"); do
 			out="$raw/r$round-$mode-P$pl.csv"
 			errs0=$(info stats total_error_replies)
 			written0=$(info persistence written_changes)
+			ck0=$(info persistence checkpoints)
 			if ! timeout "$RUN_TIMEOUT" "${cli_pin[@]}" redis-benchmark -h 127.0.0.1 -p "$port" \
 				-c "$CLIENTS" -n "$REQUESTS" -P "$pl" -r "$KEYSPACE" --csv \
 				CL.THROTTLE 'key:__rand_int__' 15 30 60 >"$out" 2>"$out.err"; then
@@ -178,18 +180,20 @@ for round in $(seq "$ROUNDS"); do
 			fi
 			errs1=$(info stats total_error_replies)
 			written1=$(info persistence written_changes)
+			ck1=$(info persistence checkpoints)
 			if [[ "${errs1:-0}" != "${errs0:-0}" ]]; then
 				echo "persistence.sh: $mode -P $pl: $((errs1 - errs0)) error replies" >&2
 				exit 1
 			fi
-			written=-
+			written=- cks=-
 			[[ -n "$written1" ]] && written=$((written1 - ${written0:-0}))
+			[[ -n "$ck1" ]] && cks=$((ck1 - ${ck0:-0}))
 			# CSV: "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
 			line=$(awk -F'"' 'NR==2 {print $4 "," $10 "," $14}' "$out")
 			[[ -n "$line" ]] || { echo "persistence.sh: no result in $out" >&2; cat "$out" "$out.err" >&2; exit 1; }
 			echo "$round,$mode,$pl,$line,$written" >>"$raw/results.csv"
-			printf '  round %d  %-8s -P %-2s %12s rps  p99 %6s ms  written_changes %s\n' \
-				"$round" "$mode" "$pl" "${line%%,*}" "$(cut -d, -f3 <<<"$line")" "$written"
+			printf '  round %d  %-8s -P %-2s %12s rps  p99 %6s ms  written_changes %s  checkpoints %s\n' \
+				"$round" "$mode" "$pl" "${line%%,*}" "$(cut -d, -f3 <<<"$line")" "$written" "$cks"
 		done
 		stop_server
 	done

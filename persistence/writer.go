@@ -105,6 +105,7 @@ const opOverhead = int64(unsafe.Sizeof(Op{}))
 // Writer is safe for concurrent use.
 type Writer struct {
 	store Store
+	rec   RecordStore // store, when it takes encoded records (nil otherwise)
 	mode  Fsync
 	log   *slog.Logger
 	wake  chan struct{}
@@ -160,6 +161,20 @@ type Writer struct {
 	done     chan struct{}
 }
 
+// A RecordStore is a Store that also takes changes already encoded as its
+// own records (changelog.Store): the Writer then encodes each change once,
+// as it is queued, and hands the store each batch's bytes as they are,
+// with no Op per change. WriteRecords has Write's contract.
+type RecordStore interface {
+	Store
+	// AppendRecord appends the record of one change to dst: v is the
+	// new value of an OpPut, nil for the other kinds.
+	AppendRecord(dst []byte, kind OpKind, db int, key []byte, v *keyspace.Value) []byte
+	// WriteRecords writes n records (as AppendRecord made them, back to
+	// back) as one batch.
+	WriteRecords(recs []byte, n int, sync bool) error
+}
+
 // batch is a run of queued changes handed to the store: the changes
 // numbered lo..hi, and the arena their keys and values
 // live in.
@@ -177,6 +192,7 @@ func NewWriter(store Store, mode Fsync, log *slog.Logger) *Writer {
 	}
 	w := &Writer{store: store, mode: mode, log: log, wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}), maxPend: DefaultMaxPending}
+	w.rec, _ = store.(RecordStore)
 	w.durCond = sync.NewCond(&w.durMu)
 	return w
 }
@@ -244,6 +260,11 @@ func (w *Writer) enqueue(kind OpKind, db int, key []byte, v *keyspace.Value) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	start := len(w.arena)
+	if w.rec != nil {
+		w.arena = w.rec.AppendRecord(w.arena, kind, db, key, v)
+		w.queued(int64(len(w.arena)-start) + opOverhead)
+		return
+	}
 	w.arena = append(w.arena, key...)
 	op := Op{Kind: kind, DB: db}
 	if key != nil {
@@ -257,8 +278,12 @@ func (w *Writer) enqueue(kind OpKind, db int, key []byte, v *keyspace.Value) {
 		op.Value = w.arena[vs:len(w.arena):len(w.arena)]
 	}
 	w.queue = append(w.queue, op)
+	w.queued(int64(len(op.Key)+len(op.Value)) + opOverhead)
+}
+
+// queued counts one more change of size bytes; w.mu is held.
+func (w *Writer) queued(size int64) {
 	w.seq++
-	size := int64(len(op.Key)+len(op.Value)) + opOverhead
 	w.qbytes += size
 	n := w.pending.Add(size)
 	if w.mode == FsyncAlways || n > w.maxPend/2 {
@@ -453,7 +478,12 @@ func (w *Writer) flush(final bool) {
 // written again).
 func (w *Writer) write(b *batch) bool {
 	start := time.Now()
-	if err := guard(func() error { return w.store.Write(b.ops, w.mode == FsyncAlways) }); err != nil {
+	sync := w.mode == FsyncAlways
+	write := func() error { return w.store.Write(b.ops, sync) }
+	if w.rec != nil {
+		write = func() error { return w.rec.WriteRecords(b.arena, int(b.hi-b.lo+1), sync) }
+	}
+	if err := guard(write); err != nil {
 		w.attemptFailed(err, b, false)
 		return false
 	}
@@ -464,7 +494,7 @@ func (w *Writer) write(b *batch) bool {
 		w.syncNS.Store(int64(now.Sub(start)))
 		w.lastSync.Store(now.UnixNano())
 	}
-	w.written.Add(uint64(len(b.ops)))
+	w.written.Add(b.hi - b.lo + 1)
 	w.pending.Add(-b.bytes) // before the broadcast, for Admit's waiters
 	w.durMu.Lock()
 	if b.hi > w.durable {

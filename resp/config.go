@@ -54,6 +54,14 @@ const maxCountLine = 64 << 10
 // Config holds the limits of a [Server]. The zero value of every field
 // means its default, so Config{} is a valid configuration.
 type Config struct {
+	// GroupCommitPasses: when BeforeWrite makes replies wait for a sync
+	// (fsync always), an event loop that has run a round's commands first
+	// polls for clients that became ready meanwhile and runs theirs too,
+	// up to this many more times, so that one sync covers them all. Fewer,
+	// larger syncs cost less CPU per command. 0 (the default) turns it
+	// off.
+	GroupCommitPasses int
+
 	// MaxClients is the number of connections served at once. A connection
 	// accepted beyond it receives "-ERR max number of clients reached" and
 	// is closed. The default value is DefaultMaxClients (10000).

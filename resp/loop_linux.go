@@ -206,17 +206,19 @@ func (l *loop) run() {
 			return
 		}
 		l.now = s.now()
-		for i := range max(n, 0) {
-			ev := &l.events[i]
-			fd := int(ev.Fd)
-			if fd == l.wakefd {
-				l.takeAdds()
-				continue
+		l.events1(n)
+		for pass := 0; pass < s.cfg.GroupCommitPasses && len(l.writes) > 0; pass++ {
+			// Replies wait for a sync: run the clients that became
+			// ready meanwhile first, so that the sync covers them too.
+			// (Those with replies queued are skipped by event.)
+			before := len(l.writes)
+			n, err := l.pollNow()
+			if err != nil || n == 0 {
+				break
 			}
-			if fd < len(l.conns) {
-				if c := l.conns[fd]; c != nil {
-					l.event(c)
-				}
+			l.events1(n)
+			if len(l.writes) == before {
+				break
 			}
 		}
 		l.flush()
@@ -225,6 +227,23 @@ func (l *loop) run() {
 		}
 		if s.inShutdown.Load() && l.shutdown() {
 			return
+		}
+	}
+}
+
+// events1 handles the first n of l.events.
+func (l *loop) events1(n int) {
+	for i := range max(n, 0) {
+		ev := &l.events[i]
+		fd := int(ev.Fd)
+		if fd == l.wakefd {
+			l.takeAdds()
+			continue
+		}
+		if fd < len(l.conns) {
+			if c := l.conns[fd]; c != nil {
+				l.event(c)
+			}
 		}
 	}
 }

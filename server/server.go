@@ -701,6 +701,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	rcfg := cfg.respConfig()
+	if durability != nil {
+		rcfg.GroupCommitPasses = 4
+	}
 	rcfg.Refuse = cmds.Refuse // protected mode refuses at accept
 	rs := resp.NewServer(rcfg, cmds)
 	cmds.SetNetwork(rs)

@@ -75,7 +75,7 @@ const (
 	// chunkBytes: a checkpoint hands the wrapped store its changes in
 	// batches of about this many bytes, so that no single batch holds the
 	// CPU long (the event loops share it) or holds much memory.
-	chunkBytes = 1 << 20
+	chunkBytes = 128 << 10
 	// retryEvery: after a failed checkpoint, the next attempt.
 	retryEvery = time.Second
 )
@@ -296,6 +296,36 @@ func (s *Store) Write(ops []persistence.Op, sync bool) error {
 	} else {
 		s.buf = nil
 	}
+	return s.writeLocked(buf, sync)
+}
+
+// AppendRecord implements persistence.RecordStore: it appends the record
+// of one change to dst (v nil for a removal or a flush).
+func (s *Store) AppendRecord(dst []byte, kind persistence.OpKind, db int, key []byte, v *keyspace.Value) []byte {
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, 0, 0, 0, 0, byte(kind), byte(db>>8), byte(db))
+	dst = binary.AppendUvarint(dst, uint64(len(key)))
+	dst = append(dst, key...)
+	if v != nil {
+		dst = persistence.EncodeValue(dst, *v)
+	}
+	return sealRecord(dst, start)
+}
+
+// WriteRecords implements persistence.RecordStore: Write of records that
+// AppendRecord made.
+func (s *Store) WriteRecords(recs []byte, n int, sync bool) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return persistence.ErrStoreClosed
+	}
+	return s.writeLocked(recs, sync)
+}
+
+// writeLocked writes buf (whole records) to the current segment, with
+// s.mu held; it unlocks it.
+func (s *Store) writeLocked(buf []byte, sync bool) error {
 	if len(buf) > 0 {
 		if _, err := s.f.Write(buf); err != nil {
 			// Cut what part of the batch reached the file, so that the
@@ -726,8 +756,9 @@ func (s *Store) Close() error {
 }
 
 var (
-	_ persistence.Store      = (*Store)(nil)
-	_ persistence.WALChecker = (*Store)(nil)
+	_ persistence.Store       = (*Store)(nil)
+	_ persistence.WALChecker  = (*Store)(nil)
+	_ persistence.RecordStore = (*Store)(nil)
 )
 
 // segments lists the segment numbers in dir, in order.
@@ -863,6 +894,11 @@ func appendRecord(dst []byte, op persistence.Op) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(op.Key)))
 	dst = append(dst, op.Key...)
 	dst = append(dst, op.Value...)
+	return sealRecord(dst, start)
+}
+
+// sealRecord fills in the header of the record that starts at dst[start].
+func sealRecord(dst []byte, start int) []byte {
 	p := dst[start+recHeader:]
 	binary.LittleEndian.PutUint32(dst[start:], uint32(len(p)))
 	binary.LittleEndian.PutUint32(dst[start+4:], crc32.Checksum(p, crcTable))
