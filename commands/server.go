@@ -153,6 +153,11 @@ type Config struct {
 type Durability interface {
 	Seq() uint64
 	WaitDurable(seq uint64) error
+	// Durable reports whether WaitDurable(seq) would return at once.
+	Durable(seq uint64) bool
+	// OnDurable registers fn, called whenever Durable may have become
+	// true for more changes (set before serving).
+	OnDurable(fn func())
 }
 
 // Network is what the connection layer tells the commands about itself
@@ -495,6 +500,23 @@ func (s *Server) BeforeWrite(c *resp.Conn) error {
 	seq := cl.pendingSeq
 	cl.pendingSeq = 0
 	return s.durability.WaitDurable(seq)
+}
+
+// Ready implements resp.Deferrer: whether c's replies may leave without
+// waiting in BeforeWrite.
+func (s *Server) Ready(c *resp.Conn) bool {
+	cl, _ := c.Context().(*client)
+	if cl == nil || cl.pendingSeq == 0 || s.durability == nil {
+		return true
+	}
+	return s.durability.Durable(cl.pendingSeq)
+}
+
+// SetNotify implements resp.Deferrer.
+func (s *Server) SetNotify(fn func()) {
+	if s.durability != nil {
+		s.durability.OnDurable(fn)
+	}
 }
 
 // isLoopback reports whether a "host:port" address is on the loopback

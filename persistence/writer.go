@@ -156,6 +156,7 @@ type Writer struct {
 	syncNS   atomic.Int64   // duration of the last sync
 	syncing  atomic.Bool    // an everysec sync is running
 	syncWG   sync.WaitGroup // the running everysec sync
+	notify   func()         // OnDurable's function, nil: none
 	stopOnce sync.Once
 	stop     chan struct{}
 	done     chan struct{}
@@ -346,6 +347,26 @@ func (w *Writer) WaitDurable(seq uint64) error {
 	}
 }
 
+// Durable reports whether WaitDurable(seq) would return at once (with nil
+// or an error).
+func (w *Writer) Durable(seq uint64) bool {
+	w.durMu.Lock()
+	defer w.durMu.Unlock()
+	return w.durable >= seq || w.err != nil || w.closed || (w.failErr != nil && w.failLo <= seq && seq <= w.failHi)
+}
+
+// OnDurable registers fn, called after every batch written and whenever
+// writes start failing or the Writer closes: whenever Durable may have
+// become true for more changes. Call it before Run; fn must be quick.
+func (w *Writer) OnDurable(fn func()) { w.notify = fn }
+
+// notified calls the OnDurable function, if any.
+func (w *Writer) notified() {
+	if w.notify != nil {
+		w.notify()
+	}
+}
+
 // Run writes queued changes until ctx ends or Close is called, then writes
 // and syncs what is left.
 func (w *Writer) Run(ctx context.Context) {
@@ -384,6 +405,7 @@ func (w *Writer) final() {
 	unwritten := seq - w.durable
 	w.durMu.Unlock()
 	w.durCond.Broadcast()
+	w.notified()
 	if unwritten > 0 {
 		w.log.Error("persistence: closing while the store fails: changes not written", "changes", unwritten, "err", w.Failing())
 	}
@@ -502,6 +524,7 @@ func (w *Writer) write(b *batch) bool {
 	}
 	w.durMu.Unlock()
 	w.durCond.Broadcast()
+	w.notified()
 	return true
 }
 
@@ -551,6 +574,7 @@ func (w *Writer) setFailing(err error, isSync bool) bool {
 	w.failing.Store(&err)
 	w.durMu.Unlock()
 	w.durCond.Broadcast()
+	w.notified()
 	return first
 }
 

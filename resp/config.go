@@ -62,6 +62,12 @@ type Config struct {
 	// off.
 	GroupCommitPasses int
 
+	// HoldReplies: when the Handler is a Deferrer, an event loop holds
+	// the replies that must wait for a sync and serves other clients
+	// meanwhile, instead of waiting in BeforeWrite (see Deferrer). The
+	// default is off.
+	HoldReplies bool
+
 	// MaxClients is the number of connections served at once. A connection
 	// accepted beyond it receives "-ERR max number of clients reached" and
 	// is closed. The default value is DefaultMaxClients (10000).

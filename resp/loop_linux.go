@@ -7,7 +7,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -67,7 +69,11 @@ type loop struct {
 	resumes []*block   // blocked connections resumed (Conn.Block)
 	exited  bool
 
+	// heldN is len(held), for wakeHeld (any goroutine).
+	heldN atomic.Int32
+
 	// Owned by the loop's goroutine.
+	held     []*Conn // replies held until Server.deferrer says they may leave (still queued)
 	conns    []*Conn // by descriptor
 	live     int     // non-nil entries of conns
 	writes   []*Conn // connections with replies to write this round
@@ -75,6 +81,8 @@ type loop struct {
 	events   []unix.EpollEvent
 	ev       unix.EpollEvent // argument of epoll_ctl, kept off the heap
 	now      int64           // Unix nanoseconds at the start of the round
+	progress uint64          // clients read (event got past the held and waiting ones)
+	skipped  uint64          // events of clients whose replies are queued or held
 	nextCron int64
 }
 
@@ -206,6 +214,7 @@ func (l *loop) run() {
 			return
 		}
 		l.now = s.now()
+		progress0, skipped0 := l.progress, l.skipped
 		l.events1(n)
 		for pass := 0; pass < s.cfg.GroupCommitPasses && len(l.writes) > 0; pass++ {
 			// Replies wait for a sync: run the clients that became
@@ -221,7 +230,20 @@ func (l *loop) run() {
 				break
 			}
 		}
+		held := len(l.held)
 		l.flush()
+		if s.deferrer != nil {
+			// Write the held replies that may leave; if this round
+			// could serve nobody else (every event was a held client's:
+			// level-triggered epoll would report them again at once),
+			// wait for the sync instead of spinning.
+			l.releaseHeld(l.skipped != skipped0 && l.progress == progress0)
+			if len(l.held) > held {
+				// Let the writer start the sync these wait for: with one
+				// CPU it runs only when this goroutine yields.
+				runtime.Gosched()
+			}
+		}
 		if (s.cfg.IdleTimeout > 0 || l.waiting > 0) && l.now >= l.nextCron {
 			l.cron()
 		}
@@ -248,9 +270,49 @@ func (l *loop) events1(n int) {
 	}
 }
 
+// wakeHeld wakes the loop if it holds replies (Server.notifyHeld).
+func (l *loop) wakeHeld() {
+	if l.heldN.Load() > 0 {
+		l.wake()
+	}
+}
+
+// releaseHeld writes the held replies that may leave now; with block,
+// all of them, waiting in BeforeWrite as a loop without HoldReplies does.
+func (l *loop) releaseHeld(block bool) {
+	if len(l.held) == 0 {
+		return
+	}
+	keep := l.held[:0]
+	for _, c := range l.held {
+		if c.fd >= 0 && !c.killed.Load() && !block && !l.srv.deferrer.Ready(c) {
+			keep = append(keep, c)
+			continue
+		}
+		c.queued = false
+		switch {
+		case c.fd < 0:
+		case c.killed.Load():
+			l.close(c)
+		default:
+			if l.flushOne(c) {
+				l.done(c)
+			}
+		}
+	}
+	clear(l.held[len(keep):])
+	l.held = keep
+	l.heldN.Store(int32(len(keep)))
+}
+
 // wait returns the ready events: at once if there are any, else when
 // some arrive or the next cron is due (0 events).
 func (l *loop) wait() (int, error) {
+	if len(l.held) > 0 {
+		// heldN is set: a notification from now on wakes the loop, so
+		// look once more before sleeping.
+		l.releaseHeld(false)
+	}
 	n, err := l.pollNow()
 	if n != 0 || err != nil {
 		return n, err
@@ -486,6 +548,7 @@ func (l *loop) event(c *Conn) {
 		return
 	}
 	if c.queued {
+		l.skipped++
 		return // its replies are written first; level-triggered epoll reports the input again
 	}
 	if c.blk != nil {
@@ -496,6 +559,7 @@ func (l *loop) event(c *Conn) {
 		l.close(c) // killed, or claimed by Shutdown
 		return
 	}
+	l.progress++
 	n, err := c.rd.readFD(c.fd)
 	if n > 0 {
 		c.reads++
@@ -544,10 +608,16 @@ func (l *loop) serve(c *Conn) {
 	l.done(c)
 }
 
-// flush writes the replies of the round.
+// flush writes the replies of the round; with a Deferrer, it holds those
+// that must wait (see Server.deferrer).
 func (l *loop) flush() {
+	d := l.srv.deferrer
 	for i, c := range l.writes {
 		l.writes[i] = nil
+		if d != nil && c.fd >= 0 && !c.killed.Load() && !c.before && !d.Ready(c) {
+			l.held = append(l.held, c) // stays queued: not read until written
+			continue
+		}
 		c.queued = false
 		if c.fd < 0 {
 			continue
@@ -561,6 +631,9 @@ func (l *loop) flush() {
 		}
 	}
 	l.writes = l.writes[:0]
+	if d != nil {
+		l.heldN.Store(int32(len(l.held)))
+	}
 }
 
 func (l *loop) flushOne(c *Conn) (ok bool) {

@@ -20,6 +20,7 @@ func (l *loop) wake()            {}
 func (l *loop) addPush(*Conn)    {}
 func (l *loop) block(*Conn)      {}
 func (l *loop) addResume(*block) {}
+func (l *loop) wakeHeld()        {}
 
 func detachFD(net.Conn) (int, bool) { return -1, false }
 func shutdownFD(int)                {}

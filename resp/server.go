@@ -45,6 +45,19 @@ type BeforeWriter interface {
 	BeforeWrite(c *Conn) error
 }
 
+// A Deferrer is a BeforeWriter that can also tell, without waiting,
+// whether a connection's replies may leave (with fsync "always": whether
+// its changes are durable). With Config.HoldReplies an event loop then
+// holds the replies of a connection that must wait, serves its other
+// clients meanwhile (their changes join the next sync), and writes the
+// held replies once Ready says so. SetNotify registers a function the
+// Deferrer calls, from any goroutine, whenever Ready may have become true.
+type Deferrer interface {
+	BeforeWriter
+	Ready(c *Conn) bool
+	SetNotify(fn func())
+}
+
 // Stats are counters of a [Server] since NewServer, named after the Redis
 // INFO fields they mirror.
 type Stats struct {
@@ -113,11 +126,13 @@ type Server struct {
 	listeners  map[*net.Listener]struct{}
 	addr       net.Addr
 	conns      map[*Conn]struct{}
-	closedIn   int64         // net input bytes of connections that have ended
-	closedOut  int64         // net output bytes of connections that have ended
-	done       chan struct{} // closed when shutdown begins; ends an accept backoff
-	loopsTried bool          // the event loops were started, or failed to
-	loops      []*loop       // event loops; empty: a goroutine per connection
+	closedIn   int64                   // net input bytes of connections that have ended
+	closedOut  int64                   // net output bytes of connections that have ended
+	done       chan struct{}           // closed when shutdown begins; ends an accept backoff
+	loopsTried bool                    // the event loops were started, or failed to
+	loops      []*loop                 // event loops; empty: a goroutine per connection
+	deferrer   Deferrer                // with Config.HoldReplies: the Handler, if it is one
+	loopList   atomic.Pointer[[]*loop] // loops, for notifyHeld (any goroutine)
 	// connWG counts registered connections. Add is called only with mu
 	// held and inShutdown false, so Shutdown may Wait once it is set.
 	connWG sync.WaitGroup
@@ -132,7 +147,7 @@ func NewServer(cfg Config, h Handler) *Server {
 		panic("resp: nil Handler")
 	}
 	cfg = cfg.withDefaults()
-	return &Server{
+	s := &Server{
 		cfg:       cfg,
 		handler:   h,
 		before:    bw,
@@ -142,6 +157,11 @@ func NewServer(cfg Config, h Handler) *Server {
 		done:      make(chan struct{}),
 		now:       func() int64 { return time.Now().UnixNano() },
 	}
+	if d, ok := h.(Deferrer); ok && cfg.HoldReplies {
+		s.deferrer = d
+		d.SetNotify(s.notifyHeld)
+	}
+	return s
 }
 
 // Serve accepts connections on ln and serves each on its own goroutine. It
@@ -285,6 +305,16 @@ func refuse(nc net.Conn, msg []byte) {
 	}()
 }
 
+// notifyHeld is the Deferrer's notification: it wakes the event loops
+// holding replies.
+func (s *Server) notifyHeld() {
+	if p := s.loopList.Load(); p != nil {
+		for _, l := range *p {
+			l.wakeHeld()
+		}
+	}
+}
+
 // eventLoop returns the event loop for connection id, starting the loops
 // on first use, or nil when connections get goroutines of their own. The
 // caller holds s.mu.
@@ -300,6 +330,7 @@ func (s *Server) eventLoop(id int64) *loop {
 			s.logger.Warn("resp: no event loops; serving each connection on its own goroutine", "err", err)
 		}
 		s.loops = loops
+		s.loopList.Store(&loops)
 	}
 	if len(s.loops) == 0 {
 		return nil

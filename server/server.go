@@ -702,7 +702,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	rcfg := cfg.respConfig()
 	if durability != nil {
+		// fsync always: one sync per round covers as many clients as
+		// possible, and a loop serves other clients while it runs.
 		rcfg.GroupCommitPasses = 4
+		rcfg.HoldReplies = true
 	}
 	rcfg.Refuse = cmds.Refuse // protected mode refuses at accept
 	rs := resp.NewServer(rcfg, cmds)
