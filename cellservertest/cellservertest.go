@@ -26,10 +26,12 @@
 // layer, not Pebble nor the Prometheus client: persistence and metrics are
 // off, and stay optional at link time. To test with a data directory, pass
 // the store opener with WithConfig (importing
-// github.com/cellserver/cellserver/persistence/pebblestore links Pebble):
+// github.com/cellserver/cellserver/persistence/pebblestore links Pebble);
+// the binary's is the change log in front of Pebble:
 //
 //	cellservertest.Run(t, cellservertest.WithConfig(func(c *server.Config) {
-//		c.DataDir, c.OpenStore = t.TempDir(), pebblestore.OpenStore
+//		c.DataDir = t.TempDir()
+//		c.OpenStore = changelog.Opener(pebblestore.OpenStore, changelog.Options{})
 //	}))
 //
 // Nor does it pick a Redis client for its users: any client that speaks

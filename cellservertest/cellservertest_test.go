@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cellserver/cellserver/cellservertest"
+	"github.com/cellserver/cellserver/persistence/changelog"
 	"github.com/cellserver/cellserver/persistence/pebblestore"
 	"github.com/cellserver/cellserver/server"
 )
@@ -231,7 +232,7 @@ func TestStopThenRestart(t *testing.T) {
 func TestRestartWithDataDir(t *testing.T) {
 	dir := t.TempDir()
 	s := cellservertest.Run(t, cellservertest.WithConfig(func(c *server.Config) {
-		c.DataDir, c.OpenStore, c.Fsync = dir, pebblestore.OpenStore, "always"
+		c.DataDir, c.OpenStore, c.Fsync = dir, changelog.Opener(pebblestore.OpenStore, changelog.Options{}), "always"
 	}))
 	rdb := newClient(t, s.Addr(), "")
 	throttle(t, rdb, "k")

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/persistence/changelog"
 	"github.com/cellserver/cellserver/persistence/pebblestore"
 	"github.com/cellserver/cellserver/server"
 )
@@ -210,7 +211,7 @@ func TestInfoRedisFields(t *testing.T) {
 		cfg  server.Config
 	}{
 		{"memory", server.Config{}},
-		{"data-dir", server.Config{DataDir: t.TempDir(), OpenStore: pebblestore.OpenStore}},
+		{"data-dir", server.Config{DataDir: t.TempDir(), OpenStore: changelog.Opener(pebblestore.OpenStore, changelog.Options{})}},
 	} {
 		t.Run(cfg.name, func(t *testing.T) {
 			_, addr := servertest.Start(t, cfg.cfg)

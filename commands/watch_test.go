@@ -12,6 +12,7 @@ import (
 	"github.com/cellserver/cellserver/commands"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/persistence/changelog"
 	"github.com/cellserver/cellserver/persistence/pebblestore"
 	"github.com/cellserver/cellserver/resp"
 	"github.com/cellserver/cellserver/server"
@@ -273,7 +274,7 @@ func TestGoRedisWatchIncrement(t *testing.T) {
 // and is still persisted, as are the changes of a transaction that ran.
 func TestWatchWithPersistence(t *testing.T) {
 	dir := t.TempDir()
-	cfg := server.Config{DataDir: dir, OpenStore: pebblestore.OpenStore, Fsync: "always"}
+	cfg := server.Config{DataDir: dir, OpenStore: changelog.Opener(pebblestore.OpenStore, changelog.Options{}), Fsync: "always"}
 	t.Run("first run", func(t *testing.T) {
 		_, addr := servertest.Start(t, cfg)
 		a, b := dialRaw(t, addr), dialRaw(t, addr)

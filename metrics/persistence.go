@@ -21,6 +21,11 @@ func PersistenceCollector(w *persistence.Writer, st persistence.Store) prometheu
 		waits:    prometheus.NewDesc(Namespace+"_persistence_backpressure_waits_total", "Write commands that waited for the store to catch up (pending bytes over the cap).", nil, nil),
 		waitSec:  prometheus.NewDesc(Namespace+"_persistence_backpressure_wait_seconds_total", "Time write commands waited for the store to catch up.", nil, nil),
 		failed:   prometheus.NewDesc(Namespace+"_persistence_failed", "1 while the store refuses writes (write commands are refused with MISCONF until a write succeeds).", nil, nil),
+		cks:      prometheus.NewDesc(Namespace+"_persistence_checkpoints_total", "Checkpoints completed: the keys changed since the previous one written from memory to pebble, and the change log before it dropped.", nil, nil),
+		ckFail:   prometheus.NewDesc(Namespace+"_persistence_checkpoint_failures_total", "Checkpoints that failed (the change log is kept; the next one writes what this one could not).", nil, nil),
+		ckSec:    prometheus.NewDesc(Namespace+"_persistence_last_checkpoint_seconds", "Duration of the last completed checkpoint.", nil, nil),
+		ckKeys:   prometheus.NewDesc(Namespace+"_persistence_last_checkpoint_keys", "Keys written by the last completed checkpoint.", nil, nil),
+		logB:     prometheus.NewDesc(Namespace+"_persistence_changelog_bytes", "Bytes written to the change log since the last checkpoint began (a checkpoint starts past --checkpoint-bytes).", nil, nil),
 	}
 }
 
@@ -29,11 +34,17 @@ type persistCollector struct {
 	st                                                          persistence.Store
 	pending, written, flushLat, syncLat, lastSync, disk, failed *prometheus.Desc
 	pendB, maxPendB, waits, waitSec                             *prometheus.Desc
+	cks, ckFail, ckSec, ckKeys, logB                            *prometheus.Desc
 }
 
 func (c *persistCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.pending, c.written, c.flushLat, c.syncLat, c.lastSync, c.disk, c.failed, c.pendB, c.maxPendB, c.waits, c.waitSec} {
 		ch <- d
+	}
+	if _, ok := c.st.(persistence.Checkpointer); ok {
+		for _, d := range []*prometheus.Desc{c.cks, c.ckFail, c.ckSec, c.ckKeys, c.logB} {
+			ch <- d
+		}
 	}
 }
 
@@ -56,4 +67,12 @@ func (c *persistCollector) Collect(ch chan<- prometheus.Metric) {
 		failed = 1
 	}
 	gauge(ch, c.failed, failed)
+	if cp, ok := c.st.(persistence.Checkpointer); ok {
+		ck := cp.CheckpointStats()
+		counter(ch, c.cks, float64(ck.Checkpoints))
+		counter(ch, c.ckFail, float64(ck.Failed))
+		gauge(ch, c.ckSec, ck.LastDuration.Seconds())
+		gauge(ch, c.ckKeys, float64(ck.LastKeys))
+		gauge(ch, c.logB, float64(ck.LogBytes))
+	}
 }

@@ -6,10 +6,15 @@
 // no snapshot at stop: what the store holds after the last Write is the
 // state.
 //
-// A Store is a small interface with two implementations: Memory, the
-// reference used by tests, and pebblestore.Store (package
-// persistence/pebblestore), the durable one built on
-// github.com/cockroachdb/pebble. Both pass one conformance suite
+// A Store is a small interface with three implementations: Memory, the
+// reference used by tests; pebblestore.Store (package
+// persistence/pebblestore), built on github.com/cockroachdb/pebble; and
+// changelog.Store (package persistence/changelog), what cmd/cellserver
+// runs: a change log of its own in front of pebblestore, which appends
+// every batch and writes to pebble only checkpoints of the keys changed,
+// read from the keyspace (a Checkpointer; keyspace.Config.TrackChanges).
+// The Writer hands it each change already encoded as a log record (a
+// RecordStore). All three pass one conformance suite
 // (internal/storetest). This package does not import pebble: a program
 // links it only if it imports pebblestore, and a server is given its store
 // through an Opener (server.Config.OpenStore).

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/cellserver/cellserver/keyspace"
 )
@@ -135,6 +136,24 @@ type Opener func(dir string, opts OpenOptions) (Store, error)
 type Checkpointer interface {
 	Store
 	Attach(ks *keyspace.Keyspace)
+	CheckpointStats() CheckpointStats
+}
+
+// CheckpointStats are a Checkpointer's figures (INFO persistence, metrics).
+type CheckpointStats struct {
+	Checkpoints     int64         // completed checkpoints
+	Failed          int64         // checkpoints that failed
+	LastDuration    time.Duration // how long the last completed one took
+	LastKeys        int           // the keys it wrote
+	LogBytes        int64         // bytes logged since the last checkpoint began
+	CheckpointBytes int64         // the log size that starts a checkpoint
+	Err             error         // the last checkpoint's error, nil after a success
+}
+
+// A Flusher is a Store that can write what it buffers in memory to its
+// tables (pebblestore.Store), so that its next open has no log to replay.
+type Flusher interface {
+	Flush() error
 }
 
 // An InfoReporter is a Store with lines of its own for INFO persistence.

@@ -76,8 +76,8 @@ const (
 // not yet written (see Writer.Admit).
 const DefaultMaxPending = 64 << 20
 
-// opOverhead is what one queued change costs besides its key and value
-// bytes: its Op in the queue.
+// opOverhead is what one queued change counts besides its key and value
+// bytes (or its record's, with a RecordStore): its Op in the queue.
 const opOverhead = int64(unsafe.Sizeof(Op{}))
 
 // Writer is the write path: it implements keyspace.Journal, so every change

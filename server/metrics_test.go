@@ -11,6 +11,7 @@ import (
 
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/metrics"
+	"github.com/cellserver/cellserver/persistence/changelog"
 	"github.com/cellserver/cellserver/persistence/pebblestore"
 	"github.com/cellserver/cellserver/server"
 	"github.com/redis/go-redis/v9"
@@ -85,14 +86,16 @@ func grepLines(s, sub string) string {
 // exported (their values depend on the background writer's timing, so
 // only their presence is checked here; durability_test checks behaviour).
 func TestPersistenceMetrics(t *testing.T) {
-	srv, addr := servertest.Start(t, server.Config{MetricsAddr: "127.0.0.1:0", Metrics: metrics.ServerHandler, DataDir: t.TempDir(), OpenStore: pebblestore.OpenStore})
+	srv, addr := servertest.Start(t, server.Config{MetricsAddr: "127.0.0.1:0", Metrics: metrics.ServerHandler, DataDir: t.TempDir(), OpenStore: changelog.Opener(pebblestore.OpenStore, changelog.Options{})})
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	rdb.Do(context.Background(), "CL.THROTTLE", "p:1", 1, 1, 60)
 	_, body := get(t, "http://"+srv.MetricsAddr().String()+"/metrics")
 	for _, name := range []string{"cellserver_persistence_pending_changes", "cellserver_persistence_written_changes_total",
 		"cellserver_persistence_last_write_seconds", "cellserver_persistence_last_sync_seconds", "cellserver_persistence_disk_bytes",
-		"cellserver_persistence_failed 0", "cellserver_state_memory_bytes", "cellserver_evicted_keys_total 0"} {
+		"cellserver_persistence_failed 0", "cellserver_state_memory_bytes", "cellserver_evicted_keys_total 0",
+		"cellserver_persistence_checkpoints_total", "cellserver_persistence_checkpoint_failures_total 0",
+		"cellserver_persistence_changelog_bytes"} {
 		if !strings.Contains(body, name) {
 			t.Errorf("/metrics lacks %s", name)
 		}

@@ -114,7 +114,7 @@ type Config struct {
 	DataDir string
 	// OpenStore opens the store for DataDir; it is required with DataDir
 	// (Validate refuses a DataDir without it) and unused without.
-	// cmd/cellserver sets pebblestore.OpenStore. It is a field, not a
+	// cmd/cellserver sets changelog.Opener(pebblestore.OpenStore, ...). It is a field, not a
 	// default, so that this package does not link Pebble: a program that
 	// never sets it (an in-process test server) does not carry it.
 	OpenStore persistence.Opener

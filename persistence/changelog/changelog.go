@@ -706,6 +706,14 @@ func (s *Store) Stats() Stats {
 	return st
 }
 
+// CheckpointStats implements persistence.Checkpointer.
+func (s *Store) CheckpointStats() persistence.CheckpointStats {
+	st := s.Stats()
+	return persistence.CheckpointStats{Checkpoints: st.Checkpoints, Failed: st.FailedCheckpoints,
+		LastDuration: st.LastCheckpoint, LastKeys: st.LastKeys, LogBytes: st.SegmentBytes,
+		CheckpointBytes: st.CheckpointBytes, Err: st.Err}
+}
+
 // Info returns INFO persistence's lines about the change log.
 func (s *Store) Info() []string {
 	st := s.Stats()
@@ -738,6 +746,11 @@ func (s *Store) Close() error {
 	close(s.stop)
 	<-s.done
 	err := s.Checkpoint()
+	if fl, ok := s.inner.(persistence.Flusher); ok && err == nil {
+		// The last checkpoint is in pebble's WAL: flushed to tables, the
+		// next start reads tables instead of replaying it.
+		err = fl.Flush()
+	}
 	s.rotMu.Lock()
 	s.mu.Lock()
 	s.closed = true

@@ -1230,6 +1230,22 @@ func (p *Store) Reopened() (reopened, abandoned int64) {
 	return p.reopened.Load(), p.abandoned.Load()
 }
 
+// Flush writes pebble's memtables to tables (persistence.Flusher): the
+// next open then reads tables instead of replaying the WAL.
+func (p *Store) Flush() error {
+	db, in, unlock, err := p.acquire(false)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return p.guard(in, "flush", func() error {
+		if err := db.Flush(); err != nil {
+			return p.wrap("flush", err)
+		}
+		return nil
+	})
+}
+
 // Compact implements Store: it flushes the memtable, then compacts every
 // level over the whole key range, which drops deleted records and the
 // range deletions that covered them.
