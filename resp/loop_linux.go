@@ -277,32 +277,44 @@ func (l *loop) wakeHeld() {
 	}
 }
 
-// releaseHeld writes the held replies that may leave now; with block,
-// all of them, waiting in BeforeWrite as a loop without HoldReplies does.
+// releaseHeld writes the held replies that may leave now. With block,
+// when none may, it writes the oldest one, waiting in BeforeWrite as a loop
+// without HoldReplies does: the loop has nothing else it can do.
 func (l *loop) releaseHeld(block bool) {
 	if len(l.held) == 0 {
 		return
 	}
+	n := len(l.held)
 	keep := l.held[:0]
 	for _, c := range l.held {
-		if c.fd >= 0 && !c.killed.Load() && !block && !l.srv.deferrer.Ready(c) {
+		if c.fd >= 0 && !c.killed.Load() && !l.srv.deferrer.Ready(c) {
 			keep = append(keep, c)
 			continue
 		}
-		c.queued = false
-		switch {
-		case c.fd < 0:
-		case c.killed.Load():
-			l.close(c)
-		default:
-			if l.flushOne(c) {
-				l.done(c)
-			}
-		}
+		l.unhold(c)
+	}
+	if block && len(keep) == n {
+		c := keep[0]
+		keep = keep[:copy(keep, keep[1:])]
+		l.unhold(c)
 	}
 	clear(l.held[len(keep):])
 	l.held = keep
 	l.heldN.Store(int32(len(keep)))
+}
+
+// unhold writes a held connection's replies (or closes it).
+func (l *loop) unhold(c *Conn) {
+	c.queued = false
+	switch {
+	case c.fd < 0:
+	case c.killed.Load():
+		l.close(c)
+	default:
+		if l.flushOne(c) {
+			l.done(c)
+		}
+	}
 }
 
 // wait returns the ready events: at once if there are any, else when

@@ -721,7 +721,7 @@ func (s *Store) Info() []string {
 	if st.Err != nil {
 		status = "err"
 	}
-	return []string{
+	lines := []string{
 		fmt.Sprintf("changelog_bytes:%d", st.SegmentBytes),
 		fmt.Sprintf("changelog_checkpoint_bytes:%d", st.CheckpointBytes),
 		fmt.Sprintf("checkpoints:%d", st.Checkpoints),
@@ -731,6 +731,16 @@ func (s *Store) Info() []string {
 		fmt.Sprintf("last_checkpoint_keys:%d", st.LastKeys),
 		fmt.Sprintf("changelog_replayed_at_load:%d", st.Replayed),
 	}
+	s.ckMu.Lock()
+	ks := s.src
+	s.ckMu.Unlock()
+	if ks != nil {
+		ch := ks.Changes()
+		lines = append(lines,
+			fmt.Sprintf("checkpoint_pending_keys:%d", ch.Dirty+ch.Removed),
+			fmt.Sprintf("checkpoint_tracking_bytes:%d", ch.Bytes))
+	}
+	return lines
 }
 
 // Close implements persistence.Store: a last checkpoint, then the empty

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -190,5 +191,37 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestInfoCountsPendingKeys: INFO's checkpoint_pending_keys counts the
+// keys changed since the last checkpoint, and a checkpoint clears it.
+func TestInfoCountsPendingKeys(t *testing.T) {
+	sv := serve(t, filepath.Join(t.TempDir(), "data"), Options{CheckpointBytes: 1 << 40})
+	defer sv.close(t)
+	for i := range 10 {
+		key := []byte(fmt.Sprintf("k%d", i))
+		sh := sv.ks.DB(0).Shard(key)
+		sh.Lock()
+		sh.Set(key, keyspace.Value{Kind: keyspace.KindGCRA, N: 1})
+		sh.Unlock()
+	}
+	field := func() string {
+		for _, l := range sv.s.Info() {
+			if v, ok := strings.CutPrefix(l, "checkpoint_pending_keys:"); ok {
+				return v
+			}
+		}
+		return "(missing)"
+	}
+	if got := field(); got != "10" {
+		t.Fatalf("checkpoint_pending_keys after 10 keys set: %s", got)
+	}
+	sv.written(t)
+	if err := sv.s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if got := field(); got != "0" {
+		t.Fatalf("checkpoint_pending_keys after a checkpoint: %s", got)
 	}
 }
