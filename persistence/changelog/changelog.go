@@ -469,7 +469,13 @@ func (s *Store) Checkpoint() (err error) {
 		return nil
 	}
 	keys := 0
-	if s.src != nil {
+	if s.src == nil {
+		// No keyspace: the rotated segments' records are the changes.
+		// replay applies them, syncs the wrapped store and deletes them.
+		if keys, err = s.replay(old, false); err != nil {
+			return err
+		}
+	} else {
 		// What a failed checkpoint collected goes first: it is older.
 		if err := s.col.write(); err != nil {
 			return err
@@ -480,33 +486,17 @@ func (s *Store) Checkpoint() (err error) {
 			return err
 		}
 		keys = s.col.keys
-	} else {
-		s.mu.Lock()
-		cur := s.seg
-		s.mu.Unlock()
-		var segs []uint64
-		for _, n := range old {
-			if n < cur {
-				segs = append(segs, n)
-			}
-		}
-		// replay deletes the segments it applied.
-		n, err := s.replay(segs, false)
-		if err != nil {
+		if err := s.inner.Sync(); err != nil {
 			return err
 		}
-		keys = n
-	}
-	if err := s.inner.Sync(); err != nil {
-		return err
-	}
-	for _, n := range old {
-		if err := os.Remove(segName(s.dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("persistence: change log: %w", err)
+		for _, n := range old {
+			if err := os.Remove(segName(s.dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("persistence: change log: %w", err)
+			}
 		}
-	}
-	if err := syncDir(s.dir); err != nil {
-		return err
+		if err := syncDir(s.dir); err != nil {
+			return err
+		}
 	}
 	s.mu.Lock()
 	s.suspect = false
