@@ -131,7 +131,7 @@ func waitInfo(t *testing.T, rdb *redis.Client, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no %s after 10s", what)
 		}
-		time.Sleep(time.Millisecond)
+		runtime.Gosched() // a poll with a deadline, as waitWritten
 	}
 }
 
