@@ -135,7 +135,7 @@ type Opener func(dir string, opts OpenOptions) (Store, error)
 // serving).
 type Checkpointer interface {
 	Store
-	Attach(ks *keyspace.Keyspace)
+	Attach(ks *keyspace.Keyspace) error
 	CheckpointStats() CheckpointStats
 }
 

@@ -617,7 +617,11 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger.Info("loaded persisted state", "dir", cfg.DataDir, "keys", loaded.Keys,
 			"expired_dropped", loaded.Expired, "duration", loaded.Duration.String())
 		if cp, ok := store.(persistence.Checkpointer); ok {
-			cp.Attach(ks) // checkpoints read the changed keys from here on
+			// Checkpoints read the changed keys from here on.
+			if err := cp.Attach(ks); err != nil {
+				store.Close()
+				return nil, fmt.Errorf("loading %s: %w", cfg.DataDir, err)
+			}
 		}
 	}
 	var durability commands.Durability

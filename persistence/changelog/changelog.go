@@ -199,10 +199,19 @@ func Open(dir string, inner persistence.Opener, opts persistence.OpenOptions, o 
 // keyspace.Config.TrackChanges on and hold what the store holds (call it
 // after the startup load, before serving). Without it, a checkpoint
 // replays the logged records instead.
-func (s *Store) Attach(ks *keyspace.Keyspace) {
+//
+// What was logged before (the startup load's deletion of expired records)
+// is not in the keyspace's tracking: Attach first replays it into the
+// wrapped store, so that it is not dropped with its segment by the first
+// checkpoint from the keyspace.
+func (s *Store) Attach(ks *keyspace.Keyspace) error {
+	if err := s.Checkpoint(); err != nil {
+		return err
+	}
 	s.ckMu.Lock()
 	s.src = ks
 	s.ckMu.Unlock()
+	return nil
 }
 
 // TracksChanges is true: a keyspace in front of this store should keep

@@ -37,7 +37,9 @@ func serve(t *testing.T, dir string, o Options) *served {
 	if _, err := persistence.Load(s, ks, 0); err != nil {
 		t.Fatal(err)
 	}
-	s.Attach(ks)
+	if err := s.Attach(ks); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go w.Run(ctx)
 	return &served{s: s, w: w, ks: ks, cancel: cancel}
@@ -225,4 +227,39 @@ func TestInfoCountsPendingKeys(t *testing.T) {
 	if got := field(); got != "0" {
 		t.Fatalf("checkpoint_pending_keys after a checkpoint: %s", got)
 	}
+}
+
+// TestExpiredAtLoadLeavePebble: the records the startup load finds expired
+// are deleted from the store (logged before the keyspace is attached);
+// they must reach pebble, not vanish with their log segment.
+func TestExpiredAtLoadLeavePebble(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	s := open(t, dir, persistence.OpenOptions{}, Options{})
+	old := persistence.EncodeValue(nil, keyspace.Value{Kind: keyspace.KindGCRA, N: 1, Exp: 1000})
+	storetest.MustWrite(t, s, true, persistence.Op{Kind: persistence.OpPut, DB: 0, Key: []byte("old"), Value: old})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, dir, persistence.OpenOptions{}, Options{})
+	w := persistence.NewWriter(s, persistence.FsyncEverySec, nil)
+	ks, err := keyspace.New(keyspace.Config{Shards: 2, Journal: w, TrackChanges: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := persistence.Load(s, ks, 2000) // "old" expired at 1000
+	if err != nil || st.Expired != 1 {
+		t.Fatalf("load: %+v, %v; want 1 expired record", st, err)
+	}
+	if err := s.Attach(ks); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := pebblestore.OpenStore(dir, persistence.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	storetest.CheckRecords(t, p, nil)
 }
