@@ -191,3 +191,54 @@ func (ks *Keyspace) Changes() ChangeStats {
 	}
 	return st
 }
+
+// discard is the Journal RestoreChange lends a shard: the change it applies
+// is tracked (a Journal is what turns tracking on) but logged nowhere,
+// because it comes from the log.
+type discard struct{}
+
+func (discard) Put(int, []byte, *Value) {}
+func (discard) Delete(int, []byte)      {}
+func (discard) DeleteDB(int)            {}
+func (discard) DeleteAll()              {}
+
+// RestoreChange applies one change replayed from persistence's change log
+// at startup (before serving): v is key's new value, nil its removal
+// (noted for the next CollectChanges even if key is absent: the store may
+// hold it). Unlike Restore, the change is tracked, so the next
+// collection hands it to the store; like Restore, the Journal is not
+// told. Without Config.TrackChanges it is Restore, or a plain removal.
+func (ks *Keyspace) RestoreChange(db int, key []byte, v *Value) {
+	sh := ks.dbs[db].Shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	j := sh.journal
+	if sh.chg != nil {
+		sh.journal = discard{}
+	} else {
+		sh.journal = nil
+	}
+	defer func() { sh.journal = j }()
+	if v != nil {
+		sh.Replace(key, nil, *v)
+		return
+	}
+	if sh.chg != nil {
+		sh.chg.removed(key)
+	}
+	if idx, pos, ok := sh.t.lookup(key, sh.hash(key)); ok {
+		sh.journal = nil // noted above
+		sh.removeAt(idx, pos, key)
+	}
+}
+
+// RestoreFlush applies a FLUSHDB (db >= 0) or FLUSHALL (db < 0) replayed
+// from the change log at startup: tracked (the next collection writes the
+// range deletion), not told to the Journal.
+func (ks *Keyspace) RestoreFlush(db int) {
+	for _, d := range ks.dbs {
+		if db < 0 || d.index == db {
+			d.flush(false, false)
+		}
+	}
+}

@@ -731,6 +731,11 @@ func (s *Shard) clear() {
 // at once so that the journal sees one consistent cut; locked means the
 // caller already holds them (EXEC).
 func (db *DB) Flush(locked bool) {
+	db.flush(locked, true)
+}
+
+// flush is Flush; journal false does not tell the Journal (RestoreFlush).
+func (db *DB) flush(locked, journal bool) {
 	if !locked {
 		for i := range db.shards {
 			db.shards[i].mu.Lock()
@@ -746,7 +751,7 @@ func (db *DB) Flush(locked bool) {
 	}
 	db.zeroSlotCounts()
 	db.flushed.Store(db.ks.track)
-	if db.ks.journal != nil {
+	if journal && db.ks.journal != nil {
 		db.ks.journal.DeleteDB(db.index)
 	}
 }

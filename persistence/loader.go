@@ -19,7 +19,16 @@ type LoadStats struct {
 // Unix epoch) and deleting them from the store. A record that does not
 // decode, or names a database ks does not have, fails the load: starting
 // with part of the state silently missing would hand out fresh limits.
+//
+// With a Replayer store and a keyspace that tracks changes, the base is
+// read first and then the store's log is applied on top, each change
+// tracked (keyspace.RestoreChange), and the expired records are noted as
+// removed instead of being deleted from the store at once: the next
+// checkpoint writes both.
 func Load(store Store, ks *keyspace.Keyspace, nowMS int64) (LoadStats, error) {
+	if r, ok := store.(Replayer); ok && ks.TracksChanges() {
+		return loadReplay(r, ks, nowMS)
+	}
 	start := time.Now()
 	var st LoadStats
 	var expired []Op
@@ -49,6 +58,75 @@ func Load(store Store, ks *keyspace.Keyspace, nowMS int64) (LoadStats, error) {
 			return st, err
 		}
 		expired = expired[n:]
+	}
+	st.Duration = time.Since(start)
+	return st, nil
+}
+
+// loadReplay is Load from a Replayer into a keyspace that tracks changes.
+func loadReplay(r Replayer, ks *keyspace.Keyspace, nowMS int64) (LoadStats, error) {
+	start := time.Now()
+	var st LoadStats
+	checkDB := func(db int, key []byte) error {
+		if db >= ks.NumDB() {
+			return fmt.Errorf("%w: key %q is in database %d, but only %d databases are configured (--databases)", ErrCorrupt, key, db, ks.NumDB())
+		}
+		return nil
+	}
+	err := r.LoadBase(func(db int, key, value []byte) error {
+		if err := checkDB(db, key); err != nil {
+			return err
+		}
+		v, err := DecodeValue(value)
+		if err != nil {
+			return fmt.Errorf("key %q in database %d: %w", key, db, err)
+		}
+		if v.Expired(nowMS) {
+			st.Expired++
+			ks.RestoreChange(db, key, nil) // the next checkpoint deletes it from the store
+			return nil
+		}
+		ks.Restore(db, key, v)
+		return nil
+	})
+	if err != nil {
+		return st, err
+	}
+	err = r.Replay(func(op Op) error {
+		switch op.Kind {
+		case OpPut:
+			if err := checkDB(op.DB, op.Key); err != nil {
+				return err
+			}
+			v, err := DecodeValue(op.Value)
+			if err != nil {
+				return fmt.Errorf("change log: key %q in database %d: %w", op.Key, op.DB, err)
+			}
+			if v.Expired(nowMS) {
+				ks.RestoreChange(op.DB, op.Key, nil)
+				return nil
+			}
+			ks.RestoreChange(op.DB, op.Key, &v)
+		case OpDelete:
+			if err := checkDB(op.DB, op.Key); err != nil {
+				return err
+			}
+			ks.RestoreChange(op.DB, op.Key, nil)
+		case OpDeleteDB:
+			if err := checkDB(op.DB, nil); err != nil {
+				return err
+			}
+			ks.RestoreFlush(op.DB)
+		case OpDeleteAll:
+			ks.RestoreFlush(-1)
+		}
+		return nil
+	})
+	if err != nil {
+		return st, err
+	}
+	for d := 0; d < ks.NumDB(); d++ {
+		st.Keys += ks.DB(d).Size(false)
 	}
 	st.Duration = time.Since(start)
 	return st, nil

@@ -160,3 +160,14 @@ type Flusher interface {
 type InfoReporter interface {
 	Info() []string
 }
+
+// A Replayer is a Store that keeps a log of changes beside its base
+// (changelog.Store). Load into a keyspace that tracks changes reads the
+// base with LoadBase and applies the log with Replay (each change as a
+// tracked change of the keyspace), instead of having the store write the
+// log into its base first: the next checkpoint stores each replayed key
+// once.
+type Replayer interface {
+	LoadBase(fn func(db int, key, value []byte) error) error
+	Replay(fn func(op Op) error) error
+}

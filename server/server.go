@@ -588,9 +588,6 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("data directory %s: %w", cfg.DataDir, err)
 		}
 		store = st
-		if wc, ok := st.(persistence.WALChecker); ok {
-			walDamage = wc.WALDamage()
-		}
 		writer = persistence.NewWriter(store, mode, cfg.Logger)
 		writer.SetMaxPending(cfg.PersistMaxPending)
 		kcfg.Journal = writer
@@ -613,6 +610,9 @@ func New(cfg Config) (*Server, error) {
 		if err != nil {
 			store.Close()
 			return nil, fmt.Errorf("loading %s: %w", cfg.DataDir, err)
+		}
+		if wc, ok := store.(persistence.WALChecker); ok {
+			walDamage = wc.WALDamage() // a log replayed at the load reports its damage then
 		}
 		cfg.Logger.Info("loaded persisted state", "dir", cfg.DataDir, "keys", loaded.Keys,
 			"expired_dropped", loaded.Expired, "duration", loaded.Duration.String())

@@ -132,11 +132,16 @@ type Store struct {
 
 	rotMu sync.Mutex // held by Sync and by a rotation: Sync covers every completed Write
 
-	ckMu   sync.Mutex // one checkpoint at a time; guards the fields below
-	src    *keyspace.Keyspace
-	col    collector
-	ckErr  error     // the last checkpoint's error; nil after a success
-	lastCk time.Time // when the last checkpoint ended (or the Store opened)
+	ckMu sync.Mutex // one checkpoint at a time; guards the fields below
+	src  *keyspace.Keyspace
+	// preopen: the segments found at Open, not yet replayed (by Replay,
+	// or by a checkpoint without a keyspace); loadDamaged is
+	// OpenOptions.LoadDamagedWAL, for that replay.
+	preopen     []uint64
+	loadDamaged bool
+	col         collector
+	ckErr       error     // the last checkpoint's error; nil after a success
+	lastCk      time.Time // when the last checkpoint ended (or the Store opened)
 
 	kick chan struct{}
 	stop chan struct{}
@@ -179,13 +184,9 @@ func Open(dir string, inner persistence.Opener, opts persistence.OpenOptions, o 
 	}
 	next := uint64(1)
 	if len(segs) > 0 {
-		start := time.Now()
-		total, err := s.replay(segs, opts.LoadDamagedWAL)
-		if err != nil {
-			return nil, err
-		}
-		s.log.Info("persistence: replayed change log", "segments", len(segs), "changes", total, "duration", time.Since(start).String())
-		s.stats.replayed = int64(total)
+		// Replayed by Replay (into the keyspace, at the startup load) or
+		// by the first checkpoint (into the wrapped store).
+		s.preopen, s.loadDamaged = segs, opts.LoadDamagedWAL
 		next = segs[len(segs)-1] + 1
 	}
 	if err := s.newSegment(next); err != nil {
@@ -200,17 +201,64 @@ func Open(dir string, inner persistence.Opener, opts persistence.OpenOptions, o 
 // after the startup load, before serving). Without it, a checkpoint
 // replays the logged records instead.
 //
-// What was logged before (the startup load's deletion of expired records)
-// is not in the keyspace's tracking: Attach first replays it into the
-// wrapped store, so that it is not dropped with its segment by the first
-// checkpoint from the keyspace.
+// Everything logged before must be in the keyspace's tracking (see
+// persistence.Load: it applies the log found at Open with Replay and
+// notes the expired records it drops): the first checkpoint deletes those
+// segments. If the log found at Open was not replayed, Attach replays it
+// into the wrapped store first. A checkpoint then starts at once when that
+// log was replayed into the keyspace, so that it does not stay on disk
+// beside the new one.
 func (s *Store) Attach(ks *keyspace.Keyspace) error {
-	if err := s.Checkpoint(); err != nil {
-		return err
+	s.ckMu.Lock()
+	pending := len(s.preopen) > 0
+	s.ckMu.Unlock()
+	if pending {
+		if err := s.Checkpoint(); err != nil {
+			return err
+		}
 	}
 	s.ckMu.Lock()
 	s.src = ks
 	s.ckMu.Unlock()
+	s.stats.Lock()
+	replayed := s.stats.replayed > 0
+	s.stats.Unlock()
+	if replayed {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// LoadBase implements persistence.Replayer: the wrapped store's records,
+// without the log found at Open (Replay applies it).
+func (s *Store) LoadBase(fn func(db int, key, value []byte) error) error {
+	return s.inner.Load(fn)
+}
+
+// Replay implements persistence.Replayer: it calls fn for every change of
+// the log found at Open, in order (a torn last record is the end of the
+// log; damage is refused or, with LoadDamagedWAL, cut, as at Open).
+// Those segments stay until the first checkpoint from the keyspace that
+// fn applied them to. Op's key and value are valid only during the call.
+func (s *Store) Replay(fn func(op persistence.Op) error) error {
+	s.ckMu.Lock()
+	defer s.ckMu.Unlock()
+	if len(s.preopen) == 0 {
+		return nil
+	}
+	start := time.Now()
+	total, err := s.scan(s.preopen, s.loadDamaged, fn)
+	if err != nil {
+		return err
+	}
+	s.log.Info("persistence: replayed change log", "segments", len(s.preopen), "changes", total, "duration", time.Since(start).String())
+	s.stats.Lock()
+	s.stats.replayed = int64(total)
+	s.stats.Unlock()
+	s.preopen = nil
 	return nil
 }
 
@@ -218,19 +266,13 @@ func (s *Store) Attach(ks *keyspace.Keyspace) error {
 // keyspace.Config.TrackChanges on and be Attach'ed.
 func (s *Store) TracksChanges() bool { return true }
 
-// replay applies segs (segment numbers, in order) to the wrapped store,
-// syncs it and deletes every segment file; it returns the changes
-// applied.
-func (s *Store) replay(segs []uint64, loadDamaged bool) (int, error) {
-	var batch []persistence.Op
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		err := s.inner.Write(batch, false)
-		batch = batch[:0]
-		return err
-	}
+// scan calls fn for every record of segs (segment numbers, in order). A
+// torn last record (a crash in the middle of a write) ends the log and is
+// cut off the file, so that the segment reads whole once a later one
+// follows; damage followed by intact records fails with ErrCorrupt, or
+// with loadDamaged is logged, cut off with the segments after it, and
+// counted (WALDamage). It returns the changes read.
+func (s *Store) scan(segs []uint64, loadDamaged bool, fn func(op persistence.Op) error) (int, error) {
 	total := 0
 	for i, n := range segs {
 		name := segName(s.dir, n)
@@ -239,12 +281,8 @@ func (s *Store) replay(segs []uint64, loadDamaged bool) (int, error) {
 			return 0, fmt.Errorf("persistence: change log: %w", err)
 		}
 		end, perr := Parse(name, data, func(op persistence.Op) error {
-			batch = append(batch, op)
 			total++
-			if len(batch) >= 4096 {
-				return flush()
-			}
-			return nil
+			return fn(op)
 		})
 		var dmg *Damage
 		lastSeg := i == len(segs)-1
@@ -255,9 +293,16 @@ func (s *Store) replay(segs []uint64, loadDamaged bool) (int, error) {
 			}
 			s.log.Warn("persistence: loading a damaged change log: the changes after the damage are dropped",
 				"file", name, "offset", dmg.Offset, "reason", dmg.Reason, "dropped_records", dmg.Dropped, "dropped_segments", len(segs)-1-i)
+			s.stats.Lock()
 			s.stats.damage = persistence.WALDamage{File: name, Offset: dmg.Offset, Reason: dmg.Reason,
 				DroppedBytes: int64(len(data)) - dmg.Offset, DroppedRecords: int64(dmg.Dropped), DroppedChanges: int64(dmg.Dropped)}
-			lastSeg = true // later segments are dropped too (deleted below)
+			s.stats.Unlock()
+			for _, later := range segs[i+1:] {
+				if err := os.Remove(segName(s.dir, later)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					return 0, fmt.Errorf("persistence: change log: %w", err)
+				}
+			}
+			return total, cut(name, dmg.Offset, s.dir)
 		case perr != nil:
 			return 0, perr
 		case end < int64(len(data)) && !lastSeg:
@@ -266,13 +311,52 @@ func (s *Store) replay(segs []uint64, loadDamaged bool) (int, error) {
 			return 0, fmt.Errorf("%w: change log %s ends in a torn record at offset %d, but later segments follow", persistence.ErrCorrupt, name, end)
 		case end < int64(len(data)):
 			s.log.Info("persistence: change log ends in a torn record (a crash during a write); it is the end of the log", "file", name, "offset", end)
+			return total, cut(name, end, s.dir)
 		}
-		if err := flush(); err != nil {
-			return 0, err
+	}
+	return total, nil
+}
+
+// cut truncates a segment at off, durably.
+func cut(name string, off int64, dir string) error {
+	f, err := os.OpenFile(name, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("persistence: change log: %w", err)
+	}
+	defer f.Close()
+	if err := f.Truncate(max(off, int64(len(segMagic)))); err != nil {
+		return fmt.Errorf("persistence: change log: %w", err)
+	}
+	if err := syncData(f); err != nil {
+		return fmt.Errorf("persistence: change log sync: %w", err)
+	}
+	return syncDir(dir)
+}
+
+// replay applies segs to the wrapped store (scan), syncs it and deletes
+// the segment files; it returns the changes applied.
+func (s *Store) replay(segs []uint64, loadDamaged bool) (int, error) {
+	var batch []persistence.Op
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
 		}
-		if lastSeg {
-			break
+		err := s.inner.Write(batch, false)
+		batch = batch[:0]
+		return err
+	}
+	total, err := s.scan(segs, loadDamaged, func(op persistence.Op) error {
+		batch = append(batch, op)
+		if len(batch) >= 4096 {
+			return flush()
 		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := flush(); err != nil {
+		return 0, err
 	}
 	if err := s.inner.Sync(); err != nil {
 		return 0, err
@@ -474,16 +558,17 @@ func (s *Store) Checkpoint() (err error) {
 	if err != nil {
 		return err
 	}
-	if len(old) == 0 && len(s.col.ops) == 0 {
+	if len(old) == 0 && s.src == nil {
 		return nil
 	}
 	keys := 0
 	if s.src == nil {
 		// No keyspace: the rotated segments' records are the changes.
 		// replay applies them, syncs the wrapped store and deletes them.
-		if keys, err = s.replay(old, false); err != nil {
+		if keys, err = s.replay(old, s.loadDamaged); err != nil {
 			return err
 		}
+		s.preopen = nil
 	} else {
 		// What a failed checkpoint collected goes first: it is older.
 		if err := s.col.write(); err != nil {
@@ -495,6 +580,9 @@ func (s *Store) Checkpoint() (err error) {
 			return err
 		}
 		keys = s.col.keys
+		if keys == 0 && len(old) == 0 {
+			return nil // nothing logged or changed since the last one
+		}
 		if err := s.inner.Sync(); err != nil {
 			return err
 		}
@@ -585,6 +673,7 @@ type collector struct {
 
 func (c *collector) FlushedDB(db int) {
 	c.ops = append(c.ops, persistence.Op{Kind: persistence.OpDeleteDB, DB: db})
+	c.keys++
 }
 
 func (c *collector) Removed(db int, key []byte) {
@@ -767,7 +856,9 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	s.rotMu.Unlock()
 	f.Close()
-	if err == nil && empty {
+	if empty {
+		// It holds nothing (even when the checkpoint failed and the
+		// older segments stay).
 		os.Remove(f.Name())
 		_ = syncDir(s.dir)
 	}

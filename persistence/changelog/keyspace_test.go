@@ -128,9 +128,29 @@ func TestCheckpointFromKeyspace(t *testing.T) {
 			sv.written(t)
 			want := records(sv.ks)
 			crashed := crashCopy(t, dir)
-			r := open(t, crashed, persistence.OpenOptions{}, Options{})
-			storetest.CheckRecords(t, r, want)
-			r.Close()
+			if crashes%2 == 0 {
+				// The store alone: its Load replays the log into pebble.
+				r := open(t, crashed, persistence.OpenOptions{}, Options{})
+				storetest.CheckRecords(t, r, want)
+				r.Close()
+			} else {
+				// As the server starts: the log replayed into a keyspace
+				// (persistence.Load, Replay), then checkpointed by Close.
+				rs := serve(t, crashed, Options{CheckpointBytes: 1 << 40})
+				if got := records(rs.ks); !sameRecords(got, want) {
+					t.Fatalf("round %d: the keyspace after the replay holds %d records, want %d", round, len(got), len(want))
+				}
+				rs.close(t)
+				if segs := segFiles(t, crashed); len(segs) != 0 {
+					t.Fatalf("round %d: segments after the replay and a clean close: %v", round, segs)
+				}
+				p, err := pebblestore.OpenStore(crashed, persistence.OpenOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				storetest.CheckRecords(t, p, want)
+				p.Close()
+			}
 			crashes++
 		}
 	}
@@ -262,4 +282,50 @@ func TestExpiredAtLoadLeavePebble(t *testing.T) {
 	}
 	defer p.Close()
 	storetest.CheckRecords(t, p, nil)
+}
+
+// sameRecords reports whether a and b hold the same records, in any order.
+func sameRecords(a, b []storetest.Record) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	m := map[storetest.Record]int{}
+	for _, r := range a {
+		m[r]++
+	}
+	for _, r := range b {
+		if m[r] == 0 {
+			return false
+		}
+		m[r]--
+	}
+	return true
+}
+
+// TestReplayedFlushNotLoggedAgain: a FLUSHDB replayed from the log at
+// startup must not be logged again: a crash right after the start would
+// then replay it after the changes that followed it the first time.
+func TestReplayedFlushNotLoggedAgain(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	sv := serve(t, dir, Options{CheckpointBytes: 1 << 40})
+	set := func(sv *served, key string) {
+		sh := sv.ks.DB(0).Shard([]byte(key))
+		sh.Lock()
+		sh.Set([]byte(key), keyspace.Value{Kind: keyspace.KindGCRA, N: 7})
+		sh.Unlock()
+	}
+	set(sv, "before")
+	sv.ks.DB(0).Flush(false)
+	set(sv, "after")
+	sv.written(t)
+	want := records(sv.ks) // "after" only
+	first := crashCopy(t, dir)
+	rs := serve(t, first, Options{CheckpointBytes: 1 << 40})
+	rs.written(t) // whatever the start queued is in the log
+	second := crashCopy(t, first)
+	rs.close(t)
+	r := open(t, second, persistence.OpenOptions{}, Options{})
+	defer r.Close()
+	storetest.CheckRecords(t, r, want)
+	sv.close(t)
 }
