@@ -503,6 +503,11 @@ func (ps *parser) resolve(raws []*raw, byName map[string]*raw) {
 				good = false
 				continue
 			}
+			if mr.p.Algorithm == Concurrency {
+				ps.add(m.line, r.p.Name, "member %q is a concurrency policy (its lease needs a token and a release: not in a hierarchy)", m.policy)
+				good = false
+				continue
+			}
 			if mr.p.Algorithm != Hierarchy {
 				if mr.bad {
 					good = false
@@ -557,6 +562,8 @@ func (ps *parser) resolve(raws []*raw, byName map[string]*raw) {
 			ps.add(r.compLine, r.p.Name, "a policy cannot be its own shadow_companion")
 		case c.p.Algorithm == Hierarchy:
 			ps.add(r.compLine, r.p.Name, "shadow_companion %q is a hierarchy (a companion must be a single limit)", r.companion)
+		case c.p.Algorithm == Concurrency:
+			ps.add(r.compLine, r.p.Name, "shadow_companion %q is a concurrency policy (its leases would never be released)", r.companion)
 		case c.companion != "":
 			ps.add(r.compLine, r.p.Name, "shadow_companion %q has a shadow_companion of its own (companions do not chain)", r.companion)
 		default:
