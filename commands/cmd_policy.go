@@ -81,6 +81,10 @@ func (s *Server) ReloadPolicies() (policy.Changes, error) {
 	return ch, nil
 }
 
+// maxKeptPolBuf bounds the buffer of derived keys a client keeps between
+// calls (keys may be long: up to the bulk length limit each).
+const maxKeptPolBuf = 64 << 10
+
 // applyKeys is CL.APPLY's key resolution (Spec.derive): the call's key,
 // then a hierarchy's member keys or a companion's key, made from the
 // policy's templates. It pins the policy Set for the call (ctx.polSet)
@@ -116,7 +120,11 @@ func applyKeys(x *ctx, db *keyspace.DB) {
 			ends[i] = len(buf)
 		}
 	}
-	cl.polBuf = buf
+	if cap(buf) <= maxKeptPolBuf {
+		cl.polBuf = buf
+	} else {
+		cl.polBuf = nil // the keys of this call still point into buf
+	}
 	x.keys = x.kbuf[:0]
 	x.growKeys(1 + n)
 	x.addKey(db, key)
