@@ -54,14 +54,13 @@
 // # Validation
 //
 // Parse reports every problem of a file at once, each with its line and
-// policy (*Error): unknown fields, algorithms or names, missing or bad
-// parameters, parameters of another algorithm, duplicate names, hierarchy
-// cycles, two members on one key, concurrency policies as members or
-// companions (a lease needs a token and a release), companions that are
-// hierarchies, have a companion of their own or are the policy itself,
-// and the limits below
-// (MaxPolicies, MaxOverrides, MaxMembers, MaxNameLen, MaxPatternLen,
-// MaxFileBytes).
+// policy (*Error): unknown or repeated fields, unknown algorithms or
+// names, missing or bad parameters, parameters of another algorithm,
+// duplicate names, hierarchy cycles, two members on one key, concurrency
+// policies as members or companions (a lease needs a token and a
+// release), companions that are hierarchies, have a companion of their
+// own or are the policy itself, and the limits below (MaxPolicies,
+// MaxOverrides, MaxMembers, MaxNameLen, MaxPatternLen, MaxFileBytes).
 //
 // # Concurrency
 //

@@ -161,6 +161,9 @@ func (ps *parser) policy(n *yaml.Node) *raw {
 	}
 	var algoNode, allNode, overNode *yaml.Node
 	got := map[string]*yaml.Node{}
+	if ps.dupFields(n, name) {
+		r.bad = true
+	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		switch k.Value {
@@ -405,7 +408,7 @@ func (ps *parser) overrides(a Algorithm, base Params, n *yaml.Node, name string)
 		}
 		got := map[string]*yaml.Node{}
 		var match *yaml.Node
-		bad := false
+		bad := ps.dupFields(e, name)
 		for i := 0; i+1 < len(e.Content); i += 2 {
 			k, v := e.Content[i], e.Content[i+1]
 			switch {
@@ -450,7 +453,7 @@ func (ps *parser) members(n *yaml.Node, name string) []rawMember {
 			continue
 		}
 		m := rawMember{key: KeyVar, line: e.Line}
-		ok := true
+		ok := !ps.dupFields(e, name)
 		for i := 0; i+1 < len(e.Content); i += 2 {
 			k, v := e.Content[i], e.Content[i+1]
 			switch k.Value {
@@ -588,4 +591,20 @@ func (ps *parser) resolve(raws []*raw, byName map[string]*raw) {
 			r.p.buildDef()
 		}
 	}
+}
+
+// dupFields reports each field of mapping n given more than once (YAML
+// would keep the last silently) and returns whether there was one.
+func (ps *parser) dupFields(n *yaml.Node, name string) bool {
+	seen := map[string]bool{}
+	dup := false
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if seen[k.Value] {
+			ps.add(k.Line, name, "field %q given twice", k.Value)
+			dup = true
+		}
+		seen[k.Value] = true
+	}
+	return dup
 }

@@ -238,6 +238,7 @@ func TestParseLimits(t *testing.T) {
 		{"policies:\n  - {name: a, algorithm: fixed, limit: 1, period: 0}\n", "not within"},
 		{"policies:\n  - {name: a, all: [{policy: c}]}\n  - {name: c, algorithm: concurrency, limit: 1, lease: 1s}\n", "is a concurrency policy"},
 		{"policies:\n  - {name: a, algorithm: fixed, limit: 1, period: 1s, shadow_companion: c}\n  - {name: c, algorithm: concurrency, limit: 1, lease: 1s}\n", "is a concurrency policy"},
+		{"policies:\n  - name: a\n    algorithm: fixed\n    limit: 1\n    period: 1s\n    limit: 2\n", `line 6: policy "a": field "limit" given twice`},
 		{"policies: [\n", "not valid YAML"},
 		{"other: 1\n", "unknown key \"other\""},
 		{"policies:\n  - {name: a, algorithm: fixed, limit: 1, period: 1s, shadow_companion: b}\n  - {name: b, algorithm: fixed, limit: 1, period: 1s, shadow_companion: a}\n", "companions do not chain"},
