@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -288,5 +289,52 @@ func TestGCRAParams(t *testing.T) {
 	}
 	if g := GCRAParams(Params{Burst: 1, Count: 2, Period: 1500 * time.Millisecond}, 1); g.Period != 0 || g.PeriodNS != 15e8 {
 		t.Errorf("ms: %+v", g)
+	}
+}
+
+// TestReadmeExample: the policy file of the README's Policies section
+// parses, and the package doc's too.
+func TestReadmeExample(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(readme)
+	i := strings.Index(s, "\n## Policies\n")
+	if i < 0 {
+		t.Fatal("README has no Policies section")
+	}
+	s = s[i:]
+	start := strings.Index(s, "```yaml\n")
+	end := strings.Index(s[start+8:], "```")
+	if start < 0 || end < 0 {
+		t.Fatal("no yaml block in the Policies section")
+	}
+	set, err := Parse([]byte(s[start+8 : start+8+end]))
+	if err != nil {
+		t.Fatalf("README example: %v", err)
+	}
+	if set.Len() != 7 || set.Lookup([]byte("checkout")) == nil || set.Lookup([]byte("api-live")).Companion == nil {
+		t.Errorf("README example: %d policies", set.Len())
+	}
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	in := false
+	for _, l := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(l, "//\tpolicies:") {
+			in = true
+		}
+		if in && !strings.HasPrefix(l, "//\t") {
+			break
+		}
+		if in {
+			b.WriteString(strings.TrimPrefix(l, "//\t") + "\n")
+		}
+	}
+	if set, err := Parse([]byte(b.String())); err != nil || set.Len() != 6 {
+		t.Errorf("doc.go example: %v (%d policies)", err, set.Len())
 	}
 }
