@@ -261,7 +261,9 @@ func companion(x *ctx, p *policy.Policy, q int64, now int64) {
 // (x.keys[1:]), all admitted or none, through CL.ALL's path (runAll). A
 // shadow member never blocks the others. The reply is one tuple: the
 // first refusing member's when refused, else the member with the least
-// remaining (the first of equals), among enforced members if any.
+// remaining (the first of equals), among enforced members if any. Each
+// member's policy counts its own verdict (a refusal as shadow_limited for
+// a shadow member or in a shadow hierarchy).
 func applyAll(x *ctx, p *policy.Policy, q int64) {
 	checks := x.cl.checks[:0]
 	for i, m := range p.Members {
@@ -285,7 +287,7 @@ func applyAll(x *ctx, p *policy.Policy, q int64) {
 	best := -1
 	for i := range checks {
 		c := &checks[i]
-		count(c.pol.Counts, c.t.limited, c.shadow)
+		count(c.pol.Counts, c.t.limited, c.shadow || p.Shadow)
 		switch {
 		case !admitted:
 			if best < 0 && c.t.limited && !c.shadow {
