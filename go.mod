@@ -14,6 +14,7 @@ require (
 	github.com/redis/rueidis v1.0.79
 	github.com/tidwall/redcon v1.6.2
 	golang.org/x/sys v0.48.0
+	gopkg.in/yaml.v3 v3.0.1
 )
 
 require (

@@ -54,6 +54,11 @@ func benchDispatchWith(b *testing.B, setup func(srv *commands.Server), cmds [][]
 	if setup != nil {
 		setup(srv)
 	}
+	benchOn(b, srv, cmds)
+}
+
+// benchOn runs cmds in turn on srv, as benchDispatch.
+func benchOn(b *testing.B, srv *commands.Server, cmds [][]string) {
 	conn := new(resp.Conn)
 	srv.Open(conn)
 	defer srv.Close(conn)

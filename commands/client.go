@@ -8,6 +8,7 @@ import (
 
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/limiter"
+	"github.com/cellserver/cellserver/policy"
 	"github.com/cellserver/cellserver/resp"
 	"github.com/tidwall/redcon"
 )
@@ -32,6 +33,7 @@ type client struct {
 	num        [20]byte             // scratch for a number GET shows (withString)
 	leases     limiter.Leases       // scratch for packed CL.ACQUIRE state (leasesOf)
 	checks     [4]check             // CL.ALL's parsed checks (cmdAll)
+	polBuf     []byte               // CL.APPLY's derived keys (applyKeys)
 	lastCmd    atomic.Pointer[Spec] // read by CLIENT LIST
 
 	// Clock readings (see ctx.clockNS and Server.call), in ns: the wall
@@ -148,6 +150,11 @@ type ctx struct {
 	inExec  bool // EXEC holds the locks the command needs
 	heldSet bool // locks are published in client.held (NOLOOP)
 	failed  bool // an error reply was written
+
+	// CL.APPLY (applyKeys): the policies pinned for the command (EXEC:
+	// for the transaction), and the policy it names (nil if unknown).
+	polSet *policy.Set
+	pol    *policy.Policy
 }
 
 // clockNS returns the command's time in ns since the Unix epoch, reading the

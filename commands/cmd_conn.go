@@ -663,7 +663,7 @@ func (x *ctx) resolveQueue(queue []queued) ([]execKey, []*keyspace.Shard) {
 		q := &queue[i]
 		var one [1]rkey
 		keys := x.keys[:0]
-		if sp := q.spec; sp.FirstKey > 0 && sp.FirstKey == sp.LastKey && sp.Keys == nil {
+		if sp := q.spec; sp.FirstKey > 0 && sp.FirstKey == sp.LastKey && sp.Keys == nil && sp.derive == nil {
 			// One key, in short (as resolveKeys).
 			if sp.FirstKey < len(q.args) {
 				x.setKey(&one[0], db, q.args[sp.FirstKey])

@@ -12,6 +12,7 @@ import (
 	"github.com/cellserver/cellserver/gcra"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/limiter"
+	"github.com/cellserver/cellserver/policy"
 )
 
 // The limiter family: CL.PEEK, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG,
@@ -98,6 +99,10 @@ type check struct {
 	q     int64
 	token []byte
 	ms    bool
+	// CL.APPLY: the policy the check applies; a shadow check's refusal
+	// does not block the others of runAll.
+	pol    *policy.Policy
+	shadow bool
 
 	// Set by decide, used by apply.
 	t         tuple
@@ -451,10 +456,26 @@ func cmdAll(x *ctx) {
 	}
 	// The dispatcher resolved the keys of the checks (allKeys) and holds
 	// their shard locks: the checks parsed, so keys[i] is checks[i].key.
-	keys := x.keys
+	admitted, limitedKey, ok := runAll(x, checks, x.keys)
+	if !ok {
+		return
+	}
+	x.decided(!admitted, limitedKey)
+	x.array(len(checks))
+	for i := range checks {
+		x.tuple(checks[i].t)
+	}
+}
+
+// runAll decides checks on keys (keys[i] is checks[i].key, their shards
+// locked) at one clock reading and applies them only if every one is
+// admitted (a shadow check never blocks): CL.ALL's all-or-nothing, shared
+// with CL.APPLY's hierarchies. It returns whether they were applied and
+// the first refused key; ok is false when it replied an error instead.
+func runAll(x *ctx, checks []check, keys []rkey) (admitted bool, limitedKey []byte, ok bool) {
 	if len(keys) != len(checks) { // cannot happen: allKeys and parseChecks agree
 		x.errorReply(msgInvalidArgs)
-		return
+		return false, nil, false
 	}
 	var valBuf [4]*keyspace.Value
 	vals := valBuf[:0]
@@ -463,28 +484,27 @@ func cmdAll(x *ctx) {
 	}
 	now := x.clockNS()
 	nowMS := floorDiv(now, 1e6)
-	admitted := true
-	var limitedKey []byte
+	admitted = true
 	for i := range checks {
 		vals[i] = keys[i].lookup(nowMS)
 		if msg := checks[i].decide(vals[i], now, &x.cl.leases); msg != "" {
 			x.errorReply(msg)
-			return
+			return false, nil, false
 		}
-		if checks[i].t.limited && admitted {
+		if checks[i].t.limited && !checks[i].shadow && admitted {
 			admitted = false
 			limitedKey = checks[i].key
 		}
 		if checks[i].expireErr {
 			x.errorReply(msgCellExpire)
-			return
+			return false, nil, false
 		}
 	}
 	if admitted {
 		for i := range checks {
 			if checks[i].needsRoom(vals[i]) && !x.s.ks.CanInsert() {
 				x.oom()
-				return
+				return false, nil, false
 			}
 		}
 		for i := range checks {
@@ -499,11 +519,7 @@ func cmdAll(x *ctx) {
 			checks[i].apply(&keys[i], v, now, &x.cl.leases)
 		}
 	}
-	x.decided(!admitted, limitedKey)
-	x.array(len(checks))
-	for i := range checks {
-		x.tuple(checks[i].t)
-	}
+	return admitted, limitedKey, true
 }
 
 // maxAllChecks is the most checks one CL.ALL takes (msgAllTooMany). A

@@ -729,6 +729,9 @@ func cmdInfo(x *ctx) {
 	if show("cluster", true) {
 		section("Cluster", "cluster_enabled:"+map[bool]string{false: "0", true: "1"}[s.cluster != nil])
 	}
+	if show("policies", false) {
+		section("Policies", s.policyInfo()...)
+	}
 	if show("keyspace", true) {
 		var lines []string
 		nowMS := x.clockMS()

@@ -207,7 +207,17 @@ const (
 	msgQuantityNeg  = "ERR quantity must not be negative for CL.SLIDINGLOG"
 	msgAllDupKey    = "ERR CL.ALL checks must use distinct keys"
 	msgAllTooMany   = "ERR CL.ALL takes at most 1024 checks"
+	// CL.APPLY and CL.POLICY.
+	msgNoPolicies   = "ERR no policies loaded (start cellserver with --policies FILE)"
+	msgNoPolicyFile = "ERR no policy file to reload (start cellserver with --policies FILE)"
+	msgApplyToken   = "ERR a concurrency policy takes a token: CL.APPLY key policy token"
 )
+
+// errUnknownPolicy is CL.APPLY's and CL.POLICY GET's error for a name
+// the policies in force do not have.
+func errUnknownPolicy(name []byte) string {
+	return "ERR unknown policy '" + cstr(name) + "'"
+}
 
 // A command past the MULTI queue's limits (Config.MultiMaxCommands,
 // MultiMaxBytes) gets one of these, and EXEC then aborts.

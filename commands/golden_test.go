@@ -32,6 +32,7 @@ import (
 //	                           a reference Redis (-reference mode)
 //	requirepass PASSWORD       (first) the server requires AUTH
 //	cluster-enabled yes        (first) the server runs in cluster mode
+//	policies FILE              (first) the server's policy file, in testdata/
 //
 // The lines after a command are its expected reply: the reply's bytes split
 // at CRLF, one line each. A line is written as is when it is printable
@@ -89,6 +90,7 @@ type goldenFile struct {
 	cases    []*goldenCase
 	password string // from a "requirepass" line
 	cluster  bool   // from a "cluster-enabled yes" line
+	policies string // from a "policies FILE" line: testdata/FILE
 }
 
 func parseGoldenFile(path string) (*goldenFile, error) {
@@ -132,6 +134,13 @@ func parseGoldenFile(path string) (*goldenFile, error) {
 				return nil, fmt.Errorf("%s:%d: cluster-enabled after a command", path, lineNo)
 			}
 			gf.cluster = true
+			gf.lines = append(gf.lines, line)
+			cur = nil
+		case strings.HasPrefix(line, "policies "):
+			if len(gf.cases) > 0 {
+				return nil, fmt.Errorf("%s:%d: policies after a command", path, lineNo)
+			}
+			gf.policies = filepath.Join(filepath.Dir(path), strings.TrimPrefix(line, "policies "))
 			gf.lines = append(gf.lines, line)
 			cur = nil
 		case line == "only cellserver":
@@ -311,7 +320,7 @@ func TestGolden(t *testing.T) {
 
 func runGolden(t *testing.T, gf *goldenFile) {
 	clk := servertest.NewClock(goldenT0)
-	_, addr := servertest.Start(t, server.Config{Clock: clk.Now, Password: gf.password, ClusterEnabled: gf.cluster})
+	_, addr := servertest.Start(t, server.Config{Clock: clk.Now, Password: gf.password, ClusterEnabled: gf.cluster, Policies: gf.policies})
 	conn := goldenConns(t, addr)
 	closed := map[*rawConn]bool{}
 	for _, gc := range gf.cases {

@@ -54,6 +54,10 @@ const (
 // resolveKeys sets x.keys to sp's keys in x.args, resolved in database db.
 func (x *ctx) resolveKeys(sp *Spec, db *keyspace.DB) {
 	x.keys = x.kbuf[:0]
+	if sp.derive != nil {
+		sp.derive(x, db)
+		return
+	}
 	if sp.FirstKey > 0 && sp.FirstKey == sp.LastKey && sp.Keys == nil { // one key, in short
 		if sp.FirstKey < len(x.args) {
 			x.keys = x.kbuf[:1]

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/policy"
 	"github.com/cellserver/cellserver/replication"
 	"github.com/cellserver/cellserver/resp"
 )
@@ -147,6 +148,12 @@ type Config struct {
 	// codec, persistence.EncodeValue): appended to dst. Nil makes DUMP
 	// answer that it is unavailable.
 	DumpValue func(dst []byte, v keyspace.Value) []byte
+	// Policies are the policies CL.APPLY applies (package policy); nil
+	// means none. PolicyFile is the file they were read from, which
+	// CL.POLICY RELOAD and ReloadPolicies read again; "" makes a reload
+	// fail.
+	Policies   *policy.Set
+	PolicyFile string
 }
 
 // Durability is what the persistence write path offers for group commit.
@@ -237,6 +244,8 @@ type Server struct {
 
 	// clusterMode: the dispatcher computes each key's hash slot (rkey.slot).
 	clusterMode bool
+
+	pol policyState // CL.APPLY's policies (cmd_policy.go)
 }
 
 type netHolder struct{ Network }
@@ -370,6 +379,11 @@ func New(cfg Config) (*Server, error) {
 		s.killRepl = s.repl.KillLinks
 	}
 	s.clusterMode = s.cluster != nil
+	s.pol.file = cfg.PolicyFile
+	if cfg.Policies != nil {
+		s.pol.set.Store(cfg.Policies)
+		s.log.Info("policies loaded", "file", cfg.PolicyFile, "policies", cfg.Policies.Len())
+	}
 	return s, nil
 }
 
@@ -549,6 +563,7 @@ func (s *Server) ServeRESP(c *resp.Conn, args [][]byte) {
 	x.args = args
 	x.haveNow = false
 	x.locked = false
+	x.polSet = nil
 	s.dispatch(x)
 	if cl.trk.Load()&trkCaching != 0 {
 		cl.afterCommand(cl.lastCmd.Load())

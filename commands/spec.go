@@ -1,5 +1,7 @@
 package commands
 
+import "github.com/cellserver/cellserver/keyspace"
+
 // Flags are the facts about a command that the dispatcher, COMMAND and
 // (later) persistence act on. They live in the table row, never in a second
 // list of names.
@@ -81,6 +83,9 @@ type Spec struct {
 	Keys func(dst []int, args [][]byte) []int
 	// Run executes the command; nil for containers, whose subcommands run.
 	Run func(x *ctx)
+	// derive, when set, resolves the command's keys instead of the
+	// positions above: CL.APPLY's keys come from its policy too.
+	derive func(x *ctx, db *keyspace.DB)
 
 	id    int // index in the flat list of specs, for statistics
 	subs  map[string]*Spec

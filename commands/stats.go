@@ -75,6 +75,7 @@ type Stats struct {
 	MaxMemory      int64
 	LimitedPrefix  []PrefixCount // most-limited key prefixes, last full interval
 	LimitedDropped int64         // limited decisions whose prefix did not fit the tracker
+	Policies       []PolicyStats // per policy of the policies in force, by name
 }
 
 // Stats returns a snapshot of the counters.
@@ -103,6 +104,7 @@ func (s *Server) Stats() Stats {
 		st.Errors[e.code] = e.count
 	}
 	st.LimitedPrefix, st.LimitedDropped = s.prefixes.top()
+	st.Policies = s.policyStats()
 	return st
 }
 

@@ -126,6 +126,8 @@ var commandSeeds = map[string][][]string{
 	"auth":            {{"secret"}, {"user", "secret"}},
 	"cl.acquire":      {{"lk", "2", "1s", "tok"}, {"lk", "2", "500ms", "tok", "MS"}, {"lk", "0", "1s", "t"}},
 	"cl.all":          {{"cl.fixed", "a", "5", "1s", "1", "cl.throttle", "b", "5", "10", "60", "1"}, {"cl.fixed", "a", "5", "1s", "1", "MS", "cl.acquire", "c", "1", "1s", "t"}, {"bogus", "k"}},
+	"cl.apply":        {{"pk", "api"}, {"pk", "api", "2"}, {"pk", "jobs", "tok"}, {"pk", "nosuch"}},
+	"cl.policy":       {{"LIST"}, {"GET", "api"}, {"RELOAD"}, {"HELP"}},
 	"cl.fixed":        {{"fk", "5", "1s"}, {"fk", "5", "1s", "2", "MS"}, {"fk", "5", "1s", "-1"}},
 	"cl.info":         {{"fk"}, {"nokey"}},
 	"cl.peek":         {{"tk", "5", "10", "60"}, {"tk", "5", "10", "250ms", "MS"}},

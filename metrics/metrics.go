@@ -114,6 +114,7 @@ type collector struct {
 	clients, conns, rejectedConns    *prometheus.Desc
 	protoErrors, netIn, netOut       *prometheus.Desc
 	stateMem, maxMem, evicted, oom   *prometheus.Desc
+	policyDecisions                  *prometheus.Desc
 }
 
 func newCollector(src Sources) *collector {
@@ -150,6 +151,8 @@ func newCollector(src Sources) *collector {
 		maxMem:        d("maxmemory_bytes", "The configured maxmemory (0: no cap)."),
 		evicted:       d("evicted_keys_total", "Keys evicted to stay under maxmemory (allkeys-lru)."),
 		oom:           d("oom_refusals_total", "Commands refused because maxmemory was reached (noeviction)."),
+		policyDecisions: d("policy_decisions_total",
+			"CL.APPLY decisions by policy of the policy file and result: allowed, limited, or shadow_limited (refused by a shadow policy or companion, replied or not counted as allowed).", "policy", "result"),
 	}
 }
 
@@ -159,7 +162,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.commands, c.cmdErrors, c.cmdRejected, c.duration, c.decisions,
 		c.errors, c.expired, c.prefixTop, c.prefixUntracked, c.keys,
 		c.clients, c.conns, c.rejectedConns, c.protoErrors, c.netIn, c.netOut,
-		c.stateMem, c.maxMem, c.evicted, c.oom,
+		c.stateMem, c.maxMem, c.evicted, c.oom, c.policyDecisions,
 	} {
 		ch <- d
 	}
@@ -229,6 +232,13 @@ func (c *collector) collectCommands(ch chan<- prometheus.Metric, st commands.Sta
 		gauge(ch, c.prefixTop, float64(p.Count), p.Prefix)
 	}
 	gauge(ch, c.prefixUntracked, float64(st.LimitedDropped))
+	// One series per policy and result: the names are bounded by the
+	// policy file (policy.MaxPolicies) and valid label values.
+	for _, p := range st.Policies {
+		counter(ch, c.policyDecisions, float64(p.Allowed), p.Name, "allowed")
+		counter(ch, c.policyDecisions, float64(p.Limited), p.Name, "limited")
+		counter(ch, c.policyDecisions, float64(p.ShadowLimited), p.Name, "shadow_limited")
+	}
 }
 
 // prefixLabels makes key prefixes valid, bounded label values: invalid

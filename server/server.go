@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/persistence"
 	"github.com/cellserver/cellserver/persistence/changelog"
+	"github.com/cellserver/cellserver/policy"
 	"github.com/cellserver/cellserver/replication"
 	"github.com/cellserver/cellserver/resp"
 )
@@ -219,6 +221,11 @@ type Config struct {
 	// unset), to the config file. cmd/cellserver sets it when it runs from
 	// --config; nil means there is no config file to rewrite.
 	ConfigRewrite func(runtime []commands.Setting) error
+	// Policies is the policy file (YAML, package policy) CL.APPLY's
+	// policies are read from at start; New refuses an invalid file,
+	// listing every problem. CL.POLICY RELOAD (and cmd/cellserver on
+	// SIGHUP) reads it again. Empty (the default) means no policies.
+	Policies string
 }
 
 // MetricsSources is what Config.Metrics reads from a Server, at scrape
@@ -571,6 +578,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	pols, err := loadPolicies(cfg.Policies)
+	if err != nil {
+		return nil, err
+	}
 	var (
 		store  persistence.Store
 		writer *persistence.Writer
@@ -700,6 +711,8 @@ func New(cfg Config) (*Server, error) {
 		ConfigFile:         cfg.ConfigFile,
 		ConfigRewrite:      configRewrite(cfg.ConfigRewrite, repl.ReplicaOfSetting),
 		DumpValue:          persistence.EncodeValue,
+		Policies:           pols,
+		PolicyFile:         cfg.Policies,
 	})
 	if err != nil {
 		return nil, err
@@ -1043,4 +1056,21 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.cfg.Logger.Info("stopped")
 	return nil
+}
+
+// loadPolicies reads and validates the policy file at path (nil, nil
+// without one).
+func loadPolicies(path string) (*policy.Set, error) {
+	if path == "" {
+		return nil, nil
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("policies: %w", err)
+	}
+	set, err := policy.Parse(src)
+	if err != nil {
+		return nil, fmt.Errorf("policies %s: %w", path, err)
+	}
+	return set, nil
 }

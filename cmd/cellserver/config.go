@@ -203,6 +203,7 @@ var options = []option{
 	{"cluster-node-id", "", "with --cluster-enabled: this node's id in the topology (default: the one in FILE.myid, else a random 40-hex id)", setString(func(c *server.Config) *string { return &c.ClusterNodeID })},
 	{"log-format", "text", "log format: text or json", setString(func(c *server.Config) *string { return &c.LogFormat })},
 	{"log-level", "info", "log level: debug, info, warn or error", setString(func(c *server.Config) *string { return &c.LogLevel })},
+	{"policies", "", "read CL.APPLY's named policies from this YAML file (an invalid file stops the start, listing every problem); CL.POLICY RELOAD and SIGHUP read it again", setString(func(c *server.Config) *string { return &c.Policies })},
 }
 
 // loadConfig builds the configuration from defaults, an optional config

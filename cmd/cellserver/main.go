@@ -69,7 +69,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		<-ctx.Done()
 		stop() // a second signal now kills the process at once
 	}()
-	defer handleSignals(logger)()
+	var reload func()
+	if cfg.Policies != "" {
+		reload = func() { srv.Commands().ReloadPolicies() } // logs its outcome
+	}
+	defer handleSignals(logger, reload)()
 	if err := srv.Run(ctx); err != nil {
 		logger.Error("cellserver stopped with an error", "err", err)
 		return 1
@@ -82,15 +86,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 // manager or a script may send to a long-running server: SIGHUP (a closed
 // terminal, or "reload" in many service files), SIGUSR1 and SIGUSR2
 // ("reopen logs" in logrotate scripts). As Redis ignores SIGHUP, cellserver
-// ignores them and logs it; it has nothing to reload (logs go to stderr).
+// ignores them and logs it, except SIGHUP with --policies: it reloads the
+// policy file (as CL.POLICY RELOAD). Logs go to stderr: nothing to reopen.
 // SIGQUIT keeps Go's behaviour: a goroutine dump on stderr and exit status
 // 2, for debugging, losing what a crash loses under the fsync policy.
 var ignoredSignals = []os.Signal{syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2}
 
 // handleSignals logs and ignores ignoredSignals, and ignores SIGPIPE (as
 // Redis does: a closed log pipe must not kill the server; the write fails
-// instead). The returned function stops it.
-func handleSignals(logger *slog.Logger) (stop func()) {
+// instead); with reload set, SIGHUP calls it instead. The returned
+// function stops it.
+func handleSignals(logger *slog.Logger, reload func()) (stop func()) {
 	signal.Ignore(syscall.SIGPIPE)
 	ch := make(chan os.Signal, 4)
 	signal.Notify(ch, ignoredSignals...)
@@ -99,6 +105,11 @@ func handleSignals(logger *slog.Logger) (stop func()) {
 		for {
 			select {
 			case sig := <-ch:
+				if sig == syscall.SIGHUP && reload != nil {
+					logger.Info("SIGHUP: reloading the policy file")
+					reload()
+					continue
+				}
 				logger.Info("signal ignored", "signal", signalName(sig))
 			case <-done:
 				return

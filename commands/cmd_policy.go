@@ -1,0 +1,475 @@
+package commands
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/policy"
+)
+
+// Policies: CL.APPLY key policy [quantity|token] applies a named policy
+// of the policy file (package policy) to a key and replies as the
+// policy's own command would; CL.POLICY LIST|GET|RELOAD shows and reloads
+// them.
+//
+// # Snapshot
+//
+// The policies are one *policy.Set behind an atomic pointer: a reload
+// builds and validates a new Set, then swaps it whole, so a call sees the
+// old definitions or the new ones, never a mix. A call reads the pointer
+// once, when the dispatcher resolves its keys (applyKeys: a hierarchy's
+// member keys and a companion's key come from the policy), and decides
+// with that Set; inside EXEC every CL.APPLY of the transaction uses the
+// Set of the first one.
+//
+// # State
+//
+// A policy's state is its limiter's value at the key, the same value the
+// direct command keeps (CL.APPLY k gcra-policy and CL.THROTTLE k ... share
+// it). A reload never touches the keyspace: every key keeps its state, and
+// the next call applies the policy's current parameters to it, exactly as
+// the direct command does when called with other arguments.
+
+// policyState is the server's policies.
+type policyState struct {
+	set  atomic.Pointer[policy.Set] // nil: no policy file
+	file string                     // Config.PolicyFile; "" when policies are not from a file
+	mu   sync.Mutex                 // serializes reloads
+}
+
+// Policies returns the policies in force (nil when none were loaded).
+func (s *Server) Policies() *policy.Set { return s.pol.set.Load() }
+
+// ErrNoPolicyFile is ReloadPolicies' error when the server was started
+// without a policy file.
+var ErrNoPolicyFile = errors.New("commands: no policy file (start cellserver with --policies FILE)")
+
+// ReloadPolicies reads the policy file again and, if it is valid, puts
+// its policies in force at once (atomically; counters carry over by
+// name). An invalid file changes nothing: the error lists every problem
+// (a *policy.Error). The outcome is logged either way, with the names
+// added, removed and changed. CL.POLICY RELOAD and SIGHUP call it.
+func (s *Server) ReloadPolicies() (policy.Changes, error) {
+	s.pol.mu.Lock()
+	defer s.pol.mu.Unlock()
+	if s.pol.file == "" {
+		return policy.Changes{}, ErrNoPolicyFile
+	}
+	src, err := os.ReadFile(s.pol.file)
+	if err != nil {
+		err = fmt.Errorf("commands: policy reload: %w", err)
+		s.log.Error("policy reload refused, the policies in force stay", "file", s.pol.file, "err", err)
+		return policy.Changes{}, err
+	}
+	set, err := policy.Parse(src)
+	if err != nil {
+		s.log.Error("policy reload refused, the policies in force stay", "file", s.pol.file, "err", err)
+		return policy.Changes{}, err
+	}
+	old := s.pol.set.Load()
+	set.Adopt(old)
+	ch := policy.Diff(old, set)
+	s.pol.set.Store(set)
+	s.log.Info("policies reloaded", "file", s.pol.file, "policies", set.Len(),
+		"added", strings.Join(ch.Added, ","), "removed", strings.Join(ch.Removed, ","),
+		"changed", strings.Join(ch.Changed, ","), "unchanged", ch.Unchanged)
+	return ch, nil
+}
+
+// maxKeptPolBuf bounds the buffer of derived keys a client keeps between
+// calls (keys may be long: up to the bulk length limit each).
+const maxKeptPolBuf = 64 << 10
+
+// applyKeys is CL.APPLY's key resolution (Spec.derive): the call's key,
+// then a hierarchy's member keys or a companion's key, made from the
+// policy's templates. It pins the policy Set for the call (ctx.polSet)
+// and finds the policy (ctx.pol, nil if unknown).
+func applyKeys(x *ctx, db *keyspace.DB) {
+	if x.polSet == nil {
+		x.polSet = x.s.pol.set.Load()
+	}
+	p := x.polSet.Lookup(x.args[2])
+	x.pol = p
+	n := 0
+	if p != nil {
+		n = len(p.Members)
+		if p.Companion != nil {
+			n = 1
+		}
+	}
+	if n == 0 {
+		x.keys = x.kbuf[:1]
+		x.setKey(&x.kbuf[0], db, x.args[1])
+		return
+	}
+	cl := x.cl
+	buf := cl.polBuf[:0]
+	var ends [policy.MaxMembers]int
+	key := x.args[1]
+	if p.Companion != nil {
+		buf = p.CompanionKey.Expand(buf, key)
+		ends[0] = len(buf)
+	} else {
+		for i := range p.Members {
+			buf = p.Members[i].Key.Expand(buf, key)
+			ends[i] = len(buf)
+		}
+	}
+	if cap(buf) <= maxKeptPolBuf {
+		cl.polBuf = buf
+	} else {
+		cl.polBuf = nil // the keys of this call still point into buf
+	}
+	x.keys = x.kbuf[:0]
+	x.growKeys(1 + n)
+	x.addKey(db, key)
+	start := 0
+	for i := range n {
+		x.addKey(db, buf[start:ends[i]:ends[i]])
+		start = ends[i]
+	}
+}
+
+// CL.APPLY key policy [quantity]: the policy's command on key, with the
+// policy's parameters (an override's for a matching key); for a
+// concurrency policy the third argument is the lease's token (required).
+func cmdApply(x *ctx) {
+	if x.polSet == nil {
+		x.errorReply(msgNoPolicies)
+		return
+	}
+	p := x.pol
+	if p == nil {
+		x.errorReply(errUnknownPolicy(x.args[2]))
+		return
+	}
+	if len(x.args) > 4 {
+		x.errorReply(errWrongArity("cl.apply"))
+		return
+	}
+	var q int64 = 1
+	var token []byte
+	if p.Algorithm == policy.Concurrency {
+		if len(x.args) != 4 {
+			x.errorReply(msgApplyToken)
+			return
+		}
+		token = x.args[3]
+	} else if len(x.args) == 4 {
+		a := x.args[3]
+		var ok bool
+		if p.Algorithm == policy.GCRA || p.Algorithm == policy.Hierarchy {
+			if q, ok = parseRustI64(a); !ok {
+				x.errorReply(msgCellParseInt + string(a))
+				return
+			}
+		} else if q, ok = parseRedisInt(a); !ok {
+			x.errorReply(msgQuantity)
+			return
+		}
+	}
+	if p.Algorithm == policy.Hierarchy {
+		applyAll(x, p, q)
+		return
+	}
+	key := x.keys[0].key
+	var c check
+	if msg := c.fromPolicy(p, p.ParamsFor(key, policyGlob), key, q, token); msg != "" {
+		x.errorReply(msg)
+		return
+	}
+	k := &x.keys[0]
+	now := x.clockNS()
+	v := k.lookup(floorDiv(now, 1e6))
+	if msg := c.decide(v, now, &x.cl.leases); msg != "" {
+		x.errorReply(msg)
+		return
+	}
+	if c.expireErr {
+		x.errorReply(msgCellExpire)
+		return
+	}
+	if c.needsRoom(v) && !x.s.ks.CanInsert() {
+		x.oom()
+		return
+	}
+	c.apply(k, v, now, &x.cl.leases)
+	t := c.t
+	if t.limited && p.Shadow {
+		p.Counts.ShadowLimited.Add(1)
+		t = shadowTuple(t)
+	} else {
+		count(p.Counts, t.limited, false)
+	}
+	if p.Companion != nil {
+		companion(x, p, q, now)
+	}
+	x.decided(t.limited, c.key)
+	x.tuple(t)
+}
+
+// shadowTuple is the reply of a shadow policy that refused: as allowed
+// (limited 0, retry_after -1), the rest as decided.
+func shadowTuple(t tuple) tuple {
+	t.limited, t.retry = false, -1
+	return t
+}
+
+func count(c *policy.Counts, limited, shadow bool) {
+	switch {
+	case !limited:
+		c.Allowed.Add(1)
+	case shadow:
+		c.ShadowLimited.Add(1)
+	default:
+		c.Limited.Add(1)
+	}
+}
+
+// companion evaluates p's shadow companion on its key (x.keys[1]) with
+// quantity q: applied if it admits, counted allowed or shadow_limited,
+// never replied. A companion that cannot decide (its key holds another
+// kind, or memory is full) is not counted.
+func companion(x *ctx, p *policy.Policy, q int64, now int64) {
+	cp := p.Companion
+	k := &x.keys[1]
+	var c check
+	if c.fromPolicy(cp, cp.ParamsFor(k.key, policyGlob), k.key, q, nil) != "" {
+		return
+	}
+	v := k.lookup(floorDiv(now, 1e6))
+	if c.decide(v, now, &x.cl.leases) != "" || c.expireErr {
+		return
+	}
+	if c.needsRoom(v) && !x.s.ks.CanInsert() {
+		return
+	}
+	c.apply(k, v, now, &x.cl.leases)
+	if c.t.limited {
+		cp.Counts.ShadowLimited.Add(1)
+	} else {
+		cp.Counts.Allowed.Add(1)
+	}
+}
+
+// applyAll applies hierarchy p: one check per member on its key
+// (x.keys[1:]), all admitted or none, through CL.ALL's path (runAll). A
+// shadow member never blocks the others. The reply is one tuple: the
+// first refusing member's when refused, else the member with the least
+// remaining (the first of equals), among enforced members if any. Each
+// member's policy counts its own verdict (a refusal as shadow_limited for
+// a shadow member or in a shadow hierarchy).
+func applyAll(x *ctx, p *policy.Policy, q int64) {
+	checks := x.cl.checks[:0]
+	for i, m := range p.Members {
+		k := x.keys[1+i].key
+		checks = append(checks, check{})
+		c := &checks[i]
+		if msg := c.fromPolicy(m.Policy, m.Policy.ParamsFor(k, policyGlob), k, q, nil); msg != "" {
+			x.errorReply(msg)
+			return
+		}
+		c.shadow = m.Policy.Shadow
+	}
+	if hasDupKey(checks) {
+		x.errorReply(msgAllDupKey)
+		return
+	}
+	admitted, limitedKey, ok := runAll(x, checks, x.keys[1:])
+	if !ok {
+		return
+	}
+	best := -1
+	for i := range checks {
+		c := &checks[i]
+		count(c.pol.Counts, c.t.limited, c.shadow || p.Shadow)
+		switch {
+		case !admitted:
+			if best < 0 && c.t.limited && !c.shadow {
+				best = i
+			}
+		case best < 0 || c.shadow != checks[best].shadow && checks[best].shadow || c.shadow == checks[best].shadow && c.t.remaining < checks[best].t.remaining:
+			best = i
+		}
+	}
+	t := checks[best].t
+	if admitted && t.limited { // a shadow member refused, and every member is shadow
+		t = shadowTuple(t)
+	}
+	switch {
+	case admitted:
+		p.Counts.Allowed.Add(1)
+	case p.Shadow:
+		p.Counts.ShadowLimited.Add(1)
+		t = shadowTuple(t)
+		admitted, limitedKey = true, nil
+	default:
+		p.Counts.Limited.Add(1)
+	}
+	x.decided(!admitted, limitedKey)
+	x.tuple(t)
+}
+
+// policyGlob matches an override's glob as KEYS does (case-sensitive).
+func policyGlob(pattern, key []byte) bool { return globMatch(pattern, key, false) }
+
+// fromPolicy sets c, which must be zero, to policy p's command on key
+// with parameters ps, quantity q (and token, for a concurrency policy).
+// It returns an error text or "" (the file's validation makes errors
+// unlikely: a zero rate cannot pass it).
+func (c *check) fromPolicy(p *policy.Policy, ps policy.Params, key []byte, q int64, token []byte) string {
+	c.key, c.q, c.pol = key, q, p
+	c.limit, c.per = ps.Limit, int64(ps.Period)
+	switch p.Algorithm {
+	case policy.GCRA:
+		c.name, c.kind = "cl.throttle", keyspace.KindGCRA
+		c.gp = policy.GCRAParams(ps, q)
+	case policy.Fixed:
+		c.name, c.kind = "cl.fixed", keyspace.KindFixed
+	case policy.Sliding:
+		c.name, c.kind = "cl.sliding", keyspace.KindSliding
+	case policy.SlidingLog:
+		c.name, c.kind = "cl.slidinglog", keyspace.KindLog
+		if q < 0 {
+			return msgQuantityNeg
+		}
+	case policy.Concurrency:
+		c.name, c.kind, c.token = "cl.acquire", keyspace.KindLeases, token
+	default:
+		return msgInvalidArgs
+	}
+	return ""
+}
+
+// CL.POLICY LIST: the names of the policies, sorted.
+func cmdPolicyList(x *ctx) {
+	set := x.s.pol.set.Load()
+	ps := set.Policies()
+	x.array(len(ps))
+	for _, p := range ps {
+		x.bulkStr(p.Name)
+	}
+}
+
+// CL.POLICY GET name: the policy's effective definition as field/value
+// pairs (nested hierarchies flattened, overrides with their full
+// parameters).
+func cmdPolicyGet(x *ctx) {
+	set := x.s.pol.set.Load()
+	if set == nil {
+		x.errorReply(msgNoPolicies)
+		return
+	}
+	p := set.Lookup(x.args[2])
+	if p == nil {
+		x.errorReply(errUnknownPolicy(x.args[2]))
+		return
+	}
+	fields := [][2]string{{"name", p.Name}, {"algorithm", p.Algorithm.String()}}
+	fields = append(fields, p.Algorithm.ParamFields(p.Params)...)
+	fields = append(fields, [2]string{"shadow", map[bool]string{false: "no", true: "yes"}[p.Shadow]})
+	if p.Companion != nil {
+		fields = append(fields, [2]string{"shadow_companion", p.Companion.Name}, [2]string{"shadow_companion_key", string(p.CompanionKey)})
+	}
+	if p.Description != "" {
+		fields = append(fields, [2]string{"description", p.Description})
+	}
+	n := len(fields) + 1 // overrides or members
+	x.mapLen(n)
+	for _, f := range fields {
+		x.bulkStr(f[0])
+		x.bulkStr(f[1])
+	}
+	if p.Algorithm == policy.Hierarchy {
+		x.bulkStr("members")
+		x.array(len(p.Members))
+		for _, m := range p.Members {
+			pf := m.Policy.Algorithm.ParamFields(m.Policy.Params)
+			x.mapLen(3 + len(pf))
+			x.bulkStr("policy")
+			x.bulkStr(m.Policy.Name)
+			x.bulkStr("key")
+			x.bulkStr(string(m.Key))
+			x.bulkStr("algorithm")
+			x.bulkStr(m.Policy.Algorithm.String())
+			for _, f := range pf {
+				x.bulkStr(f[0])
+				x.bulkStr(f[1])
+			}
+		}
+		return
+	}
+	x.bulkStr("overrides")
+	x.array(len(p.Overrides))
+	for _, o := range p.Overrides {
+		pf := p.Algorithm.ParamFields(o.Params)
+		x.mapLen(1 + len(pf))
+		x.bulkStr("match")
+		x.bulkStr(string(o.Match))
+		for _, f := range pf {
+			x.bulkStr(f[0])
+			x.bulkStr(f[1])
+		}
+	}
+}
+
+// CL.POLICY RELOAD: ReloadPolicies; replies OK, or the error listing
+// every problem of the file.
+func cmdPolicyReload(x *ctx) {
+	if _, err := x.s.ReloadPolicies(); err != nil {
+		if errors.Is(err, ErrNoPolicyFile) {
+			x.errorReply(msgNoPolicyFile)
+			return
+		}
+		x.errorReply("ERR " + err.Error())
+		return
+	}
+	x.status("OK")
+}
+
+func cmdPolicyHelp(x *ctx) {
+	helpReply(x,
+		"CL.POLICY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+		"LIST",
+		"    Return the names of the policies in force.",
+		"GET <name>",
+		"    Return a policy's effective definition.",
+		"RELOAD",
+		"    Read the policy file again; an invalid file is refused and the policies in force stay.",
+		"HELP",
+		"    Print this help.")
+}
+
+// policyInfo returns INFO's policies section: one line per policy, as
+// Redis's cmdstat lines.
+func (s *Server) policyInfo() []string {
+	ps := s.pol.set.Load().Policies()
+	lines := make([]string, 0, len(ps))
+	for _, p := range ps {
+		c := p.Counts
+		lines = append(lines, fmt.Sprintf("policy_%s:allowed=%d,limited=%d,shadow_limited=%d",
+			p.Name, c.Allowed.Load(), c.Limited.Load(), c.ShadowLimited.Load()))
+	}
+	return lines
+}
+
+// PolicyStats is one policy's decisions (Stats.Policies).
+type PolicyStats struct {
+	Name                            string
+	Allowed, Limited, ShadowLimited int64
+}
+
+func (s *Server) policyStats() []PolicyStats {
+	ps := s.pol.set.Load().Policies()
+	out := make([]PolicyStats, 0, len(ps))
+	for _, p := range ps {
+		c := p.Counts
+		out = append(out, PolicyStats{p.Name, c.Allowed.Load(), c.Limited.Load(), c.ShadowLimited.Load()})
+	}
+	return out
+}

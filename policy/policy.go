@@ -1,0 +1,356 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/cellserver/cellserver/gcra"
+)
+
+// Limits of a policy file. Each is checked by Parse and reported like any
+// other problem.
+const (
+	// MaxFileBytes is the largest policy file Parse reads: 4 MiB.
+	MaxFileBytes = 4 << 20
+	// MaxPolicies is the most policies one file declares.
+	MaxPolicies = 1000
+	// MaxOverrides is the most overrides one policy holds (each call
+	// tries them in order, so the bound is also the cost of a miss).
+	MaxOverrides = 100
+	// MaxMembers is the most limits a hierarchy applies, nested
+	// hierarchies flattened: one CL.APPLY locks and decides that many keys.
+	MaxMembers = 16
+	// MaxNameLen is the longest policy name, in bytes.
+	MaxNameLen = 64
+	// MaxPatternLen is the longest override glob or key template, in bytes.
+	MaxPatternLen = 512
+)
+
+// KeyVar is the placeholder a key template replaces with the key CL.APPLY
+// was called with.
+const KeyVar = "${key}"
+
+// Algorithm is the limiter a policy applies.
+type Algorithm uint8
+
+// The algorithms, one per limiter command.
+const (
+	Hierarchy   Algorithm = iota // a list of member policies (CL.ALL)
+	GCRA                         // CL.THROTTLE
+	Fixed                        // CL.FIXED
+	Sliding                      // CL.SLIDING
+	SlidingLog                   // CL.SLIDINGLOG
+	Concurrency                  // CL.ACQUIRE
+)
+
+var algoNames = []string{Hierarchy: "all", GCRA: "gcra", Fixed: "fixed", Sliding: "sliding", SlidingLog: "sliding_log", Concurrency: "concurrency"}
+
+// String returns the name the policy file uses.
+func (a Algorithm) String() string {
+	if int(a) < len(algoNames) {
+		return algoNames[a]
+	}
+	return "algorithm(" + strconv.Itoa(int(a)) + ")"
+}
+
+// Params are an algorithm's numbers. Which fields apply depends on the
+// algorithm: GCRA uses Burst, Count and Period (CL.THROTTLE's max_burst,
+// count and period); Fixed, Sliding and SlidingLog use Limit and Period;
+// Concurrency uses Limit and Period as the lease length.
+type Params struct {
+	Burst  int64
+	Count  int64
+	Limit  int64
+	Period time.Duration // ns; the lease for Concurrency
+}
+
+// Override replaces a policy's parameters for the keys that match a glob.
+type Override struct {
+	Match  []byte // a Redis glob (KEYS's syntax)
+	Params Params // the policy's parameters with the override's applied
+	Line   int    // in the policy file
+}
+
+// Member is one limit of a hierarchy: a policy that is not a hierarchy,
+// applied to the key Key makes of the call's key.
+type Member struct {
+	Policy *Policy
+	Key    Template
+}
+
+// Template makes a key from the key CL.APPLY was called with: every
+// "${key}" in it is replaced by that key; a template without one names a
+// fixed key (e.g. "global:api").
+type Template string
+
+// Expand appends the key t makes of key to dst and returns it.
+func (t Template) Expand(dst, key []byte) []byte {
+	s := string(t)
+	for {
+		i := strings.Index(s, KeyVar)
+		if i < 0 {
+			return append(dst, s...)
+		}
+		dst = append(dst, s[:i]...)
+		dst = append(dst, key...)
+		s = s[i+len(KeyVar):]
+	}
+}
+
+// Counts are a policy's decisions since the server started: allowed,
+// refused, and refused by a shadow policy or companion (which replied
+// allowed). Safe for concurrent use; a reload carries a name's counts over.
+type Counts struct {
+	Allowed, Limited, ShadowLimited atomic.Int64
+}
+
+// Policy is one named policy. A Policy is immutable once Parse returned
+// it (its Counts excepted) and safe for concurrent use.
+type Policy struct {
+	Name      string
+	Algorithm Algorithm // Hierarchy for a list of members
+	Params    Params    // not for a hierarchy
+	Overrides []Override
+	// Members are a hierarchy's limits, nested hierarchies flattened
+	// (their key templates composed), in the file's order.
+	Members []Member
+	// Shadow: the policy is evaluated and counted but never refuses.
+	Shadow bool
+	// Companion, when set, is evaluated beside this policy on every call,
+	// on the key CompanionKey makes; only its verdict is counted.
+	Companion    *Policy
+	CompanionKey Template
+	Description  string
+	Line         int // where the policy starts in the file
+	Counts       *Counts
+
+	def string // canonical definition (String)
+}
+
+// ParamsFor returns the parameters that apply to key: those of the first
+// override whose glob matches it (match is the glob matcher, e.g. KEYS's),
+// else the policy's own.
+func (p *Policy) ParamsFor(key []byte, match func(pattern, key []byte) bool) Params {
+	for i := range p.Overrides {
+		if match(p.Overrides[i].Match, key) {
+			return p.Overrides[i].Params
+		}
+	}
+	return p.Params
+}
+
+// String returns the policy's definition, canonical: two policies with
+// the same String behave the same (Diff compares them so).
+func (p *Policy) String() string { return p.def }
+
+func (p *Policy) buildDef() {
+	var b strings.Builder
+	b.WriteString("algorithm=" + p.Algorithm.String())
+	if p.Algorithm != Hierarchy {
+		b.WriteString(" " + p.Algorithm.paramString(p.Params))
+	}
+	for _, o := range p.Overrides {
+		fmt.Fprintf(&b, " override(match=%q %s)", o.Match, p.Algorithm.paramString(o.Params))
+	}
+	for _, m := range p.Members {
+		fmt.Fprintf(&b, " member(policy=%s key=%q %s)", m.Policy.Name, string(m.Key), m.Policy.def)
+	}
+	if p.Shadow {
+		b.WriteString(" shadow=true")
+	}
+	if p.Companion != nil {
+		fmt.Fprintf(&b, " shadow_companion(policy=%s key=%q %s)", p.Companion.Name, string(p.CompanionKey), p.Companion.def)
+	}
+	p.def = b.String()
+}
+
+// ParamFields returns the parameter names and values of ps as the policy
+// file writes them, for algorithm a (none for a hierarchy).
+func (a Algorithm) ParamFields(ps Params) [][2]string {
+	d := func(x time.Duration) string { return FormatDuration(x) }
+	switch a {
+	case GCRA:
+		return [][2]string{{"burst", strconv.FormatInt(ps.Burst, 10)}, {"count", strconv.FormatInt(ps.Count, 10)}, {"period", d(ps.Period)}}
+	case Fixed, Sliding, SlidingLog:
+		return [][2]string{{"limit", strconv.FormatInt(ps.Limit, 10)}, {"period", d(ps.Period)}}
+	case Concurrency:
+		return [][2]string{{"limit", strconv.FormatInt(ps.Limit, 10)}, {"lease", d(ps.Period)}}
+	}
+	return nil
+}
+
+func (a Algorithm) paramString(ps Params) string {
+	var parts []string
+	for _, f := range a.ParamFields(ps) {
+		parts = append(parts, f[0]+"="+f[1])
+	}
+	return strings.Join(parts, " ")
+}
+
+// FormatDuration writes d as the policy file may: whole seconds as "60s",
+// else Go's form ("1.5s", "250ms").
+func FormatDuration(d time.Duration) string {
+	if d%time.Second == 0 {
+		return strconv.FormatInt(int64(d/time.Second), 10) + "s"
+	}
+	return d.String()
+}
+
+// Set is the policies of one file. A Set is immutable and safe for
+// concurrent use; a reload replaces the whole Set.
+type Set struct {
+	byName map[string]*Policy
+	list   []*Policy // by name
+}
+
+// Lookup returns the policy called name, or nil.
+func (s *Set) Lookup(name []byte) *Policy {
+	if s == nil {
+		return nil
+	}
+	return s.byName[string(name)]
+}
+
+// Policies returns the policies sorted by name. The caller must not
+// modify the slice.
+func (s *Set) Policies() []*Policy {
+	if s == nil {
+		return nil
+	}
+	return s.list
+}
+
+// Len returns the number of policies.
+func (s *Set) Len() int {
+	if s == nil {
+		return 0
+	}
+	return len(s.list)
+}
+
+// Adopt gives every policy of s whose name old also has old's Counts, so
+// a reload keeps each name's counters running.
+func (s *Set) Adopt(old *Set) {
+	if s == nil || old == nil {
+		return
+	}
+	for _, p := range s.list {
+		if q := old.byName[p.Name]; q != nil {
+			p.Counts = q.Counts
+		}
+	}
+}
+
+// Changes are the names a reload added, removed and changed (a changed
+// policy has another definition: String differs). Each list is sorted.
+type Changes struct {
+	Added, Removed, Changed []string
+	Unchanged               int
+}
+
+// Diff returns what replacing old by s changes.
+func Diff(old, s *Set) Changes {
+	var c Changes
+	for _, p := range s.Policies() {
+		q := old.Lookup([]byte(p.Name))
+		switch {
+		case q == nil:
+			c.Added = append(c.Added, p.Name)
+		case q.def != p.def:
+			c.Changed = append(c.Changed, p.Name)
+		default:
+			c.Unchanged++
+		}
+	}
+	for _, q := range old.Policies() {
+		if s.Lookup([]byte(q.Name)) == nil {
+			c.Removed = append(c.Removed, q.Name)
+		}
+	}
+	return c
+}
+
+// Problem is one thing wrong in a policy file.
+type Problem struct {
+	Line   int    // 0 when not known
+	Policy string // "" outside a policy
+	Msg    string
+}
+
+func (p Problem) String() string {
+	var b strings.Builder
+	if p.Line > 0 {
+		b.WriteString("line " + strconv.Itoa(p.Line) + ": ")
+	}
+	if p.Policy != "" {
+		b.WriteString("policy " + strconv.Quote(p.Policy) + ": ")
+	}
+	b.WriteString(p.Msg)
+	return b.String()
+}
+
+// ErrInvalid is what every error of Parse wraps (errors.Is).
+var ErrInvalid = errors.New("policy: invalid policy file")
+
+// Error lists every problem Parse found in a file, in line order. Its text
+// is one line (it is also a Redis error reply).
+type Error struct {
+	Problems []Problem
+}
+
+func (e *Error) Error() string {
+	parts := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		parts[i] = p.String()
+	}
+	n := len(e.Problems)
+	word := "problems"
+	if n == 1 {
+		word = "problem"
+	}
+	return fmt.Sprintf("policy: invalid policy file, %d %s: %s", n, word, strings.Join(parts, "; "))
+}
+
+// Unwrap makes errors.Is(err, ErrInvalid) true.
+func (e *Error) Unwrap() error { return ErrInvalid }
+
+func sortProblems(ps []Problem) {
+	sort.SliceStable(ps, func(i, j int) bool { return ps[i].Line < ps[j].Line })
+}
+
+// validName: letters, digits, '_', '-' and '.', so a name is safe in an
+// INFO line and a Prometheus label.
+func validName(s string) bool {
+	if s == "" || len(s) > MaxNameLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func sortPolicies(l []*Policy) {
+	sort.Slice(l, func(i, j int) bool { return l[i].Name < l[j].Name })
+}
+
+// GCRAParams returns ps as CL.THROTTLE's parameters (quantity q): a
+// period of whole seconds in Period, as CL.THROTTLE takes it, else in
+// PeriodNS.
+func GCRAParams(ps Params, q int64) gcra.Params {
+	g := gcra.Params{MaxBurst: ps.Burst, Count: ps.Count, Quantity: q}
+	if ps.Period%time.Second == 0 {
+		g.Period = int64(ps.Period / time.Second)
+	} else {
+		g.PeriodNS = int64(ps.Period)
+	}
+	return g
+}
