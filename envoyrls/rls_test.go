@@ -277,7 +277,9 @@ func TestReplaces(t *testing.T) {
 	four := func(foo, bar, dst string) [][]string {
 		return append(two(foo, bar), []string{"source_cluster", "proxy", "destination_cluster", dst})
 	}
-	five := func(foo, bar, dst string) [][]string { return append(four(foo, bar, dst), []string{"category", "account"}) }
+	five := func(foo, bar, dst string) [][]string {
+		return append(four(foo, bar, dst), []string{"category", "account"})
+	}
 	steps := []struct {
 		d  [][]string
 		ok bool
