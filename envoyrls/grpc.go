@@ -134,3 +134,17 @@ func tokenCheck(password string) grpc.UnaryServerInterceptor {
 		return h(ctx, req)
 	}
 }
+
+// Reload reads the configuration again from path (server.RLSSources's
+// ConfigPath) and swaps it in whole; an invalid one is refused with every
+// problem and the configuration in use stays. Counters are keyed by the
+// descriptors, not the rules, so a rule whose limit changes keeps its
+// counter (the new limit applies to the count so far).
+func (f *FrontDoor) Reload(path string) error {
+	cfg, err := LoadPath(path)
+	if err != nil {
+		return err
+	}
+	f.service.SetConfig(cfg)
+	return nil
+}

@@ -564,3 +564,54 @@ func TestBadConfigRefusesStart(t *testing.T) {
 		t.Fatalf("Validate: %v", err)
 	}
 }
+
+// TestReload: a new configuration applies to the next call; an invalid
+// one is refused and the old one stays.
+func TestReload(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "r.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(file, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("domain: r\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n")
+	var fd *envoyrls.FrontDoor
+	clock := servertest.NewClock(t0)
+	srv, _ := servertest.Start(t, server.Config{Clock: clock.Now, RLSAddr: "127.0.0.1:0", RLSConfig: file,
+		RLS: func(src server.RLSSources) (server.RLSServer, error) {
+			f, err := envoyrls.NewFrontDoor(src)
+			fd = f
+			return f, err
+		}})
+	conn, err := grpc.NewClient(srv.RLSAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := pb.NewRateLimitServiceClient(conn)
+	remaining := func() uint32 {
+		r, err := c.ShouldRateLimit(context.Background(), request("r", 1, []string{"k", "v"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Statuses[0].LimitRemaining
+	}
+	if got := remaining(); got != 4 {
+		t.Fatalf("remaining %d, want 4", got)
+	}
+	write("domain: r\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 50\n")
+	if err := fd.Reload(file); err != nil {
+		t.Fatal(err)
+	}
+	if got := remaining(); got != 48 { // the counter is kept: 2 of 50
+		t.Fatalf("remaining %d after reload, want 48", got)
+	}
+	write("domain: r\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n")
+	if err := fd.Reload(file); err == nil {
+		t.Fatal("an invalid configuration was loaded")
+	}
+	if got := remaining(); got != 47 {
+		t.Fatalf("remaining %d after a refused reload, want 47", got)
+	}
+}
