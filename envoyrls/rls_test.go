@@ -615,3 +615,34 @@ func TestReload(t *testing.T) {
 		t.Fatalf("remaining %d after a refused reload, want 47", got)
 	}
 }
+
+// TestQuotaMode: quota_mode descriptors make the request OVER_LIMIT only
+// when all of them are over (envoyproxy/ratelimit's
+// TestServiceQuotaModeOnlySomeOverTheLimit / AllOverTheLimit).
+func TestQuotaMode(t *testing.T) {
+	h := startRLS(t, map[string]string{"q.yaml": `domain: q
+descriptors:
+  - key: service
+    value: service_1
+    quota_mode: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 1
+  - key: service
+    value: service_2
+    quota_mode: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+`}, nil)
+	both := request("q", 1, []string{"service", "service_1"}, []string{"service", "service_2"})
+	for i, want := range []pb.RateLimitResponse_Code{OK, OK, OVER} {
+		got := h.call(t, both, nil)
+		if got.OverallCode != want {
+			t.Fatalf("call %d: %v, want %v", i, got, want)
+		}
+		if i == 1 && got.Statuses[0].Code != OVER {
+			t.Fatalf("call 1: service_1 should be over: %v", got)
+		}
+	}
+}

@@ -178,3 +178,31 @@ func TestCluster(t *testing.T) {
 }
 
 func insecureCreds() credentials.TransportCredentials { return insecure.NewCredentials() }
+
+// TestReplication: the front door's counters are ordinary writes of the
+// primary, passed on to its replica.
+func TestReplication(t *testing.T) {
+	h := startRLS(t, map[string]string{"another.yaml": anotherYAML}, nil)
+	host, port, _ := net.SplitHostPort(h.resp)
+	_, raddr := servertest.Start(t, server.Config{ReplicaOf: host + " " + port})
+	h.call(t, request("another", 4, []string{"key2", "r"}), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	primary := redis.NewClient(&redis.Options{Addr: h.resp, DisableIdentity: true, Protocol: 2})
+	defer primary.Close()
+	// A write of this connection after the front door's; WAIT returns once
+	// the replica has acknowledged it, hence the counter before it too.
+	if err := primary.Set(ctx, "after-rls", "1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := primary.Do(ctx, "WAIT", 1, 20000).Int(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1 = %d, %v", n, err)
+	}
+	replica := redis.NewClient(&redis.Options{Addr: raddr, DisableIdentity: true, Protocol: 2})
+	defer replica.Close()
+	info, err := replica.Do(ctx, "CL.INFO", "rls:another:key2=r").Slice()
+	if err != nil || len(info) == 0 {
+		t.Fatalf("CL.INFO on the replica: %v %v", info, err)
+	}
+	t.Logf("replica CL.INFO: %v", info)
+}
