@@ -206,3 +206,39 @@ func TestReplication(t *testing.T) {
 	}
 	t.Logf("replica CL.INFO: %v", info)
 }
+
+// TestShutdown: the front door stops with the server (graceful stop,
+// then the RESP port), and a new call is refused.
+func TestShutdown(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "basic.yaml"), []byte(basicYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.New(server.Config{Addr: "127.0.0.1:0", RLSAddr: "127.0.0.1:0", RLSConfig: dir, RLS: envoyrls.New})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve() }()
+	conn, err := grpc.NewClient(s.RLSAddr().String(), grpc.WithTransportCredentials(insecureCreds()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := pb.NewRateLimitServiceClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.ShouldRateLimit(ctx, request("basic", 1, []string{"key1", "x"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-served
+	if _, err := c.ShouldRateLimit(ctx, request("basic", 1, []string{"key1", "x"})); err == nil {
+		t.Fatal("a call was answered after Shutdown")
+	}
+}

@@ -205,3 +205,23 @@ func (c Config) rlsClientTLS() (*tls.Config, error) {
 	}
 	return cfg, nil
 }
+
+// ReloadRLS reads the front door's configuration (Config.RLSConfig) again
+// and swaps it in whole, for a reload signal: an invalid configuration is
+// refused with every problem, logged, and the one in use stays. It is a
+// no-op when the front door is off or cannot reload.
+func (s *Server) ReloadRLS() error {
+	s.rls.mu.Lock()
+	srv := s.rls.srv
+	s.rls.mu.Unlock()
+	r, ok := srv.(interface{ Reload(path string) error })
+	if !ok {
+		return nil
+	}
+	if err := r.Reload(s.cfg.RLSConfig); err != nil {
+		s.cfg.Logger.Error("envoy rate limit service: configuration refused, the previous one stays", "path", s.cfg.RLSConfig, "err", err)
+		return err
+	}
+	s.cfg.Logger.Info("envoy rate limit service: configuration reloaded", "path", s.cfg.RLSConfig)
+	return nil
+}
