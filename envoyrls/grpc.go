@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -30,6 +32,7 @@ type FrontDoor struct {
 	grpc    *grpc.Server
 	client  redis.UniversalClient
 	service *Service
+	health  *health.Server
 }
 
 // New builds the front door for server.Config.RLS: it loads src.ConfigPath
@@ -53,11 +56,13 @@ func NewFrontDoor(src server.RLSSources) (*FrontDoor, error) {
 	}
 	var client redis.UniversalClient
 	if src.Cluster {
+		// Redirects (MOVED, ASK) are followed; a command is never retried
+		// after a network error, which could charge a counter twice.
 		client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{src.RESPAddr}, Password: src.Password,
-			TLSConfig: src.ClientTLS, DisableIdentity: true})
+			TLSConfig: src.ClientTLS, DisableIdentity: true, MaxRetries: -1, ContextTimeoutEnabled: true})
 	} else {
 		client = redis.NewClient(&redis.Options{Addr: src.RESPAddr, Password: src.Password, TLSConfig: src.ClientTLS,
-			DisableIdentity: true})
+			DisableIdentity: true, MaxRetries: -1, ContextTimeoutEnabled: true})
 	}
 	svc, err := NewService(cfg, Options{Store: RedisStore{Client: client}, Clock: src.Clock, ResponseHeaders: src.ResponseHeaders})
 	if err != nil {
@@ -73,10 +78,12 @@ func NewFrontDoor(src server.RLSSources) (*FrontDoor, error) {
 	}
 	g := grpc.NewServer(opts...)
 	pb.RegisterRateLimitServiceServer(g, svc)
+	hs := health.NewServer() // grpc.health.v1, without a token (probes)
+	healthpb.RegisterHealthServer(g, hs)
 	if src.Logger != nil {
 		src.Logger.Info("envoy rate limit service configuration loaded", "path", src.ConfigPath, "domains", strings.Join(cfg.Domains(), ","))
 	}
-	return &FrontDoor{grpc: g, client: client, service: svc}, nil
+	return &FrontDoor{grpc: g, client: client, service: svc, health: hs}, nil
 }
 
 // Service returns the service the front door answers with.
@@ -93,6 +100,7 @@ func (f *FrontDoor) Serve(ln net.Listener) error {
 
 // Shutdown implements server.RLSServer: a graceful stop bounded by ctx.
 func (f *FrontDoor) Shutdown(ctx context.Context) error {
+	f.health.Shutdown() // NOT_SERVING while calls under way finish
 	done := make(chan struct{})
 	go func() {
 		f.grpc.GracefulStop()
@@ -119,7 +127,10 @@ var errToken = status.Error(codes.Unauthenticated, "missing or wrong token: send
 // comparing SHA-256 digests in constant time (as AUTH on the RESP port).
 func tokenCheck(password string) grpc.UnaryServerInterceptor {
 	want := sha256.Sum256([]byte("Bearer " + password))
-	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if strings.HasPrefix(info.FullMethod, "/grpc.health.v1.Health/") {
+			return h(ctx, req)
+		}
 		md, _ := metadata.FromIncomingContext(ctx)
 		ok := false
 		for _, v := range md.Get(TokenMetadata) {

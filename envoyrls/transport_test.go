@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/cellserver/cellserver/cluster"
@@ -240,5 +241,19 @@ func TestShutdown(t *testing.T) {
 	<-served
 	if _, err := c.ShouldRateLimit(ctx, request("basic", 1, []string{"key1", "x"})); err == nil {
 		t.Fatal("a call was answered after Shutdown")
+	}
+}
+
+// TestHealth: grpc.health.v1 answers SERVING without the token.
+func TestHealth(t *testing.T) {
+	h := startRLS(t, map[string]string{"basic.yaml": basicYAML}, func(c *server.Config) { c.Password = "pw" })
+	conn, err := grpc.NewClient(h.srv.RLSAddr().String(), grpc.WithTransportCredentials(insecureCreds()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	r, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", r, err)
 	}
 }
