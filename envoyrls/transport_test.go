@@ -27,10 +27,13 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/cellserver/cellserver/cellservertest"
 	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/envoyrls"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/keyslot"
+	"github.com/cellserver/cellserver/persistence/changelog"
+	"github.com/cellserver/cellserver/persistence/pebblestore"
 	"github.com/cellserver/cellserver/server"
 )
 
@@ -255,5 +258,44 @@ func TestHealth(t *testing.T) {
 	r, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
 	if err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health: %v %v", r, err)
+	}
+}
+
+// TestPersistence: with a data directory, the front door's counters
+// survive a restart (the same keyspace, the same persistence).
+func TestPersistence(t *testing.T) {
+	cfgDir, dataDir := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(cfgDir, "another.yaml"), []byte(anotherYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	clock := servertest.NewClock(t0)
+	cfg := server.Config{Clock: clock.Now, DataDir: dataDir, OpenStore: changelog.Opener(pebblestore.OpenStore, changelog.Options{}),
+		Fsync: "always", RLSAddr: "127.0.0.1:0", RLSConfig: cfgDir, RLS: envoyrls.New}
+	remaining := func() uint32 {
+		s, err := cellservertest.Start(cellservertest.WithClock(clock.Now), cellservertest.WithConfig(func(c *server.Config) {
+			logger := c.Logger
+			*c = cfg
+			c.Addr, c.Logger, c.Clock = "127.0.0.1:0", logger, nil
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		conn, err := grpc.NewClient(s.Server().RLSAddr().String(), grpc.WithTransportCredentials(insecureCreds()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		r, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), request("another", 6, []string{"key3", "p"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Statuses[0].LimitRemaining
+	}
+	if got := remaining(); got != 4 {
+		t.Fatalf("first run: remaining %d, want 4", got)
+	}
+	if got := remaining(); got != 0 { // 6 + 4 of 10 after a restart
+		t.Fatalf("after a restart: remaining %d, want 0", got)
 	}
 }
