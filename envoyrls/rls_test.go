@@ -32,6 +32,8 @@ import (
 var t0 = time.Unix(1_800_000_000, 0)
 
 type rlsHarness struct {
+	dir    string // the configuration directory
+	fd     *envoyrls.FrontDoor
 	client pb.RateLimitServiceClient
 	clock  *servertest.Clock
 	srv    *server.Server
@@ -50,7 +52,13 @@ func startRLS(t *testing.T, files map[string]string, mutate func(*server.Config)
 		}
 	}
 	clock := servertest.NewClock(t0)
-	cfg := server.Config{Clock: clock.Now, RLSAddr: "127.0.0.1:0", RLSConfig: dir, RLS: envoyrls.New}
+	h := &rlsHarness{dir: dir, clock: clock}
+	cfg := server.Config{Clock: clock.Now, RLSAddr: "127.0.0.1:0", RLSConfig: dir,
+		RLS: func(src server.RLSSources) (server.RLSServer, error) {
+			f, err := envoyrls.NewFrontDoor(src)
+			h.fd = f
+			return f, err
+		}}
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -60,7 +68,8 @@ func startRLS(t *testing.T, files map[string]string, mutate func(*server.Config)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return &rlsHarness{client: pb.NewRateLimitServiceClient(conn), clock: clock, srv: srv, resp: addr}
+	h.client, h.srv, h.resp = pb.NewRateLimitServiceClient(conn), srv, addr
+	return h
 }
 
 // request builds a RateLimitRequest as envoyproxy/ratelimit's
@@ -365,31 +374,15 @@ descriptors:
 // TestShadowCounts reads the front door's counts: 2 shadow over-limit
 // descriptors after 12 calls on a 10/s shadow rule.
 func TestShadowCounts(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "s.yaml"), []byte("domain: s\ndescriptors:\n  - key: k\n    shadow_mode: true\n    rate_limit:\n      unit: minute\n      requests_per_unit: 10\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var fd *envoyrls.FrontDoor
-	clock := servertest.NewClock(t0)
-	srv, _ := servertest.Start(t, server.Config{Clock: clock.Now, RLSAddr: "127.0.0.1:0", RLSConfig: dir,
-		RLS: func(src server.RLSSources) (server.RLSServer, error) {
-			f, err := envoyrls.NewFrontDoor(src)
-			fd = f
-			return f, err
-		}})
-	conn, err := grpc.NewClient(srv.RLSAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := pb.NewRateLimitServiceClient(conn)
+	h := startRLS(t, map[string]string{"s.yaml": "domain: s\ndescriptors:\n  - key: k\n    shadow_mode: true\n    rate_limit:\n      unit: minute\n      requests_per_unit: 10\n"}, nil)
+	c := h.client
 	for i := 0; i < 12; i++ {
 		r, err := c.ShouldRateLimit(context.Background(), request("s", 1, []string{"k", "v"}))
 		if err != nil || r.OverallCode != OK {
 			t.Fatalf("call %d: %v %v", i, r, err)
 		}
 	}
-	st := fd.Service().Stats()
+	st := h.fd.Service().Stats()
 	if st.Requests != 12 || st.ShadowOverLimit != 2 || st.OverLimit != 0 {
 		t.Fatalf("stats %+v, want 12 requests, 2 shadow over limit, 0 over limit", st)
 	}
@@ -568,28 +561,14 @@ func TestBadConfigRefusesStart(t *testing.T) {
 // TestReload: a new configuration applies to the next call; an invalid
 // one is refused and the old one stays.
 func TestReload(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "r.yaml")
+	h := startRLS(t, map[string]string{"r.yaml": "domain: r\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n"}, nil)
+	file := filepath.Join(h.dir, "r.yaml")
 	write := func(s string) {
 		if err := os.WriteFile(file, []byte(s), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write("domain: r\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 5\n")
-	var fd *envoyrls.FrontDoor
-	clock := servertest.NewClock(t0)
-	srv, _ := servertest.Start(t, server.Config{Clock: clock.Now, RLSAddr: "127.0.0.1:0", RLSConfig: file,
-		RLS: func(src server.RLSSources) (server.RLSServer, error) {
-			f, err := envoyrls.NewFrontDoor(src)
-			fd = f
-			return f, err
-		}})
-	conn, err := grpc.NewClient(srv.RLSAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := pb.NewRateLimitServiceClient(conn)
+	c, fd, srv := h.client, h.fd, h.srv
 	remaining := func() uint32 {
 		r, err := c.ShouldRateLimit(context.Background(), request("r", 1, []string{"k", "v"}))
 		if err != nil {
@@ -601,7 +580,7 @@ func TestReload(t *testing.T) {
 		t.Fatalf("remaining %d, want 4", got)
 	}
 	write("domain: r\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: minute\n      requests_per_unit: 50\n")
-	if err := fd.Reload(file); err != nil {
+	if err := fd.Reload(h.dir); err != nil {
 		t.Fatal(err)
 	}
 	if got := remaining(); got != 48 { // the counter is kept: 2 of 50
