@@ -395,3 +395,27 @@ func TestKeyFor(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParse: any file is parsed or refused with a *ConfigError, never a
+// panic; a parsed one answers lookups.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(basicConfig), "key1", "value1", "subkey1", "x")
+	f.Add([]byte(wildcardConfig), "multiWild", "foo1bar2baz", "", "")
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: a\n    value: '*x*'\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra, burst: 3}\n"), "a", "yxy", "", "")
+	f.Fuzz(func(t *testing.T, data []byte, k1, v1, k2, v2 string) {
+		c, err := Parse(File{Name: "f.yaml", Data: data})
+		if err != nil {
+			var ce *ConfigError
+			if !errors.As(err, &ce) || len(ce.Problems) == 0 {
+				t.Fatalf("error %v is not a *ConfigError with problems", err)
+			}
+			return
+		}
+		for _, d := range c.Domains() {
+			m, ok := c.Lookup(d, entries(k1, v1, k2, v2))
+			if ok && (m.Rule == nil || len(m.Values) != 2) {
+				t.Fatalf("match %+v", m)
+			}
+		}
+	})
+}
