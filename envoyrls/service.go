@@ -164,14 +164,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	return resp, nil
 }
 
+// limitCheck is one descriptor of a request being answered.
 type limitCheck struct {
-	rule      *Rule
+	rule      *Rule // nil: no rule, unlimited or replaced
 	unlimited bool
-	period    time.Duration
-	perUnit   uint32
-	unit      pb.RateLimitResponse_RateLimit_Unit
-	hitIndex  int // index in hits, -1 when not charged in the store
-	hits      int64
+	hitIndex  int   // index in the Store call's hits, -1 when not charged there
+	hits      int64 // hits_addend, negative for a refund
 }
 
 func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
