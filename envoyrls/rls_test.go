@@ -409,6 +409,13 @@ func TestHitsAddend(t *testing.T) {
 	h.call(t, req, &pb.RateLimitResponse{OverallCode: OK,
 		Statuses: []*pb.RateLimitResponse_DescriptorStatus{status_(OK, 20, MIN, 3, time.Minute)}})
 
+	// hits_addend 0 on a counter that does not exist yet: a read, and the
+	// window's end all the same.
+	req = request("another", 1, []string{"key2", "fresh"})
+	req.Descriptors[0].HitsAddend = wrapperspb.UInt64(0)
+	h.call(t, req, &pb.RateLimitResponse{OverallCode: OK,
+		Statuses: []*pb.RateLimitResponse_DescriptorStatus{status_(OK, 20, MIN, 20, time.Minute)}})
+
 	// Envoy's limit override: 2 per hour on this descriptor, whatever the file says.
 	req = request("another", 1, []string{"key2", "o"})
 	req.Descriptors[0].Limit = &rlv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typev3.RateLimitUnit_HOUR}

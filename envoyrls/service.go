@@ -279,7 +279,12 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		if c.hitIndex >= 0 {
 			r = results[c.hitIndex]
 		} else { // requests_per_unit 0
-			r = Result{Limited: c.hits > 0, ResetAfter: untilWindowEnd(s.clock(), c.rule.Period)}
+			r = Result{Limited: c.hits > 0}
+		}
+		if r.ResetAfter <= 0 && c.rule.Algorithm == Fixed {
+			// No counter (requests_per_unit 0, or a read of a key that
+			// does not exist): the window still ends, as envoyproxy/ratelimit says.
+			r.ResetAfter = untilWindowEnd(s.clock(), c.rule.Period)
 		}
 		st := &pb.RateLimitResponse_DescriptorStatus{
 			Code:               pb.RateLimitResponse_OK,
