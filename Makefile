@@ -53,6 +53,7 @@ FUZZ_TARGETS = \
 	commands:FuzzThrottleArgs:4000 \
 	limiter:FuzzFixed:400000 limiter:FuzzSliding:300000 limiter:FuzzLog:300000 \
 	persistence:FuzzDecodeValue:100000 \
+	envoyrls:FuzzParse:30000 \
 	hostile_test:FuzzCommands:3000 hostile_test:FuzzAll:20000
 
 fuzz:

@@ -226,6 +226,20 @@ type Config struct {
 	// listing every problem. CL.POLICY RELOAD (and cmd/cellserver on
 	// SIGHUP) reads it again. Empty (the default) means no policies.
 	Policies string
+
+	// RLSAddr, when set, serves Envoy's rate limit service
+	// (envoy.service.ratelimit.v3.RateLimitService) over gRPC on this
+	// address, configured by RLSConfig (a YAML file or a directory of
+	// them in envoyproxy/ratelimit's format), over this server's keyspace.
+	// Off by default. RLS builds it (cmd/cellserver: envoyrls.New); like
+	// Metrics it is a field so that this package does not link gRPC.
+	// RLSResponseHeaders adds the RateLimit-Limit/-Remaining/-Reset
+	// response headers (envoyproxy/ratelimit's
+	// LIMIT_RESPONSE_HEADERS_ENABLED). See rls.go.
+	RLSAddr            string
+	RLSConfig          string
+	RLSResponseHeaders bool
+	RLS                func(RLSSources) (RLSServer, error)
 }
 
 // MetricsSources is what Config.Metrics reads from a Server, at scrape
@@ -445,6 +459,7 @@ func (c Config) Validate() error {
 	if !c.ClusterEnabled && (c.ClusterConfigFile != "" || c.ClusterNodeID != "") {
 		bad("cluster-config-file and cluster-node-id need cluster-enabled yes")
 	}
+	errs = append(errs, c.validateRLS()...)
 	return errors.Join(errs...)
 }
 
@@ -523,6 +538,8 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "slowlog-log-slower-than", Value: itoa(slowlogMicros(c.SlowlogSlowerThan))},
 		{Name: "slowlog-max-len", Value: itoa(int64(max(c.SlowlogMaxLen, 0)))},
 		{Name: "metrics-addr", Value: c.MetricsAddr},
+		{Name: "rls-addr", Value: c.RLSAddr},
+		{Name: "rls-config", Value: c.RLSConfig},
 		{Name: "metrics-key-separator", Value: c.KeyPrefixSeparator},
 		{Name: "metrics-top-prefixes", Value: itoa(int64(c.TopPrefixes))},
 		{Name: "protected-mode", Value: map[bool]string{false: "yes", true: "no"}[c.DisableProtectedMode]},
@@ -570,6 +587,8 @@ type Server struct {
 
 	bgCancel context.CancelFunc
 	bgDone   chan struct{}
+
+	rls rlsState // the Envoy front door, when RLSAddr is set
 }
 
 // New builds a Server from cfg; it does not listen yet.
@@ -773,6 +792,13 @@ func (s *Server) Listen() error {
 			return fmt.Errorf("metrics: %w", err)
 		}
 	}
+	if err := s.listenRLS(ln.Addr()); err != nil {
+		ln.Close()
+		if mln != nil {
+			mln.Close()
+		}
+		return err
+	}
 	s.mu.Lock()
 	s.ln, s.metricsLn = ln, mln
 	s.mu.Unlock()
@@ -847,6 +873,7 @@ func (s *Server) Serve() error {
 			}
 		}()
 	}
+	s.serveRLS()
 	s.ready.Store(true)
 	return s.net.Serve(ln)
 }
@@ -855,6 +882,7 @@ func (s *Server) Serve() error {
 // connection, waiting at most until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.ready.Store(false)
+	s.shutdownRLS(ctx) // first: its calls go through the RESP port
 	err := s.net.Shutdown(ctx)
 	s.stopBackground()
 	return err
@@ -863,6 +891,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Close stops everything at once.
 func (s *Server) Close() error {
 	s.ready.Store(false)
+	s.closeRLS()
 	err := s.net.Close()
 	s.stopBackground()
 	return err

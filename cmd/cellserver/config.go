@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellserver/cellserver/envoyrls"
 	"github.com/cellserver/cellserver/metrics"
 	"github.com/cellserver/cellserver/persistence/changelog"
 	"github.com/cellserver/cellserver/persistence/pebblestore"
@@ -204,6 +205,9 @@ var options = []option{
 	{"log-format", "text", "log format: text or json", setString(func(c *server.Config) *string { return &c.LogFormat })},
 	{"log-level", "info", "log level: debug, info, warn or error", setString(func(c *server.Config) *string { return &c.LogLevel })},
 	{"policies", "", "read CL.APPLY's named policies from this YAML file (an invalid file stops the start, listing every problem); CL.POLICY RELOAD and SIGHUP read it again", setString(func(c *server.Config) *string { return &c.Policies })},
+	{"rls-addr", "", "serve Envoy's rate limit service (gRPC envoy.service.ratelimit.v3) on this address, with the RESP port's TLS and, with --requirepass, a token check (off when empty)", setString(func(c *server.Config) *string { return &c.RLSAddr })},
+	{"rls-config", "", "with --rls-addr: envoyproxy/ratelimit configuration, a YAML file or a directory of them (one domain each)", setString(func(c *server.Config) *string { return &c.RLSConfig })},
+	{"rls-response-headers", "no", "with --rls-addr: add RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset to the responses (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED)", setBool(func(c *server.Config) *bool { return &c.RLSResponseHeaders })},
 }
 
 // loadConfig builds the configuration from defaults, an optional config
@@ -295,6 +299,7 @@ func loadConfig(args []string, env func(string) string, stdout, stderr io.Writer
 	// pebble, which receives checkpoints of the keys changed.
 	cfg.OpenStore = changelog.Opener(pebblestore.OpenStore, changelog.Options{CheckpointBytes: cfg.CheckpointBytes})
 	cfg.Metrics = metrics.ServerHandler
+	cfg.RLS = envoyrls.New
 	if err := cfg.Validate(); err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			errs = append(errs, line)

@@ -70,8 +70,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		stop() // a second signal now kills the process at once
 	}()
 	var reload func()
-	if cfg.Policies != "" {
-		reload = func() { srv.Commands().ReloadPolicies() } // logs its outcome
+	if cfg.Policies != "" || (cfg.RLSAddr != "" && cfg.RLSConfig != "") {
+		reload = func() { // each logs its outcome
+			if cfg.Policies != "" {
+				srv.Commands().ReloadPolicies()
+			}
+			if cfg.RLSAddr != "" && cfg.RLSConfig != "" {
+				srv.ReloadRLS()
+			}
+		}
 	}
 	defer handleSignals(logger, reload)()
 	if err := srv.Run(ctx); err != nil {
@@ -86,8 +93,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 // manager or a script may send to a long-running server: SIGHUP (a closed
 // terminal, or "reload" in many service files), SIGUSR1 and SIGUSR2
 // ("reopen logs" in logrotate scripts). As Redis ignores SIGHUP, cellserver
-// ignores them and logs it, except SIGHUP with --policies: it reloads the
-// policy file (as CL.POLICY RELOAD). Logs go to stderr: nothing to reopen.
+// ignores them and logs it, except SIGHUP with --policies or --rls-config:
+// it reloads the policy file (as CL.POLICY RELOAD) and the Envoy rate limit
+// configuration (server.ReloadRLS). Logs go to stderr: nothing to reopen.
 // SIGQUIT keeps Go's behaviour: a goroutine dump on stderr and exit status
 // 2, for debugging, losing what a crash loses under the fsync policy.
 var ignoredSignals = []os.Signal{syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2}
@@ -106,7 +114,7 @@ func handleSignals(logger *slog.Logger, reload func()) (stop func()) {
 			select {
 			case sig := <-ch:
 				if sig == syscall.SIGHUP && reload != nil {
-					logger.Info("SIGHUP: reloading the policy file")
+					logger.Info("SIGHUP: reloading the policy file and the Envoy rate limit configuration (those in use)")
 					reload()
 					continue
 				}

@@ -1,0 +1,66 @@
+// Package envoyrls is cellserver's second front door: Envoy's rate limit
+// service (gRPC envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit),
+// configured in envoyproxy/ratelimit's own YAML format and counting in
+// cellserver's keyspace through cellserver's own commands.
+//
+// # Model
+//
+// A Config holds domains; each domain is a tree of descriptors (key, or
+// key and value) with an optional rate_limit at any node. A request names
+// a domain and carries descriptors, each an ordered list of key/value
+// entries. Lookup finds each descriptor's rule exactly as envoyproxy/ratelimit
+// does (src/config/config_impl.go GetLimit): at each level the child
+// "key_value" first, then the first wildcard child whose pattern ("*"
+// matches any run of bytes, anywhere in the value) matches, then the child
+// "key" alone; the rule counts only if it sits at the descriptor's last
+// entry. A descriptor without a rule, or of an unknown domain, is answered
+// OK with no current_limit, as there.
+//
+// The Service charges one counter per descriptor with its hits_addend
+// (the descriptor's own when set, 0 meaning "only read"; else the
+// request's, 0 meaning 1; is_negative_hits refunds). Rules named in another
+// matched rule's replaces are neither charged nor reported; unlimited rules
+// are answered OK with limit_remaining 4294967295 without touching the
+// keyspace; shadow_mode rules are charged and counted (Stats) but their
+// status stays OK; quota_mode rules make the request OVER_LIMIT only when
+// every quota descriptor of the request is over. The overall code is
+// OVER_LIMIT if any other descriptor is over.
+//
+// # Counters
+//
+// A counter is a cellserver key, rls:<domain>:<key1>=<value1>:..., with
+// '%', ':', '=', '|', '{' and '}' percent-encoded in every part (no caller
+// can pick a cluster hash tag), and "|gcra", "|sliding" or "|slidinglog"
+// appended for the extension algorithms. A share_threshold wildcard keys by
+// its pattern instead of the value. The fixed window is CL.FIXED with the
+// unit as its period: windows aligned to multiples of the unit since the
+// Unix epoch, as envoyproxy/ratelimit's (now/unit)*unit cache keys, a month
+// being 30 days and a year 365. duration_until_reset is whole seconds, as
+// there (milliseconds for an extension period that is not whole seconds).
+//
+// # Atomicity
+//
+// Descriptors are charged independently, as envoyproxy/ratelimit's
+// INCRBY per descriptor: a request refused by one descriptor is still
+// charged on the others. The commands of one request go in one pipeline;
+// in cluster mode each to the node that owns its key.
+//
+// # Differences from envoyproxy/ratelimit
+//
+// A refused request consumes nothing on its own counter (CL.FIXED refuses
+// without counting), where envoyproxy/ratelimit's INCRBY counts it: after a
+// request of hits_addend 5 refused with 3 left, the next request of 1 is
+// allowed here and refused there. requests_per_unit 0 refuses every
+// request of at least one hit without a counter. detailed_metric,
+// value_to_metric and metadata are read and validated but have no effect
+// (no per-rule metrics, no dynamic metadata in responses yet). There is no
+// local over-limit cache, no global SHADOW_MODE and no xDS configuration.
+//
+// # Extensions
+//
+// A rate_limit may say algorithm: fixed (the default), sliding,
+// slidinglog or gcra (with burst: the extra requests allowed at once,
+// CL.THROTTLE's max_burst), and period: any duration of whole
+// milliseconds up to 10 years instead of unit (whole seconds for gcra).
+// Such a configuration no longer loads in envoyproxy/ratelimit.
+package envoyrls

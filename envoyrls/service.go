@@ -1,0 +1,410 @@
+package envoyrls
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Hit is one counter to charge: a descriptor's share of a request.
+type Hit struct {
+	// Key is the counter's key in the keyspace (see KeyFor).
+	Key       string
+	Algorithm Algorithm
+	// Limit is the requests allowed per Period (at least 1); Burst is
+	// CL.THROTTLE's max_burst (GCRA only).
+	Limit  int64
+	Burst  int64
+	Period time.Duration
+	// Hits is the quantity to charge: 0 only reads, negative refunds.
+	Hits int64
+}
+
+// Result is a counter's answer to a Hit.
+type Result struct {
+	Limited    bool
+	Remaining  int64
+	ResetAfter time.Duration
+}
+
+// Store charges counters. Hit charges each of hits independently (one may
+// be limited while the others are charged, as envoyproxy/ratelimit's
+// INCRBY per descriptor) and returns one Result per Hit, in order. It must
+// be safe for concurrent use.
+type Store interface {
+	Hit(ctx context.Context, hits []Hit) ([]Result, error)
+}
+
+// Headers names the response headers of the headers option. The zero value
+// means envoyproxy/ratelimit's defaults (LIMIT_LIMIT_HEADER and friends).
+type Headers struct {
+	Limit, Remaining, Reset string
+}
+
+// DefaultHeaders are envoyproxy/ratelimit's default header names.
+var DefaultHeaders = Headers{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
+
+// Options configure a Service.
+type Options struct {
+	// Store holds the counters; required.
+	Store Store
+	// Clock is the wall clock, for rules that never reach the Store
+	// (requests_per_unit 0); nil means time.Now.
+	Clock func() time.Time
+	// ResponseHeaders turns on envoyproxy/ratelimit's
+	// LIMIT_RESPONSE_HEADERS_ENABLED: response_headers_to_add gets the
+	// limit, remaining and reset of the descriptor closest to its limit.
+	ResponseHeaders bool
+	// HeaderNames overrides the header names; zero fields mean
+	// DefaultHeaders.
+	HeaderNames Headers
+}
+
+// Stats counts what a Service answered, since it started.
+type Stats struct {
+	// Requests is the ShouldRateLimit calls answered (errors included).
+	Requests uint64
+	// OverLimit is the requests answered OVER_LIMIT.
+	OverLimit uint64
+	// ShadowOverLimit is the descriptors over a shadow_mode rule's limit
+	// that were answered OK.
+	ShadowOverLimit uint64
+	// NoRule is the descriptors that matched no rule (answered OK).
+	NoRule uint64
+	// Errors is the calls answered with an error.
+	Errors uint64
+}
+
+// Service implements envoy.service.ratelimit.v3.RateLimitService over a
+// Config and a Store. Safe for concurrent use; SetConfig swaps the
+// configuration atomically (a call sees the old or the new one whole).
+type Service struct {
+	pb.UnimplementedRateLimitServiceServer
+	store   Store
+	clock   func() time.Time
+	headers Headers
+	withHdr bool
+	cfg     atomic.Pointer[Config]
+
+	requests, overLimit, shadowOver, noRule, errs atomic.Uint64
+}
+
+// NewService returns a Service answering from cfg.
+func NewService(cfg *Config, o Options) (*Service, error) {
+	if o.Store == nil {
+		return nil, errors.New("envoyrls: Options.Store is required")
+	}
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	s := &Service{store: o.Store, clock: o.Clock, headers: o.HeaderNames, withHdr: o.ResponseHeaders}
+	if s.clock == nil {
+		s.clock = time.Now
+	}
+	if s.headers.Limit == "" {
+		s.headers.Limit = DefaultHeaders.Limit
+	}
+	if s.headers.Remaining == "" {
+		s.headers.Remaining = DefaultHeaders.Remaining
+	}
+	if s.headers.Reset == "" {
+		s.headers.Reset = DefaultHeaders.Reset
+	}
+	s.cfg.Store(cfg)
+	return s, nil
+}
+
+// SetConfig replaces the configuration; calls under way finish with the old one.
+func (s *Service) SetConfig(cfg *Config) { s.cfg.Store(cfg) }
+
+// Config returns the configuration in use.
+func (s *Service) Config() *Config { return s.cfg.Load() }
+
+// Stats returns the counts so far.
+func (s *Service) Stats() Stats {
+	return Stats{Requests: s.requests.Load(), OverLimit: s.overLimit.Load(), ShadowOverLimit: s.shadowOver.Load(),
+		NoRule: s.noRule.Load(), Errors: s.errs.Load()}
+}
+
+// The errors envoyproxy/ratelimit answers (as gRPC status Unknown, which
+// is what a plain Go error becomes in grpc-go).
+var (
+	errEmptyDomain      = status.Error(codes.Unknown, "rate limit domain must not be empty")
+	errEmptyDescriptors = status.Error(codes.Unknown, "rate limit descriptor list must not be empty")
+)
+
+// MaxDescriptors is the most descriptors one request may carry.
+const MaxDescriptors = 1024
+
+// ShouldRateLimit answers one request: every descriptor is looked up and
+// its counter charged independently; the overall code is OVER_LIMIT if any
+// enforced descriptor is over (see the package documentation).
+func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	s.requests.Add(1)
+	resp, err := s.shouldRateLimit(ctx, req)
+	if err != nil {
+		s.errs.Add(1)
+		return nil, err
+	}
+	if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
+		s.overLimit.Add(1)
+	}
+	return resp, nil
+}
+
+// limitCheck is one descriptor of a request being answered.
+type limitCheck struct {
+	rule      *Rule // nil: no rule, unlimited or replaced
+	unlimited bool
+	hitIndex  int   // index in the Store call's hits, -1 when not charged there
+	hits      int64 // hits_addend, negative for a refund
+}
+
+func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, errEmptyDomain
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, errEmptyDescriptors
+	}
+	if len(req.GetDescriptors()) > MaxDescriptors {
+		return nil, status.Errorf(codes.InvalidArgument, "at most %d descriptors in one request", MaxDescriptors)
+	}
+	cfg := s.cfg.Load()
+	domain := req.GetDomain()
+	checks := make([]limitCheck, len(req.Descriptors))
+	replacing := map[string]bool{}
+	keys := make([]string, len(req.Descriptors))
+	for i, d := range req.Descriptors {
+		c := &checks[i]
+		c.hitIndex = -1
+		c.hits = hitsAddend(req, d)
+		if !cfg.known(domain) {
+			continue
+		}
+		if o := d.GetLimit(); o != nil {
+			// A limit sent by Envoy replaces the configuration's, keyed by
+			// the descriptor itself; never shadow_mode (as envoyproxy/ratelimit).
+			unit := pb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
+			per, ok := unitPeriods[unit]
+			if !ok {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: limit override has no valid unit", i)
+			}
+			if m := o.GetUnitMultiplier(); m != nil && m.GetValue() > 1 {
+				per *= time.Duration(m.GetValue())
+				if per > MaxPeriod {
+					return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: limit override period above %s", i, MaxPeriod)
+				}
+			}
+			c.rule = &Rule{FullKey: "override", Unit: unit, RequestsPerUnit: o.GetRequestsPerUnit(), Period: per}
+			vals := make([]string, len(d.Entries))
+			for j, e := range d.Entries {
+				vals[j] = e.GetValue()
+			}
+			keys[i] = KeyFor(domain, d.Entries, vals, Fixed)
+		} else if m, ok := cfg.Lookup(domain, d.GetEntries()); ok {
+			c.rule = m.Rule
+			keys[i] = KeyFor(domain, d.Entries, m.Values, m.Rule.Algorithm)
+		}
+		if c.rule == nil {
+			continue
+		}
+		for _, r := range c.rule.Replaces {
+			replacing[r] = true
+		}
+		if c.rule.Unlimited {
+			c.unlimited, c.rule = true, nil
+		}
+	}
+	var hits []Hit
+	for i := range checks {
+		c := &checks[i]
+		if c.rule != nil && c.rule.Name != "" && replacing[c.rule.Name] {
+			c.rule = nil // replaced: neither charged nor reported
+		}
+		if c.rule == nil {
+			if !c.unlimited {
+				s.noRule.Add(1)
+			}
+			continue
+		}
+		if c.rule.RequestsPerUnit == 0 {
+			continue // answered without the store: nothing is ever allowed
+		}
+		c.hitIndex = len(hits)
+		hits = append(hits, Hit{Key: keys[i], Algorithm: c.rule.Algorithm, Limit: int64(c.rule.RequestsPerUnit),
+			Burst: c.rule.Burst, Period: c.rule.Period, Hits: c.hits})
+	}
+	var results []Result
+	if len(hits) > 0 {
+		var err error
+		results, err = s.store.Hit(ctx, hits)
+		if err != nil {
+			if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
+				return nil, err
+			}
+			return nil, status.Errorf(codes.Unavailable, "cellserver: %v", err)
+		}
+		if len(results) != len(hits) {
+			return nil, status.Errorf(codes.Internal, "store answered %d results for %d hits", len(results), len(hits))
+		}
+	}
+	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(checks))}
+	var minStatus *pb.RateLimitResponse_DescriptorStatus
+	minRemaining := uint32(math.MaxUint32)
+	var failed, failedQuota, quota int
+	for i := range checks {
+		c := &checks[i]
+		switch {
+		case c.unlimited:
+			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			continue
+		case c.rule == nil:
+			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+			continue
+		}
+		var r Result
+		if c.hitIndex >= 0 {
+			r = results[c.hitIndex]
+		} else { // requests_per_unit 0
+			r = Result{Limited: c.hits > 0}
+		}
+		if r.ResetAfter <= 0 && c.rule.Algorithm == Fixed {
+			// No counter (requests_per_unit 0, or a read of a key that
+			// does not exist): the window still ends, as envoyproxy/ratelimit says.
+			r.ResetAfter = untilWindowEnd(s.clock(), c.rule.Period)
+		}
+		st := &pb.RateLimitResponse_DescriptorStatus{
+			Code:               pb.RateLimitResponse_OK,
+			CurrentLimit:       &pb.RateLimitResponse_RateLimit{Name: c.rule.Name, RequestsPerUnit: c.rule.RequestsPerUnit, Unit: c.rule.Unit},
+			DurationUntilReset: resetDuration(r.ResetAfter, c.rule),
+		}
+		if !r.Limited {
+			st.LimitRemaining = clampU32(r.Remaining)
+		}
+		if s.withHdr && st.LimitRemaining < minRemaining {
+			minStatus, minRemaining = st, st.LimitRemaining
+		}
+		if r.Limited {
+			if c.rule.ShadowMode {
+				s.shadowOver.Add(1) // counted, never enforced
+			} else {
+				st.Code = pb.RateLimitResponse_OVER_LIMIT
+				if c.rule.QuotaMode {
+					failedQuota++
+				} else {
+					failed++
+					minStatus, minRemaining = st, 0
+				}
+			}
+		}
+		if c.rule.QuotaMode {
+			quota++
+		}
+		resp.Statuses[i] = st
+	}
+	resp.OverallCode = pb.RateLimitResponse_OK
+	if failed > 0 || (quota > 0 && quota == failedQuota) {
+		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+	}
+	if s.withHdr && minStatus != nil {
+		resp.ResponseHeadersToAdd = []*core.HeaderValue{
+			{Key: s.headers.Limit, Value: strconv.FormatUint(uint64(minStatus.CurrentLimit.RequestsPerUnit), 10)},
+			{Key: s.headers.Remaining, Value: strconv.FormatUint(uint64(minStatus.LimitRemaining), 10)},
+			{Key: s.headers.Reset, Value: strconv.FormatInt(minStatus.DurationUntilReset.GetSeconds(), 10)},
+		}
+	}
+	return resp, nil
+}
+
+// hitsAddend is envoyproxy/ratelimit's GetHitsAddends: the descriptor's
+// hits_addend when set (0 included: only read), else the request's, with 0
+// meaning 1. is_negative_hits makes it a refund.
+func hitsAddend(req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor) int64 {
+	var n uint64
+	if h := d.GetHitsAddend(); h != nil {
+		n = h.GetValue()
+	} else {
+		n = max(1, uint64(req.GetHitsAddend()))
+	}
+	if n > math.MaxInt64 {
+		n = math.MaxInt64
+	}
+	if d.GetIsNegativeHits() {
+		return -int64(n)
+	}
+	return int64(n)
+}
+
+// resetDuration is duration_until_reset: whole seconds rounded up for a
+// rule of whole seconds (envoyproxy/ratelimit reports seconds), else
+// milliseconds.
+func resetDuration(d time.Duration, r *Rule) *durationpb.Duration {
+	if r.Period%time.Second == 0 {
+		d = (d + time.Second - 1) / time.Second * time.Second
+	}
+	return durationpb.New(d)
+}
+
+// untilWindowEnd is the time from now to the end of the fixed window of
+// period that holds now (windows aligned to the Unix epoch).
+func untilWindowEnd(now time.Time, period time.Duration) time.Duration {
+	ns := now.UnixNano()
+	return period - time.Duration(ns%int64(period))
+}
+
+func clampU32(n int64) uint32 {
+	if n < 0 {
+		return 0
+	}
+	if n > math.MaxUint32 {
+		return math.MaxUint32
+	}
+	return uint32(n)
+}
+
+// KeyPrefix starts every key the Envoy front door writes.
+const KeyPrefix = "rls:"
+
+// keyEscaper makes the parts of a key unambiguous and keeps callers from
+// choosing a cluster hash tag: ':' separates parts, '=' a key from its
+// value, '|' the algorithm, and '{' '}' would be a hash tag.
+var keyEscaper = strings.NewReplacer("%", "%25", ":", "%3A", "=", "%3D", "|", "%7C", "{", "%7B", "}", "%7D")
+
+var keyBuilders = sync.Pool{New: func() any { return new(strings.Builder) }}
+
+// KeyFor is the counter key of a descriptor:
+// rls:<domain>:<key1>=<value1>:<key2>=<value2>... with '%', ':', '=', '|',
+// '{' and '}' percent-encoded in every part, and "|<algorithm>" appended for
+// an algorithm other than fixed (a key holds one kind of limiter). values
+// are the values to key by (Match.Values).
+func KeyFor(domain string, entries []*rlv3.RateLimitDescriptor_Entry, values []string, a Algorithm) string {
+	b := keyBuilders.Get().(*strings.Builder)
+	defer keyBuilders.Put(b)
+	b.Reset()
+	b.WriteString(KeyPrefix)
+	b.WriteString(keyEscaper.Replace(domain))
+	for i, e := range entries {
+		b.WriteByte(':')
+		b.WriteString(keyEscaper.Replace(e.GetKey()))
+		b.WriteByte('=')
+		b.WriteString(keyEscaper.Replace(values[i]))
+	}
+	if a != Fixed {
+		b.WriteByte('|')
+		b.WriteString(a.String())
+	}
+	return b.String()
+}

@@ -1,0 +1,85 @@
+package envoyrls
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisStore is a Store over cellserver's own commands, sent with go-redis
+// (a *redis.Client to one node, or a *redis.ClusterClient, which routes
+// each key to the node that owns its slot). The hits of one call go in one
+// pipeline, one command each: CL.FIXED, CL.SLIDING or CL.SLIDINGLOG
+// key limit <period>ns quantity MS, or CL.THROTTLE key burst limit
+// <period seconds> quantity for GCRA.
+type RedisStore struct {
+	Client redis.Cmdable
+}
+
+// Hit implements Store.
+func (s RedisStore) Hit(ctx context.Context, hits []Hit) ([]Result, error) {
+	cmds := make([]*redis.Cmd, len(hits))
+	_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, h := range hits {
+			cmds[i] = p.Do(ctx, command(h)...)
+		}
+		return nil
+	})
+	if err != nil {
+		for _, c := range cmds {
+			if c != nil && c.Err() != nil {
+				return nil, c.Err()
+			}
+		}
+		return nil, err
+	}
+	out := make([]Result, len(hits))
+	for i, c := range cmds {
+		r, err := parseReply(c, hits[i].Algorithm != GCRA)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", hits[i].Key, err)
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+func command(h Hit) []any {
+	q := strconv.FormatInt(h.Hits, 10)
+	switch h.Algorithm {
+	case GCRA:
+		if h.Hits < 0 {
+			q = "0" // CL.THROTTLE takes no refund: a refund only reads
+		}
+		return []any{"CL.THROTTLE", h.Key, strconv.FormatInt(h.Burst, 10), strconv.FormatInt(h.Limit, 10),
+			strconv.FormatInt(int64(h.Period/time.Second), 10), q}
+	case Sliding:
+		return []any{"CL.SLIDING", h.Key, strconv.FormatInt(h.Limit, 10), strconv.FormatInt(int64(h.Period), 10) + "ns", q, "MS"}
+	case SlidingLog:
+		if h.Hits < 0 {
+			q = "0" // CL.SLIDINGLOG takes no refund
+		}
+		return []any{"CL.SLIDINGLOG", h.Key, strconv.FormatInt(h.Limit, 10), strconv.FormatInt(int64(h.Period), 10) + "ns", q, "MS"}
+	default:
+		return []any{"CL.FIXED", h.Key, strconv.FormatInt(h.Limit, 10), strconv.FormatInt(int64(h.Period), 10) + "ns", q, "MS"}
+	}
+}
+
+// parseReply reads [limited, limit, remaining, retry_after, reset_after].
+func parseReply(c *redis.Cmd, ms bool) (Result, error) {
+	v, err := c.Int64Slice()
+	if err != nil {
+		return Result{}, err
+	}
+	if len(v) != 5 {
+		return Result{}, fmt.Errorf("unexpected reply %v", v)
+	}
+	unit := time.Second
+	if ms {
+		unit = time.Millisecond
+	}
+	return Result{Limited: v[0] == 1, Remaining: v[2], ResetAfter: time.Duration(v[4]) * unit}, nil
+}

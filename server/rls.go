@@ -1,0 +1,227 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+)
+
+// RLSSources is what Config.RLS builds the Envoy front door from.
+type RLSSources struct {
+	// RESPAddr is this server's own RESP address, on loopback when it
+	// listens on every interface: the front door's commands go there, so
+	// that persistence, replication and cluster routing apply to them.
+	RESPAddr string
+	// Password is Config.Password: the front door authenticates with it on
+	// RESPAddr, and gRPC callers must send it as "authorization: Bearer
+	// <password>" metadata.
+	Password string
+	// TLS is the RESP port's server TLS configuration (nil: plain), used
+	// as is on the gRPC port: the same certificate, and client
+	// certificates required when --tls-ca-cert-file is set.
+	TLS *tls.Config
+	// ClientTLS is how the front door dials RESPAddr (and, in cluster
+	// mode, the other nodes); nil without TLS.
+	ClientTLS *tls.Config
+	// Cluster is Config.ClusterEnabled: keys are routed to their owners.
+	Cluster bool
+	// ConfigPath is Config.RLSConfig; ResponseHeaders Config.RLSResponseHeaders.
+	ConfigPath      string
+	ResponseHeaders bool
+	Clock           func() time.Time
+	Logger          *slog.Logger
+}
+
+// RLSServer is the running front door.
+type RLSServer interface {
+	// Serve answers on ln until Shutdown or Close.
+	Serve(ln net.Listener) error
+	// Shutdown stops accepting and lets calls under way finish, until ctx
+	// ends; then it stops at once.
+	Shutdown(ctx context.Context) error
+	// Close stops at once.
+	Close() error
+}
+
+// rlsState is the front door of a Server.
+type rlsState struct {
+	mu  sync.Mutex // guards ln, srv
+	ln  net.Listener
+	srv RLSServer
+}
+
+func (c Config) validateRLS() []error {
+	var errs []error
+	if c.RLSAddr == "" {
+		if c.RLSConfig != "" {
+			errs = append(errs, errors.New("rls-config needs rls-addr (the Envoy rate limit service is off without it)"))
+		}
+		return errs
+	}
+	if _, _, err := net.SplitHostPort(c.RLSAddr); err != nil {
+		errs = append(errs, fmt.Errorf("rls-addr %q: %v", c.RLSAddr, err))
+	}
+	if c.RLSConfig == "" {
+		errs = append(errs, fmt.Errorf("rls-addr %q: needs rls-config (a YAML file or directory in envoyproxy/ratelimit's format)", c.RLSAddr))
+	}
+	if c.RLS == nil {
+		errs = append(errs, fmt.Errorf("rls-addr %q: Config.RLS is not set (e.g. envoyrls.New)", c.RLSAddr))
+	}
+	return errs
+}
+
+// RLSAddr returns the front door's address, or nil when it is off or
+// before Listen.
+func (s *Server) RLSAddr() net.Addr {
+	s.rls.mu.Lock()
+	defer s.rls.mu.Unlock()
+	if s.rls.ln == nil {
+		return nil
+	}
+	return s.rls.ln.Addr()
+}
+
+// listenRLS opens the front door's listener and builds it (loading its
+// configuration: an invalid one fails Listen), once the RESP listener is
+// open at respAddr.
+func (s *Server) listenRLS(respAddr net.Addr) error {
+	if s.cfg.RLSAddr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(respAddr.String())
+	if err != nil {
+		return err
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	clientTLS, err := s.cfg.rlsClientTLS()
+	if err != nil {
+		return err
+	}
+	srv, err := s.cfg.RLS(RLSSources{RESPAddr: net.JoinHostPort(host, port), Password: s.cfg.Password, TLS: s.tls,
+		ClientTLS: clientTLS, Cluster: s.cfg.ClusterEnabled, ConfigPath: s.cfg.RLSConfig,
+		ResponseHeaders: s.cfg.RLSResponseHeaders, Clock: s.cfg.Clock, Logger: s.cfg.Logger})
+	if err != nil {
+		return fmt.Errorf("rls: %w", err)
+	}
+	ln, err := net.Listen("tcp", s.cfg.RLSAddr)
+	if err != nil {
+		srv.Close()
+		return fmt.Errorf("rls: %w", err)
+	}
+	s.rls.mu.Lock()
+	s.rls.ln, s.rls.srv = ln, srv
+	s.rls.mu.Unlock()
+	return nil
+}
+
+// serveRLS starts answering on the front door's listener.
+func (s *Server) serveRLS() {
+	s.rls.mu.Lock()
+	ln, srv := s.rls.ln, s.rls.srv
+	s.rls.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	s.cfg.Logger.Info("envoy rate limit service listening", "addr", ln.Addr().String(), "config", s.cfg.RLSConfig,
+		"tls", s.tls != nil, "token", s.cfg.Password != "")
+	go func() {
+		if err := srv.Serve(ln); err != nil {
+			s.cfg.Logger.Error("envoy rate limit service stopped", "err", err)
+		}
+	}()
+}
+
+func (s *Server) shutdownRLS(ctx context.Context) {
+	s.rls.mu.Lock()
+	srv := s.rls.srv
+	s.rls.mu.Unlock()
+	if srv != nil {
+		_ = srv.Shutdown(ctx)
+	}
+}
+
+func (s *Server) closeRLS() {
+	s.rls.mu.Lock()
+	srv := s.rls.srv
+	s.rls.mu.Unlock()
+	if srv != nil {
+		_ = srv.Close()
+	}
+}
+
+// rlsClientTLS is how the front door dials this server's RESP port (and
+// the other nodes of a cluster) when TLS is on: it presents
+// --tls-client-cert-file, else the server certificate, when the port asks
+// for client certificates; it verifies the peer's chain against
+// --tls-ca-cert-file when set, without checking host names (the peers are
+// this node and the nodes of its own topology), and does not verify it
+// otherwise, as --healthcheck.
+func (c Config) rlsClientTLS() (*tls.Config, error) {
+	if c.TLSCertFile == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true} // the chain is checked below when a CA is given
+	certFile, keyFile := c.TLSClientCertFile, c.TLSClientKeyFile
+	if certFile == "" {
+		certFile, keyFile = c.TLSCertFile, c.TLSKeyFile
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls: rls client certificate: %w", err)
+	}
+	cfg.Certificates = []tls.Certificate{cert}
+	if c.TLSCACertFile != "" {
+		pool, err := loadCAs(c.TLSCACertFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 {
+				return errors.New("tls: no peer certificate")
+			}
+			certs := make([]*x509.Certificate, len(raw))
+			for i, r := range raw {
+				c, perr := x509.ParseCertificate(r)
+				if perr != nil {
+					return perr
+				}
+				certs[i] = c
+			}
+			inter := x509.NewCertPool()
+			for _, c := range certs[1:] {
+				inter.AddCert(c)
+			}
+			_, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter})
+			return err
+		}
+	}
+	return cfg, nil
+}
+
+// ReloadRLS reads the front door's configuration (Config.RLSConfig) again
+// and swaps it in whole, for a reload signal: an invalid configuration is
+// refused with every problem, logged, and the one in use stays. It is a
+// no-op when the front door is off or cannot reload.
+func (s *Server) ReloadRLS() error {
+	s.rls.mu.Lock()
+	srv := s.rls.srv
+	s.rls.mu.Unlock()
+	r, ok := srv.(interface{ Reload(path string) error })
+	if !ok {
+		return nil
+	}
+	if err := r.Reload(s.cfg.RLSConfig); err != nil {
+		s.cfg.Logger.Error("envoy rate limit service: configuration refused, the previous one stays", "path", s.cfg.RLSConfig, "err", err)
+		return err
+	}
+	s.cfg.Logger.Info("envoy rate limit service: configuration reloaded", "path", s.cfg.RLSConfig)
+	return nil
+}
