@@ -1,13 +1,16 @@
 // Package monitoring_test checks the monitoring files shipped in
 // monitoring/ (README "Monitoring"): the Prometheus rules load and pass
 // their unit tests under promtool, the Grafana dashboard is well formed and
-// its queries parse, and every metric name either uses is one a real
-// cellserver exports, read from the /metrics of servers started here, which
-// promtool's linter also checks.
+// its queries parse, every metric name either uses is one a real
+// cellserver exports (read from the /metrics of servers started here, which
+// promtool's linter also checks), and the real prometheus, scraping
+// servers started here, evaluates every rule and dashboard query without
+// an error and raises the alerts the servers' state calls for.
 //
-// promtool comes with Debian's prometheus package (scripts/ensure-tools.sh
-// installs it). Without it these tests skip, saying so, unless the
-// environment variable CI is set: in CI a missing promtool fails them.
+// promtool and prometheus come with Debian's prometheus package
+// (scripts/ensure-tools.sh installs it). Without them these tests skip,
+// saying so, unless the environment variable CI is set: in CI a missing
+// tool fails them.
 package monitoring_test
 
 import (
