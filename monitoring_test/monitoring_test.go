@@ -54,12 +54,17 @@ var notScraped = map[string]string{
 	"up": "Prometheus's scrape status",
 	// Made by Prometheus's rule evaluation; used by the rule unit tests.
 	"ALERTS": "Prometheus's alert state series",
-	// The per-policy counter, exported once cellserver runs with
-	// --policies (CL.APPLY). The servers here run without a policy file
-	// until that flag exists: then start one with a policy, drive CL.APPLY,
-	// and remove this entry.
-	"cellserver_policy_decisions_total": "exported only with --policies",
 }
+
+// policyFile is the policy file of the servers TestExportedMetrics starts,
+// so that the per-policy counter is exported (CL.APPLY in traffic).
+const policyFile = `policies:
+  - name: api
+    algorithm: gcra
+    burst: 1
+    count: 1
+    period: 60s
+`
 
 // promtool returns promtool's path. It skips the test when promtool is
 // missing, unless CI is set: then it fails.
@@ -323,6 +328,9 @@ func traffic(t *testing.T, addr string, clk *servertest.Clock) {
 		}
 	}
 	for range 5 {
+		if rdb.Do(ctx, "CL.POLICY", "GET", "api").Err() == nil {
+			do(false, "CL.APPLY", "policy:alice", "api") // allowed, then limited
+		}
 		do(false, "CL.THROTTLE", "api:alice", 2, 1, 60)
 		do(false, "CL.FIXED", "login:bob", 2, 60)
 		do(false, "CL.SLIDING", "search:carol", 2, 60)
@@ -425,7 +433,12 @@ func unknownNames(used map[string][]string, recorded, exported map[string]bool) 
 // rules and the dashboard use is exported.
 func TestExportedMetrics(t *testing.T) {
 	clk := servertest.NewClock(time.Unix(1795312945, 0))
-	plain, plainAddr := servertest.Start(t, server.Config{MetricsAddr: "127.0.0.1:0", Metrics: metrics.ServerHandler, Clock: clk.Now})
+	pol := filepath.Join(t.TempDir(), "policies.yaml")
+	if err := os.WriteFile(pol, []byte(policyFile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plain, plainAddr := servertest.Start(t, server.Config{MetricsAddr: "127.0.0.1:0", Metrics: metrics.ServerHandler, Clock: clk.Now,
+		Policies: pol})
 	disk, diskAddr := servertest.Start(t, server.Config{MetricsAddr: "127.0.0.1:0", Metrics: metrics.ServerHandler, Clock: clk.Now,
 		DataDir: t.TempDir(), OpenStore: changelog.Opener(pebblestore.OpenStore, changelog.Options{})})
 	traffic(t, plainAddr, clk)
@@ -442,7 +455,8 @@ func TestExportedMetrics(t *testing.T) {
 	}
 	// The traffic made the counters that only appear with it.
 	for _, n := range []string{"cellserver_limiter_decisions_total", "cellserver_limited_key_prefix_top", "cellserver_errors_total",
-		"cellserver_keys", "cellserver_command_duration_seconds_bucket", "cellserver_persistence_checkpoints_total"} {
+		"cellserver_keys", "cellserver_command_duration_seconds_bucket", "cellserver_persistence_checkpoints_total",
+		"cellserver_policy_decisions_total"} {
 		if !all[n] {
 			t.Errorf("/metrics lacks %s after the traffic", n)
 		}
