@@ -245,6 +245,7 @@ func (ps *parser) policy(n *yaml.Node) *raw {
 		}
 		if overNode != nil {
 			p.Overrides = ps.overrides(a, p.Params, overNode, name)
+			p.indexOverrides()
 		}
 	}
 	if r.hasKey && r.companion == "" {

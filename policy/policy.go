@@ -19,8 +19,8 @@ const (
 	MaxFileBytes = 4 << 20
 	// MaxPolicies is the most policies one file declares.
 	MaxPolicies = 1000
-	// MaxOverrides is the most overrides one policy holds (each call
-	// tries them in order, so the bound is also the cost of a miss).
+	// MaxOverrides is the most overrides one policy holds (a call tries
+	// them in order: see ParamsFor for how a miss is kept cheap).
 	MaxOverrides = 100
 	// MaxMembers is the most limits a hierarchy applies, nested
 	// hierarchies flattened: one CL.APPLY locks and decides that many keys.
@@ -74,6 +74,24 @@ type Override struct {
 	Match  []byte // a Redis glob (KEYS's syntax)
 	Params Params // the policy's parameters with the override's applied
 	Line   int    // in the policy file
+
+	lits globLits // Match's literal ends (Parse sets them)
+}
+
+// matches reports whether key matches o's glob, as match (the full glob
+// matcher) says. A key without the glob's literal prefix and suffix is
+// refused without calling match, and a glob that is all literal is
+// compared with the key directly.
+func (o *Override) matches(key []byte, match func(pattern, key []byte) bool) bool {
+	l := &o.lits
+	if len(key) < len(l.prefix)+len(l.suffix) || string(key[:len(l.prefix)]) != l.prefix ||
+		string(key[len(key)-len(l.suffix):]) != l.suffix {
+		return false
+	}
+	if l.exact {
+		return len(key) == len(l.prefix)
+	}
+	return match(o.Match, key)
 }
 
 // Member is one limit of a hierarchy: a policy that is not a hierarchy,
@@ -130,18 +148,45 @@ type Policy struct {
 	Counts       *Counts
 
 	def string // canonical definition (String)
+	// first has a bit per byte some override's glob starts with (a
+	// literal prefix); firstOK: every glob has one, so a key starting
+	// with another byte matches none.
+	first   [4]uint64
+	firstOK bool
 }
 
 // ParamsFor returns the parameters that apply to key: those of the first
 // override whose glob matches it (match is the glob matcher, e.g. KEYS's),
-// else the policy's own.
+// else the policy's own. The globs' literal prefixes and suffixes, found
+// by Parse, decide most keys that match none without running a glob:
+// when every glob starts with a literal byte, a key whose first byte
+// starts none is decided by one lookup, whatever the number of overrides.
 func (p *Policy) ParamsFor(key []byte, match func(pattern, key []byte) bool) Params {
+	if p.firstOK && len(key) > 0 && p.first[key[0]>>6]&(1<<(key[0]&63)) == 0 {
+		return p.Params
+	}
 	for i := range p.Overrides {
-		if match(p.Overrides[i].Match, key) {
+		if p.Overrides[i].matches(key, match) {
 			return p.Overrides[i].Params
 		}
 	}
 	return p.Params
+}
+
+// indexOverrides finds each override's literal ends and the bytes the
+// globs start with (ParamsFor).
+func (p *Policy) indexOverrides() {
+	p.firstOK = len(p.Overrides) > 0
+	for i := range p.Overrides {
+		o := &p.Overrides[i]
+		o.lits = literalsOf(o.Match)
+		if o.lits.prefix == "" {
+			p.firstOK = false
+			continue
+		}
+		c := o.lits.prefix[0]
+		p.first[c>>6] |= 1 << (c & 63)
+	}
 }
 
 // String returns the policy's definition, canonical: two policies with

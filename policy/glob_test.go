@@ -1,0 +1,30 @@
+package policy
+
+import "testing"
+
+func TestLiteralsOf(t *testing.T) {
+	for _, c := range []struct {
+		glob, prefix, suffix string
+		exact                bool
+	}{
+		{"tenant:big:*", "tenant:big:", "", false},
+		{"*:admin", "", ":admin", false},
+		{"a*b?c", "a", "c", false},
+		{"user:42", "user:42", "", true},
+		{`a\*b`, "a*b", "", true},    // an escaped '*' is a literal
+		{`ab\`, `ab\`, "", true},     // a trailing '\' is itself
+		{"a[bc]d", "a", "d", false},  // a class is one wildcard byte
+		{"a[b-]d", "a", "", false},   // b-] is a range: the class runs to the end
+		{`a[\]x]y`, "a", "y", false}, // '\' escapes ']' in a class
+		{"a[x-]]y", "a", "y", false}, // x-] is a range: the class ends at the next ']'
+		{"a[bcd", "a", "", false},    // unterminated: the class runs to the end
+		{"[^a]", "", "", false},      // negated class
+		{"**", "", "", false},
+	} {
+		l := literalsOf([]byte(c.glob))
+		if string(l.prefix) != c.prefix || string(l.suffix) != c.suffix || l.exact != c.exact {
+			t.Errorf("literalsOf(%q) = prefix %q suffix %q exact %v, want %q %q %v",
+				c.glob, l.prefix, l.suffix, l.exact, c.prefix, c.suffix, c.exact)
+		}
+	}
+}
