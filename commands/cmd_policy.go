@@ -40,6 +40,10 @@ type policyState struct {
 	set  atomic.Pointer[policy.Set] // nil: no policy file
 	file string                     // Config.PolicyFile; "" when policies are not from a file
 	mu   sync.Mutex                 // serializes reloads
+	// loadedAt is when the Set in force was put in force (Unix seconds,
+	// the server's clock); reloadFailed: the last reload was refused.
+	loadedAt     atomic.Int64
+	reloadFailed atomic.Bool
 }
 
 // Policies returns the policies in force (nil when none were loaded).
@@ -63,11 +67,13 @@ func (s *Server) ReloadPolicies() (policy.Changes, error) {
 	src, err := os.ReadFile(s.pol.file)
 	if err != nil {
 		err = fmt.Errorf("commands: policy reload: %w", err)
-		s.log.Error("policy reload refused, the policies in force stay", "file", s.pol.file, "err", err)
-		return policy.Changes{}, err
 	}
-	set, err := policy.Parse(src)
+	var set *policy.Set
+	if err == nil {
+		set, err = policy.Parse(src)
+	}
 	if err != nil {
+		s.pol.reloadFailed.Store(true)
 		s.log.Error("policy reload refused, the policies in force stay", "file", s.pol.file, "err", err)
 		return policy.Changes{}, err
 	}
@@ -75,6 +81,8 @@ func (s *Server) ReloadPolicies() (policy.Changes, error) {
 	set.Adopt(old)
 	ch := policy.Diff(old, set)
 	s.pol.set.Store(set)
+	s.pol.loadedAt.Store(s.clock().Unix())
+	s.pol.reloadFailed.Store(false)
 	s.log.Info("policies reloaded", "file", s.pol.file, "policies", set.Len(),
 		"added", strings.Join(ch.Added, ","), "removed", strings.Join(ch.Removed, ","),
 		"changed", strings.Join(ch.Changed, ","), "unchanged", ch.Unchanged)
@@ -445,11 +453,20 @@ func cmdPolicyHelp(x *ctx) {
 		"    Print this help.")
 }
 
-// policyInfo returns INFO's policies section: one line per policy, as
-// Redis's cmdstat lines.
+// policyInfo returns INFO's policies section: the file, how many
+// policies are in force, when they were loaded (Unix seconds) and whether
+// the last reload was refused, then one line per policy, as Redis's
+// cmdstat lines.
 func (s *Server) policyInfo() []string {
-	ps := s.pol.set.Load().Policies()
-	lines := make([]string, 0, len(ps))
+	set := s.pol.set.Load()
+	ps := set.Policies()
+	lines := make([]string, 0, 4+len(ps))
+	if set != nil {
+		lines = append(lines, "policies_file:"+s.pol.file,
+			fmt.Sprintf("policies_loaded:%d", set.Len()),
+			fmt.Sprintf("policies_last_load_time:%d", s.pol.loadedAt.Load()),
+			"policies_last_reload_status:"+map[bool]string{false: "ok", true: "err"}[s.pol.reloadFailed.Load()])
+	}
 	for _, p := range ps {
 		c := p.Counts
 		lines = append(lines, fmt.Sprintf("policy_%s:allowed=%d,limited=%d,shadow_limited=%d",

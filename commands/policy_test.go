@@ -247,6 +247,17 @@ func TestPolicyHierarchyAllOrNothing(t *testing.T) {
 	if names, err := rdb.Do(ctx, "CL.POLICY", "LIST").StringSlice(); err != nil || strings.Join(names, ",") != "cand,ip,req,user" {
 		t.Fatalf("after a refused reload: %v, %v", names, err)
 	}
+	// INFO says the reload was refused; the set in force is the one loaded
+	// at start (the clock has not moved).
+	info, err = rdb.Info(ctx, "policies").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{"policies_loaded:4\r\n", "policies_last_load_time:1767225600\r\n", "policies_last_reload_status:err\r\n"} {
+		if !strings.Contains(info, l) {
+			t.Errorf("INFO policies after a refused reload lacks %q:\n%s", l, info)
+		}
+	}
 }
 
 // TestPolicyParamChangeAsCommand: after a reload changes a policy's

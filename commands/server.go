@@ -382,6 +382,7 @@ func New(cfg Config) (*Server, error) {
 	s.pol.file = cfg.PolicyFile
 	if cfg.Policies != nil {
 		s.pol.set.Store(cfg.Policies)
+		s.pol.loadedAt.Store(cfg.Clock().Unix())
 		s.log.Info("policies loaded", "file", cfg.PolicyFile, "policies", cfg.Policies.Len())
 	}
 	return s, nil

@@ -562,6 +562,7 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "tls-replication", Value: map[bool]string{false: "no", true: "yes"}[c.TLSReplication]},
 		{Name: "cluster-enabled", Value: map[bool]string{false: "no", true: "yes"}[c.ClusterEnabled]},
 		{Name: "cluster-config-file", Value: c.ClusterConfigFile},
+		{Name: "policies", Value: c.Policies},
 	}
 }
 
