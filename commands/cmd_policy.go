@@ -12,7 +12,7 @@ import (
 	"github.com/cellserver/cellserver/policy"
 )
 
-// Policies: CL.APPLY key policy [quantity|token] applies a named policy
+// Policies: CL.APPLY key policy [quantity|token] [MS] applies a named policy
 // of the policy file (package policy) to a key and replies as the
 // policy's own command would; CL.POLICY LIST|GET|RELOAD shows and reloads
 // them.
@@ -143,9 +143,11 @@ func applyKeys(x *ctx, db *keyspace.DB) {
 	}
 }
 
-// CL.APPLY key policy [quantity]: the policy's command on key, with the
-// policy's parameters (an override's for a matching key); for a
+// CL.APPLY key policy [quantity] [MS]: the policy's command on key, with
+// the policy's parameters (an override's for a matching key); for a
 // concurrency policy the third argument is the lease's token (required).
+// MS: retry_after and reset_after in milliseconds, as the commands' MS (a
+// gcra policy's as CL.ALL's CL.THROTTLE ... MS).
 func cmdApply(x *ctx) {
 	if x.polSet == nil {
 		x.errorReply(msgNoPolicies)
@@ -156,20 +158,21 @@ func cmdApply(x *ctx) {
 		x.errorReply(errUnknownPolicy(x.args[2]))
 		return
 	}
-	if len(x.args) > 4 {
+	rest, ms := trailingMS(x.args[3:]) // the quantity or token, if any
+	if len(rest) > 1 {
 		x.errorReply(errWrongArity("cl.apply"))
 		return
 	}
 	var q int64 = 1
 	var token []byte
 	if p.Algorithm == policy.Concurrency {
-		if len(x.args) != 4 {
+		if len(rest) != 1 {
 			x.errorReply(msgApplyToken)
 			return
 		}
-		token = x.args[3]
-	} else if len(x.args) == 4 {
-		a := x.args[3]
+		token = rest[0]
+	} else if len(rest) == 1 {
+		a := rest[0]
 		var ok bool
 		if p.Algorithm == policy.GCRA || p.Algorithm == policy.Hierarchy {
 			if q, ok = parseRustI64(a); !ok {
@@ -182,7 +185,7 @@ func cmdApply(x *ctx) {
 		}
 	}
 	if p.Algorithm == policy.Hierarchy {
-		applyAll(x, p, q)
+		applyAll(x, p, q, ms)
 		return
 	}
 	key := x.keys[0].key
@@ -191,6 +194,7 @@ func cmdApply(x *ctx) {
 		x.errorReply(msg)
 		return
 	}
+	c.ms = ms
 	k := &x.keys[0]
 	now := x.clockNS()
 	v := k.lookup(floorDiv(now, 1e6))
@@ -272,7 +276,7 @@ func companion(x *ctx, p *policy.Policy, q int64, now int64) {
 // remaining (the first of equals), among enforced members if any. Each
 // member's policy counts its own verdict (a refusal as shadow_limited for
 // a shadow member or in a shadow hierarchy).
-func applyAll(x *ctx, p *policy.Policy, q int64) {
+func applyAll(x *ctx, p *policy.Policy, q int64, ms bool) {
 	checks := x.cl.checks[:0]
 	for i, m := range p.Members {
 		k := x.keys[1+i].key
@@ -282,7 +286,7 @@ func applyAll(x *ctx, p *policy.Policy, q int64) {
 			x.errorReply(msg)
 			return
 		}
-		c.shadow = m.Policy.Shadow
+		c.shadow, c.ms = m.Policy.Shadow, ms
 	}
 	if hasDupKey(checks) {
 		x.errorReply(msgAllDupKey)

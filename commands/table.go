@@ -58,7 +58,7 @@ func commandTable() []*Spec {
 		{Name: "cl.apply", Arity: -3, Flags: Write | Module, FirstKey: 1, LastKey: 1, Step: 1,
 			KeyFlags: keyRW, Group: "module", Module: "cellserver", Since: "1.0.0", Complex: "O(1) for a single limit, O(N) for a hierarchy of N members",
 			Summary: "Applies a named policy of the policy file to a key; replies as the policy's command: [limited, limit, remaining, retry_after, reset_after].",
-			Args:    []Arg{argKey, {Name: "policy", Type: "string"}, {Name: "quantity-or-token", Type: "string", Optional: true}},
+			Args:    []Arg{argKey, {Name: "policy", Type: "string"}, {Name: "quantity-or-token", Type: "string", Optional: true}, argMS},
 			derive:  applyKeys, Run: cmdApply},
 		{Name: "cl.fixed", Arity: -4, Flags: Write | Module | Fast, FirstKey: 1, LastKey: 1, Step: 1,
 			KeyFlags: keyRW, Group: "module", Module: "cellserver", Since: "1.0.0", Complex: "O(1)",
