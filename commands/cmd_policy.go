@@ -212,11 +212,9 @@ func cmdApply(x *ctx) {
 	}
 	c.apply(k, v, now, &x.cl.leases)
 	t := c.t
+	count(p.Counts, t.limited, p.Shadow)
 	if t.limited && p.Shadow {
-		p.Counts.ShadowLimited.Add(1)
 		t = shadowTuple(t)
-	} else {
-		count(p.Counts, t.limited, false)
 	}
 	if p.Companion != nil {
 		companion(x, p, q, now)
@@ -232,6 +230,8 @@ func shadowTuple(t tuple) tuple {
 	return t
 }
 
+// count counts a decision in c: allowed, or refused (as shadow_limited
+// for a shadow policy, member or companion, which replied allowed).
 func count(c *policy.Counts, limited, shadow bool) {
 	switch {
 	case !limited:
@@ -262,11 +262,7 @@ func companion(x *ctx, p *policy.Policy, q int64, now int64) {
 		return
 	}
 	c.apply(k, v, now, &x.cl.leases)
-	if c.t.limited {
-		cp.Counts.ShadowLimited.Add(1)
-	} else {
-		cp.Counts.Allowed.Add(1)
-	}
+	count(cp.Counts, c.t.limited, true)
 }
 
 // applyAll applies hierarchy p: one check per member on its key
@@ -438,7 +434,7 @@ func cmdPolicyReload(x *ctx) {
 			x.errorReply(msgNoPolicyFile)
 			return
 		}
-		x.errorReply("ERR " + err.Error())
+		x.errorReply(errPolicyReload(err))
 		return
 	}
 	x.status("OK")
@@ -463,18 +459,16 @@ func cmdPolicyHelp(x *ctx) {
 // cmdstat lines.
 func (s *Server) policyInfo() []string {
 	set := s.pol.set.Load()
-	ps := set.Policies()
-	lines := make([]string, 0, 4+len(ps))
+	lines := make([]string, 0, 4+set.Len())
 	if set != nil {
 		lines = append(lines, "policies_file:"+s.pol.file,
 			fmt.Sprintf("policies_loaded:%d", set.Len()),
 			fmt.Sprintf("policies_last_load_time:%d", s.pol.loadedAt.Load()),
 			"policies_last_reload_status:"+map[bool]string{false: "ok", true: "err"}[s.pol.reloadFailed.Load()])
 	}
-	for _, p := range ps {
-		c := p.Counts
+	for _, p := range policyStatsOf(set) {
 		lines = append(lines, fmt.Sprintf("policy_%s:allowed=%d,limited=%d,shadow_limited=%d",
-			p.Name, c.Allowed.Load(), c.Limited.Load(), c.ShadowLimited.Load()))
+			p.Name, p.Allowed, p.Limited, p.ShadowLimited))
 	}
 	return lines
 }
@@ -485,8 +479,11 @@ type PolicyStats struct {
 	Allowed, Limited, ShadowLimited int64
 }
 
-func (s *Server) policyStats() []PolicyStats {
-	ps := s.pol.set.Load().Policies()
+func (s *Server) policyStats() []PolicyStats { return policyStatsOf(s.pol.set.Load()) }
+
+// policyStatsOf reads the counts of set's policies, by name.
+func policyStatsOf(set *policy.Set) []PolicyStats {
+	ps := set.Policies()
 	out := make([]PolicyStats, 0, len(ps))
 	for _, p := range ps {
 		c := p.Counts

@@ -219,6 +219,13 @@ func errUnknownPolicy(name []byte) string {
 	return "ERR unknown policy '" + cstr(name) + "'"
 }
 
+// errPolicyReload is CL.POLICY RELOAD's error for a file that could not
+// be read or is invalid (ReloadPolicies' error; a *policy.Error lists
+// every problem of the file on one line).
+func errPolicyReload(err error) string {
+	return "ERR " + strings.TrimPrefix(err.Error(), "commands: ")
+}
+
 // A command past the MULTI queue's limits (Config.MultiMaxCommands,
 // MultiMaxBytes) gets one of these, and EXEC then aborts.
 const (

@@ -333,3 +333,53 @@ func TestPolicyParamChangeAsCommand(t *testing.T) {
 	n += step(func(a, b def) def { return b }, 4)
 	t.Logf("%d CL.APPLY replies equal to the direct command's, before and after the reload", n)
 }
+
+// TestPolicyReloadUnreadable: a policy file that cannot be read any more
+// is refused as an invalid one is: the error says why (without the Go
+// package's prefix), the policies in force stay, INFO says the reload
+// failed; a good file again clears it.
+func TestPolicyReloadUnreadable(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policies.yaml")
+	good := "policies:\n  - {name: a, algorithm: fixed, limit: 1, period: 1h}\n"
+	if err := os.WriteFile(file, []byte(good), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, addr := servertest.Start(t, server.Config{Policies: file})
+	rdb := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
+	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	status := func() string {
+		t.Helper()
+		info, err := rdb.Info(ctx, "policies").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := strings.Index(info, "policies_last_reload_status:")
+		if i < 0 {
+			t.Fatalf("INFO policies has no reload status:\n%s", info)
+		}
+		return strings.TrimSpace(strings.SplitN(info[i:], "\n", 2)[0])
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	err := rdb.Do(ctx, "CL.POLICY", "RELOAD").Err()
+	if err == nil || !strings.HasPrefix(err.Error(), "ERR policy reload: open ") || !strings.Contains(err.Error(), "no such file") {
+		t.Fatalf("reload of a removed file: %v, want ERR policy reload: open ...: no such file ...", err)
+	}
+	if s := status(); s != "policies_last_reload_status:err" {
+		t.Errorf("after a refused reload: %q", s)
+	}
+	if v, err := rdb.Do(ctx, "CL.APPLY", "k", "a").Int64Slice(); err != nil || v[1] != 1 {
+		t.Fatalf("the policies in force after a refused reload: %v %v", v, err)
+	}
+	if err := os.WriteFile(file, []byte(good), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Do(ctx, "CL.POLICY", "RELOAD").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if s := status(); s != "policies_last_reload_status:ok" {
+		t.Errorf("after a good reload: %q", s)
+	}
+}

@@ -7,8 +7,10 @@ import (
 )
 
 // FuzzParse: Parse never panics; it returns a Set or an *Error with at
-// least one problem, each on one line; a Set respects the limits and
-// parses to the same definitions again from nothing but its own file.
+// least one problem, on one line (unless the file's own text brings a
+// line break into it); a Set respects the limits, its hierarchies hold
+// only single limits that are not concurrency policies, and every single
+// limit has a period (and a limit, but for gcra).
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(good))
 	f.Add([]byte("policies:\n  - {name: a, all: [{policy: a}]}\n"))

@@ -115,8 +115,8 @@ func Parse(src []byte) (*Set, error) {
 
 var paramKeys = map[string]bool{"burst": true, "count": true, "limit": true, "period": true, "lease": true}
 
-// params lists the parameters each algorithm takes, all required except
-// GCRA's burst (default 0).
+// algoParams lists the parameters each algorithm takes, all required
+// except GCRA's burst (default 0).
 var algoParams = map[Algorithm][]string{
 	GCRA:        {"burst", "count", "period"},
 	Fixed:       {"limit", "period"},

@@ -251,6 +251,45 @@ func TestParseLimits(t *testing.T) {
 	if s, err := Parse(nil); err != nil || s.Len() != 0 {
 		t.Errorf("empty file: %v, %d", err, s.Len())
 	}
+	// The size limits, each at its bound (accepted) and one past it.
+	overrides := func(n int) string {
+		src := "policies:\n  - name: a\n    algorithm: fixed\n    limit: 1\n    period: 1s\n    overrides:\n"
+		for i := range n {
+			src += "      - {match: 'k" + itoa(i) + ":*', limit: 2}\n"
+		}
+		return src
+	}
+	glob := func(n int) string {
+		return "policies:\n  - {name: a, algorithm: fixed, limit: 1, period: 1s, overrides: [{match: '" + strings.Repeat("x", n) + "', limit: 2}]}\n"
+	}
+	tmpl := func(n int) string {
+		return "policies:\n  - {name: a, all: [{policy: l, key: '" + strings.Repeat("x", n) + "'}]}\n  - {name: l, algorithm: fixed, limit: 1, period: 1s}\n"
+	}
+	name := func(n int) string {
+		return "policies:\n  - {name: " + strings.Repeat("n", n) + ", algorithm: fixed, limit: 1, period: 1s}\n"
+	}
+	file := func(n int) string { // a valid file of n bytes: a comment pads it
+		head := "policies:\n  - {name: a, algorithm: fixed, limit: 1, period: 1s}\n#"
+		return head + strings.Repeat("x", n-len(head))
+	}
+	for _, c := range []struct {
+		what      string
+		at, past  string
+		wantError string
+	}{
+		{"overrides", overrides(MaxOverrides), overrides(MaxOverrides + 1), "101 overrides, more than the 100 allowed"},
+		{"glob", glob(MaxPatternLen), glob(MaxPatternLen + 1), "match is longer than 512 bytes"},
+		{"key template", tmpl(MaxPatternLen), tmpl(MaxPatternLen + 1), "key template is longer than 512 bytes"},
+		{"name", name(MaxNameLen), name(MaxNameLen + 1), "1 to 64 letters"},
+		{"file", file(MaxFileBytes), file(MaxFileBytes + 1), "the file has 4194305 bytes, more than the 4194304 allowed"},
+	} {
+		if _, err := Parse([]byte(c.at)); err != nil {
+			t.Errorf("%s at the limit: %v", c.what, err)
+		}
+		if _, err := Parse([]byte(c.past)); err == nil || !strings.Contains(err.Error(), c.wantError) {
+			t.Errorf("%s past the limit: err = %v, want %q", c.what, err, c.wantError)
+		}
+	}
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
