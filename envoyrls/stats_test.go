@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -219,4 +220,58 @@ func (s scraped) count(name string) int {
 		}
 	}
 	return n
+}
+
+// TestStatsUnderReloads: with callers and reloads at the same time (the
+// limit of the one rule changes, the domain stays), every descriptor of
+// every call answered is counted once in its domain, and the requests
+// add up.
+func TestStatsUnderReloads(t *testing.T) {
+	h := startRLS(t, map[string]string{"st.yaml": statsYAML}, nil)
+	const callers, calls = 4, 50
+	done := make(chan error, callers)
+	for g := range callers {
+		go func() {
+			for i := range calls {
+				user := []string{"user", strconv.Itoa(g*calls + i)}
+				if _, err := h.client.ShouldRateLimit(context.Background(), request("st", 1, user, []string{"free", "x"})); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	reloads := 0
+	for finished := 0; finished < callers; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			finished++
+		default:
+			limit := strconv.Itoa(2 + reloads%3)
+			src := strings.Replace(statsYAML, "requests_per_unit: 2,", "requests_per_unit: "+limit+",", 1)
+			if err := os.WriteFile(filepath.Join(h.dir, "st.yaml"), []byte(src), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.srv.ReloadRLS(); err != nil {
+				t.Fatal(err)
+			}
+			reloads++
+		}
+	}
+	st := h.fd.Service().Stats()
+	d := st.Domains[0]
+	if d.WithinLimit != callers*calls || d.Unlimited != callers*calls || d.OverLimit+d.ShadowOverLimit+d.Replaced+d.NoRule != 0 {
+		t.Errorf("domain counts %+v, want %d within limit and %d unlimited", d, callers*calls, callers*calls)
+	}
+	if r := st.Rules[1]; r.Rule != "st.user" || r.WithinLimit != callers*calls {
+		t.Errorf("rule counts %+v, want st.user with %d within limit", r, callers*calls)
+	}
+	if st.Requests != callers*calls || st.OK != callers*calls {
+		t.Errorf("requests %d, ok %d, want %d", st.Requests, st.OK, callers*calls)
+	}
+	t.Logf("%d calls of 2 descriptors during %d reloads", callers*calls, reloads)
 }
