@@ -732,6 +732,13 @@ func cmdInfo(x *ctx) {
 	if show("policies", false) {
 		section("Policies", s.policyInfo()...)
 	}
+	if show("rls", false) {
+		var lines []string
+		if s.rlsInfo != nil {
+			lines = s.rlsInfo()
+		}
+		section("RLS", lines...)
+	}
 	if show("keyspace", true) {
 		var lines []string
 		nowMS := x.clockMS()

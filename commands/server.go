@@ -154,6 +154,9 @@ type Config struct {
 	// fail.
 	Policies   *policy.Set
 	PolicyFile string
+	// RLSInfo returns the lines of INFO's rls section (the Envoy rate
+	// limit service's counts); nil means the section is empty.
+	RLSInfo func() []string
 }
 
 // Durability is what the persistence write path offers for group commit.
@@ -200,6 +203,7 @@ type Server struct {
 	slowlog     slowlog
 	durability  Durability
 	persistInfo func() []string
+	rlsInfo     func() []string
 	dumpValue   func(dst []byte, v keyspace.Value) []byte
 	writeErr    func() error
 	admitWrite  func() error // WriteError, or AdmitWrite when set
@@ -380,6 +384,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.clusterMode = s.cluster != nil
 	s.pol.file = cfg.PolicyFile
+	s.rlsInfo = cfg.RLSInfo
 	if cfg.Policies != nil {
 		s.pol.set.Store(cfg.Policies)
 		s.pol.loadedAt.Store(cfg.Clock().Unix())

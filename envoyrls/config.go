@@ -85,8 +85,11 @@ type Rule struct {
 	// quota-mode descriptor of the request is over (envoyproxy/ratelimit's
 	// quota_mode).
 	QuotaMode bool
-	// DetailedMetric is read and kept; cellserver keeps no per-rule metrics
-	// yet, so it has no effect.
+	// DetailedMetric gives the rule its own descriptor counts (Stats.Rules,
+	// the metric cellserver_rls_rule_descriptors_total and INFO rls),
+	// labelled by FullKey: values from the configuration only, never from
+	// requests (envoyproxy/ratelimit puts the request's values in the
+	// metric's name instead, without a bound).
 	DetailedMetric bool
 }
 
@@ -105,6 +108,16 @@ type node struct {
 type wildcard struct {
 	key   string   // the child's map key, "key_pat*tern"
 	parts []string // key split on "*"
+}
+
+// walk calls f for every rule at or below n.
+func (n *node) walk(f func(*Rule)) {
+	if n.rule != nil {
+		f(n.rule)
+	}
+	for _, c := range n.children {
+		c.walk(f)
+	}
 }
 
 // Config is a loaded configuration: domains by name. The zero value has no

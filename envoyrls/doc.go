@@ -51,10 +51,28 @@
 // without counting), where envoyproxy/ratelimit's INCRBY counts it: after a
 // request of hits_addend 5 refused with 3 left, the next request of 1 is
 // allowed here and refused there. requests_per_unit 0 refuses every
-// request of at least one hit without a counter. detailed_metric,
-// value_to_metric and metadata are read and validated but have no effect
-// (no per-rule metrics, no dynamic metadata in responses yet). There is no
-// local over-limit cache, no global SHADOW_MODE and no xDS configuration.
+// request of at least one hit without a counter. value_to_metric and
+// metadata are read and validated but have no effect (no dynamic metadata
+// in responses yet). There is no local over-limit cache, no global
+// SHADOW_MODE and no xDS configuration.
+//
+// # Counts
+//
+// Service.Stats counts the requests (OK, OVER_LIMIT, error) and, for each
+// configured domain, the descriptors of the requests answered without
+// error by outcome: within_limit, over_limit, shadow_over_limit, unlimited,
+// replaced, no_rule (descriptors count, not hits: hits_addend is not
+// summed). A rule with detailed_metric: true gets the same counts of its
+// own, named by its full key. envoyproxy/ratelimit keeps stats for every
+// rule and, with detailed_metric, names them by the request's values, a
+// cardinality without bound; cellserver's names come from the
+// configuration only (domains, and the full keys of the rules that ask),
+// so the series are bounded by the configuration. The counts of a domain
+// or a rule that a reload keeps go on. cellserver exports them as the
+// Prometheus metrics cellserver_rls_requests_total{result},
+// cellserver_rls_descriptors_total{domain,result} and
+// cellserver_rls_rule_descriptors_total{domain,rule,result}, and as INFO
+// rls. near_limit is not counted.
 //
 // # Extensions
 //

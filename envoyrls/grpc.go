@@ -89,6 +89,13 @@ func NewFrontDoor(src server.RLSSources) (*FrontDoor, error) {
 // Service returns the service the front door answers with.
 func (f *FrontDoor) Service() *Service { return f.service }
 
+// RLSStats implements server.RLSStater: the Service's counts.
+func (f *FrontDoor) RLSStats() server.RLSStats {
+	st := f.service.Stats()
+	return server.RLSStats{OK: st.OK, OverLimit: st.OverLimit, Errors: st.Errors,
+		Domains: st.Domains, Rules: st.Rules, UnknownDomain: st.UnknownDomain}
+}
+
 // Serve implements server.RLSServer.
 func (f *FrontDoor) Serve(ln net.Listener) error {
 	err := f.grpc.Serve(ln)

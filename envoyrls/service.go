@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/cellserver/cellserver/server"
 )
 
 // Hit is one counter to charge: a descriptor's share of a request.
@@ -74,17 +77,66 @@ type Options struct {
 
 // Stats counts what a Service answered, since it started.
 type Stats struct {
-	// Requests is the ShouldRateLimit calls answered (errors included).
-	Requests uint64
-	// OverLimit is the requests answered OVER_LIMIT.
-	OverLimit uint64
+	// Requests is the ShouldRateLimit calls answered (errors included):
+	// OverLimit of them answered OVER_LIMIT, Errors with an error, the
+	// OK ones OK (calls under way are in Requests only).
+	Requests, OK uint64
+	OverLimit    uint64
 	// ShadowOverLimit is the descriptors over a shadow_mode rule's limit
 	// that were answered OK.
 	ShadowOverLimit uint64
-	// NoRule is the descriptors that matched no rule (answered OK).
+	// NoRule is the descriptors that matched no rule (answered OK),
+	// unknown domains included.
 	NoRule uint64
 	// Errors is the calls answered with an error.
 	Errors uint64
+	// Domains has the descriptor counts of each configured domain, by
+	// name; Rules those of each rule with detailed_metric, by Rule.FullKey
+	// (both sorted). UnknownDomain is the descriptors of requests whose
+	// domain is not configured (answered OK, no rule). The counts of a
+	// domain or rule that a reload keeps go on; those it removes are gone.
+	Domains       []DescriptorCounts
+	Rules         []DescriptorCounts
+	UnknownDomain uint64
+}
+
+// DescriptorCounts is what the descriptors of a domain, or of a rule with
+// detailed_metric, were answered: every descriptor of a request answered
+// without error is counted once, under exactly one result.
+type DescriptorCounts = server.RLSDescriptorCounts
+
+// outcome is what a descriptor was answered (DescriptorCounts' fields).
+type outcome uint8
+
+const (
+	withinLimit outcome = iota
+	overLimit
+	shadowOverLimit
+	unlimited
+	replaced
+	noRule
+	numOutcomes
+)
+
+// counts is the live form of DescriptorCounts, by outcome.
+type counts [numOutcomes]atomic.Uint64
+
+func (c *counts) snapshot(domain, rule string) DescriptorCounts {
+	return DescriptorCounts{Domain: domain, Rule: rule, WithinLimit: c[withinLimit].Load(), OverLimit: c[overLimit].Load(),
+		ShadowOverLimit: c[shadowOverLimit].Load(), Unlimited: c[unlimited].Load(), Replaced: c[replaced].Load(), NoRule: c[noRule].Load()}
+}
+
+// view is a Config with the counters of its domains and detailed_metric
+// rules, swapped in whole by SetConfig.
+type view struct {
+	cfg     *Config
+	domains map[string]*counts
+	rules   map[*Rule]*ruleCounts
+}
+
+type ruleCounts struct {
+	domain string
+	counts
 }
 
 // Service implements envoy.service.ratelimit.v3.RateLimitService over a
@@ -96,9 +148,11 @@ type Service struct {
 	clock   func() time.Time
 	headers Headers
 	withHdr bool
-	cfg     atomic.Pointer[Config]
+	cur     atomic.Pointer[view]
 
-	requests, overLimit, shadowOver, noRule, errs atomic.Uint64
+	requests, ok, overLimit, shadowOver, noRule, errs, unknownDomain atomic.Uint64
+
+	mu sync.Mutex // serialises SetConfig (the counters it carries over)
 }
 
 // NewService returns a Service answering from cfg.
@@ -122,20 +176,70 @@ func NewService(cfg *Config, o Options) (*Service, error) {
 	if s.headers.Reset == "" {
 		s.headers.Reset = DefaultHeaders.Reset
 	}
-	s.cfg.Store(cfg)
+	s.SetConfig(cfg)
 	return s, nil
 }
 
-// SetConfig replaces the configuration; calls under way finish with the old one.
-func (s *Service) SetConfig(cfg *Config) { s.cfg.Store(cfg) }
+// SetConfig replaces the configuration; calls under way finish with the
+// old one. The counts of a domain that stays, and of a detailed_metric
+// rule whose full key stays, go on.
+func (s *Service) SetConfig(cfg *Config) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := &view{cfg: cfg, domains: make(map[string]*counts, len(cfg.domains)), rules: map[*Rule]*ruleCounts{}}
+	old := s.cur.Load()
+	oldRules := map[[2]string]*ruleCounts{}
+	if old != nil {
+		for r, c := range old.rules {
+			oldRules[[2]string{c.domain, r.FullKey}] = c
+		}
+	}
+	for name, root := range cfg.domains {
+		c := (*counts)(nil)
+		if old != nil {
+			c = old.domains[name]
+		}
+		if c == nil {
+			c = new(counts)
+		}
+		v.domains[name] = c
+		root.walk(func(r *Rule) {
+			if !r.DetailedMetric {
+				return
+			}
+			rc := oldRules[[2]string{name, r.FullKey}]
+			if rc == nil {
+				rc = &ruleCounts{domain: name}
+			}
+			v.rules[r] = rc
+		})
+	}
+	s.cur.Store(v)
+}
 
 // Config returns the configuration in use.
-func (s *Service) Config() *Config { return s.cfg.Load() }
+func (s *Service) Config() *Config { return s.cur.Load().cfg }
 
 // Stats returns the counts so far.
 func (s *Service) Stats() Stats {
-	return Stats{Requests: s.requests.Load(), OverLimit: s.overLimit.Load(), ShadowOverLimit: s.shadowOver.Load(),
-		NoRule: s.noRule.Load(), Errors: s.errs.Load()}
+	v := s.cur.Load()
+	st := Stats{Requests: s.requests.Load(), OK: s.ok.Load(), OverLimit: s.overLimit.Load(), ShadowOverLimit: s.shadowOver.Load(),
+		NoRule: s.noRule.Load(), Errors: s.errs.Load(), UnknownDomain: s.unknownDomain.Load()}
+	for name, c := range v.domains {
+		st.Domains = append(st.Domains, c.snapshot(name, ""))
+	}
+	for r, c := range v.rules {
+		st.Rules = append(st.Rules, c.snapshot(c.domain, r.FullKey))
+	}
+	sort.Slice(st.Domains, func(i, j int) bool { return st.Domains[i].Domain < st.Domains[j].Domain })
+	sort.Slice(st.Rules, func(i, j int) bool {
+		a, b := st.Rules[i], st.Rules[j]
+		return a.Domain < b.Domain || (a.Domain == b.Domain && a.Rule < b.Rule)
+	})
+	return st
 }
 
 // The errors envoyproxy/ratelimit answers (as gRPC status Unknown, which
@@ -160,6 +264,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	}
 	if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
 		s.overLimit.Add(1)
+	} else {
+		s.ok.Add(1)
 	}
 	return resp, nil
 }
@@ -168,6 +274,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 type limitCheck struct {
 	rule      *Rule // nil: no rule, unlimited or replaced
 	unlimited bool
+	replaced  bool
+	limited   bool  // over the rule's limit (shadow_mode included)
 	hitIndex  int   // index in the Store call's hits, -1 when not charged there
 	hits      int64 // hits_addend, negative for a refund
 }
@@ -182,7 +290,8 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	if len(req.GetDescriptors()) > MaxDescriptors {
 		return nil, status.Errorf(codes.InvalidArgument, "at most %d descriptors in one request", MaxDescriptors)
 	}
-	cfg := s.cfg.Load()
+	v := s.cur.Load()
+	cfg := v.cfg
 	domain := req.GetDomain()
 	checks := make([]limitCheck, len(req.Descriptors))
 	replacing := map[string]bool{}
@@ -232,12 +341,9 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	for i := range checks {
 		c := &checks[i]
 		if c.rule != nil && c.rule.Name != "" && replacing[c.rule.Name] {
-			c.rule = nil // replaced: neither charged nor reported
+			c.rule, c.replaced = nil, true // replaced: neither charged nor reported
 		}
 		if c.rule == nil {
-			if !c.unlimited {
-				s.noRule.Add(1)
-			}
 			continue
 		}
 		if c.rule.RequestsPerUnit == 0 {
@@ -298,9 +404,8 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 			minStatus, minRemaining = st, st.LimitRemaining
 		}
 		if r.Limited {
-			if c.rule.ShadowMode {
-				s.shadowOver.Add(1) // counted, never enforced
-			} else {
+			c.limited = true
+			if !c.rule.ShadowMode { // shadow_mode: counted, never enforced
 				st.Code = pb.RateLimitResponse_OVER_LIMIT
 				if c.rule.QuotaMode {
 					failedQuota++
@@ -319,6 +424,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	if failed > 0 || (quota > 0 && quota == failedQuota) {
 		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
 	}
+	s.count(v, domain, checks)
 	if s.withHdr && minStatus != nil {
 		resp.ResponseHeadersToAdd = []*core.HeaderValue{
 			{Key: s.headers.Limit, Value: strconv.FormatUint(uint64(minStatus.CurrentLimit.RequestsPerUnit), 10)},
@@ -327,6 +433,43 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		}
 	}
 	return resp, nil
+}
+
+// count adds the descriptors of a request answered without error to the
+// counts of their domain and of their detailed_metric rules.
+func (s *Service) count(v *view, domain string, checks []limitCheck) {
+	dc := v.domains[domain]
+	if dc == nil {
+		s.unknownDomain.Add(uint64(len(checks)))
+		s.noRule.Add(uint64(len(checks)))
+		return
+	}
+	for i := range checks {
+		c := &checks[i]
+		var o outcome
+		switch {
+		case c.unlimited:
+			o = unlimited
+		case c.replaced:
+			o = replaced
+		case c.rule == nil:
+			s.noRule.Add(1)
+			o = noRule
+		case c.limited && c.rule.ShadowMode:
+			s.shadowOver.Add(1)
+			o = shadowOverLimit
+		case c.limited:
+			o = overLimit
+		default:
+			o = withinLimit
+		}
+		dc[o].Add(1)
+		if c.rule != nil && c.rule.DetailedMetric {
+			if r := v.rules[c.rule]; r != nil {
+				r.counts[o].Add(1)
+			}
+		}
+	}
 }
 
 // hitsAddend is envoyproxy/ratelimit's GetHitsAddends: the descriptor's

@@ -16,5 +16,8 @@ func ServerHandler(src server.MetricsSources) http.Handler {
 	if src.Writer != nil {
 		s.Extra = append(s.Extra, PersistenceCollector(src.Writer, src.Store))
 	}
+	if src.RLS != nil {
+		s.Extra = append(s.Extra, RLSCollector(src.RLS))
+	}
 	return NewHandler(NewRegistry(s), src.Ready)
 }

@@ -225,3 +225,78 @@ func (s *Server) ReloadRLS() error {
 	s.cfg.Logger.Info("envoy rate limit service: configuration reloaded", "path", s.cfg.RLSConfig)
 	return nil
 }
+
+// RLSDescriptorCounts is what the descriptors of one domain of the front
+// door's configuration (Rule empty), or of one of its rules with
+// detailed_metric (Rule is the rule's full key), were answered since the
+// server started. Each descriptor of a request answered without error
+// counts once, under one of: within its limit, over it (OVER_LIMIT),
+// over a shadow_mode rule's limit (answered OK), unlimited, replaced by
+// another rule of the request, or without a rule.
+type RLSDescriptorCounts struct {
+	Domain, Rule                                                         string
+	WithinLimit, OverLimit, ShadowOverLimit, Unlimited, Replaced, NoRule uint64
+}
+
+// RLSStats is the front door's counts (RLSStater).
+type RLSStats struct {
+	// Requests answered OK, OVER_LIMIT, or with an error.
+	OK, OverLimit, Errors uint64
+	// Domains and Rules are sorted by domain, then rule.
+	Domains, Rules []RLSDescriptorCounts
+	// UnknownDomain is the descriptors of requests whose domain is not in
+	// the configuration (answered OK without a rule).
+	UnknownDomain uint64
+}
+
+// RLSStater is an RLSServer that counts what it answers.
+type RLSStater interface {
+	RLSStats() RLSStats
+}
+
+// RLSStats returns the front door's counts; false when it is off or does
+// not count.
+func (s *Server) RLSStats() (RLSStats, bool) {
+	s.rls.mu.Lock()
+	srv := s.rls.srv
+	s.rls.mu.Unlock()
+	st, ok := srv.(RLSStater)
+	if !ok {
+		return RLSStats{}, false
+	}
+	return st.RLSStats(), true
+}
+
+// rlsInfo is INFO's rls section, as Redis's cmdstat lines: the requests,
+// then one line per domain and per rule with detailed_metric.
+func (s *Server) rlsInfo() []string {
+	st, ok := s.RLSStats()
+	if !ok {
+		return nil
+	}
+	lines := []string{fmt.Sprintf("rls_requests:ok=%d,over_limit=%d,error=%d", st.OK, st.OverLimit, st.Errors),
+		fmt.Sprintf("rls_unknown_domain:descriptors=%d", st.UnknownDomain)}
+	line := func(name string, c RLSDescriptorCounts) string {
+		return fmt.Sprintf("%s:within_limit=%d,over_limit=%d,shadow_over_limit=%d,unlimited=%d,replaced=%d,no_rule=%d",
+			name, c.WithinLimit, c.OverLimit, c.ShadowOverLimit, c.Unlimited, c.Replaced, c.NoRule)
+	}
+	for _, d := range st.Domains {
+		lines = append(lines, line("rls_domain_"+infoName(d.Domain), d))
+	}
+	for _, r := range st.Rules {
+		lines = append(lines, line("rls_rule_"+infoName(r.Rule), r))
+	}
+	return lines
+}
+
+// infoName keeps an INFO field name on its line and unambiguous: bytes
+// that are not printable ASCII, and ':' and ',', become '_'.
+func infoName(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c <= ' ' || c >= 0x7f || c == ':' || c == ',' {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}

@@ -256,6 +256,8 @@ type MetricsSources struct {
 	// Ready reports whether the server is serving and not shutting down
 	// (for a readiness probe).
 	Ready func() bool
+	// RLS returns the Envoy front door's counts; false when it is off.
+	RLS func() (RLSStats, bool)
 }
 
 // Defaults for Config's zero values.
@@ -701,7 +703,14 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	var self *Server // for INFO rls, which reads the front door built by Listen
 	cmds, err := commands.New(commands.Config{
+		RLSInfo: func() []string {
+			if self == nil {
+				return nil
+			}
+			return self.rlsInfo()
+		},
 		Cluster:            cl,
 		ClusterSlots:       slots,
 		Replication:        repl,
@@ -751,7 +760,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, tls: tcfg, cmds: cmds, net: rs, store: store, writer: writer, repl: repl, cluster: cl}, nil
+	self = &Server{cfg: cfg, tls: tcfg, cmds: cmds, net: rs, store: store, writer: writer, repl: repl, cluster: cl}
+	return self, nil
 }
 
 // configRewrite adapts Config.ConfigRewrite to the commands layer: CONFIG
@@ -852,7 +862,7 @@ func (s *Server) Serve() error {
 	ln, mln := s.ln, s.metricsLn
 	if mln != nil {
 		h := s.cfg.Metrics(MetricsSources{Commands: s.cmds, Network: s.net, Replication: s.repl,
-			Writer: s.writer, Store: s.store, Clock: s.cfg.Clock, Ready: s.ready.Load})
+			Writer: s.writer, Store: s.store, Clock: s.cfg.Clock, Ready: s.ready.Load, RLS: s.RLSStats})
 		if h == nil { // never http.DefaultServeMux
 			h = http.NotFoundHandler()
 		}
