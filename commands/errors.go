@@ -305,3 +305,18 @@ func sprintf2(msg, a, b string) string {
 	msg = strings.Replace(msg, "%s", a, 1)
 	return strings.Replace(msg, "%s", b, 1)
 }
+
+// GCRA, Redis's draft command, as src/gcra.c (redis/redis commit
+// 10040538b194f52abcb8032dfb60cf10ea7e3bb0) sends them; the overflow texts
+// come from gcra.ErrDraft*.
+const (
+	msgGCRAPositive     = "ERR value is out of range, must be positive"
+	msgGCRARange1       = "ERR value is out of range, value must between 1 and 9223372036854775807"
+	msgGCRANotFloat     = "ERR value is not a valid float"
+	msgGCRAMissingCount = "ERR Missing TOKENS value"
+	msgGCRAInvalidKey   = "ERR Invalid GCRA key"
+)
+
+// errGCRA is the wire text of a gcra.DecideDraft error: its text without
+// the Go package prefix.
+func errGCRA(err error) string { return "ERR " + strings.TrimPrefix(err.Error(), "gcra: ") }
