@@ -221,3 +221,28 @@ func TestDraftProperties(t *testing.T) {
 	}
 	t.Logf("checked %d GCRA calls on 2000 keys", calls)
 }
+
+// FuzzDecideDraft: any input, stored TAT included, gives an error or a
+// reply that keeps the draft's invariants; nothing panics.
+func FuzzDecideDraft(f *testing.F) {
+	f.Add(draftT0, int64(0), false, int64(5), int64(1), 60.0, int64(1))
+	f.Add(draftT0, draftT0*1000+360_000_000, true, int64(5), int64(1), 60.0, int64(1))
+	f.Add(draftT0, int64(1), true, int64(0), int64(10000), 1.0, int64(1))
+	f.Add(draftT0, int64(math.MaxInt64), true, int64(math.MaxInt64), int64(1), 1e-7, int64(math.MaxInt64))
+	f.Fuzz(func(t *testing.T, nowMS, tat int64, exists bool, burst, tpp int64, period float64, tokens int64) {
+		if nowMS < 0 || nowMS > math.MaxInt64/1000 {
+			return // the command's clock is a positive time in ms
+		}
+		p := DraftParams{MaxBurst: burst, TokensPerPeriod: tpp, Period: period, Tokens: tokens}
+		r, err := DecideDraft(nowMS, tat, exists, p)
+		if err != nil {
+			return
+		}
+		if r.Limited == r.Store || r.Available < 0 || (r.RetryAfter < 1 && r.RetryAfter != -1) {
+			t.Fatalf("%+v at %d (tat %d %v): %+v", p, nowMS, tat, exists, r)
+		}
+		if r.Store && (r.NewTAT <= nowMS*1000 || r.ExpireMS*1000 < r.NewTAT) {
+			t.Fatalf("%+v at %d: stores %d expiring %d", p, nowMS, r.NewTAT, r.ExpireMS)
+		}
+	})
+}
