@@ -99,6 +99,18 @@ func TestDraftTable(t *testing.T) {
 		"fractional period": {
 			{0, dp(10, 5, 0.5, 1), [5]int64{0, 11, 10, -1, 1}, nil},
 		},
+		// Lettuce's GCRACommandIntegrationTests (redis/lettuce, run against
+		// a server with the command) assert parts of these replies.
+		"lettuce: rate(5, 10, 60)": {
+			{0, dp(5, 10, 60, 1), [5]int64{0, 6, 5, -1, 6}, nil},
+		},
+		"lettuce: rate(5, 10, 60) numRequests 3": {
+			{0, dp(5, 10, 60, 3), [5]int64{0, 6, 3, -1, 18}, nil},
+		},
+		"lettuce: rate(0, 1, 60) exhausted": {
+			{0, dp(0, 1, 60, 1), [5]int64{0, 1, 0, -1, 60}, nil},
+			{0, dp(0, 1, 60, 1), [5]int64{1, 1, 0, 60, 60}, nil},
+		},
 		"overflow": {
 			{0, dp(1, 1, 86400, 200000000), [5]int64{}, ErrDraftTokensOverflow},
 			{0, dp(200000000, 1, 86400, 1), [5]int64{}, ErrDraftBurstOverflow},
