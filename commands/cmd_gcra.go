@@ -108,10 +108,16 @@ func cmdGCRA(x *ctx) {
 
 // parseRedisDouble accepts what Redis's getDoubleFromObject accepts: a
 // non-empty string with no leading space that strtod reads whole, not NaN
-// and not out of the float64 range ("inf" is a number).
+// and not out of the float64 range ("inf" is a number). Go's digit
+// separators ("0x_1p0") are refused, as no C parser reads them.
 func parseRedisDouble(b []byte) (float64, bool) {
 	if len(b) == 0 || b[0] == ' ' || (b[0] >= '\t' && b[0] <= '\r') {
 		return 0, false
+	}
+	for _, c := range b {
+		if c == '_' {
+			return 0, false
+		}
 	}
 	f, err := strconv.ParseFloat(string(b), 64)
 	if err != nil || math.IsNaN(f) {
