@@ -264,3 +264,44 @@ func TestPaceMaxWaitZeroIsDecide(t *testing.T) {
 	}
 	t.Logf("%d cases agree with Decide", n)
 }
+
+// FuzzPace checks that Pace never panics on any arguments and that its
+// result is consistent: an error for arguments out of range, otherwise a
+// wait within [0, MaxWait] when admitted, a booking exactly when
+// admitted, and a new TAT of max(TAT, now) + Quantity emission intervals.
+func FuzzPace(f *testing.F) {
+	f.Add(int64(t0), uint64(0), false, int64(0), int64(1), s, int64(1), 2*s)
+	f.Add(int64(t0), uint64(t0+3*s), true, int64(2), int64(10), s, int64(2), 300*ms)
+	f.Add(int64(t0), uint64(math.MaxUint64), true, int64(0), int64(1), s, int64(1), MaxPaceSpan)
+	f.Add(int64(math.MaxInt64), uint64(0), true, MaxPaceSpan-1, int64(1), int64(1), int64(math.MaxInt64), MaxPaceSpan)
+	f.Add(int64(math.MinInt64), uint64(1<<63), true, int64(-1), int64(0), int64(0), int64(0), int64(-1))
+	f.Fuzz(func(t *testing.T, now int64, tat uint64, exists bool, b, c, per, q, w int64) {
+		p := PaceParams{MaxBurst: b, Count: c, PeriodNS: per, Quantity: q, MaxWait: w}
+		r, err := Pace(now, tat, exists, p)
+		if err != nil {
+			if r != (PaceResult{}) {
+				t.Fatalf("%+v: %+v with %v", p, r, err)
+			}
+			return
+		}
+		if r.Limit != b+1 || r.Store == r.Limited || r.ResetAfter < 0 || r.Remaining < 0 || r.Remaining > r.Limit {
+			t.Fatalf("%+v: inconsistent %+v", p, r)
+		}
+		if !r.Limited && (r.Wait < 0 || r.Wait > w) {
+			t.Fatalf("%+v: admitted with wait %d", p, r.Wait)
+		}
+		if r.Limited && r.Wait != -1 && r.Wait <= w {
+			t.Fatalf("%+v: refused with wait %d", p, r.Wait)
+		}
+		if r.Store {
+			ei := (&Params{Count: c, PeriodNS: per}).emissionInterval()
+			start := i128FromInt64(now)
+			if exists && i128FromUint64(tat).cmp(start) > 0 {
+				start = i128FromUint64(tat)
+			}
+			if want := start.add(mulInt64(ei, q)); want.lo != r.NewTAT {
+				t.Fatalf("%+v: NewTAT %d, want %v", p, r.NewTAT, want.big())
+			}
+		}
+	})
+}
