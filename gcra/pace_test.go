@@ -305,3 +305,18 @@ func FuzzPace(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkPace(b *testing.B) {
+	b.ReportAllocs()
+	p := PaceParams{MaxBurst: 15, Count: 30, PeriodNS: 60 * s, Quantity: 1, MaxWait: 10 * s}
+	now := int64(t0)
+	var tat uint64
+	var exists bool
+	for range b.N {
+		r, err := Pace(now, tat, exists, p)
+		if err == nil && r.Store {
+			tat, exists = r.NewTAT, true
+		}
+		now += 1_000_000 // 1 ms between requests
+	}
+}
