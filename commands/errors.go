@@ -320,3 +320,13 @@ const (
 // errGCRA is the wire text of a gcra.DecideDraft error: its text without
 // the Go package prefix.
 func errGCRA(err error) string { return "ERR " + strings.TrimPrefix(err.Error(), "gcra: ") }
+
+// CL.PACE's texts (a bad period gets msgPeriod).
+const (
+	msgPaceMaxBurst = "ERR max_burst must be a non-negative integer"
+	msgPaceCount    = "ERR count must be a positive integer"
+	msgPaceQuantity = "ERR quantity must be a positive integer for CL.PACE"
+	msgPaceMaxWait  = "ERR MAXWAIT must be 0, a number of seconds or a duration such as 250ms, 1.5s, 10m, at most 10 years"
+	msgPaceRate     = "ERR count per period must leave an emission interval (period/count) of at least 1ns"
+	msgPaceBurst    = "ERR max_burst+1 emission intervals (period/count) must span at most 2^62 ns (about 146 years)"
+)

@@ -26,6 +26,14 @@
 // returns the decision together with the new TAT for the caller to store.
 // Tests and replays therefore step through explicit instants.
 //
+// Pace (CL.PACE) is the same algorithm booking ahead on the same TAT: a
+// request whose allow-at instant (its turn) is at most MaxWait after now
+// is admitted with that wait and its new TAT stored, so that the next
+// request's turn is at least its own increment later; a later turn is
+// refused and books nothing. Unlike Decide it checks its arguments
+// (ErrPaceArgs) instead of wrapping, since no redis-cell behaviour is to
+// be reproduced; MaxWait 0 admits and books exactly as Decide.
+//
 // # Exactness
 //
 // Integer arithmetic on int64 wraps, as in redis-cell's release builds,
