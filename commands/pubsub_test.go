@@ -338,6 +338,7 @@ func TestClientKill(t *testing.T) {
 	waitClosed(t, "ADDR", v)
 
 	v, w := dialRaw(t, addr), dialRaw(t, addr)
+	field(w, "id") // w is served (registered) before the kill counts it
 	do(":2", "CLIENT", "KILL", "LADDR", field(v, "laddr"))
 	waitClosed(t, "LADDR", v)
 	waitClosed(t, "LADDR", w)
