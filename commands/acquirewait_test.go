@@ -87,6 +87,18 @@ func wantReply(t *testing.T, r awReply, who string, want []int64) {
 	}
 }
 
+// recv waits, up to a generous deadline, for a reply on out.
+func recv(t *testing.T, out <-chan awReply) awReply {
+	t.Helper()
+	select {
+	case r := <-out:
+		return r
+	case <-time.After(20 * time.Second):
+		t.Fatal("no reply within 20 s")
+		return awReply{}
+	}
+}
+
 func noReply(t *testing.T, out <-chan awReply) {
 	t.Helper()
 	select {
@@ -120,7 +132,7 @@ func TestAcquireWaitServedOnRelease(t *testing.T) {
 	if n, err := a.Do(ctx, "CL.RELEASE", "k", "a").Int64(); err != nil || n != 1 {
 		t.Fatalf("release: %v %v", n, err)
 	}
-	wantReply(t, <-out, "b", []int64{0, 1, 0, -1, 30})
+	wantReply(t, recv(t, out), "b", []int64{0, 1, 0, -1, 30})
 	info, err := c.Do(ctx, "CL.INFO", "k").Slice()
 	if err != nil || fmt.Sprint(info) != "[kind concurrency leases 1 tokens [b] ttl_ms 30000]" {
 		t.Fatalf("CL.INFO: %v %v", info, err)
@@ -148,7 +160,7 @@ func TestAcquireWaitFIFO(t *testing.T) {
 		if n, err := a.Do(ctx, "CL.RELEASE", "k", holder).Int64(); err != nil || n != 1 {
 			t.Fatalf("release %s: %v %v", holder, n, err)
 		}
-		wantReply(t, <-out, who, []int64{0, 1, 0, -1, 30000})
+		wantReply(t, recv(t, out), who, []int64{0, 1, 0, -1, 30000})
 		if w, _ := leaseWaiters(t, obs); w != len(names)-1-i {
 			t.Fatalf("after %s served: %d waiters", who, w)
 		}
@@ -201,7 +213,7 @@ func TestAcquireWaitTimeout(t *testing.T) {
 	}
 	noReply(t, out)
 	clock.Advance(time.Millisecond)
-	wantReply(t, <-out, "w", []int64{1, 1, 0, 25, 25})
+	wantReply(t, recv(t, out), "w", []int64{1, 1, 0, 25, 25})
 	if w, q := leaseWaiters(t, obs); w != 0 || q != 0 {
 		t.Fatalf("after: %d waiters, %d queues", w, q)
 	}
@@ -218,7 +230,7 @@ func TestAcquireWaitLeaseExpires(t *testing.T) {
 	goAcquire(client(), "w", out, "k", 1, "10s", "w", "WAIT", "60s")
 	eventually(t, "w queued", waitersAre(t, obs, 1))
 	clock.Advance(10 * time.Second)
-	wantReply(t, <-out, "w", []int64{0, 1, 0, -1, 10})
+	wantReply(t, recv(t, out), "w", []int64{0, 1, 0, -1, 10})
 }
 
 // TestAcquireWaitDisconnect: a waiter that hangs up leaves the queue, and
