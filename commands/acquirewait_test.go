@@ -319,3 +319,58 @@ func TestAcquireWaitNoLeak(t *testing.T) {
 	}
 	eventually(t, "no queue left", func() bool { w, q := leaseWaiters(t, obs); return w == 0 && q == 0 })
 }
+
+// TestAcquireWaitConcurrent: 16 clients, limit 2, each 5 times takes a
+// lease with WAIT, holds it and releases it, while the clock stands still
+// (no lease expires): never more than 2 hold a lease (counted by the
+// clients between the admitted reply and their CL.RELEASE), every call
+// is admitted, and no waiter is left.
+func TestAcquireWaitConcurrent(t *testing.T) {
+	_, client := awServer(t)
+	ctx := context.Background()
+	const clients, rounds, limit = 16, 5, 2
+	var mu sync.Mutex
+	holding, most, admitted := 0, 0, 0
+	errs := make(chan error, clients)
+	var wg sync.WaitGroup
+	for i := range clients {
+		rdb := client()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tok := "c" + strconv.Itoa(i)
+			for range rounds {
+				v, err := rdb.Do(ctx, "CL.ACQUIRE", "k", limit, "30s", tok, "WAIT", "60s", "QUEUE", clients).Int64Slice()
+				if err != nil || v[0] != 0 {
+					errs <- fmt.Errorf("%s: %v %v", tok, v, err)
+					return
+				}
+				mu.Lock()
+				holding++
+				admitted++
+				most = max(most, holding)
+				mu.Unlock()
+				runtime.Gosched()
+				mu.Lock()
+				holding--
+				mu.Unlock()
+				if n, err := rdb.Do(ctx, "CL.RELEASE", "k", tok).Int64(); err != nil || n != 1 {
+					errs <- fmt.Errorf("%s release: %v %v", tok, n, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if most > limit || admitted != clients*rounds {
+		t.Fatalf("at most %d held at once (limit %d), %d admitted of %d", most, limit, admitted, clients*rounds)
+	}
+	if w, q := leaseWaiters(t, client()); w != 0 || q != 0 {
+		t.Fatalf("after: %d waiters, %d queues", w, q)
+	}
+	t.Logf("%d acquisitions, at most %d leases held at once", admitted, most)
+}
