@@ -192,30 +192,39 @@ func (s *Server) dropLeaseWaiters(cl *client) {
 // leaseTicker serves every queue each leaseWaitTick, and ends once no
 // waiter is left.
 func (s *Server) leaseTicker() {
-	w := &s.lwait
 	t := time.NewTicker(leaseWaitTick)
 	defer t.Stop()
 	for range t.C {
-		w.mu.Lock()
-		if len(w.q) == 0 {
-			w.running = false
-			w.mu.Unlock()
+		if !s.serveLeaseQueues() {
 			return
 		}
-		keys := make([]leaseQKey, 0, len(w.q))
-		for qk := range w.q {
-			keys = append(keys, qk)
-		}
-		w.mu.Unlock()
-		for _, qk := range keys {
-			qk.sh.Lock()
-			now := s.nowNS()
-			w.mu.Lock()
-			s.serveLocked(qk, now)
-			w.mu.Unlock()
-			qk.sh.Unlock()
-		}
 	}
+}
+
+// serveLeaseQueues serves every queue once. It returns false, and marks
+// the ticker stopped, when no queue exists.
+func (s *Server) serveLeaseQueues() bool {
+	w := &s.lwait
+	w.mu.Lock()
+	if len(w.q) == 0 {
+		w.running = false
+		w.mu.Unlock()
+		return false
+	}
+	keys := make([]leaseQKey, 0, len(w.q))
+	for qk := range w.q {
+		keys = append(keys, qk)
+	}
+	w.mu.Unlock()
+	for _, qk := range keys {
+		qk.sh.Lock()
+		now := s.nowNS()
+		w.mu.Lock()
+		s.serveLocked(qk, now)
+		w.mu.Unlock()
+		qk.sh.Unlock()
+	}
+	return true
 }
 
 func appendTuple(b []byte, t tuple) []byte {
