@@ -374,3 +374,33 @@ func TestAcquireWaitConcurrent(t *testing.T) {
 	}
 	t.Logf("%d acquisitions, at most %d leases held at once", admitted, most)
 }
+
+// TestAcquireWaitUnblockedOnReplicaOf: a waiter whose node becomes a
+// read-only replica is answered UNBLOCKED, as Redis answers its blocked
+// clients, and leaves the queue.
+func TestAcquireWaitUnblockedOnReplicaOf(t *testing.T) {
+	_, client := awServer(t)
+	ctx := context.Background()
+	a, obs := client(), client()
+	a.Do(ctx, "CL.ACQUIRE", "k", 1, "30s", "a")
+	out := make(chan awReply, 1)
+	goAcquire(client(), "w", out, "k", 1, "30s", "w", "WAIT", "60s")
+	eventually(t, "w queued", waitersAre(t, obs, 1))
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // a primary that never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	if err := obs.Do(ctx, "REPLICAOF", "127.0.0.1", port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Do(ctx, "REPLICAOF", "NO", "ONE")
+	r := recv(t, out)
+	if r.err == nil || !strings.HasPrefix(r.err.Error(), "UNBLOCKED force unblock") {
+		t.Fatalf("w: %v %v, want UNBLOCKED", r.got, r.err)
+	}
+	if w, q := leaseWaiters(t, obs); w != 0 || q != 0 {
+		t.Fatalf("after: %d waiters, %d queues", w, q)
+	}
+}

@@ -336,4 +336,6 @@ const (
 	msgAcquireWait        = "ERR WAIT timeout must be a positive number of seconds or a duration such as 250ms"
 	msgAcquireQueue       = "ERR QUEUE must be between 1 and 10000"
 	msgAcquireQueueNoWait = "ERR QUEUE requires WAIT"
+	// A waiter's node became a read-only replica (Redis's text).
+	msgUnblockedReplica = "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
 )

@@ -117,6 +117,17 @@ func (s *Server) serveLocked(qk leaseQKey, now int64) {
 	if len(q) == 0 {
 		return
 	}
+	if s.repl.IsReplica() && !s.replicaWritable {
+		// Became a read-only replica while they waited: no lease can be
+		// taken here any more (Redis unblocks its blocked clients so).
+		for _, lw := range q {
+			lw.resume(redcon.AppendError(nil, msgUnblockedReplica))
+		}
+		clear(q)
+		w.n.Add(-int64(len(q)))
+		delete(w.q, qk)
+		return
+	}
 	nowMS := floorDiv(now, 1e6)
 	var scratch limiter.Leases
 	keep := q[:0]
