@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/limiter"
+	"github.com/cellserver/cellserver/persistence"
 	"github.com/cellserver/cellserver/server"
 	"github.com/redis/go-redis/v9"
 )
@@ -403,4 +405,40 @@ func TestAcquireWaitUnblockedOnReplicaOf(t *testing.T) {
 	if w, q := leaseWaiters(t, obs); w != 0 || q != 0 {
 		t.Fatalf("after: %d waiters, %d queues", w, q)
 	}
+}
+
+// TestAcquireWaitPersisted: the lease a waiter is given when another
+// client releases reaches the persistence store as the key's value.
+func TestAcquireWaitPersisted(t *testing.T) {
+	store := persistence.NewMemory()
+	addr, _ := startWithStore(t, store)
+	ctx := context.Background()
+	newClient := func() *redis.Client {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, PoolSize: 1, MaxRetries: -1, ReadTimeout: 60 * time.Second})
+		t.Cleanup(func() { rdb.Close() })
+		return rdb
+	}
+	a, obs := newClient(), newClient()
+	a.Do(ctx, "CL.ACQUIRE", "k", 1, "1h", "a")
+	out := make(chan awReply, 1)
+	goAcquire(newClient(), "w", out, "k", 1, "1h", "w", "WAIT", "60s")
+	eventually(t, "w queued", waitersAre(t, obs, 1))
+	a.Do(ctx, "CL.RELEASE", "k", "a")
+	wantReply(t, recv(t, out), "w", []int64{0, 1, 0, -1, 3600})
+	var toks []string
+	waitCond(t, "w's lease in the store", func() bool {
+		store.Load(func(db int, key, value []byte) error {
+			if string(key) == "k" {
+				v, _ := persistence.DecodeValue(value)
+				ls, ok := v.Obj.(*limiter.Leases)
+				if !ok {
+					ls = new(limiter.Leases)
+					ls.Unpack(v.N, v.M)
+				}
+				toks = ls.Tokens(time.Now().UnixNano())
+			}
+			return nil
+		})
+		return slices.Equal(toks, []string{"w"})
+	})
 }
