@@ -359,7 +359,6 @@ func runCheck(x *ctx, minArgs, maxArgs int) {
 func cmdFixed(x *ctx)      { runCheck(x, 3, 4) }
 func cmdSliding(x *ctx)    { runCheck(x, 3, 4) }
 func cmdSlidingLog(x *ctx) { runCheck(x, 3, 4) }
-func cmdAcquire(x *ctx)    { runCheck(x, 4, 4) }
 
 // CL.RELEASE key token
 func cmdRelease(x *ctx) {
@@ -381,6 +380,7 @@ func cmdRelease(x *ctx) {
 	} else {
 		k.replace(v, leasesValue(ls, &x.cl.leases, exp))
 	}
+	x.s.serveLeaseQueue(k, now) // a waiter may take what was freed
 	if released {
 		x.int(1)
 	} else {

@@ -541,6 +541,7 @@ func cmdInfo(x *ctx) {
 				return true
 			})
 		}
+		lq, lw := s.leaseWaitCounts()
 		section("Clients",
 			fmt.Sprintf("connected_clients:%d", st.connected),
 			"cluster_connections:0",
@@ -550,6 +551,8 @@ func cmdInfo(x *ctx) {
 			"blocked_clients:0",
 			fmt.Sprintf("tracking_clients:%d", s.track.clients.Load()),
 			"clients_in_timeout_table:0",
+			fmt.Sprintf("lease_wait_queues:%d", lq),
+			fmt.Sprintf("lease_waiters:%d", lw),
 		)
 	}
 	if show("memory", true) {

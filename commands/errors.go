@@ -252,7 +252,7 @@ func errCheckArity(name string) string {
 		"cl.fixed":      "CL.FIXED key limit period quantity [MS]",
 		"cl.sliding":    "CL.SLIDING key limit period quantity [MS]",
 		"cl.slidinglog": "CL.SLIDINGLOG key limit period quantity [MS]",
-		"cl.acquire":    "CL.ACQUIRE key limit lease token [MS]",
+		"cl.acquire":    "CL.ACQUIRE key limit lease token [WAIT timeout [QUEUE n]] [MS]",
 	}[name]
 	return "ERR CL.ALL: incomplete check, expected " + usage
 }
@@ -329,4 +329,13 @@ const (
 	msgPaceMaxWait  = "ERR MAXWAIT must be 0, a number of seconds or a duration such as 250ms, 1.5s, 10m, at most 10 years"
 	msgPaceRate     = "ERR count per period must leave an emission interval (period/count) of at least 1ns"
 	msgPaceBurst    = "ERR max_burst+1 emission intervals (period/count) must span at most 2^62 ns (about 146 years)"
+)
+
+// CL.ACQUIRE ... WAIT timeout [QUEUE n].
+const (
+	msgAcquireWait        = "ERR WAIT timeout must be a positive number of seconds or a duration such as 250ms"
+	msgAcquireQueue       = "ERR QUEUE must be between 1 and 10000"
+	msgAcquireQueueNoWait = "ERR QUEUE requires WAIT"
+	// A waiter's node became a read-only replica (Redis's text).
+	msgUnblockedReplica = "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
 )

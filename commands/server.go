@@ -194,6 +194,8 @@ type Server struct {
 	// clock from the monotonic one (client.wallNS).
 	realClock bool
 
+	lwait leaseWaits // CL.ACQUIRE ... WAIT's queues (leasewait.go)
+
 	table map[string]*Spec // lower-case name -> spec
 	specs []*Spec          // every spec, subcommands included, by id
 
@@ -558,6 +560,7 @@ func (s *Server) Close(c *resp.Conn) {
 		s.unwatchAll(cl)
 		s.track.disable(cl)
 		s.pubsub.drop(cl)
+		s.dropLeaseWaiters(cl)
 	}
 }
 
