@@ -6,7 +6,6 @@ import (
 
 	"github.com/cellserver/cellserver/gcra"
 	"github.com/cellserver/cellserver/keyspace"
-	"github.com/tidwall/redcon"
 )
 
 // GCRA key max-burst tokens-per-period period [TOKENS count]
@@ -94,16 +93,7 @@ func cmdGCRA(x *ctx) {
 			Obj: strconv.AppendInt(nil, r.NewTAT, 10), Exp: r.ExpireMS})
 	}
 	x.decided(r.Limited, k.key)
-	out := redcon.AppendArray(x.c.Out, 5)
-	if r.Limited {
-		out = redcon.AppendInt(out, 1)
-	} else {
-		out = redcon.AppendInt(out, 0)
-	}
-	out = redcon.AppendInt(out, r.MaxTokens)
-	out = redcon.AppendInt(out, r.Available)
-	out = redcon.AppendInt(out, r.RetryAfter)
-	x.c.Out = redcon.AppendInt(out, r.FullBurstAfter)
+	x.tuple(tuple{r.Limited, r.MaxTokens, r.Available, r.RetryAfter, r.FullBurstAfter})
 }
 
 // parseRedisDouble accepts what Redis's getDoubleFromObject accepts: a

@@ -13,6 +13,7 @@ import (
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/limiter"
 	"github.com/cellserver/cellserver/policy"
+	"github.com/tidwall/redcon"
 )
 
 // The limiter family: CL.PEEK, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG,
@@ -28,17 +29,20 @@ type tuple struct {
 	limit, remaining, retry, resetA int64
 }
 
-func (x *ctx) tuple(t tuple) {
-	x.array(5)
+func (x *ctx) tuple(t tuple) { x.c.Out = appendTuple(x.c.Out, t) }
+
+// appendTuple appends t as the five integers of a limiter's reply.
+func appendTuple(b []byte, t tuple) []byte {
+	b = redcon.AppendArray(b, 5)
 	if t.limited {
-		x.int(1)
+		b = redcon.AppendInt(b, 1)
 	} else {
-		x.int(0)
+		b = redcon.AppendInt(b, 0)
 	}
-	x.int(t.limit)
-	x.int(t.remaining)
-	x.int(t.retry)
-	x.int(t.resetA)
+	b = redcon.AppendInt(b, t.limit)
+	b = redcon.AppendInt(b, t.remaining)
+	b = redcon.AppendInt(b, t.retry)
+	return redcon.AppendInt(b, t.resetA)
 }
 
 // units converts a duration in ns for a reply: -1 stays -1 (not

@@ -5,7 +5,6 @@ import (
 
 	"github.com/cellserver/cellserver/gcra"
 	"github.com/cellserver/cellserver/keyspace"
-	"github.com/tidwall/redcon"
 )
 
 // CL.THROTTLE <key> <max_burst> <count per period> <period> [<quantity>]
@@ -65,16 +64,7 @@ func cmdThrottle(x *ctx) {
 		}
 	}
 	x.decided(r.Limited, k.key)
-	out := redcon.AppendArray(x.c.Out, 5)
-	if r.Limited {
-		out = redcon.AppendInt(out, 1)
-	} else {
-		out = redcon.AppendInt(out, 0)
-	}
-	out = redcon.AppendInt(out, r.Limit)
-	out = redcon.AppendInt(out, r.Remaining)
-	out = redcon.AppendInt(out, r.RetryAfter)
-	x.c.Out = redcon.AppendInt(out, r.ResetAfter)
+	x.tuple(tuple{r.Limited, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter})
 }
 
 // storedTAT reads the TAT of a CL.THROTTLE key (0 when v is nil): a GCRA

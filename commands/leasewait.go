@@ -238,19 +238,6 @@ func (s *Server) serveLeaseQueues() bool {
 	return true
 }
 
-func appendTuple(b []byte, t tuple) []byte {
-	b = redcon.AppendArray(b, 5)
-	if t.limited {
-		b = redcon.AppendInt(b, 1)
-	} else {
-		b = redcon.AppendInt(b, 0)
-	}
-	b = redcon.AppendInt(b, t.limit)
-	b = redcon.AppendInt(b, t.remaining)
-	b = redcon.AppendInt(b, t.retry)
-	return redcon.AppendInt(b, t.resetA)
-}
-
 // parseAcquireWait parses CL.ACQUIRE's options after token: WAIT timeout
 // [QUEUE n]. wait is 0 without WAIT.
 func parseAcquireWait(opts [][]byte) (wait int64, queue int, msg string) {
