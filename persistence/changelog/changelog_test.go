@@ -60,11 +60,29 @@ func randomOps(rng *rand.Rand, n, round int) []persistence.Op {
 }
 
 // crashCopy copies dir as a crash would leave it: the files as they are
-// on disk now, with the store still open.
+// on disk now, with the store still open. Pebble deletes obsolete files
+// (an old OPTIONS or WAL) in the background after it opens: when a file
+// vanishes between the listing and the copy, the copy starts over.
+// Callers keep checkpoints from running during the copy.
 func crashCopy(t *testing.T, dir string) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), "crashed")
-	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+	for attempt := 0; ; attempt++ {
+		err := copyTree(dir, dst)
+		if err == nil {
+			return dst
+		}
+		if !errors.Is(err, os.ErrNotExist) || attempt == 20 {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func copyTree(dir, dst string) error {
+	return filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
 		if err != nil {
 			return err
 		}
@@ -86,10 +104,6 @@ func crashCopy(t *testing.T, dir string) string {
 		_, err = io.Copy(out, in)
 		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dst
 }
 
 func segFiles(t *testing.T, dir string) []uint64 {

@@ -322,7 +322,13 @@ func TestReplayedFlushNotLoggedAgain(t *testing.T) {
 	first := crashCopy(t, dir)
 	rs := serve(t, first, Options{CheckpointBytes: 1 << 40})
 	rs.written(t) // whatever the start queued is in the log
+	// The start kicks a checkpoint, which deletes the replayed segment:
+	// copying while it runs would see a file vanish, or half a pebble.
+	// Holding the checkpoint lock copies the directory either before the
+	// checkpoint or after it, and a crash at either point must keep want.
+	rs.s.ckMu.Lock()
 	second := crashCopy(t, first)
+	rs.s.ckMu.Unlock()
 	rs.close(t)
 	r := open(t, second, persistence.OpenOptions{}, Options{})
 	defer r.Close()
