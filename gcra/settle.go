@@ -1,0 +1,35 @@
+package gcra
+
+// Settle returns the TAT after a reservation settles: delta more units
+// (actual - reserved) at ei ns per unit, given back when delta < 0. It
+// works as Decide with a quantity of delta that is never refused: the new
+// TAT is max(TAT, now) + delta*ei, so units taken beyond the bucket put
+// the key into debt (later requests wait until the TAT recedes), and
+// units given back bring the TAT back, never before now (a full bucket
+// holds no more). tat is read only when exists.
+//
+// ttlMillis is trunc((new TAT - now) / 1 ms), >= 0: how long the state
+// matters. Settle does not allocate.
+func Settle(now int64, tat uint64, exists bool, ei, delta int64) (newTAT uint64, ttlMillis int64) {
+	t0 := i128FromInt64(now)
+	base := t0
+	if exists {
+		if old := i128FromUint64(tat); old.cmp(t0) > 0 {
+			base = old
+		}
+	}
+	next := base.add(mulInt64(delta, ei))
+	if next.cmp(t0) < 0 {
+		next = t0
+	}
+	ms, _ := next.sub(t0).quoRem(nsPerMillisecond)
+	return next.lo, satInt64(ms)
+}
+
+// satInt64 is a as an int64, saturating at math.MaxInt64 (a >= 0).
+func satInt64(a i128) int64 {
+	if a.hi != 0 || a.lo > 1<<63-1 {
+		return 1<<63 - 1
+	}
+	return int64(a.lo)
+}
