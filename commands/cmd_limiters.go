@@ -32,8 +32,12 @@ type tuple struct {
 func (x *ctx) tuple(t tuple) { x.c.Out = appendTuple(x.c.Out, t) }
 
 // appendTuple appends t as the five integers of a limiter's reply.
-func appendTuple(b []byte, t tuple) []byte {
-	b = redcon.AppendArray(b, 5)
+func appendTuple(b []byte, t tuple) []byte { return appendTupleIn(b, 5, t) }
+
+// appendTupleIn appends the header of an array of n >= 5 elements and t's
+// five integers as its first ones; the caller appends the others.
+func appendTupleIn(b []byte, n int, t tuple) []byte {
+	b = redcon.AppendArray(b, n)
 	if t.limited {
 		b = redcon.AppendInt(b, 1)
 	} else {
@@ -108,6 +112,12 @@ type check struct {
 	pol    *policy.Policy
 	shadow bool
 
+	// CL.RESERVE: the reservation's ttl in ns, and its id once apply
+	// recorded it (-1 until then).
+	reserve bool
+	ttl     int64
+	id      int64
+
 	// Set by decide, used by apply.
 	t         tuple
 	gres      gcra.Result
@@ -161,6 +171,8 @@ func (c *check) parse(name string, args [][]byte) (msg string) {
 			}
 		}
 		return ""
+	case "cl.reserve":
+		return c.parseReserve(args)
 	case "cl.acquire":
 		c.kind = keyspace.KindLeases
 		n, ok := parseRedisInt(args[1])
@@ -187,6 +199,18 @@ func (c *check) decide(v *keyspace.Value, now int64, scratch *limiter.Leases) st
 	if v != nil && v.Kind != c.kind && !(c.kind == keyspace.KindGCRA && v.Kind == keyspace.KindString) {
 		return msgWrongType
 	}
+	if msg := c.decideKind(limiterState(v, floorDiv(now, 1e6)), now, scratch); msg != "" {
+		return msg
+	}
+	if c.reserve && !c.t.limited {
+		c.store = true // the reservation is written even when the state is not
+		return reserveRoom(v, now)
+	}
+	return ""
+}
+
+// decideKind is decide for v as the limiter sees it (limiterState).
+func (c *check) decideKind(v *keyspace.Value, now int64, scratch *limiter.Leases) string {
 	switch c.kind {
 	case keyspace.KindGCRA:
 		tat, msg := storedTAT(v)
@@ -249,7 +273,7 @@ func (c *check) needsRoom(v *keyspace.Value) bool {
 		return false
 	}
 	switch {
-	case v == nil:
+	case v == nil, c.reserve:
 		return true
 	case c.kind == keyspace.KindLog:
 		return c.q > 0
@@ -285,6 +309,11 @@ func (c *check) apply(k *rkey, v *keyspace.Value, now int64, scratch *limiter.Le
 	case keyspace.KindLeases:
 		ls := leasesOf(v, scratch)
 		nv = leasesValue(ls, scratch, ls.Apply(now, c.per, c.token))
+	}
+	if c.reserve {
+		c.record(v, &nv, now)
+	} else {
+		keepReservations(v, &nv, now)
 	}
 	k.replace(v, nv)
 }
@@ -467,7 +496,7 @@ func cmdAll(x *ctx) {
 	x.decided(!admitted, limitedKey)
 	x.array(len(checks))
 	for i := range checks {
-		x.tuple(checks[i].t)
+		checks[i].reply(x)
 	}
 }
 
@@ -547,6 +576,15 @@ func parseChecks(checks []check, args [][]byte) ([]check, string) {
 			break
 		}
 		name, n := checkName(lowerInto(lower[:0], args[i]))
+		if n < 0 {
+			if n = reserveArity(args[i+1:]); n == 0 {
+				msg = msgReserveKindAll
+				if i+2 >= len(args) {
+					msg = errCheckArity(name)
+				}
+				break
+			}
+		}
 		if n == 0 {
 			msg = errUnknownCheck(string(args[i]))
 			break
@@ -610,11 +648,12 @@ func dupSorted(n int, key func(int) []byte, compare func(a, b []byte) int) bool 
 }
 
 // checkNames lists the limiter commands that CL.ALL takes as checks.
-var checkNames = []string{"cl.throttle", "cl.fixed", "cl.sliding", "cl.slidinglog", "cl.acquire"}
+var checkNames = []string{"cl.throttle", "cl.fixed", "cl.sliding", "cl.slidinglog", "cl.acquire", "cl.reserve"}
 
 // checkName returns the interned name of a limiter command (lower-case)
 // and how many arguments follow it inside CL.ALL (quantity explicit, MS
-// not counted), without allocating; for any other b, string(b) and 0.
+// not counted; -1 for CL.RESERVE, whose count depends on its kind: see
+// reserveArity), without allocating; for any other b, string(b) and 0.
 func checkName(b []byte) (string, int) {
 	switch string(b) { // a switch on string(b) does not allocate
 	case "cl.throttle":
@@ -627,6 +666,8 @@ func checkName(b []byte) (string, int) {
 		return "cl.slidinglog", 4
 	case "cl.acquire":
 		return "cl.acquire", 4
+	case "cl.reserve":
+		return "cl.reserve", -1
 	}
 	return string(b), 0
 }
@@ -639,6 +680,9 @@ func allKeys(dst []int, args [][]byte) []int {
 	var lower [16]byte
 	for i := 1; i < len(args); {
 		_, n := checkName(lowerInto(lower[:0], args[i]))
+		if n < 0 {
+			n = reserveArity(args[i+1:])
+		}
 		if n == 0 || i+1+n > len(args) {
 			return dst[:start]
 		}
@@ -693,6 +737,9 @@ func cmdLimiterInfo(x *ctx) {
 		toks := leasesOf(v, &x.cl.leases).Tokens(now)
 		sort.Strings(toks)
 		f = []field{{"kind", "concurrency"}, {"leases", int64(len(toks))}, {"tokens", toks}}
+	}
+	if res := reservationsOf(v); res != nil {
+		f = append(f, field{"reservations", int64(res.Live(now))}, field{"reservations_open", int64(res.Open(now))})
 	}
 	f = append(f, field{"ttl_ms", ttl})
 	x.mapLen(len(f))

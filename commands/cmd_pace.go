@@ -28,12 +28,13 @@ func cmdPace(x *ctx) {
 	now := x.clockNS()
 	nowMS := floorDiv(now, 1e6)
 	v := k.lookup(nowMS)
-	tat, msg := storedTAT(v)
+	sv := limiterState(v, nowMS)
+	tat, msg := storedTAT(sv)
 	if msg != "" {
 		x.errorReply(msg)
 		return
 	}
-	r, err := gcra.Pace(now, tat, v != nil, p)
+	r, err := gcra.Pace(now, tat, sv != nil, p)
 	switch {
 	case errors.Is(err, gcra.ErrZeroRate):
 		x.errorReply(msgPaceRate)
@@ -47,7 +48,9 @@ func cmdPace(x *ctx) {
 			x.oom()
 			return
 		}
-		k.replace(v, keyspace.Value{Kind: keyspace.KindGCRA, N: r.NewTAT, Exp: r.ExpireAtMillis})
+		nv := keyspace.Value{Kind: keyspace.KindGCRA, N: r.NewTAT, Exp: r.ExpireAtMillis}
+		keepReservations(v, &nv, now)
+		k.replace(v, nv)
 	}
 	x.decided(r.Limited, k.key)
 	x.tuple(tuple{r.Limited, r.Limit, r.Remaining, units(r.Wait, ms), units(r.ResetAfter, ms)})

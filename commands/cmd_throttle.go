@@ -36,12 +36,13 @@ func cmdThrottle(x *ctx) {
 	now := x.clockNS()
 	nowMS := floorDiv(now, 1e6)
 	v := k.lookup(nowMS)
-	tat, msg := storedTAT(v)
+	sv := limiterState(v, nowMS) // v, unless only its reservations live
+	tat, msg := storedTAT(sv)
 	if msg != "" {
 		x.errorReply(msg)
 		return
 	}
-	r, err := gcra.Decide(now, tat, v != nil, p)
+	r, err := gcra.Decide(now, tat, sv != nil, p)
 	if err != nil { // unreachable: the rate was checked above
 		x.errorReply(msgCellZeroRate)
 		return
@@ -55,6 +56,7 @@ func cmdThrottle(x *ctx) {
 		if r.TTLMillis >= 0 {
 			nv.Exp = nowMS + r.TTLMillis
 		}
+		keepReservations(v, &nv, now)
 		k.replace(v, nv)
 		if r.TTLMillis < -1 {
 			// redis-cell has written the value already and SetExpire fails:

@@ -233,7 +233,7 @@ func TestAllDupKeysModel(t *testing.T) {
 				case 0:
 					args = append(args, "CL.BOGUS", k, "1")
 					if want == "" {
-						want = "-ERR CL.ALL: unknown check 'CL.BOGUS' (expected CL.THROTTLE, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG or CL.ACQUIRE)\r\n"
+						want = "-ERR CL.ALL: unknown check 'CL.BOGUS' (expected CL.THROTTLE, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG, CL.ACQUIRE or CL.RESERVE)\r\n"
 					}
 				case 1:
 					args = append(args, "cl.fixed", k, "0", "60", "0")

@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/cellserver/cellserver/replication"
@@ -243,7 +244,7 @@ const (
 )
 
 func errUnknownCheck(name string) string {
-	return "ERR CL.ALL: unknown check '" + cstr([]byte(name)) + "' (expected CL.THROTTLE, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG or CL.ACQUIRE)"
+	return "ERR CL.ALL: unknown check '" + cstr([]byte(name)) + "' (expected CL.THROTTLE, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG, CL.ACQUIRE or CL.RESERVE)"
 }
 
 func errCheckArity(name string) string {
@@ -253,6 +254,7 @@ func errCheckArity(name string) string {
 		"cl.sliding":    "CL.SLIDING key limit period quantity [MS]",
 		"cl.slidinglog": "CL.SLIDINGLOG key limit period quantity [MS]",
 		"cl.acquire":    "CL.ACQUIRE key limit lease token [WAIT timeout [QUEUE n]] [MS]",
+		"cl.reserve":    "CL.RESERVE key THROTTLE|FIXED|SLIDING|SLIDINGLOG args... quantity ttl [MS]",
 	}[name]
 	return "ERR CL.ALL: incomplete check, expected " + usage
 }
@@ -320,6 +322,24 @@ const (
 // errGCRA is the wire text of a gcra.DecideDraft error: its text without
 // the Go package prefix.
 func errGCRA(err error) string { return "ERR " + strings.TrimPrefix(err.Error(), "gcra: ") }
+
+// CL.RESERVE, CL.SETTLE and CL.CANCEL.
+const (
+	msgReserveKind         = "ERR reservation kind must be THROTTLE, FIXED, SLIDING or SLIDINGLOG: CL.RESERVE key THROTTLE|FIXED|SLIDING|SLIDINGLOG args... quantity ttl [MS]"
+	msgReserveKindAll      = "ERR CL.ALL: unknown reservation kind (expected CL.RESERVE key THROTTLE|FIXED|SLIDING|SLIDINGLOG args... quantity ttl [MS])"
+	msgReserveQuantity     = "ERR quantity must not be negative for CL.RESERVE"
+	msgReserveTTL          = "ERR ttl must be a positive number of seconds or a duration such as 250ms, 1.5s, 10m, 1h, at most 10 years"
+	msgTooManyReservations = "ERR too many reservations on the key (at most 10000 until some end)"
+	msgReservationID       = "ERR reservation id must be a positive integer"
+	msgSettleActual        = "ERR actual must be a non-negative integer"
+	msgNoReservation       = "ERR no such reservation (unknown id, or its ttl ended)"
+)
+
+// errSettled is CL.SETTLE's and CL.CANCEL's error for a reservation
+// already settled with another actual (a cancel settles with 0).
+func errSettled(actual int64) string {
+	return "ERR reservation already settled with actual " + strconv.FormatInt(actual, 10)
+}
 
 // CL.PACE's texts (a bad period gets msgPeriod).
 const (

@@ -382,7 +382,7 @@ func TestAllArgumentsAndKeys(t *testing.T) {
 	}{
 		{[]any{"CL.ALL", "CL.FIXED", "a", 1, "1s", 1, "CL.FIXED", "b", 1}, "ERR CL.ALL: incomplete check, expected CL.FIXED key limit period quantity [MS]"},
 		{[]any{"CL.ALL", "CL.THROTTLE", "a", 1, 1, 1}, "ERR CL.ALL: incomplete check, expected CL.THROTTLE key max_burst count period quantity [MS]"},
-		{[]any{"CL.ALL", "GET", "a", 1, "1s", 1}, "ERR CL.ALL: unknown check 'GET' (expected CL.THROTTLE, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG or CL.ACQUIRE)"},
+		{[]any{"CL.ALL", "GET", "a", 1, "1s", 1}, "ERR CL.ALL: unknown check 'GET' (expected CL.THROTTLE, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG, CL.ACQUIRE or CL.RESERVE)"},
 		{[]any{"CL.ALL", "CL.FIXED", "a", 1, "1s", 1, "CL.SLIDING", "a", 1, "1s", 1}, "ERR CL.ALL checks must use distinct keys"},
 		{[]any{"CL.ALL", "CL.FIXED", "a", 0, "1s", 1}, "ERR limit must be a positive integer"},
 	} {
@@ -458,7 +458,7 @@ func TestAllThrottleMS(t *testing.T) {
 		t.Fatalf("GETKEYS: %v %v", keys, err)
 	}
 
-	unknownMS := "ERR CL.ALL: unknown check 'MS' (expected CL.THROTTLE, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG or CL.ACQUIRE)"
+	unknownMS := "ERR CL.ALL: unknown check 'MS' (expected CL.THROTTLE, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG, CL.ACQUIRE or CL.RESERVE)"
 	for _, tc := range []struct {
 		args []any
 		want string

@@ -92,10 +92,11 @@ func TestKeyPositions(t *testing.T) {
 }
 
 // checkName knows every name of checkNames, with its argument count inside
-// CL.ALL (the README's syntax: key, parameters, quantity), without
+// CL.ALL (the README's syntax: key, parameters, quantity; -1 for
+// CL.RESERVE, whose count its kind gives), without
 // allocating.
 func TestCheckNameInternsEveryCheck(t *testing.T) {
-	args := map[string]int{"cl.throttle": 5, "cl.fixed": 4, "cl.sliding": 4, "cl.slidinglog": 4, "cl.acquire": 4}
+	args := map[string]int{"cl.throttle": 5, "cl.fixed": 4, "cl.sliding": 4, "cl.slidinglog": 4, "cl.acquire": 4, "cl.reserve": -1}
 	if len(args) != len(checkNames) {
 		t.Errorf("checkNames %v, want the checks %v", checkNames, args)
 	}

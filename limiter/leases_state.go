@@ -39,7 +39,13 @@ const leasesBytes = 104
 
 // MemSize estimates the memory of the log in bytes: LogEntryBytes per
 // entry of capacity, plus the slice header and the total.
-func (l *Log) MemSize() int { return 32 + cap(l.Entries)*LogEntryBytes }
+func (l *Log) MemSize() int {
+	n := 40 + cap(l.Entries)*LogEntryBytes
+	if l.Res != nil {
+		n += l.Res.MemSize()
+	}
+	return n
+}
 
 // PackedTokenLen is the longest token that a packed Leases holds.
 const PackedTokenLen = 7

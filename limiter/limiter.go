@@ -250,6 +250,8 @@ const LogEntryBytes = 16
 type Log struct {
 	Entries []LogEntry
 	Units   int64
+	// Res holds the log's reservations (CL.RESERVE), nil when none.
+	Res *Reservations
 }
 
 // live returns the index of the first entry still inside (now-period, now]

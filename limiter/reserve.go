@@ -98,8 +98,11 @@ func (rs *Reservations) Prune(now int64) {
 // JavaScript number) until the year 2255. Add fails with
 // ErrTooManyReservations when the key holds MaxReservations.
 func (rs *Reservations) Add(now, at, deadline, reserved, unit int64) (int64, error) {
-	if len(rs.List) >= MaxReservations {
+	if len(rs.List) >= MaxReservations && rs.Live(now) >= MaxReservations {
 		return 0, ErrTooManyReservations
+	}
+	if len(rs.List) >= MaxReservations {
+		rs.Prune(now)
 	}
 	id := floorDiv(now, 1000)
 	if id <= rs.LastID {
@@ -141,11 +144,24 @@ func (rs *Reservations) Settle(now, id, actual int64) (r Reservation, delta int6
 	return *p, actual - p.Reserved, true, nil
 }
 
-// Open returns how many reservations are not settled yet.
-func (rs *Reservations) Open() int {
+// Live returns how many reservations are alive at now (ns): not past
+// their deadline, open or settled.
+func (rs *Reservations) Live(now int64) int {
 	n := 0
 	for _, r := range rs.List {
-		if r.Actual < 0 {
+		if now <= r.Deadline {
+			n++
+		}
+	}
+	return n
+}
+
+// Open returns how many reservations are alive at now (ns) and not
+// settled yet.
+func (rs *Reservations) Open(now int64) int {
+	n := 0
+	for _, r := range rs.List {
+		if r.Actual < 0 && now <= r.Deadline {
 			n++
 		}
 	}

@@ -13,8 +13,14 @@ import (
 )
 
 // ValueFormat is the version of the value encoding that EncodeValue writes
-// and DecodeValue reads. It is the first byte of every encoded value.
+// for values without reservations, and the first byte of every encoded
+// value. A value holding reservations is written as ReservedFormat, which
+// older binaries refuse (DecodeValue reads both).
 const ValueFormat = 1
+
+// ReservedFormat is version 2: version 1 followed by the value's
+// reservations (CL.RESERVE), written only when it holds some.
+const ReservedFormat = 2
 
 // The value encoding, version 1. All fixed-width integers are little-endian;
 // uvarints are encoding/binary's, and must be minimal (the shortest form)
@@ -40,6 +46,14 @@ const ValueFormat = 1
 //	             are 0 (a value whose one lease is packed into N and M is
 //	             written as its lease list, and DecodeValue packs it again)
 //
+// Version 2 (ReservedFormat) is version 1 with, after the kind's object
+// (gcra, fixed, sliding, slidinglog only), the reservations:
+//
+//	uvarint count c (>= 1, at most limiter.MaxReservations); c records
+//	of ID, At, Deadline, Reserved, Actual, Unit (int64 each; IDs
+//	strictly increasing, Reserved >= 0, Actual >= -1, Unit >= 1);
+//	LastID int64 (>= the last ID); StateExp int64 (>= 0)
+//
 // DecodeValue rejects anything else: a short or long input, an unknown kind,
 // a count that the remaining bytes cannot hold, a non-minimal uvarint, a
 // Units that disagrees with the entries, leases out of order, or
@@ -64,12 +78,22 @@ func EncodeValue(dst []byte, v keyspace.Value) []byte {
 		packed.Unpack(v.N, v.M)
 		v.N, v.M = 0, 0
 	}
-	dst = append(dst, ValueFormat, byte(v.Kind))
+	res := reservationsIn(v)
+	format := byte(ValueFormat)
+	if res != nil {
+		format = ReservedFormat
+	}
+	dst = append(dst, format, byte(v.Kind))
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(v.Exp))
 	dst = binary.LittleEndian.AppendUint64(dst, v.N)
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(v.M))
 	switch v.Kind {
 	case keyspace.KindGCRA, keyspace.KindFixed, keyspace.KindSliding:
+		switch v.Obj.(type) {
+		case nil, *limiter.Reservations:
+		default:
+			panic(fmt.Sprintf("persistence: EncodeValue: %s value holds %T, want nil or *limiter.Reservations", v.Kind, v.Obj))
+		}
 	case keyspace.KindString:
 		switch s := v.Obj.(type) {
 		case nil:
@@ -123,7 +147,74 @@ func EncodeValue(dst []byte, v keyspace.Value) []byte {
 	default:
 		panic(fmt.Sprintf("persistence: EncodeValue: unknown kind %d", v.Kind))
 	}
+	if res != nil {
+		dst = binary.AppendUvarint(dst, uint64(len(res.List)))
+		for _, r := range res.List {
+			for _, x := range [...]int64{r.ID, r.At, r.Deadline, r.Reserved, r.Actual, r.Unit} {
+				dst = binary.LittleEndian.AppendUint64(dst, uint64(x))
+			}
+		}
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(res.LastID))
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(res.StateExp))
+	}
 	return dst
+}
+
+// reservationsIn returns the reservations v holds, or nil when it holds
+// none (nil, or an empty list: version 1 is then written).
+func reservationsIn(v keyspace.Value) *limiter.Reservations {
+	var res *limiter.Reservations
+	switch o := v.Obj.(type) {
+	case *limiter.Reservations:
+		res = o
+	case *limiter.Log:
+		if o != nil {
+			res = o.Res
+		}
+	}
+	if res == nil || len(res.List) == 0 {
+		return nil
+	}
+	return res
+}
+
+// reservationRecordSize is the encoded size of one limiter.Reservation.
+const reservationRecordSize = 6 * 8
+
+// reservations reads version 2's reservations.
+func (r *reader) reservations() (*limiter.Reservations, error) {
+	n, err := r.count(reservationRecordSize)
+	if err != nil {
+		return nil, err
+	}
+	if n < 1 || n > limiter.MaxReservations {
+		return nil, corruptf("%s value: %d reservations, want 1 to %d", r.kind, n, limiter.MaxReservations)
+	}
+	res := &limiter.Reservations{List: make([]limiter.Reservation, n)}
+	for i := range res.List {
+		var f [6]int64
+		for j := range f {
+			f[j], _ = r.int64() // count checked the room
+		}
+		rv := limiter.Reservation{ID: f[0], At: f[1], Deadline: f[2], Reserved: f[3], Actual: f[4], Unit: f[5]}
+		if i > 0 && rv.ID <= res.List[i-1].ID {
+			return nil, corruptf("%s value: reservation %d out of order or repeated", r.kind, i)
+		}
+		if rv.Reserved < 0 || rv.Actual < -1 || rv.Unit < 1 {
+			return nil, corruptf("%s value: reservation %d has reserved %d, actual %d, unit %d", r.kind, i, rv.Reserved, rv.Actual, rv.Unit)
+		}
+		res.List[i] = rv
+	}
+	if res.LastID, err = r.int64(); err != nil {
+		return nil, err
+	}
+	if res.StateExp, err = r.int64(); err != nil {
+		return nil, err
+	}
+	if res.LastID < res.List[n-1].ID || res.StateExp < 0 {
+		return nil, corruptf("%s value: reservations' last id %d, state expiry %d", r.kind, res.LastID, res.StateExp)
+	}
+	return res, nil
 }
 
 // DecodeValue decodes an encoding made by EncodeValue. The result does not
@@ -134,8 +225,8 @@ func DecodeValue(b []byte) (keyspace.Value, error) {
 	if len(b) == 0 {
 		return v, corruptf("empty value")
 	}
-	if b[0] != ValueFormat {
-		return v, fmt.Errorf("%w: %w: value format version %d, want %d", ErrCorrupt, ErrFormat, b[0], ValueFormat)
+	if b[0] != ValueFormat && b[0] != ReservedFormat {
+		return v, fmt.Errorf("%w: %w: value format version %d, want %d or %d", ErrCorrupt, ErrFormat, b[0], ValueFormat, ReservedFormat)
 	}
 	if len(b) < headerSize {
 		return v, corruptf("value truncated: %d bytes, the header alone is %d", len(b), headerSize)
@@ -212,6 +303,23 @@ func DecodeValue(b []byte) (keyspace.Value, error) {
 		}
 	default:
 		return keyspace.Value{}, corruptf("unknown value kind %d", b[1])
+	}
+	if b[0] == ReservedFormat {
+		var res *limiter.Reservations
+		var err error
+		switch v.Kind {
+		case keyspace.KindGCRA, keyspace.KindFixed, keyspace.KindSliding:
+			res, err = r.reservations()
+			v.Obj = res
+		case keyspace.KindLog:
+			res, err = r.reservations()
+			v.Obj.(*limiter.Log).Res = res
+		default:
+			err = corruptf("%s value: a %s value holds no reservations", v.Kind, v.Kind)
+		}
+		if err != nil {
+			return keyspace.Value{}, err
+		}
 	}
 	if len(r.b) != 0 {
 		return keyspace.Value{}, corruptf("%s value: %d trailing bytes", v.Kind, len(r.b))

@@ -304,7 +304,7 @@ func TestDecodeCorrupt(t *testing.T) {
 				mustCorrupt(t, fmt.Sprintf("%s with kind byte %d", k, kind), b)
 				cases++
 			}
-			for _, version := range []byte{0, ValueFormat + 1, 0xff} {
+			for _, version := range []byte{0, ReservedFormat + 1, 0xff} {
 				b := bytes.Clone(enc)
 				b[0] = version
 				_, err := DecodeValue(b)

@@ -1,0 +1,330 @@
+package commands
+
+import (
+	"errors"
+	"math"
+
+	"github.com/cellserver/cellserver/gcra"
+	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/limiter"
+)
+
+// Reservations (CL.RESERVE, CL.SETTLE, CL.CANCEL): units admitted before
+// their real cost is known. A reservation is decided and counted exactly
+// as the plain limiter command with its quantity; when admitted it is
+// recorded in the key (limiter.Reservations: in Value.Obj for the scalar
+// kinds, in the limiter.Log for the sliding log) and its id returned.
+// Settling applies actual - reserved to the limiter's state (see
+// limiter's reserve.go for what each kind does with it); cancelling is
+// settling with 0. The key lives until the later of its limiter state's
+// own expiry and its last reservation's deadline; past the former, the
+// state counts as absent (limiterState).
+
+// reserveKinds maps CL.RESERVE's kind word (lower-case) to the limiter
+// command whose arguments follow, and how many (quantity included).
+func reserveKind(b []byte) (name string, n int) {
+	var lower [16]byte
+	switch string(lowerInto(lower[:0], b)) {
+	case "throttle":
+		return "cl.throttle", 4
+	case "fixed":
+		return "cl.fixed", 3
+	case "sliding":
+		return "cl.sliding", 3
+	case "slidinglog":
+		return "cl.slidinglog", 3
+	}
+	return "", 0
+}
+
+// reserveArity returns how many arguments follow CL.RESERVE (key, kind,
+// the kind's arguments, ttl) given the arguments after it (at least the
+// key and the kind), or 0 for an unknown kind.
+func reserveArity(args [][]byte) int {
+	if len(args) < 2 {
+		return 0
+	}
+	_, n := reserveKind(args[1])
+	if n == 0 {
+		return 0
+	}
+	return 2 + n + 1
+}
+
+// parseReserve sets c, which must be zero, to CL.RESERVE key kind
+// args... ttl (args: from the key on, MS removed). It returns an error
+// text or "".
+func (c *check) parseReserve(args [][]byte) string {
+	name, n := reserveKind(args[1])
+	if n == 0 {
+		return msgReserveKind
+	}
+	if len(args) != 2+n+1 {
+		return errWrongArity("cl.reserve")
+	}
+	var buf [5][]byte
+	sub := append(buf[:0], args[0])
+	sub = append(sub, args[2:2+n]...)
+	if msg := c.parse(name, sub); msg != "" {
+		return msg
+	}
+	q := c.q
+	if c.kind == keyspace.KindGCRA {
+		q = c.gp.Quantity
+	}
+	if q < 0 {
+		return msgReserveQuantity
+	}
+	ttl, ok := parsePeriod(args[len(args)-1])
+	if !ok {
+		return msgReserveTTL
+	}
+	c.reserve, c.ttl, c.id = true, ttl, -1
+	return ""
+}
+
+// reservationsOf returns the reservations v holds (nil: none, or v nil).
+func reservationsOf(v *keyspace.Value) *limiter.Reservations {
+	if v == nil {
+		return nil
+	}
+	switch o := v.Obj.(type) {
+	case *limiter.Reservations:
+		return o
+	case *limiter.Log:
+		return o.Res
+	}
+	return nil
+}
+
+// limiterState returns v as its limiter sees it: nil when v holds
+// reservations and its scalar limiter state ended (Reservations.StateExp
+// before nowMS), the key living on for the reservations only. A sliding
+// log's entries age out by themselves.
+func limiterState(v *keyspace.Value, nowMS int64) *keyspace.Value {
+	if res := reservationsOf(v); res != nil && v.Kind != keyspace.KindLog && res.StateExp != 0 && nowMS > res.StateExp {
+		return nil
+	}
+	return v
+}
+
+// keepReservations carries the reservations of v, the key's value before
+// a limiter command, into nv, the value it stores (see
+// attachReservations); the ended ones are dropped.
+func keepReservations(v, nv *keyspace.Value, now int64) {
+	if res := reservationsOf(v); res != nil {
+		res.Prune(now)
+		attachReservations(nv, res)
+	}
+}
+
+// attachReservations makes nv, a limiter state whose Exp is its own
+// expiry, hold res: the state's expiry becomes res.StateExp and the key's
+// the later of it and the last deadline. An empty res is dropped.
+func attachReservations(nv *keyspace.Value, res *limiter.Reservations) {
+	if len(res.List) == 0 {
+		res = nil
+	} else {
+		res.StateExp = nv.Exp
+		nv.Exp = res.Expiry()
+	}
+	if nv.Kind == keyspace.KindLog {
+		nv.Obj.(*limiter.Log).Res = res
+	} else if res != nil {
+		nv.Obj = res
+	} else {
+		nv.Obj = nil
+	}
+}
+
+// record adds c's reservation to the key's reservations (those of v, or
+// new ones) and makes nv hold them: c was admitted, nv is its new state.
+func (c *check) record(v, nv *keyspace.Value, now int64) {
+	res := reservationsOf(v)
+	if res == nil {
+		res = new(limiter.Reservations)
+	}
+	res.Prune(now)
+	at, unit, q := now, c.per, c.q
+	switch c.kind {
+	case keyspace.KindGCRA:
+		unit, q = gcra.EmissionInterval(c.gp.Count, c.gp.Period), c.gp.Quantity
+	case keyspace.KindFixed, keyspace.KindSliding:
+		at = max(now, nv.M) // the window counted in, if the clock went back
+	case keyspace.KindLog:
+		if l := nv.Obj.(*limiter.Log); q > 0 && len(l.Entries) > 0 {
+			at = l.Entries[len(l.Entries)-1].T // the entry holding the units
+		}
+	}
+	id, err := res.Add(now, at, now+c.ttl, q, unit)
+	if err != nil { // decide checked the room: cannot happen
+		id = -1
+	}
+	c.id = id
+	attachReservations(nv, res)
+}
+
+// reserveRoom returns an error text when a reservation admitted on v
+// could not be recorded (the key holds limiter.MaxReservations).
+func reserveRoom(v *keyspace.Value, now int64) string {
+	if res := reservationsOf(v); res != nil && res.Live(now) >= limiter.MaxReservations {
+		return msgTooManyReservations
+	}
+	return ""
+}
+
+// reply writes c's reply: its tuple, and for a reservation a sixth
+// integer, the reservation's id (-1 when nothing was reserved).
+func (c *check) reply(x *ctx) {
+	if !c.reserve {
+		x.tuple(c.t)
+		return
+	}
+	x.c.Out = appendTupleIn(x.c.Out, 6, c.t)
+	x.int(c.id)
+}
+
+// CL.RESERVE key THROTTLE|FIXED|SLIDING|SLIDINGLOG <the command's
+// arguments, quantity included> ttl [MS]
+func cmdReserve(x *ctx) {
+	args, ms := trailingMS(x.args[1:])
+	if len(args) < 2 {
+		x.errorReply(errWrongArity(x.spec.Name))
+		return
+	}
+	var c check
+	if msg := c.parseReserve(args); msg != "" {
+		x.errorReply(msg)
+		return
+	}
+	c.ms = ms
+	k := &x.keys[0]
+	now := x.clockNS()
+	v := k.lookup(floorDiv(now, 1e6))
+	if msg := c.decide(v, now, &x.cl.leases); msg != "" {
+		x.errorReply(msg)
+		return
+	}
+	if c.expireErr {
+		x.errorReply(msgCellExpire)
+		return
+	}
+	if c.needsRoom(v) && !x.s.ks.CanInsert() {
+		x.oom()
+		return
+	}
+	c.apply(k, v, now, &x.cl.leases)
+	x.decided(c.t.limited, c.key)
+	c.reply(x)
+}
+
+// CL.SETTLE key id actual
+func cmdSettle(x *ctx) {
+	actual, ok := parseRedisInt(x.args[3])
+	if !ok || actual < 0 {
+		x.errorReply(msgSettleActual)
+		return
+	}
+	settle(x, actual)
+}
+
+// CL.CANCEL key id: CL.SETTLE key id 0.
+func cmdCancel(x *ctx) { settle(x, 0) }
+
+// settle settles the reservation x.args[2] of the key with actual units
+// and replies [reserved, actual, reserved - actual].
+func settle(x *ctx, actual int64) {
+	id, ok := parseRedisInt(x.args[2])
+	if !ok || id < 1 {
+		x.errorReply(msgReservationID)
+		return
+	}
+	k := &x.keys[0]
+	now := x.clockNS()
+	nowMS := floorDiv(now, 1e6)
+	v := k.lookup(nowMS)
+	if v != nil {
+		switch v.Kind {
+		case keyspace.KindGCRA, keyspace.KindFixed, keyspace.KindSliding, keyspace.KindLog:
+		default:
+			x.errorReply(msgWrongType)
+			return
+		}
+	}
+	res := reservationsOf(v)
+	if res == nil {
+		x.errorReply(msgNoReservation)
+		return
+	}
+	if p := res.Find(now, id); p != nil && p.Actual < 0 && actual > p.Reserved &&
+		v.Kind == keyspace.KindLog && !x.s.ks.CanInsert() {
+		x.oom() // a log grows by the units taken
+		return
+	}
+	r, delta, apply, err := res.Settle(now, id, actual)
+	switch {
+	case errors.Is(err, limiter.ErrSettled):
+		x.errorReply(errSettled(r.Actual))
+		return
+	case err != nil:
+		x.errorReply(msgNoReservation)
+		return
+	}
+	if apply {
+		nv := settled(v, limiterState(v, nowMS), res, r, delta, now)
+		res.Prune(now)
+		attachReservations(&nv, res)
+		k.replace(v, nv)
+	}
+	x.array(3)
+	x.int(r.Reserved)
+	x.int(actual)
+	x.int(r.Reserved - actual)
+}
+
+// settled returns the key's limiter state after delta units of
+// reservation r settle, its Exp the state's own expiry. v is the key's
+// value, state the limiter's view of it (limiterState), res v's
+// reservations.
+func settled(v, state *keyspace.Value, res *limiter.Reservations, r limiter.Reservation, delta, now int64) keyspace.Value {
+	keep := keyspace.Value{Kind: v.Kind, N: v.N, M: v.M, Exp: res.StateExp}
+	switch v.Kind {
+	case keyspace.KindGCRA:
+		var tat uint64
+		if state != nil {
+			tat = state.N
+		}
+		newTAT, ttl := gcra.Settle(now, tat, state != nil, r.Unit, delta)
+		exp := int64(math.MaxInt64)
+		if nowMS := floorDiv(now, 1e6); ttl < math.MaxInt64-nowMS {
+			exp = nowMS + ttl
+		}
+		return keyspace.Value{Kind: keyspace.KindGCRA, N: newTAT, Exp: exp}
+	case keyspace.KindFixed:
+		var st limiter.FixedState
+		if state != nil && state.M%r.Unit == 0 {
+			st = limiter.FixedState{Window: state.M / r.Unit, Count: int64(state.N)}
+		} else if state != nil {
+			st.Window = math.MinInt64 // another period's window
+		}
+		next, store, exp := limiter.FixedSettle(st, state != nil, now, r.Unit, r.At, delta)
+		if !store {
+			return keep
+		}
+		return keyspace.Value{Kind: keyspace.KindFixed, N: uint64(next.Count), M: next.Window * r.Unit, Exp: expiryMS(exp)}
+	case keyspace.KindSliding:
+		var st limiter.SlidingState
+		if state != nil && state.M%r.Unit == 0 {
+			st = limiter.SlidingState{Window: state.M / r.Unit, Prev: int64(state.N >> 32), Cur: int64(state.N & math.MaxUint32)}
+		} else if state != nil {
+			st.Window = math.MinInt64
+		}
+		next, store, exp := limiter.SlidingSettle(st, state != nil, now, r.Unit, r.At, delta)
+		if !store {
+			return keep
+		}
+		return keyspace.Value{Kind: keyspace.KindSliding, N: uint64(next.Prev)<<32 | uint64(next.Cur), M: next.Window * r.Unit, Exp: expiryMS(exp)}
+	}
+	l := v.Obj.(*limiter.Log)
+	return keyspace.Value{Kind: keyspace.KindLog, Obj: l, Exp: expiryMS(l.Settle(now, r.Unit, r.At, delta))}
+}
