@@ -72,7 +72,39 @@ func randValue(rng *rand.Rand, k keyspace.Kind) keyspace.Value {
 			v.N, v.M, v.Obj = tok, exp, nil
 		}
 	}
+	if rng.IntN(3) == 0 {
+		switch k {
+		case keyspace.KindGCRA, keyspace.KindFixed, keyspace.KindSliding:
+			v.Obj = randReservations(rng)
+		case keyspace.KindLog:
+			v.Obj.(*limiter.Log).Res = randReservations(rng)
+		}
+	}
 	return v
+}
+
+// randReservations returns 1 to 100 random valid reservations.
+func randReservations(rng *rand.Rand) *limiter.Reservations {
+	res := &limiter.Reservations{StateExp: rng.Int64N(1 << 50)}
+	id := rng.Int64N(1 << 52)
+	for range 1 + rng.IntN(3)*rng.IntN(50) {
+		id += 1 + rng.Int64N(1e6)
+		res.List = append(res.List, limiter.Reservation{ID: id, At: randInt64(rng), Deadline: randInt64(rng),
+			Reserved: rng.Int64N(1 << 40), Actual: rng.Int64N(1<<40) - 1, Unit: 1 + rng.Int64N(1<<40)})
+	}
+	res.LastID = id + rng.Int64N(3)
+	return res
+}
+
+// reservationsOf returns the reservations v holds, or nil.
+func reservationsOf(v keyspace.Value) *limiter.Reservations {
+	switch o := v.Obj.(type) {
+	case *limiter.Reservations:
+		return o
+	case *limiter.Log:
+		return o.Res
+	}
+	return nil
 }
 
 // leases returns the leases of a concurrency value, packed or not.
@@ -97,6 +129,9 @@ func equalValues(a, b keyspace.Value) bool {
 	if a.Kind != b.Kind || a.N != b.N || a.M != b.M || a.Exp != b.Exp {
 		return false
 	}
+	if x, y := reservationsOf(a), reservationsOf(b); (x != nil || y != nil) && !reflect.DeepEqual(x, y) {
+		return false
+	}
 	switch a.Kind {
 	case keyspace.KindString:
 		x, _ := a.Obj.([]byte)
@@ -107,7 +142,9 @@ func equalValues(a, b keyspace.Value) bool {
 		if len(x.Entries) == 0 && len(y.Entries) == 0 {
 			return x.Units == y.Units
 		}
-		return reflect.DeepEqual(x, y)
+		return reflect.DeepEqual(x.Entries, y.Entries) && x.Units == y.Units
+	case keyspace.KindGCRA, keyspace.KindFixed, keyspace.KindSliding:
+		return true // the object, if any, holds the reservations compared above
 	}
 	return a.Obj == nil && b.Obj == nil
 }
@@ -116,7 +153,7 @@ func TestValueRoundTrip(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	counts := map[keyspace.Kind]int{}
 	const values = 6000
-	bytesOut, packedCount := 0, 0
+	bytesOut, packedCount, reserved := 0, 0, 0
 	for i := range values {
 		k := allKinds[i%len(allKinds)]
 		v := randValue(rng, k)
@@ -127,7 +164,12 @@ func TestValueRoundTrip(t *testing.T) {
 		}
 		enc = enc[len(prefix):]
 		bytesOut += len(enc)
-		if enc[0] != ValueFormat || keyspace.Kind(enc[1]) != k {
+		format := byte(ValueFormat)
+		if reservationsOf(v) != nil {
+			format = ReservedFormat // version 2 only for a value holding reservations
+			reserved++
+		}
+		if enc[0] != format || keyspace.Kind(enc[1]) != k {
 			t.Fatalf("%s: encoding starts %x", k, enc[:2])
 		}
 		got, err := DecodeValue(enc)
@@ -155,9 +197,10 @@ func TestValueRoundTrip(t *testing.T) {
 		}
 		counts[k]++
 	}
-	t.Logf("round-tripped %d random values (%v; %d concurrency values packed), %d bytes encoded", values, counts, packedCount, bytesOut)
-	if packedCount == 0 {
-		t.Fatalf("no packed concurrency value was checked")
+	t.Logf("round-tripped %d random values (%v; %d concurrency values packed, %d values with reservations), %d bytes encoded",
+		values, counts, packedCount, reserved, bytesOut)
+	if packedCount == 0 || reserved == 0 {
+		t.Fatalf("no packed concurrency value, or no value with reservations, was checked")
 	}
 }
 
@@ -253,12 +296,22 @@ func TestValueGolden(t *testing.T) {
 		{keyspace.Value{Kind: keyspace.KindLeases, N: 'a'<<8 | 2, M: 9},
 			"01" + "06" + "0000000000000000" + "0000000000000000" + "0000000000000000" +
 				"01" + "01" + "61" + "0900000000000000"},
+		// Version 2: a fixed window holding one reservation (id 5, at 6,
+		// deadline 7, 3 reserved, open, unit 10; last id 5; state until 8).
+		{keyspace.Value{Kind: keyspace.KindFixed, N: 3, M: -2, Exp: 5, Obj: &limiter.Reservations{
+			List: []limiter.Reservation{{ID: 5, At: 6, Deadline: 7, Reserved: 3, Actual: -1, Unit: 10}}, LastID: 5, StateExp: 8}},
+			"02" + "03" + "0500000000000000" + "0300000000000000" + "feffffffffffffff" +
+				"01" + "0500000000000000" + "0600000000000000" + "0700000000000000" + "0300000000000000" +
+				"ffffffffffffffff" + "0a00000000000000" + "0500000000000000" + "0800000000000000"},
+		// An empty reservation list is written as version 1.
+		{keyspace.Value{Kind: keyspace.KindGCRA, N: 0x0102030405060708, Obj: &limiter.Reservations{LastID: 9}},
+			"01" + "02" + "0000000000000000" + "0807060504030201" + "0000000000000000"},
 	} {
 		got := hex.EncodeToString(EncodeValue(nil, tc.v))
 		if got != tc.want {
 			t.Errorf("%s:\n got  %s\n want %s", tc.v.Kind, got, tc.want)
 		}
-		if tc.v.Kind == keyspace.KindGCRA || tc.v.Kind == keyspace.KindFixed || tc.v.Kind == keyspace.KindSliding {
+		if got[:2] == "01" && (tc.v.Kind == keyspace.KindGCRA || tc.v.Kind == keyspace.KindFixed || tc.v.Kind == keyspace.KindSliding) {
 			if len(got) != 2*headerSize {
 				t.Errorf("%s: %d bytes, want %d", tc.v.Kind, len(got)/2, headerSize)
 			}
@@ -327,25 +380,44 @@ func TestDecodeCorrupt(t *testing.T) {
 		}
 		return b
 	}
+	v2 := func(k keyspace.Kind) []byte { return cat([]byte{ReservedFormat}, hdr(k)[1:]) }
+	rec := func(id, reserved, actual, unit int64) []byte {
+		return cat(le(id), le(7), le(9), le(reserved), le(actual), le(unit))
+	}
+	tail := func(lastID, stateExp int64) []byte { return cat(le(lastID), le(stateExp)) }
 	for name, b := range map[string][]byte{
-		"log units disagree":        cat(hdr(keyspace.KindLog), []byte{1}, le(5), le(2), le(3)),
-		"log units overflow":        cat(hdr(keyspace.KindLog), []byte{2}, le(5), le(math.MaxInt64), le(6), le(1), le(math.MinInt64)),
-		"log count too large":       cat(hdr(keyspace.KindLog), []byte{3}, le(5), le(2), le(2)),
-		"log huge count":            cat(hdr(keyspace.KindLog), []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}, le(0)),
-		"log count overflows":       cat(hdr(keyspace.KindLog), bytes.Repeat([]byte{0xff}, 10), []byte{1}),
-		"log non-minimal count":     cat(hdr(keyspace.KindLog), []byte{0x80, 0x00}, le(0)),
-		"leases out of order":       cat(hdr(keyspace.KindLeases), []byte{2, 1, 'b'}, le(1), []byte{1, 'a'}, le(1)),
-		"leases repeated":           cat(hdr(keyspace.KindLeases), []byte{2, 1, 'a'}, le(1), []byte{1, 'a'}, le(2)),
-		"lease length too long":     cat(hdr(keyspace.KindLeases), []byte{1, 20, 'a'}, le(1)),
-		"lease non-minimal length":  cat(hdr(keyspace.KindLeases), []byte{1, 0x81, 0x00, 'a'}, le(1)),
-		"leases count too large":    cat(hdr(keyspace.KindLeases), []byte{2, 0}, le(1)),
-		"leases count, no bytes":    cat(hdr(keyspace.KindLeases)),
-		"leases with N set":         cat(EncodeValue(nil, keyspace.Value{Kind: keyspace.KindLeases})[:10], le(2), le(0), []byte{1, 1, 'a'}, le(1)),
-		"leases with M set":         cat(EncodeValue(nil, keyspace.Value{Kind: keyspace.KindLeases})[:10], le(0), le(5), []byte{1, 1, 'a'}, le(1)),
-		"gcra with an object":       cat(hdr(keyspace.KindGCRA), []byte{0}),
-		"empty":                     nil,
-		"version only":              {ValueFormat},
-		"header one byte too short": hdr(keyspace.KindFixed)[:headerSize-1],
+		"log units disagree":       cat(hdr(keyspace.KindLog), []byte{1}, le(5), le(2), le(3)),
+		"log units overflow":       cat(hdr(keyspace.KindLog), []byte{2}, le(5), le(math.MaxInt64), le(6), le(1), le(math.MinInt64)),
+		"log count too large":      cat(hdr(keyspace.KindLog), []byte{3}, le(5), le(2), le(2)),
+		"log huge count":           cat(hdr(keyspace.KindLog), []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}, le(0)),
+		"log count overflows":      cat(hdr(keyspace.KindLog), bytes.Repeat([]byte{0xff}, 10), []byte{1}),
+		"log non-minimal count":    cat(hdr(keyspace.KindLog), []byte{0x80, 0x00}, le(0)),
+		"leases out of order":      cat(hdr(keyspace.KindLeases), []byte{2, 1, 'b'}, le(1), []byte{1, 'a'}, le(1)),
+		"leases repeated":          cat(hdr(keyspace.KindLeases), []byte{2, 1, 'a'}, le(1), []byte{1, 'a'}, le(2)),
+		"lease length too long":    cat(hdr(keyspace.KindLeases), []byte{1, 20, 'a'}, le(1)),
+		"lease non-minimal length": cat(hdr(keyspace.KindLeases), []byte{1, 0x81, 0x00, 'a'}, le(1)),
+		"leases count too large":   cat(hdr(keyspace.KindLeases), []byte{2, 0}, le(1)),
+		"leases count, no bytes":   cat(hdr(keyspace.KindLeases)),
+		"leases with N set":        cat(EncodeValue(nil, keyspace.Value{Kind: keyspace.KindLeases})[:10], le(2), le(0), []byte{1, 1, 'a'}, le(1)),
+		"leases with M set":        cat(EncodeValue(nil, keyspace.Value{Kind: keyspace.KindLeases})[:10], le(0), le(5), []byte{1, 1, 'a'}, le(1)),
+		"gcra with an object":      cat(hdr(keyspace.KindGCRA), []byte{0}),
+		// Version 2's reservations (rec: one record; tail: LastID, StateExp).
+		"v2 string":                  cat(v2(keyspace.KindString), []byte{1}, rec(5, 1, 0, 1), tail(5, 0)),
+		"v2 leases":                  cat(v2(keyspace.KindLeases), []byte{0}, []byte{1}, rec(5, 1, 0, 1), tail(5, 0)),
+		"v2 no reservation":          cat(v2(keyspace.KindGCRA), []byte{0}, tail(5, 0)),
+		"v2 count past the bytes":    cat(v2(keyspace.KindGCRA), []byte{2}, rec(5, 1, 0, 1), tail(5, 0)),
+		"v2 ids out of order":        cat(v2(keyspace.KindFixed), []byte{2}, rec(5, 1, 0, 1), rec(5, 1, 0, 1), tail(5, 0)),
+		"v2 negative reserved":       cat(v2(keyspace.KindFixed), []byte{1}, rec(5, -1, 0, 1), tail(5, 0)),
+		"v2 actual below -1":         cat(v2(keyspace.KindFixed), []byte{1}, rec(5, 1, -2, 1), tail(5, 0)),
+		"v2 zero unit":               cat(v2(keyspace.KindSliding), []byte{1}, rec(5, 1, 0, 0), tail(5, 0)),
+		"v2 last id below the last":  cat(v2(keyspace.KindSliding), []byte{1}, rec(5, 1, 0, 1), tail(4, 0)),
+		"v2 negative state expiry":   cat(v2(keyspace.KindSliding), []byte{1}, rec(5, 1, 0, 1), tail(5, -1)),
+		"v2 truncated tail":          cat(v2(keyspace.KindGCRA), []byte{1}, rec(5, 1, 0, 1), le(5)),
+		"v2 trailing byte":           cat(v2(keyspace.KindGCRA), []byte{1}, rec(5, 1, 0, 1), tail(5, 0), []byte{0}),
+		"v2 log without its entries": cat(v2(keyspace.KindLog), []byte{1}, rec(5, 1, 0, 1), tail(5, 0)),
+		"empty":                      nil,
+		"version only":               {ValueFormat},
+		"header one byte too short":  hdr(keyspace.KindFixed)[:headerSize-1],
 	} {
 		mustCorrupt(t, name, b)
 		cases++
