@@ -234,15 +234,30 @@ func genOp(rng *rand.Rand, key string, c class, n int64, tag string) op {
 		}
 		// Interval 1 h, burst 100000: never limited, TTL >= 1 h, and every
 		// call moves the TAT forward.
+		if r < 20 { // a reservation of one unit, held for 1000 h
+			return op{args: []any{"CL.RESERVE", key, "THROTTLE", 100000, 1, 3600, 1, "1000h"}, next: func(prev, got state) bool {
+				return kindIs(got, "gcra") && (prev.absent || got.f["tat_ns"] > prev.f["tat_ns"]) &&
+					got.f["reservations"] == prev.f["reservations"]+1 && got.f["reservations_open"] == prev.f["reservations_open"]+1
+			}}
+		}
 		return op{args: []any{"CL.THROTTLE", key, 100000, 1, 3600}, next: func(prev, got state) bool {
-			return kindIs(got, "gcra") && (prev.absent || got.f["tat_ns"] > prev.f["tat_ns"])
+			return kindIs(got, "gcra") && (prev.absent || got.f["tat_ns"] > prev.f["tat_ns"]) &&
+				got.f["reservations"] == prev.f["reservations"]
 		}}
 	case cFixed:
 		if r < 8 {
 			return del
 		}
-		return op{args: []any{"CL.FIXED", key, 1000000, "1000h", 1}, next: func(prev, got state) bool {
+		args := []any{"CL.FIXED", key, 1000000, "1000h", 1}
+		reserve := r < 20 // a reservation of one unit, held for 1000 h
+		if reserve {
+			args = []any{"CL.RESERVE", key, "FIXED", 1000000, "1000h", 1, "1000h"}
+		}
+		return op{args: args, next: func(prev, got state) bool {
 			if !kindIs(got, "fixed") {
+				return false
+			}
+			if want := prev.f["reservations"]; reserve && got.f["reservations"] != want+1 || !reserve && got.f["reservations"] != want {
 				return false
 			}
 			if prev.absent || got.f["window_start_ms"] > prev.f["window_start_ms"] {
