@@ -29,6 +29,46 @@ type opGen struct {
 	r       *rand.Rand
 	generic bool // only commands real Redis has (the harness check)
 	bigVals bool // 2 KB values, to overflow the backlog
+	// Reservations made outside MULTI (key and id), for CL.SETTLE and
+	// CL.CANCEL to name; the most recent few are kept.
+	reserved []reservation
+}
+
+type reservation struct {
+	key string
+	id  int64
+}
+
+// reservationOp returns CL.RESERVE on a limiter key (alone, or two inside
+// CL.ALL), or CL.SETTLE or CL.CANCEL of a reservation made earlier (which
+// a DEL, SET or FLUSH may have removed since: then an error that changes
+// nothing).
+func (g *opGen) reservationOp() []any {
+	kinds := map[string]string{"gcra": "THROTTLE", "fixed": "FIXED", "sliding": "SLIDING", "log": "SLIDINGLOG"}
+	reserve := func(kind string) []any {
+		key := g.key(kind)
+		a := []any{"CL.RESERVE", key, kinds[kind]}
+		if kind == "gcra" {
+			a = append(a, 20, 10, 3600)
+		} else {
+			a = append(a, 10, "87600h")
+		}
+		return append(a, g.quantity(0), "2h")
+	}
+	names := []string{"gcra", "fixed", "sliding", "log"}
+	switch n := g.r.IntN(10); {
+	case n < 5 || len(g.reserved) == 0:
+		return reserve(names[g.r.IntN(len(names))])
+	case n < 6:
+		g.r.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+		return append(append([]any{"CL.ALL"}, reserve(names[0])...), reserve(names[1])...)
+	case n < 7:
+		r := g.reserved[g.r.IntN(len(g.reserved))]
+		return []any{"CL.CANCEL", r.key, r.id}
+	default:
+		r := g.reserved[g.r.IntN(len(g.reserved))]
+		return []any{"CL.SETTLE", r.key, r.id, g.r.IntN(6)}
+	}
 }
 
 var (
@@ -142,6 +182,8 @@ func (g *opGen) op() []any {
 			return []any{"PERSIST", g.anyKey()}
 		case g.generic:
 			continue
+		case g.r.IntN(8) == 0:
+			return g.reservationOp()
 		case n < 52:
 			return g.limiter("gcra", g.key("gcra"), false)
 		case n < 61:
@@ -188,7 +230,8 @@ func newDriver(t *testing.T, primary *node, g *opGen) *driver {
 // acceptable: replies that are part of the test (WRONGTYPE: a command on a
 // key of another kind; nil: SET NX/XX that did nothing).
 func acceptable(err error) bool {
-	return err == nil || errors.Is(err, redis.Nil) || strings.HasPrefix(err.Error(), "WRONGTYPE ")
+	return err == nil || errors.Is(err, redis.Nil) || strings.HasPrefix(err.Error(), "WRONGTYPE ") ||
+		strings.HasPrefix(err.Error(), "ERR no such reservation") || strings.HasPrefix(err.Error(), "ERR reservation already settled")
 }
 
 func (d *driver) count(a []any) {
@@ -199,9 +242,19 @@ func (d *driver) count(a []any) {
 // do runs one command outside MULTI.
 func (d *driver) do(a ...any) {
 	d.t.Helper()
-	err := d.conn.Do(context.Background(), a...).Err()
-	if !acceptable(err) {
+	cmd := d.conn.Do(context.Background(), a...)
+	if err := cmd.Err(); !acceptable(err) {
 		d.t.Fatalf("primary: %q: %v", a, err)
+	}
+	if a[0] == "CL.RESERVE" {
+		if reply, err := cmd.Slice(); err == nil && len(reply) == 6 {
+			if id, _ := reply[5].(int64); id > 0 {
+				d.g.reserved = append(d.g.reserved, reservation{key: a[1].(string), id: id})
+				if len(d.g.reserved) > 64 {
+					d.g.reserved = d.g.reserved[1:]
+				}
+			}
+		}
 	}
 	d.count(a)
 }
