@@ -804,7 +804,9 @@ func (m *resSim) settle(id, actual int64) {
 		if m.kind == kindSliding {
 			i = 1
 		}
-		if want := was; want[i]+delta != now[i] || func() bool { want[i] += delta; return want != now }() {
+		want := was
+		want[i] += delta
+		if want != now {
 			m.fatalf("take of %d: %v -> %v", delta, was, now)
 		}
 	case delta < 0 && !counts:
