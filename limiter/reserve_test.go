@@ -1002,3 +1002,113 @@ func FuzzReservations(f *testing.F) {
 		}
 	})
 }
+
+// TestReservationScenarios steps one key of each kind through reserves,
+// plain requests and settles at explicit instants (period 1 s, limit 10,
+// reservations live 5 s), as the command layer drives them: a debt refuses
+// later requests until it recedes; a give-back after the units stopped
+// counting is lost.
+func TestReservationScenarios(t *testing.T) {
+	type step struct {
+		at      int64 // ns after t0
+		op      byte  // 'r': reserve v; 'q': request v; 's': settle reservation n with actual v
+		n, v    int64
+		wantOK  bool  // admitted (r, q); applied (s)
+		wantErr error // s
+		want    [2]int64
+	}
+	for _, tc := range []struct {
+		kind  int
+		steps []step
+	}{
+		{kindFixed, []step{
+			{at: 0, op: 'r', v: 8, wantOK: true, want: [2]int64{8}},
+			{at: 100 * ms, op: 'q', v: 3, want: [2]int64{8}},
+			{at: 200 * ms, op: 's', n: 0, v: 2, wantOK: true, want: [2]int64{2}}, // 6 given back
+			{at: 300 * ms, op: 'q', v: 3, wantOK: true, want: [2]int64{5}},
+			{at: 300 * ms, op: 'r', v: 3, wantOK: true, want: [2]int64{8}},
+			{at: 300 * ms, op: 'r', v: 2, wantOK: true, want: [2]int64{10}},
+			{at: 400 * ms, op: 's', n: 1, v: 7, wantOK: true, want: [2]int64{14}}, // 4 taken: debt
+			{at: 500 * ms, op: 'q', v: 1, want: [2]int64{14}},
+			{at: 600 * ms, op: 's', n: 1, v: 7, want: [2]int64{14}},                      // the same again: nothing
+			{at: 600 * ms, op: 's', n: 1, v: 3, wantErr: ErrSettled, want: [2]int64{14}}, // another actual
+			{at: s, op: 'q', v: 10, wantOK: true, want: [2]int64{10}},                    // the debt ended with its window
+			{at: s + 100*ms, op: 's', n: 2, v: 0, wantOK: true, want: [2]int64{10}},      // cancel: its window ended, lost
+			{at: 5*s + 300*ms, op: 's', n: 2, v: 0, want: [2]int64{}},                    // at its deadline: same answer
+			{at: 5*s + 300*ms + 1, op: 's', n: 2, v: 0, wantErr: ErrNoReservation, want: [2]int64{}},
+		}},
+		{kindSliding, []step{
+			{at: 0, op: 'r', v: 8, wantOK: true, want: [2]int64{0, 8}},
+			{at: 200 * ms, op: 's', n: 0, v: 2, wantOK: true, want: [2]int64{0, 2}},
+			{at: 300 * ms, op: 'r', v: 6, wantOK: true, want: [2]int64{0, 8}},
+			{at: 300 * ms, op: 'r', v: 2, wantOK: true, want: [2]int64{0, 10}},
+			{at: 400 * ms, op: 's', n: 1, v: 12, wantOK: true, want: [2]int64{0, 16}}, // 6 taken: debt
+			{at: 900 * ms, op: 'q', v: 1, want: [2]int64{0, 16}},
+			// 1.5 s: the estimate is 16/2 = 8.
+			{at: 1500 * ms, op: 'q', v: 2, wantOK: true, want: [2]int64{16, 2}},
+			{at: 1500 * ms, op: 'q', v: 1, want: [2]int64{16, 2}},
+			// Cancel reservation 2 (2 units in the previous window): prev 16 -> 14,
+			// the estimate 7 + 2 = 9.
+			{at: 1500 * ms, op: 's', n: 2, v: 0, wantOK: true, want: [2]int64{14, 2}},
+			{at: 1500 * ms, op: 'q', v: 1, wantOK: true, want: [2]int64{14, 3}},
+			{at: 1500 * ms, op: 'q', v: 1, want: [2]int64{14, 3}},
+		}},
+		{kindLog, []step{
+			{at: 0, op: 'r', v: 8, wantOK: true, want: [2]int64{8}},
+			{at: 100 * ms, op: 'q', v: 3, want: [2]int64{8}},
+			{at: 200 * ms, op: 's', n: 0, v: 2, wantOK: true, want: [2]int64{2}},
+			{at: 300 * ms, op: 'r', v: 6, wantOK: true, want: [2]int64{8}},
+			{at: 300 * ms, op: 'q', v: 2, wantOK: true, want: [2]int64{10}},        // merged with reservation 1's entry
+			{at: 400 * ms, op: 's', n: 1, v: 10, wantOK: true, want: [2]int64{14}}, // 4 taken at 400 ms
+			{at: 500 * ms, op: 'q', v: 1, want: [2]int64{14}},
+			{at: 1200 * ms, op: 'q', v: 1, want: [2]int64{12}},               // the entry at 0 left
+			{at: 1300 * ms, op: 'r', v: 6, wantOK: true, want: [2]int64{10}}, // the entry at 300 ms left
+			{at: 1300 * ms, op: 's', n: 1, v: 0, wantErr: ErrSettled, want: [2]int64{10}},
+			{at: 2300 * ms, op: 's', n: 2, v: 0, wantOK: true, want: [2]int64{}}, // its entry left: lost
+			{at: 2300 * ms, op: 'q', v: 10, wantOK: true, want: [2]int64{10}},
+		}},
+	} {
+		m := newResSim(t, tc.kind, s, 10, 5*s, t0)
+		var ids []int64
+		for i, sp := range tc.steps {
+			m.now = t0 + sp.at
+			m.rs.Prune(m.now)
+			var ok bool
+			var err error
+			switch sp.op {
+			case 'r':
+				if ok = m.decide(sp.v); ok {
+					id, aerr := m.rs.Add(m.now, m.now, m.now+m.ttl, sp.v, m.period)
+					if aerr != nil {
+						t.Fatalf("%s step %d: Add: %v", kindNames[tc.kind], i, aerr)
+					}
+					ids = append(ids, id)
+				}
+			case 'q':
+				ok = m.decide(sp.v)
+			case 's':
+				var r Reservation
+				var delta int64
+				r, delta, ok, err = m.rs.Settle(m.now, ids[sp.n], sp.v)
+				if ok {
+					switch tc.kind {
+					case kindFixed:
+						if next, store, _ := FixedSettle(m.fst, m.exists, m.now, m.period, r.At, delta); store {
+							m.fst, m.exists = next, true
+						}
+					case kindSliding:
+						if next, store, _ := SlidingSettle(m.sst, m.exists, m.now, m.period, r.At, delta); store {
+							m.sst, m.exists = next, true
+						}
+					default:
+						m.log.Settle(m.now, m.period, r.At, delta)
+					}
+				}
+			}
+			if ok != sp.wantOK || !errors.Is(err, sp.wantErr) || m.measure() != sp.want {
+				t.Errorf("%s step %d at t0+%dms (%c %d %d): ok %v err %v units %v, want %v %v %v", kindNames[tc.kind], i, sp.at/ms, sp.op, sp.n, sp.v,
+					ok, err, m.measure(), sp.wantOK, sp.wantErr, sp.want)
+			}
+		}
+	}
+}
