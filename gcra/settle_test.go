@@ -290,3 +290,61 @@ func FuzzSettle(f *testing.F) {
 		}
 	})
 }
+
+// TestSettleScenario steps one GCRA key (1 per second, max_burst 4: limit
+// 5, dvt 5 s) through reserves, plain requests and settles at explicit
+// instants, as the command layer drives them: a reservation is Decide with
+// its quantity, its settle Settle with actual - reserved.
+func TestSettleScenario(t *testing.T) {
+	type step struct {
+		at      int64 // ns after t0
+		op      byte  // 'q': Decide with quantity v; 's': Settle with delta v
+		v       int64
+		limited bool
+		wantTAT int64 // ns after t0
+	}
+	p := Params{MaxBurst: 4, Count: 1, PeriodNS: s}
+	var tat uint64
+	exists := false
+	for i, sp := range []step{
+		{0, 'q', 5, false, 5 * s},        // reserve 5: the whole bucket
+		{0, 'q', 1, true, 5 * s},         // full
+		{1 * s, 's', -3, false, 2 * s},   // settled with 2: 3 given back
+		{1 * s, 'q', 3, false, 5 * s},    // the 3 units given back are usable
+		{1 * s, 'q', 1, false, 6 * s},    // reserve 1
+		{1 * s, 's', 3, false, 9 * s},    // settled with 4: debt, 4 s beyond the bucket
+		{3 * s, 'q', 1, true, 9 * s},     // refused until the debt recedes
+		{5 * s, 'q', 1, false, 10 * s},   // t0+5s: 9+1-5 <= 5
+		{6 * s, 's', -20, false, 6 * s},  // a give-back stops at now: a full bucket
+		{20 * s, 's', -1, false, 20 * s}, // on a TAT long past: nothing
+		{20 * s, 's', 2, false, 22 * s},  // a take counts from now
+		{20 * s, 'q', 4, true, 22 * s},   // 22+4-5 > 20
+		{20 * s, 'q', 3, false, 25 * s},  // 22+3-5 <= 20
+		{21 * s, 's', -2, false, 23 * s}, // give back 2 of the 3
+		{21 * s, 's', 0, false, 23 * s},  // delta 0: the TAT stays
+	} {
+		now := int64(t0) + sp.at
+		var limited bool
+		switch sp.op {
+		case 'q':
+			p.Quantity = sp.v
+			r, err := Decide(now, tat, exists, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if limited = r.Limited; !limited {
+				tat, exists = r.NewTAT, true
+			}
+		case 's':
+			var ttl int64
+			tat, ttl = Settle(now, tat, exists, s, sp.v)
+			exists = true
+			if ttl != (int64(tat)-now)/ms {
+				t.Errorf("step %d: ttl %d for TAT t0%+d at t0%+d", i, ttl, int64(tat)-t0, sp.at)
+			}
+		}
+		if limited != sp.limited || int64(tat)-t0 != sp.wantTAT {
+			t.Errorf("step %d at t0+%ds (%c %d): limited %v TAT t0%+d, want %v t0%+d", i, sp.at/s, sp.op, sp.v, limited, int64(tat)-t0, sp.limited, sp.wantTAT)
+		}
+	}
+}
