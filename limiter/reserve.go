@@ -127,9 +127,14 @@ func (rs *Reservations) Find(now, id int64) *Reservation {
 // actual - reserved (negative: given back; both are >= 0, so it does not
 // overflow). A reservation already settled
 // with the same actual answers the same with apply false: nothing changes.
-// Errors: ErrNoReservation (unknown, or past its deadline), ErrSettled
-// (settled with another actual; r holds it).
+// Errors: ErrNegative (actual < 0), ErrNoReservation (unknown, or past
+// its deadline), ErrSettled (settled with another actual; r holds it).
 func (rs *Reservations) Settle(now, id, actual int64) (r Reservation, delta int64, apply bool, err error) {
+	if actual < 0 {
+		// -1 is the mark of an open reservation: storing it would let
+		// every repeat apply the delta again.
+		return Reservation{}, 0, false, ErrNegative
+	}
 	p := rs.Find(now, id)
 	if p == nil {
 		return Reservation{}, 0, false, ErrNoReservation
@@ -254,14 +259,17 @@ func SlidingSettle(st SlidingState, exists bool, now, period, at, delta int64) (
 // log at now for its period ns, after dropping the entries that left the
 // window: units given back leave the entry at at while it is inside the
 // window (it is removed once empty), and are lost otherwise; units taken
-// are recorded at now as Apply does. It returns the instant in ns after
-// which the log is empty.
+// are recorded at now as Apply does, the log's units saturating at
+// math.MaxInt64. It returns the instant in ns after which the log is
+// empty.
 func (l *Log) Settle(now, period, at, delta int64) (expireAt int64) {
-	if delta > 0 {
-		return l.Apply(now, period, delta)
-	}
 	expireAt = l.Apply(now, period, 0)
-	if delta == 0 {
+	switch {
+	case delta > 0:
+		// Units (and so every entry) stay within int64: a wrapped sum
+		// would read as room in the log.
+		return l.Apply(now, period, min(delta, math.MaxInt64-l.Units))
+	case delta == 0:
 		return expireAt
 	}
 	i := sort.Search(len(l.Entries), func(i int) bool { return l.Entries[i].T >= at })
