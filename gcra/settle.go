@@ -8,8 +8,13 @@ package gcra
 // units given back bring the TAT back, never before now (a full bucket
 // holds no more). tat is read only when exists.
 //
-// ttlMillis is trunc((new TAT - now) / 1 ms), >= 0: how long the state
-// matters. Settle does not allocate.
+// The new TAT is stored as Decide's, a uint64 of ns since the Unix
+// epoch, but a debt beyond 2^64-1 ns (the year 2554) saturates there
+// rather than wrapping into the past, which would free the key. (Before
+// 1970, as in tests, a TAT wraps as Decide's does.)
+//
+// ttlMillis is trunc((new TAT - now) / 1 ms), >= 0, saturating: how long
+// the state matters. Settle does not allocate.
 func Settle(now int64, tat uint64, exists bool, ei, delta int64) (newTAT uint64, ttlMillis int64) {
 	t0 := i128FromInt64(now)
 	base := t0
@@ -21,6 +26,9 @@ func Settle(now int64, tat uint64, exists bool, ei, delta int64) (newTAT uint64,
 	next := base.add(mulInt64(delta, ei))
 	if next.cmp(t0) < 0 {
 		next = t0
+	}
+	if next.hi > 0 { // past 2^64 ns (the year 2554): saturate, never wrap
+		next = i128{lo: 1<<64 - 1}
 	}
 	ms, _ := next.sub(t0).quoRem(nsPerMillisecond)
 	return next.lo, satInt64(ms)

@@ -39,11 +39,11 @@ func TestSettle(t *testing.T) {
 		{"delta 0 on a past TAT: now", t0, u(t0 - s), true, ei, 0, u(t0), 0},
 		{"ttl truncated to ms", t0, u(t0 + 2*ms), true, 1, -1, u(t0 + 2*ms - 1), 1},
 		{"ttl 0 under a ms", t0, u(t0 + ms), true, 1, -1, u(t0 + ms - 1), 0},
-		// A TAT read as unsigned is ~year 2554: far ahead; the sum wraps
-		// mod 2^64 as Decide's does, the ttl counts the exact distance.
-		{"TAT near 2^64, take 2: mod 2^64", t0, math.MaxUint64 - uint64(100*ms), true, ei, 2, 99_999_999, 16651431128601},
-		// (2^63-1)^2 = 1 mod 2^64: the exact TAT is t0 + 2^126 - 2^64 + 1.
-		{"huge delta: TAT mod 2^64, ttl saturated", t0, 0, false, math.MaxInt64, math.MaxInt64, u(t0 + 1), math.MaxInt64},
+		// A TAT read as unsigned is ~year 2554: far ahead; a sum past
+		// 2^64-1 saturates there (wrapping would free the key).
+		{"TAT near 2^64, take 2: saturated", t0, math.MaxUint64 - uint64(100*ms), true, ei, 2, math.MaxUint64, int64((math.MaxUint64 - u(t0)) / uint64(ms))},
+		// The exact TAT is t0 + (2^63-1)^2: saturated at 2^64-1.
+		{"huge delta: TAT saturated", t0, 0, false, math.MaxInt64, math.MaxInt64, math.MaxUint64, int64((math.MaxUint64 - u(t0)) / uint64(ms))},
 		{"take MaxInt64 ns", t0, u(t0), true, 1, math.MaxInt64, 11018684982062451178, 9223372036854},
 		// Before 1970: the TAT wraps to a huge unsigned value (as Decide
 		// stores it) and reads back as far in the future.
@@ -61,7 +61,8 @@ func TestSettle(t *testing.T) {
 }
 
 // refSettle is Settle in math/big: base = max(now, TAT if it exists),
-// the new TAT is max(base + delta*ei, now) mod 2^64 and the ttl its
+// the new TAT is max(base + delta*ei, now), at most 2^64-1 (below 0:
+// mod 2^64), and the ttl its
 // distance from now in whole ms, saturated.
 func refSettle(now int64, tat uint64, exists bool, ei, delta int64) (uint64, int64) {
 	n := big.NewInt(now)
@@ -73,6 +74,9 @@ func refSettle(now int64, tat uint64, exists bool, ei, delta int64) (uint64, int
 	next.Add(next, base)
 	if next.Cmp(n) < 0 {
 		next.Set(n)
+	}
+	if limit := new(big.Int).SetUint64(math.MaxUint64); next.Cmp(limit) > 0 {
+		next = limit // debt past the year 2554 saturates
 	}
 	ttl := new(big.Int).Quo(new(big.Int).Sub(next, n), big.NewInt(ms))
 	if !ttl.IsInt64() {

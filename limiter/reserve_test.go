@@ -61,21 +61,21 @@ func TestReservationsAdd(t *testing.T) {
 			if got := rs.List[len(rs.List)-1]; got != want {
 				t.Fatalf("%s: step %d: recorded %+v, want %+v", tc.name, i, got, want)
 			}
-			if rs.Open() != i+1 || len(rs.List) != i+1 {
-				t.Fatalf("%s: step %d: %d records, %d open", tc.name, i, len(rs.List), rs.Open())
+			if rs.Open(math.MinInt64) != i+1 || len(rs.List) != i+1 {
+				t.Fatalf("%s: step %d: %d records, %d open", tc.name, i, len(rs.List), rs.Open(math.MinInt64))
 			}
 		}
 	}
 }
 
 // TestReservationsCap fills a key to MaxReservations: the next Add fails
-// and changes nothing; once one record is pruned Add works again and the
-// ID still increases.
+// and changes nothing while they are all alive; once one has ended, Add
+// forgets it and works again, the ID still increasing.
 func TestReservationsCap(t *testing.T) {
 	var rs Reservations
 	for i := range MaxReservations {
-		// Deadlines t0+1s+i: the first record ends first.
-		if _, err := rs.Add(t0, t0, t0+s+int64(i), 1, s); err != nil {
+		// Deadlines t0+10s+i: the first record ends first.
+		if _, err := rs.Add(t0, t0, t0+10*s+int64(i), 1, s); err != nil {
 			t.Fatalf("Add %d: %v", i, err)
 		}
 	}
@@ -83,25 +83,41 @@ func TestReservationsCap(t *testing.T) {
 	if last != us0+MaxReservations-1 {
 		t.Fatalf("LastID %d, want %d", last, us0+MaxReservations-1)
 	}
-	id, err := rs.Add(t0+5*s, t0+5*s, t0+6*s, 1, s)
+	id, err := rs.Add(t0+5*s, t0+5*s, t0+60*s, 1, s)
 	if !errors.Is(err, ErrTooManyReservations) || id != 0 || len(rs.List) != MaxReservations || rs.LastID != last {
 		t.Fatalf("Add at the cap: %d, %v, %d records, LastID %d", id, err, len(rs.List), rs.LastID)
 	}
-	// At t0+1s the first record is alive (now == Deadline), one ns later not.
-	rs.Prune(t0 + s)
-	if len(rs.List) != MaxReservations {
-		t.Fatalf("Prune(t0+1s): %d records, want %d", len(rs.List), MaxReservations)
+	// At t0+10s the first record is alive (now == Deadline): still full.
+	if _, err := rs.Add(t0+10*s, t0+10*s, t0+60*s, 1, s); !errors.Is(err, ErrTooManyReservations) {
+		t.Fatalf("Add at t0+10s: %v, want ErrTooManyReservations", err)
 	}
-	rs.Prune(t0 + s + 1)
-	if len(rs.List) != MaxReservations-1 {
-		t.Fatalf("Prune(t0+1s+1): %d records, want %d", len(rs.List), MaxReservations-1)
+	if n := rs.Live(t0 + 10*s); n != MaxReservations {
+		t.Fatalf("Live(t0+10s) = %d", n)
 	}
-	// Back at t0 the ID is LastID+1; at t0+1s+1 it would be now in µs.
-	if id, err := rs.Add(t0, t0, t0+9*s, 1, s); err != nil || id != last+1 {
-		t.Fatalf("Add after a prune: %d, %v, want %d", id, err, last+1)
+	// One ns later it has ended: Add forgets it and records the new one.
+	now := t0 + 10*s + 1
+	if n := rs.Live(now); n != MaxReservations-1 {
+		t.Fatalf("Live(t0+10s+1) = %d, want %d", n, MaxReservations-1)
 	}
-	if _, err := rs.Add(t0+s+1, t0+s+1, t0+9*s, 1, s); !errors.Is(err, ErrTooManyReservations) {
+	id, err = rs.Add(now, now, t0+60*s, 1, s)
+	if err != nil || id != now/1000 || len(rs.List) != MaxReservations {
+		t.Fatalf("Add after the first ended: %d, %v, %d records; want id %d", id, err, len(rs.List), now/1000)
+	}
+	if rs.Find(now, us0) != nil {
+		t.Fatalf("the ended reservation %d is still found", us0)
+	}
+	if _, err := rs.Add(now, now, t0+60*s, 1, s); !errors.Is(err, ErrTooManyReservations) {
 		t.Fatalf("Add at the cap again: %v", err)
+	}
+	// Open counts the alive, unsettled ones.
+	if _, _, _, err := rs.Settle(now, us0+1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if n := rs.Open(now); n != MaxReservations-1 {
+		t.Fatalf("Open = %d, want %d", n, MaxReservations-1)
+	}
+	if n := rs.Open(t0 + 10*s + 3); n != MaxReservations-2 {
+		t.Fatalf("Open once the third has ended = %d, want %d", n, MaxReservations-2)
 	}
 }
 
@@ -259,8 +275,8 @@ func TestReservationsSettle(t *testing.T) {
 		case sp.wantActual != -2 && (r.ID != sp.id || r.Actual != sp.wantActual || r.Reserved != 10):
 			t.Fatalf("%s: returned %+v, want ID %d Actual %d", where, r, sp.id, sp.wantActual)
 		}
-		if rs.Open() != sp.wantOpen {
-			t.Fatalf("%s: %d open, want %d", where, rs.Open(), sp.wantOpen)
+		if rs.Open(math.MinInt64) != sp.wantOpen {
+			t.Fatalf("%s: %d open, want %d", where, rs.Open(math.MinInt64), sp.wantOpen)
 		}
 	}
 
@@ -289,8 +305,8 @@ func TestReservationsSettleNegative(t *testing.T) {
 			t.Fatalf("Settle with actual %d: %+v delta %d apply %v err %v, want ErrNegative", actual, r, d, apply, err)
 		}
 	}
-	if rs.Open() != 1 {
-		t.Fatalf("%d open after refused settles, want 1", rs.Open())
+	if rs.Open(math.MinInt64) != 1 {
+		t.Fatalf("%d open after refused settles, want 1", rs.Open(math.MinInt64))
 	}
 	if _, d, apply, err := rs.Settle(t0, id, 2); err != nil || !apply || d != -3 {
 		t.Fatalf("Settle with 2 after: delta %d apply %v err %v", d, apply, err)
@@ -843,8 +859,8 @@ func (m *resSim) check() {
 			open++
 		}
 	}
-	if open != m.rs.Open() {
-		m.fatalf("Open() = %d, counted %d", m.rs.Open(), open)
+	if open != m.rs.Open(math.MinInt64) {
+		m.fatalf("Open() = %d, counted %d", m.rs.Open(math.MinInt64), open)
 	}
 	w := m.window(m.now)
 	switch m.kind {
