@@ -48,10 +48,10 @@ vet:
 # loaded machine (a race in Go's fuzz coordinator), while a count cannot.
 FUZZTIME ?=
 FUZZ_TARGETS = \
-	gcra:FuzzDecide:300000 \
+	gcra:FuzzDecide:300000 gcra:FuzzSettle:200000 \
 	resp:FuzzReader:100000 \
-	commands:FuzzThrottleArgs:4000 \
-	limiter:FuzzFixed:400000 limiter:FuzzSliding:300000 limiter:FuzzLog:300000 \
+	commands:FuzzThrottleArgs:4000 commands:FuzzReservations:10000 \
+	limiter:FuzzFixed:400000 limiter:FuzzSliding:300000 limiter:FuzzLog:300000 limiter:FuzzReservations:100000 \
 	persistence:FuzzDecodeValue:100000 \
 	envoyrls:FuzzParse:30000 \
 	hostile_test:FuzzCommands:3000 hostile_test:FuzzAll:20000
