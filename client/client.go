@@ -16,7 +16,9 @@
 // [Batch.Throttle]'s are exact to the millisecond.
 //
 // [Client.All] builds a CL.ALL call: several checks decided atomically,
-// all or nothing.
+// all or nothing. [Client.ReserveThrottle] and its siblings send
+// CL.RESERVE: units admitted before their cost is known, settled later
+// ([Reservation.Settle], [Reservation.Cancel]).
 //
 // # Errors
 //
