@@ -229,25 +229,13 @@ func (c *check) decideKind(v *keyspace.Value, now int64, scratch *limiter.Leases
 			c.t.retry, c.t.resetA = r.RetryAfterMillis, r.ResetAfterMillis
 		}
 	case keyspace.KindFixed:
-		var st limiter.FixedState
-		if v != nil && v.M%c.per == 0 {
-			st = limiter.FixedState{Window: v.M / c.per, Count: int64(v.N)}
-		} else if v != nil {
-			st.Window = math.MinInt64 // another period's window: start afresh
-		}
-		next, d, store, exp := limiter.Fixed(st, v != nil, now, c.per, c.limit, c.q)
+		next, d, store, exp := limiter.Fixed(fixedOf(v, c.per), v != nil, now, c.per, c.limit, c.q)
 		c.t, c.store = decisionTuple(d, c.ms), store
-		c.next = keyspace.Value{Kind: keyspace.KindFixed, N: uint64(next.Count), M: next.Window * c.per, Exp: expiryMS(exp)}
+		c.next = fixedValue(next, c.per, exp)
 	case keyspace.KindSliding:
-		var st limiter.SlidingState
-		if v != nil && v.M%c.per == 0 {
-			st = limiter.SlidingState{Window: v.M / c.per, Prev: int64(v.N >> 32), Cur: int64(v.N & math.MaxUint32)}
-		} else if v != nil {
-			st.Window = math.MinInt64
-		}
-		next, d, store, exp := limiter.Sliding(st, v != nil, now, c.per, c.limit, c.q)
+		next, d, store, exp := limiter.Sliding(slidingOf(v, c.per), v != nil, now, c.per, c.limit, c.q)
 		c.t, c.store = decisionTuple(d, c.ms), store
-		c.next = keyspace.Value{Kind: keyspace.KindSliding, N: uint64(next.Prev)<<32 | uint64(next.Cur), M: next.Window * c.per, Exp: expiryMS(exp)}
+		c.next = slidingValue(next, c.per, exp)
 	case keyspace.KindLog:
 		var l *limiter.Log
 		if v != nil {
@@ -262,6 +250,45 @@ func (c *check) decideKind(v *keyspace.Value, now int64, scratch *limiter.Leases
 		c.t, c.store = decisionTuple(d, c.ms), !d.Limited
 	}
 	return ""
+}
+
+// The fixed window's and the sliding counter's states in a Value: M is
+// the window's start in ns, N the count (sliding: the previous window's
+// in the high 32 bits, the current one's in the low 32).
+
+// fixedOf returns the fixed-window state v (nil: absent) holds for
+// windows of per ns; a state of another period is a window that never
+// matches (the request starts afresh).
+func fixedOf(v *keyspace.Value, per int64) limiter.FixedState {
+	switch {
+	case v == nil:
+		return limiter.FixedState{}
+	case v.M%per != 0:
+		return limiter.FixedState{Window: math.MinInt64}
+	}
+	return limiter.FixedState{Window: v.M / per, Count: int64(v.N)}
+}
+
+// slidingOf is fixedOf for the sliding counter.
+func slidingOf(v *keyspace.Value, per int64) limiter.SlidingState {
+	switch {
+	case v == nil:
+		return limiter.SlidingState{}
+	case v.M%per != 0:
+		return limiter.SlidingState{Window: math.MinInt64}
+	}
+	return limiter.SlidingState{Window: v.M / per, Prev: int64(v.N >> 32), Cur: int64(v.N & math.MaxUint32)}
+}
+
+// fixedValue is the Value that stores st for windows of per ns, kept
+// until expireAt (ns).
+func fixedValue(st limiter.FixedState, per, expireAt int64) keyspace.Value {
+	return keyspace.Value{Kind: keyspace.KindFixed, N: uint64(st.Count), M: st.Window * per, Exp: expiryMS(expireAt)}
+}
+
+// slidingValue is fixedValue for the sliding counter.
+func slidingValue(st limiter.SlidingState, per, expireAt int64) keyspace.Value {
+	return keyspace.Value{Kind: keyspace.KindSliding, N: uint64(st.Prev)<<32 | uint64(st.Cur), M: st.Window * per, Exp: expiryMS(expireAt)}
 }
 
 // needsRoom reports whether apply may take more memory than the key
@@ -373,20 +400,33 @@ func runCheck(x *ctx, minArgs, maxArgs int) {
 		return
 	}
 	c.ms = ms
-	k := &x.keys[0] // c.key
-	now := x.clockNS()
+	if _, ok := c.run(x); ok {
+		x.decided(c.t.limited, c.key)
+		x.tuple(c.t)
+	}
+}
+
+// run decides c, a parsed single-key call, on its key (x.keys[0]) at the
+// clock's reading, now, and applies it: the body of the single-key
+// limiter commands. ok is false when it replied an error instead.
+func (c *check) run(x *ctx) (now int64, ok bool) {
+	k := &x.keys[0]
+	now = x.clockNS()
 	v := k.lookup(floorDiv(now, 1e6))
 	if msg := c.decide(v, now, &x.cl.leases); msg != "" {
 		x.errorReply(msg)
-		return
+		return now, false
+	}
+	if c.expireErr { // CL.THROTTLE's state (CL.RESERVE, CL.APPLY)
+		x.errorReply(msgCellExpire)
+		return now, false
 	}
 	if c.needsRoom(v) && !x.s.ks.CanInsert() {
 		x.oom()
-		return
+		return now, false
 	}
 	c.apply(k, v, now, &x.cl.leases)
-	x.decided(c.t.limited, c.key)
-	x.tuple(c.t)
+	return now, true
 }
 
 func cmdFixed(x *ctx)      { runCheck(x, 3, 4) }

@@ -195,22 +195,10 @@ func cmdApply(x *ctx) {
 		return
 	}
 	c.ms = ms
-	k := &x.keys[0]
-	now := x.clockNS()
-	v := k.lookup(floorDiv(now, 1e6))
-	if msg := c.decide(v, now, &x.cl.leases); msg != "" {
-		x.errorReply(msg)
+	now, ok := c.run(x)
+	if !ok {
 		return
 	}
-	if c.expireErr {
-		x.errorReply(msgCellExpire)
-		return
-	}
-	if c.needsRoom(v) && !x.s.ks.CanInsert() {
-		x.oom()
-		return
-	}
-	c.apply(k, v, now, &x.cl.leases)
 	t := c.t
 	count(p.Counts, t.limited, p.Shadow)
 	if t.limited && p.Shadow {

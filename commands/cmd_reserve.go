@@ -198,24 +198,10 @@ func cmdReserve(x *ctx) {
 		return
 	}
 	c.ms = ms
-	k := &x.keys[0]
-	now := x.clockNS()
-	v := k.lookup(floorDiv(now, 1e6))
-	if msg := c.decide(v, now, &x.cl.leases); msg != "" {
-		x.errorReply(msg)
-		return
+	if _, ok := c.run(x); ok {
+		x.decided(c.t.limited, c.key)
+		c.reply(x)
 	}
-	if c.expireErr {
-		x.errorReply(msgCellExpire)
-		return
-	}
-	if c.needsRoom(v) && !x.s.ks.CanInsert() {
-		x.oom()
-		return
-	}
-	c.apply(k, v, now, &x.cl.leases)
-	x.decided(c.t.limited, c.key)
-	c.reply(x)
 }
 
 // CL.SETTLE key id actual
@@ -301,29 +287,17 @@ func settled(v, state *keyspace.Value, res *limiter.Reservations, r limiter.Rese
 		}
 		return keyspace.Value{Kind: keyspace.KindGCRA, N: newTAT, Exp: exp}
 	case keyspace.KindFixed:
-		var st limiter.FixedState
-		if state != nil && state.M%r.Unit == 0 {
-			st = limiter.FixedState{Window: state.M / r.Unit, Count: int64(state.N)}
-		} else if state != nil {
-			st.Window = math.MinInt64 // another period's window
-		}
-		next, store, exp := limiter.FixedSettle(st, state != nil, now, r.Unit, r.At, delta)
+		next, store, exp := limiter.FixedSettle(fixedOf(state, r.Unit), state != nil, now, r.Unit, r.At, delta)
 		if !store {
 			return keep
 		}
-		return keyspace.Value{Kind: keyspace.KindFixed, N: uint64(next.Count), M: next.Window * r.Unit, Exp: expiryMS(exp)}
+		return fixedValue(next, r.Unit, exp)
 	case keyspace.KindSliding:
-		var st limiter.SlidingState
-		if state != nil && state.M%r.Unit == 0 {
-			st = limiter.SlidingState{Window: state.M / r.Unit, Prev: int64(state.N >> 32), Cur: int64(state.N & math.MaxUint32)}
-		} else if state != nil {
-			st.Window = math.MinInt64
-		}
-		next, store, exp := limiter.SlidingSettle(st, state != nil, now, r.Unit, r.At, delta)
+		next, store, exp := limiter.SlidingSettle(slidingOf(state, r.Unit), state != nil, now, r.Unit, r.At, delta)
 		if !store {
 			return keep
 		}
-		return keyspace.Value{Kind: keyspace.KindSliding, N: uint64(next.Prev)<<32 | uint64(next.Cur), M: next.Window * r.Unit, Exp: expiryMS(exp)}
+		return slidingValue(next, r.Unit, exp)
 	}
 	l := v.Obj.(*limiter.Log)
 	return keyspace.Value{Kind: keyspace.KindLog, Obj: l, Exp: expiryMS(l.Settle(now, r.Unit, r.At, delta))}

@@ -134,6 +134,21 @@ type SlidingState struct {
 	Prev, Cur int64
 }
 
+// counts returns the previous and current counts of st (when it exists)
+// as seen from window w: its own if st is w, its current count as the
+// previous one if st is the window before, none if older.
+func (st SlidingState) counts(exists bool, w int64) (prev, cur int64) {
+	if exists {
+		switch st.Window {
+		case w:
+			return st.Prev, st.Cur
+		case w - 1:
+			return st.Cur, 0
+		}
+	}
+	return 0, 0
+}
+
 // MaxLeases is the largest limit of a concurrency limiter, so the most
 // live leases one key can hold through Acquire and Apply (which admit a new
 // token only below the limit). Acquire, Apply and Release each scan the
@@ -171,15 +186,7 @@ func Sliding(st SlidingState, exists bool, now, period, limit, q int64) (next Sl
 	}
 	start := w * period
 	e := now - start
-	var prev, cur int64
-	if exists {
-		switch st.Window {
-		case w:
-			prev, cur = st.Prev, st.Cur
-		case w - 1:
-			prev = st.Cur
-		}
-	}
+	prev, cur := st.counts(exists, w)
 	d = Decision{Limit: limit, RetryAfter: -1}
 	switch {
 	case q > limit:

@@ -232,15 +232,7 @@ func SlidingSettle(st SlidingState, exists bool, now, period, at, delta int64) (
 	if exists && st.Window > w {
 		w = st.Window
 	}
-	var prev, cur int64
-	if exists {
-		switch st.Window {
-		case w:
-			prev, cur = st.Prev, st.Cur
-		case w - 1:
-			prev = st.Cur
-		}
-	}
+	prev, cur := st.counts(exists, w)
 	switch aw := floorDiv(at, period); {
 	case delta > 0:
 		cur = min(addSat(cur, delta), MaxSlidingLimit)
