@@ -116,3 +116,79 @@ func TestReservePersisted(t *testing.T) {
 		t.Fatalf("a reservation after the restart: %v %v, want id %d", r, err, id0+2)
 	}
 }
+
+// TestReserveMemory reserves N units one at a time on one key (N = 1,
+// 100, 10000, the cap) and reads MEMORY USAGE before (the fixed-window
+// state alone) and after: each open reservation adds
+// limiter.ReservationBytes (48) times the growth of the list's capacity,
+// plus 80 bytes once for the list's header and its object slot. At the
+// cap the next reservation is refused with an error, also once all are
+// settled (settled ones are kept until their deadline); past the
+// deadline the key takes reservations again and its memory falls back.
+func TestReserveMemory(t *testing.T) {
+	ctx := context.Background()
+	for _, n := range []int{1, 100, limiter.MaxReservations} {
+		clock, rdbs := resClients(t, 1)
+		// Every call on the key scans its reservations: 10000 pipelined
+		// reservations take seconds under -race.
+		rdb := redis.NewClient(&redis.Options{Addr: rdbs[0].Options().Addr, Protocol: 2, ReadTimeout: time.Minute})
+		defer rdb.Close()
+		if err := rdb.Do(ctx, "CL.FIXED", "m", 1000000, "60s", 1).Err(); err != nil {
+			t.Fatal(err)
+		}
+		before, err := rdb.MemoryUsage(ctx, "m").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pipe := rdb.Pipeline()
+		cmds := make([]*redis.Cmd, n)
+		for i := range cmds {
+			cmds[i] = pipe.Do(ctx, "CL.RESERVE", "m", "FIXED", 1000000, "60s", 1, "30s")
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatalf("%d reservations: %v", n, err)
+		}
+		for i, c := range cmds {
+			if r, err := c.Int64Slice(); err != nil || r[0] != 0 || r[5] != resT0.UnixMicro()+int64(i) {
+				t.Fatalf("reservation %d: %v %v", i, r, err)
+			}
+		}
+		after, err := rdb.MemoryUsage(ctx, "m").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := after - before
+		lo, hi := int64(80+n*limiter.ReservationBytes), int64(80+2*n*limiter.ReservationBytes)
+		if d < lo || d > hi || (d-80)%limiter.ReservationBytes != 0 {
+			t.Errorf("%d reservations: MEMORY USAGE %d -> %d (+%d), want 80 + 48 x capacity in [%d, %d]", n, before, after, d, lo, hi)
+		}
+		t.Logf("%d open reservations: MEMORY USAGE %d -> %d bytes: +%d, %.1f bytes per reservation (list capacity %d)",
+			n, before, after, d, float64(d)/float64(n), (d-80)/limiter.ReservationBytes)
+		if n < limiter.MaxReservations {
+			continue
+		}
+		const full = "ERR too many reservations on the key (at most 10000 until some end)"
+		if err := rdb.Do(ctx, "CL.RESERVE", "m", "FIXED", 1000000, "60s", 1, "30s").Err(); err == nil || err.Error() != full {
+			t.Fatalf("reservation %d: %v, want %q", n+1, err, full)
+		}
+		pipe = rdb.Pipeline()
+		for i := range n {
+			pipe.Do(ctx, "CL.CANCEL", "m", resT0.UnixMicro()+int64(i))
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			t.Fatalf("cancel all: %v", err)
+		}
+		if err := rdb.Do(ctx, "CL.RESERVE", "m", "FIXED", 1000000, "60s", 1, "30s").Err(); err == nil || err.Error() != full {
+			t.Fatalf("reservation %d, all cancelled: %v, want %q (kept until their deadline)", n+1, err, full)
+		}
+		clock.Advance(30*time.Second + time.Millisecond)
+		if r, err := rdb.Do(ctx, "CL.RESERVE", "m", "FIXED", 1000000, "60s", 1, "30s").Int64Slice(); err != nil || r[0] != 0 || r[5] != resT0.Add(30*time.Second+time.Millisecond).UnixMicro() {
+			t.Fatalf("past the deadlines: %v %v, want admitted", r, err)
+		}
+		if late, err := rdb.MemoryUsage(ctx, "m").Result(); err != nil || late-before > 80+16*limiter.ReservationBytes {
+			t.Errorf("one reservation left: MEMORY USAGE %d (%v), want at most %d", late, err, before+80+16*limiter.ReservationBytes)
+		} else {
+			t.Logf("past the deadlines, one reservation: MEMORY USAGE %d bytes", late)
+		}
+	}
+}
