@@ -123,7 +123,8 @@ func TestReservePersisted(t *testing.T) {
 // limiter.ReservationBytes (48) times the growth of the list's capacity,
 // plus 80 bytes once for the list's header and its object slot. At the
 // cap the next reservation is refused with an error, also once all are
-// settled (settled ones are kept until their deadline); past the
+// settled (settled ones are kept until their deadline), and inside
+// CL.ALL nothing is reserved on the other key; past the
 // deadline the key takes reservations again and its memory falls back.
 func TestReserveMemory(t *testing.T) {
 	ctx := context.Background()
@@ -180,6 +181,14 @@ func TestReserveMemory(t *testing.T) {
 		}
 		if err := rdb.Do(ctx, "CL.RESERVE", "m", "FIXED", 1000000, "60s", 1, "30s").Err(); err == nil || err.Error() != full {
 			t.Fatalf("reservation %d, all cancelled: %v, want %q (kept until their deadline)", n+1, err, full)
+		}
+		// Inside CL.ALL the full key refuses the whole call: the other
+		// key is not created.
+		if err := rdb.Do(ctx, "CL.ALL", "CL.RESERVE", "other", "FIXED", 10, "60s", 1, "30s", "CL.RESERVE", "m", "FIXED", 1000000, "60s", 1, "30s").Err(); err == nil || err.Error() != full {
+			t.Fatalf("CL.ALL with the full key: %v, want %q", err, full)
+		}
+		if n, err := rdb.Exists(ctx, "other").Result(); err != nil || n != 0 {
+			t.Fatalf("EXISTS other after the refused CL.ALL: %d %v, want 0", n, err)
 		}
 		clock.Advance(30*time.Second + time.Millisecond)
 		if r, err := rdb.Do(ctx, "CL.RESERVE", "m", "FIXED", 1000000, "60s", 1, "30s").Int64Slice(); err != nil || r[0] != 0 || r[5] != resT0.Add(30*time.Second+time.Millisecond).UnixMicro() {
