@@ -21,7 +21,8 @@ import (
 // sliding counter), in their log entry while it is inside the period
 // (sliding log), and down to a full bucket (GCRA). Once they stopped
 // counting, giving them back changes nothing. Units taken are counted at
-// the settle: in the current window, as a new log entry, or on the TAT.
+// the settle: in the current window, in the log's newest entry (a new one
+// at the settle when the log is empty), or on the TAT.
 
 // Reservation is one reservation of a key.
 type Reservation struct {
@@ -46,13 +47,14 @@ type Reservation struct {
 // ReservationBytes is the memory one reservation takes in a key.
 const ReservationBytes = 48
 
-// reservationsBytes is the memory of a Reservations beyond its records.
-const reservationsBytes = 48
+// reservationsBytes is the memory of a Reservations beyond its records
+// (56 bytes, in a 64-byte allocation).
+const reservationsBytes = 64
 
 // MaxReservations is the most reservations one key holds (open, or
-// settled and kept until their deadline): Add refuses more. Every call on
-// the key scans them once to forget the ended ones, about 10 µs at the
-// cap.
+// settled and kept until their deadline): past it, Add forgets the oldest
+// settled one, and refuses a new one only when all are open. A call on
+// the key scans them only when one has ended (Prune) or at the cap.
 const MaxReservations = 10000
 
 // Errors of Reservations.
@@ -73,15 +75,27 @@ type Reservations struct {
 	// epoch (0: never). The key lives until the later of StateExp and the
 	// last deadline (Expiry); past StateExp, the state counts as absent.
 	StateExp int64
+
+	// first and last are the earliest and the latest deadline of List,
+	// when known (first != 0): Prune then scans only once a reservation
+	// has ended, and Expiry not at all. A Reservations built by hand (or
+	// decoded) learns them at its first Prune.
+	first, last int64
 }
 
-// Prune forgets the reservations whose deadline is before now (ns).
+// Prune forgets the reservations whose deadline is before now (ns). It
+// scans them only when one may have ended.
 func (rs *Reservations) Prune(now int64) {
+	if rs.first != 0 && now <= rs.first {
+		return
+	}
 	n := 0
+	rs.first, rs.last = math.MaxInt64, math.MinInt64
 	for _, r := range rs.List {
 		if now <= r.Deadline {
 			rs.List[n] = r
 			n++
+			rs.first, rs.last = min(rs.first, r.Deadline), max(rs.last, r.Deadline)
 		}
 	}
 	clear(rs.List[n:])
@@ -91,18 +105,39 @@ func (rs *Reservations) Prune(now int64) {
 	}
 }
 
+// dropSettled forgets the settled reservation with the lowest ID (the
+// oldest), if any, to make room; it reports whether there was one.
+func (rs *Reservations) dropSettled() bool {
+	for i, r := range rs.List {
+		if r.Actual >= 0 {
+			rs.List = append(rs.List[:i], rs.List[i+1:]...)
+			rs.first = 0 // relearn at the next Prune
+			return true
+		}
+	}
+	return false
+}
+
 // Add records a reservation of reserved units counted at at (ns), made at
 // now and ending at deadline, and returns its ID: now in microseconds
 // since the Unix epoch, or one more than the last ID if that is not
 // higher. IDs thus increase within a key and stay below 2^53 (exact in a
-// JavaScript number) until the year 2255. Add fails with
-// ErrTooManyReservations when the key holds MaxReservations.
+// JavaScript number) until the year 2255. When the key holds
+// MaxReservations, Add first forgets the ended ones, then the oldest
+// settled one (a repeated settle of it then answers ErrNoReservation); it
+// fails with ErrTooManyReservations when all of them are open.
 func (rs *Reservations) Add(now, at, deadline, reserved, unit int64) (int64, error) {
-	if len(rs.List) >= MaxReservations && rs.Live(now) >= MaxReservations {
-		return 0, ErrTooManyReservations
-	}
 	if len(rs.List) >= MaxReservations {
 		rs.Prune(now)
+	}
+	if len(rs.List) >= MaxReservations && !rs.dropSettled() {
+		return 0, ErrTooManyReservations
+	}
+	switch {
+	case len(rs.List) == 0:
+		rs.first, rs.last = deadline, deadline
+	case rs.first != 0:
+		rs.first, rs.last = min(rs.first, deadline), max(rs.last, deadline)
 	}
 	id := floorDiv(now, 1000)
 	if id <= rs.LastID {
@@ -180,15 +215,35 @@ func (rs *Reservations) Expiry() int64 {
 	if rs.StateExp == 0 {
 		return 0
 	}
-	exp := rs.StateExp
-	for _, r := range rs.List {
-		ms := floorDiv(r.Deadline, 1e6)
-		if r.Deadline%1e6 != 0 {
-			ms++
-		}
-		exp = max(exp, ms)
+	if len(rs.List) == 0 {
+		return rs.StateExp
 	}
-	return exp
+	last := rs.last
+	if rs.first == 0 {
+		last = math.MinInt64
+		for _, r := range rs.List {
+			last = max(last, r.Deadline)
+		}
+	}
+	ms := floorDiv(last, 1e6)
+	if last%1e6 != 0 {
+		ms++
+	}
+	return max(rs.StateExp, ms)
+}
+
+// CanAdd reports whether Add at now would find room: fewer than
+// MaxReservations held, or one of them ended or settled.
+func (rs *Reservations) CanAdd(now int64) bool {
+	if len(rs.List) < MaxReservations {
+		return true
+	}
+	for _, r := range rs.List {
+		if r.Actual >= 0 || now > r.Deadline {
+			return true
+		}
+	}
+	return false
 }
 
 // MemSize is the memory rs takes.
@@ -251,16 +306,26 @@ func SlidingSettle(st SlidingState, exists bool, now, period, at, delta int64) (
 // log at now for its period ns, after dropping the entries that left the
 // window: units given back leave the entry at at while it is inside the
 // window (it is removed once empty), and are lost otherwise; units taken
-// are recorded at now as Apply does, the log's units saturating at
-// math.MaxInt64. It returns the instant in ns after which the log is
-// empty.
+// are added to the newest entry, and leave the window with it (recorded
+// at now, as Apply does, when the log is empty), so that settles never
+// add entries: a log holds at most one per admitted request. The log's
+// units saturate at math.MaxInt64. It returns the instant in ns after
+// which the log is empty.
 func (l *Log) Settle(now, period, at, delta int64) (expireAt int64) {
 	expireAt = l.Apply(now, period, 0)
 	switch {
 	case delta > 0:
 		// Units (and so every entry) stay within int64: a wrapped sum
 		// would read as room in the log.
-		return l.Apply(now, period, min(delta, math.MaxInt64-l.Units))
+		delta = min(delta, math.MaxInt64-l.Units)
+		if n := len(l.Entries); n > 0 {
+			// Into the newest entry, so that the log keeps at most one
+			// entry per admitted request however many settles take more.
+			l.Entries[n-1].N += delta
+			l.Units += delta
+			return l.Entries[n-1].T + period
+		}
+		return l.Apply(now, period, delta)
 	case delta == 0:
 		return expireAt
 	}

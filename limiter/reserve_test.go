@@ -119,6 +119,70 @@ func TestReservationsCap(t *testing.T) {
 	if n := rs.Open(t0 + 10*s + 3); n != MaxReservations-2 {
 		t.Fatalf("Open once the third has ended = %d, want %d", n, MaxReservations-2)
 	}
+	// Full, none ended, one settled: Add forgets the settled one.
+	if !rs.CanAdd(now) {
+		t.Fatal("CanAdd with a settled reservation: false")
+	}
+	id, err = rs.Add(now, now, t0+60*s, 1, s)
+	if err != nil || id != now/1000+1 || len(rs.List) != MaxReservations || rs.Find(now, us0+1) != nil {
+		t.Fatalf("Add with a settled reservation at the cap: %d, %v, %d records, settled one found: %v",
+			id, err, len(rs.List), rs.Find(now, us0+1) != nil)
+	}
+	if rs.CanAdd(now) {
+		t.Fatal("CanAdd with every reservation open: true")
+	}
+}
+
+// TestReservationsCachedDeadlines: Prune skips its scan and Expiry reads
+// the latest deadline from what Add and Prune remember; over random Adds,
+// Prunes, settles and forgotten settled ones (at a small cap of deadlines
+// bunched together), the list and Expiry always equal a full recount.
+func TestReservationsCachedDeadlines(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 9))
+	checks := 0
+	for run := range 300 {
+		var rs Reservations
+		rs.StateExp = 1
+		now := t0
+		var ref []Reservation // the reservations alive, by brute force
+		for range 200 {
+			switch rng.IntN(4) {
+			case 0, 1:
+				d := now + rng.Int64N(3*s)
+				if _, err := rs.Add(now, now, d, 1, s); err != nil {
+					t.Fatal(err)
+				}
+			case 2:
+				now += rng.Int64N(s)
+			default:
+				if len(rs.List) > 0 {
+					r := rs.List[rng.IntN(len(rs.List))]
+					rs.Settle(now, r.ID, 1)
+				}
+			}
+			rs.Prune(now)
+			ref = ref[:0]
+			last := int64(math.MinInt64)
+			for _, r := range rs.List {
+				if now <= r.Deadline {
+					ref = append(ref, r)
+					last = max(last, r.Deadline)
+				}
+			}
+			if len(ref) != len(rs.List) {
+				t.Fatalf("run %d at t0%+d: Prune kept %d reservations, %d alive", run, now-t0, len(rs.List), len(ref))
+			}
+			want := int64(1)
+			if len(ref) > 0 {
+				want = max(1, (last+1e6-1)/1e6)
+			}
+			if got := rs.Expiry(); got != want {
+				t.Fatalf("run %d at t0%+d: Expiry %d, want %d", run, now-t0, got, want)
+			}
+			checks++
+		}
+	}
+	t.Logf("%d states checked against a full recount", checks)
 }
 
 // resList builds Reservations with the given IDs, deadlines and actuals
@@ -347,22 +411,22 @@ func TestReservationsExpiry(t *testing.T) {
 }
 
 // TestReservationsMemSize: the record and header sizes the keyspace
-// accounts are the real ones (the header rounded to its 48-byte allocation
+// accounts are the real ones (the header rounded to its 64-byte allocation
 // size class), and MemSize follows the capacity.
 func TestReservationsMemSize(t *testing.T) {
 	if n := unsafe.Sizeof(Reservation{}); n != ReservationBytes {
 		t.Errorf("Reservation is %d bytes, ReservationBytes says %d", n, ReservationBytes)
 	}
-	if n := unsafe.Sizeof(Reservations{}); n > reservationsBytes || reservationsBytes > 48 {
+	if n := unsafe.Sizeof(Reservations{}); n > reservationsBytes || reservationsBytes > 64 {
 		t.Errorf("Reservations is %d bytes, reservationsBytes says %d", n, reservationsBytes)
 	}
 	var rs Reservations
-	if n := rs.MemSize(); n != 48 {
-		t.Errorf("empty: MemSize %d, want 48", n)
+	if n := rs.MemSize(); n != 64 {
+		t.Errorf("empty: MemSize %d, want 64", n)
 	}
 	rs.List = make([]Reservation, 3, 8)
-	if n := rs.MemSize(); n != 48+8*48 {
-		t.Errorf("capacity 8: MemSize %d, want %d", n, 48+8*48)
+	if n := rs.MemSize(); n != 64+8*48 {
+		t.Errorf("capacity 8: MemSize %d, want %d", n, 64+8*48)
 	}
 }
 
@@ -492,8 +556,8 @@ func TestLogSettle(t *testing.T) {
 			nil, 600 * ms},
 		{"delta 0 drops the old entries only", []LogEntry{e(0, 3), e(500*ms, 1)}, 1200 * ms, 500 * ms, 0,
 			[]LogEntry{e(500*ms, 1)}, 1500 * ms},
-		{"take more: recorded at now, beyond the limit", []LogEntry{e(0, 3)}, 400 * ms, 0, 4,
-			[]LogEntry{e(0, 3), e(400*ms, 4)}, 1400 * ms},
+		{"take more: into the newest entry, beyond the limit", []LogEntry{e(0, 3)}, 400 * ms, 0, 4,
+			[]LogEntry{e(0, 7)}, 1000 * ms},
 		{"take more at the newest entry's T: merged", []LogEntry{e(0, 3), e(400*ms, 1)}, 400 * ms, 0, 4,
 			[]LogEntry{e(0, 3), e(400*ms, 5)}, 1400 * ms},
 		{"take more after the reservation's entry left", []LogEntry{e(0, 3)}, 1500 * ms, 0, 2,
@@ -501,7 +565,9 @@ func TestLogSettle(t *testing.T) {
 		{"take more, clock back: at the newest entry", []LogEntry{e(0, 3), e(400*ms, 1)}, 300 * ms, 0, 2,
 			[]LogEntry{e(0, 3), e(400*ms, 3)}, 1400 * ms},
 		{"take more saturates the units", []LogEntry{e(0, 5)}, 1, 0, math.MaxInt64,
-			[]LogEntry{e(0, 5), e(1, math.MaxInt64-5)}, s + 1},
+			[]LogEntry{e(0, math.MaxInt64)}, s},
+		{"take more on an empty log: recorded at now", nil, 400 * ms, 0, 4,
+			[]LogEntry{e(400*ms, 4)}, 1400 * ms},
 	} {
 		l := Log{Entries: slices.Clone(tc.log)}
 		for _, en := range tc.log {
@@ -1075,11 +1141,11 @@ func TestReservationScenarios(t *testing.T) {
 			{at: 200 * ms, op: 's', n: 0, v: 2, wantOK: true, want: [2]int64{2}},
 			{at: 300 * ms, op: 'r', v: 6, wantOK: true, want: [2]int64{8}},
 			{at: 300 * ms, op: 'q', v: 2, wantOK: true, want: [2]int64{10}},        // merged with reservation 1's entry
-			{at: 400 * ms, op: 's', n: 1, v: 10, wantOK: true, want: [2]int64{14}}, // 4 taken at 400 ms
+			{at: 400 * ms, op: 's', n: 1, v: 10, wantOK: true, want: [2]int64{14}}, // 4 taken, into the newest entry (300 ms)
 			{at: 500 * ms, op: 'q', v: 1, want: [2]int64{14}},
-			{at: 1200 * ms, op: 'q', v: 1, want: [2]int64{12}},               // the entry at 0 left
-			{at: 1300 * ms, op: 'r', v: 6, wantOK: true, want: [2]int64{10}}, // the entry at 300 ms left
-			{at: 1300 * ms, op: 's', n: 1, v: 0, wantErr: ErrSettled, want: [2]int64{10}},
+			{at: 1200 * ms, op: 'q', v: 1, want: [2]int64{12}},              // the entry at 0 left
+			{at: 1300 * ms, op: 'r', v: 6, wantOK: true, want: [2]int64{6}}, // the entry at 300 ms (with the 4 taken) left
+			{at: 1300 * ms, op: 's', n: 1, v: 0, wantErr: ErrSettled, want: [2]int64{6}},
 			{at: 2300 * ms, op: 's', n: 2, v: 0, wantOK: true, want: [2]int64{}}, // its entry left: lost
 			{at: 2300 * ms, op: 'q', v: 10, wantOK: true, want: [2]int64{10}},
 		}},
