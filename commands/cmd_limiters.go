@@ -735,6 +735,18 @@ func allKeys(dst []int, args [][]byte) []int {
 	return dst
 }
 
+// tatInMS is how far the TAT tat (unsigned ns since the Unix epoch) lies
+// after now, in ms, rounded down; saturating at math.MaxInt64.
+func tatInMS(tat uint64, now int64) int64 {
+	if now >= 0 && tat >= uint64(now) {
+		return int64(min((tat-uint64(now))/1e6, math.MaxInt64))
+	}
+	if tat > math.MaxInt64 { // now < 0 (tests): far ahead
+		return math.MaxInt64
+	}
+	return floorDiv(int64(tat)-now, 1e6)
+}
+
 // CL.INFO key: the key's limiter kind, state and TTL as field/value pairs.
 func cmdLimiterInfo(x *ctx) {
 	now := x.clockNS()
@@ -762,7 +774,9 @@ func cmdLimiterInfo(x *ctx) {
 		// the epoch (about 1.8e18) are past 2^53, so a JavaScript client
 		// would round an integer reply. Every other figure is a count or
 		// milliseconds, exact as integers.
-		f = []field{{"kind", "gcra"}, {"tat_ns", strconv.FormatInt(int64(v.N), 10)}, {"tat_in_ms", floorDiv(int64(v.N)-now, 1e6)}}
+		// The TAT is unsigned, as GET shows it (a settled debt may reach
+		// 2^64-1 ns, the year 2554).
+		f = []field{{"kind", "gcra"}, {"tat_ns", strconv.FormatUint(v.N, 10)}, {"tat_in_ms", tatInMS(v.N, now)}}
 	case keyspace.KindFixed:
 		f = []field{{"kind", "fixed"}, {"window_start_ms", v.M / 1e6}, {"count", int64(v.N)}}
 	case keyspace.KindSliding:

@@ -165,9 +165,9 @@ func (c *check) record(v, nv *keyspace.Value, now int64) {
 }
 
 // reserveRoom returns an error text when a reservation admitted on v
-// could not be recorded (the key holds limiter.MaxReservations).
+// could not be recorded (the key holds limiter.MaxReservations, all open).
 func reserveRoom(v *keyspace.Value, now int64) string {
-	if res := reservationsOf(v); res != nil && res.Live(now) >= limiter.MaxReservations {
+	if res := reservationsOf(v); res != nil && !res.CanAdd(now) {
 		return msgTooManyReservations
 	}
 	return ""

@@ -329,7 +329,7 @@ const (
 	msgReserveKindAll      = "ERR CL.ALL: unknown reservation kind (expected CL.RESERVE key THROTTLE|FIXED|SLIDING|SLIDINGLOG args... quantity ttl [MS])"
 	msgReserveQuantity     = "ERR quantity must not be negative for CL.RESERVE"
 	msgReserveTTL          = "ERR ttl must be a positive number of seconds or a duration such as 250ms, 1.5s, 10m, 1h, at most 10 years"
-	msgTooManyReservations = "ERR too many reservations on the key (at most 10000 until some end)"
+	msgTooManyReservations = "ERR too many open reservations on the key (at most 10000)"
 	msgReservationID       = "ERR reservation id must be a positive integer"
 	msgSettleActual        = "ERR actual must be a non-negative integer"
 	msgNoReservation       = "ERR no such reservation (unknown id, or its ttl ended)"

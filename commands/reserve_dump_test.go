@@ -121,11 +121,11 @@ func TestReservePersisted(t *testing.T) {
 // 100, 10000, the cap) and reads MEMORY USAGE before (the fixed-window
 // state alone) and after: each open reservation adds
 // limiter.ReservationBytes (48) times the growth of the list's capacity,
-// plus 80 bytes once for the list's header and its object slot. At the
-// cap the next reservation is refused with an error, also once all are
-// settled (settled ones are kept until their deadline), and inside
-// CL.ALL nothing is reserved on the other key; past the
-// deadline the key takes reservations again and its memory falls back.
+// plus 96 bytes once for the list's header (64) and its object slot (32). At the
+// cap, all open, the next reservation is refused with an error, and
+// inside CL.ALL nothing is reserved on the other key; with settled ones,
+// a new reservation forgets the oldest settled first; past the deadline
+// the key takes reservations again and its memory falls back.
 func TestReserveMemory(t *testing.T) {
 	ctx := context.Background()
 	for _, n := range []int{1, 100, limiter.MaxReservations} {
@@ -159,28 +159,18 @@ func TestReserveMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := after - before
-		lo, hi := int64(80+n*limiter.ReservationBytes), int64(80+2*n*limiter.ReservationBytes)
-		if d < lo || d > hi || (d-80)%limiter.ReservationBytes != 0 {
-			t.Errorf("%d reservations: MEMORY USAGE %d -> %d (+%d), want 80 + 48 x capacity in [%d, %d]", n, before, after, d, lo, hi)
+		lo, hi := int64(96+n*limiter.ReservationBytes), int64(96+2*n*limiter.ReservationBytes)
+		if d < lo || d > hi || (d-96)%limiter.ReservationBytes != 0 {
+			t.Errorf("%d reservations: MEMORY USAGE %d -> %d (+%d), want 96 + 48 x capacity in [%d, %d]", n, before, after, d, lo, hi)
 		}
 		t.Logf("%d open reservations: MEMORY USAGE %d -> %d bytes: +%d, %.1f bytes per reservation (list capacity %d)",
-			n, before, after, d, float64(d)/float64(n), (d-80)/limiter.ReservationBytes)
+			n, before, after, d, float64(d)/float64(n), (d-96)/limiter.ReservationBytes)
 		if n < limiter.MaxReservations {
 			continue
 		}
-		const full = "ERR too many reservations on the key (at most 10000 until some end)"
+		const full = "ERR too many open reservations on the key (at most 10000)"
 		if err := rdb.Do(ctx, "CL.RESERVE", "m", "FIXED", 1000000, "60s", 1, "30s").Err(); err == nil || err.Error() != full {
 			t.Fatalf("reservation %d: %v, want %q", n+1, err, full)
-		}
-		pipe = rdb.Pipeline()
-		for i := range n {
-			pipe.Do(ctx, "CL.CANCEL", "m", resT0.UnixMicro()+int64(i))
-		}
-		if _, err := pipe.Exec(ctx); err != nil {
-			t.Fatalf("cancel all: %v", err)
-		}
-		if err := rdb.Do(ctx, "CL.RESERVE", "m", "FIXED", 1000000, "60s", 1, "30s").Err(); err == nil || err.Error() != full {
-			t.Fatalf("reservation %d, all cancelled: %v, want %q (kept until their deadline)", n+1, err, full)
 		}
 		// Inside CL.ALL the full key refuses the whole call: the other
 		// key is not created.
@@ -190,12 +180,33 @@ func TestReserveMemory(t *testing.T) {
 		if n, err := rdb.Exists(ctx, "other").Result(); err != nil || n != 0 {
 			t.Fatalf("EXISTS other after the refused CL.ALL: %d %v, want 0", n, err)
 		}
+		// Two settled: the next reservations make room by forgetting the
+		// oldest settled one first; a settle of it then finds nothing.
+		first, second := resT0.UnixMicro(), resT0.UnixMicro()+7
+		for _, id := range []int64{second, first} {
+			if err := rdb.Do(ctx, "CL.CANCEL", "m", id).Err(); err != nil {
+				t.Fatalf("cancel %d: %v", id, err)
+			}
+		}
+		for i, gone := range []int64{first, second} {
+			r, err := rdb.Do(ctx, "CL.RESERVE", "m", "FIXED", 1000000, "60s", 1, "30s").Int64Slice()
+			if err != nil || r[0] != 0 || r[5] != resT0.UnixMicro()+int64(n+i) {
+				t.Fatalf("reservation %d with a settled one: %v %v", n+1+i, r, err)
+			}
+			const none = "ERR no such reservation (unknown id, or its ttl ended)"
+			if err := rdb.Do(ctx, "CL.CANCEL", "m", gone).Err(); err == nil || err.Error() != none {
+				t.Fatalf("cancel of the forgotten %d: %v, want %q", gone, err, none)
+			}
+		}
+		if err := rdb.Do(ctx, "CL.RESERVE", "m", "FIXED", 1000000, "60s", 1, "30s").Err(); err == nil || err.Error() != full {
+			t.Fatalf("reservation %d, all open again: %v, want %q", n+3, err, full)
+		}
 		clock.Advance(30*time.Second + time.Millisecond)
 		if r, err := rdb.Do(ctx, "CL.RESERVE", "m", "FIXED", 1000000, "60s", 1, "30s").Int64Slice(); err != nil || r[0] != 0 || r[5] != resT0.Add(30*time.Second+time.Millisecond).UnixMicro() {
 			t.Fatalf("past the deadlines: %v %v, want admitted", r, err)
 		}
-		if late, err := rdb.MemoryUsage(ctx, "m").Result(); err != nil || late-before > 80+16*limiter.ReservationBytes {
-			t.Errorf("one reservation left: MEMORY USAGE %d (%v), want at most %d", late, err, before+80+16*limiter.ReservationBytes)
+		if late, err := rdb.MemoryUsage(ctx, "m").Result(); err != nil || late-before > 96+16*limiter.ReservationBytes {
+			t.Errorf("one reservation left: MEMORY USAGE %d (%v), want at most %d", late, err, before+96+16*limiter.ReservationBytes)
 		} else {
 			t.Logf("past the deadlines, one reservation: MEMORY USAGE %d bytes", late)
 		}

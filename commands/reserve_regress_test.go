@@ -7,16 +7,17 @@ import (
 	"time"
 )
 
-// Known failures (reservations), left failing on purpose until fixed.
+// Two reservation bugs found over the wire, now fixed: a huge GCRA debt
+// wrapped the TAT into the past, and a sliding log grew an entry per
+// settle taking more.
 
 // TestReserveSettleGCRAHugeDebt: settling a GCRA reservation far above
 // what it reserved takes the excess beyond the limit (debt): the key must
-// then refuse. It fails: gcra.Settle computes the new TAT in 128 bits and
-// returns its low 64 bits, so a TAT past 2^64 ns wraps. Settling 1 reserved
-// unit with actual 2^63-1 at 10 per second leaves the TAT 100 ms BEFORE
-// now (a full bucket: the next request is admitted with remaining 9)
-// while the key's TTL is about 292 million years (ttl_ms saturated);
-// actual 2e11 wraps to a TAT 49 years ahead with a TTL of 634 years.
+// then refuse. It failed while gcra.Settle returned the low 64 bits of
+// the new TAT: settling 1 reserved unit with actual 2^63-1 at 10 per
+// second left the TAT 100 ms BEFORE now (a full bucket: the next request
+// admitted with remaining 9) and a TTL of 292 million years. The TAT now
+// saturates at 2^64-1 ns (the year 2554).
 func TestReserveSettleGCRAHugeDebt(t *testing.T) {
 	_, rdbs := resClients(t, 1)
 	rdb := rdbs[0]
@@ -30,12 +31,14 @@ func TestReserveSettleGCRAHugeDebt(t *testing.T) {
 		if s, err := rdb.Do(ctx, "CL.SETTLE", key, r[5], actual).Int64Slice(); err != nil || s[1] != actual {
 			t.Fatalf("settle with %d: %v %v", actual, s, err)
 		}
-		tat := infoField(t, rdb, key, "tat_ns")
+		tat := infoUint(t, rdb, key, "tat_ns")
 		ttl := infoField(t, rdb, key, "ttl_ms")
-		// The debt: (actual - 1) units of 100 ms beyond now, so the TAT
-		// must be at least as far as the TTL says, and never before now.
-		if tat < resT0.UnixNano() || (tat-resT0.UnixNano())/int64(time.Millisecond) < ttl-1 {
-			t.Errorf("actual %d: TAT t0 %+d ms, TTL %d ms: the TAT wrapped (the TTL says the debt lasts longer)", actual, (tat-resT0.UnixNano())/int64(time.Millisecond), ttl)
+		// The debt: (actual - 1) units of 100 ms beyond now (saturated at
+		// 2^64-1 ns), so the TAT must be at least as far as the TTL says,
+		// and never before now.
+		now := uint64(resT0.UnixNano())
+		if tat < now || (tat-now)/uint64(time.Millisecond) < uint64(ttl-1) {
+			t.Errorf("actual %d: TAT %d (now %d), TTL %d ms: the TAT wrapped (the TTL says the debt lasts longer)", actual, tat, now, ttl)
 		}
 		if p, err := rdb.Do(ctx, "CL.THROTTLE", key, 9, 10, 1, 1).Int64Slice(); err != nil || p[0] != 1 {
 			t.Errorf("actual %d: next request %v %v, want limited (in debt)", actual, p, err)
@@ -47,11 +50,10 @@ func TestReserveSettleGCRAHugeDebt(t *testing.T) {
 // entries under plain calls, and reservations of q >= 1 units add at most
 // one entry each when settled above; so a key's log should stay within
 // 2L entries whatever the number of calls (the issue asks for bounded
-// memory per key). It fails: a reservation of 0 units is admitted even
-// when the key is in debt, and each settle above it adds an entry, so
-// 3000 rounds of CL.RESERVE l SLIDINGLOG 5 1h 0 1ms + CL.SETTLE l id 1
-// (the clock moved 1 ms each) leave 3000 entries, MEMORY USAGE about
-// 57 KB, growing with every round for the whole period (up to 10 years).
+// memory per key). It failed while each settle above a reservation added
+// an entry: 3000 rounds of CL.RESERVE l SLIDINGLOG 5 1h 0 1ms +
+// CL.SETTLE l id 1 (the clock moved 1 ms each) left 3000 entries,
+// MEMORY USAGE about 57 KB. Units taken now join the newest entry.
 func TestReserveLogEntriesBounded(t *testing.T) {
 	const limit, rounds = 5, 3000
 	clock, rdbs := resClients(t, 1)

@@ -57,6 +57,27 @@ func infoField(t *testing.T, rdb *redis.Client, key, name string) int64 {
 	return 0
 }
 
+// infoUint reads the CL.INFO field name of key, a bulk string of an
+// unsigned integer (tat_ns).
+func infoUint(t *testing.T, rdb *redis.Client, key, name string) uint64 {
+	t.Helper()
+	v, err := rdb.Do(context.Background(), "CL.INFO", key).Slice()
+	if err != nil {
+		t.Fatalf("CL.INFO %s: %v", key, err)
+	}
+	for i := 0; i+1 < len(v); i += 2 {
+		if s, ok := v[i+1].(string); ok && v[i] == name {
+			x, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				t.Fatalf("CL.INFO %s: %s = %q", key, name, s)
+			}
+			return x
+		}
+	}
+	t.Fatalf("CL.INFO %s: no %s in %v", key, name, v)
+	return 0
+}
+
 // admitted is one admitted reservation of the concurrency test.
 type admitted struct {
 	id, q, actual, remaining int64
