@@ -124,7 +124,7 @@ func TestReservePersisted(t *testing.T) {
 // plus 96 bytes once for the list's header (64) and its object slot (32). At the
 // cap, all open, the next reservation is refused with an error, and
 // inside CL.ALL nothing is reserved on the other key; with settled ones,
-// a new reservation forgets the oldest settled first; past the deadline
+// a new reservation forgets them; past the deadline
 // the key takes reservations again and its memory falls back.
 func TestReserveMemory(t *testing.T) {
 	ctx := context.Background()
@@ -180,8 +180,8 @@ func TestReserveMemory(t *testing.T) {
 		if n, err := rdb.Exists(ctx, "other").Result(); err != nil || n != 0 {
 			t.Fatalf("EXISTS other after the refused CL.ALL: %d %v, want 0", n, err)
 		}
-		// Two settled: the next reservations make room by forgetting the
-		// oldest settled one first; a settle of it then finds nothing.
+		// Two settled: the next reservation makes room by forgetting
+		// both; a settle of either then finds nothing.
 		first, second := resT0.UnixMicro(), resT0.UnixMicro()+7
 		for _, id := range []int64{second, first} {
 			if err := rdb.Do(ctx, "CL.CANCEL", "m", id).Err(); err != nil {

@@ -3,6 +3,7 @@ package limiter
 import (
 	"errors"
 	"math"
+	"slices"
 	"sort"
 )
 
@@ -52,8 +53,8 @@ const ReservationBytes = 48
 const reservationsBytes = 64
 
 // MaxReservations is the most reservations one key holds (open, or
-// settled and kept until their deadline): past it, Add forgets the oldest
-// settled one, and refuses a new one only when all are open. A call on
+// settled and kept until their deadline): past it, Add forgets the
+// settled ones, and refuses a new one only when all are open. A call on
 // the key scans them only when one has ended (Prune) or at the cap.
 const MaxReservations = 10000
 
@@ -105,17 +106,13 @@ func (rs *Reservations) Prune(now int64) {
 	}
 }
 
-// dropSettled forgets the settled reservation with the lowest ID (the
-// oldest), if any, to make room; it reports whether there was one.
+// dropSettled forgets the settled reservations, to make room in one pass
+// for as many new ones; it reports whether there was one.
 func (rs *Reservations) dropSettled() bool {
-	for i, r := range rs.List {
-		if r.Actual >= 0 {
-			rs.List = append(rs.List[:i], rs.List[i+1:]...)
-			rs.first = 0 // relearn at the next Prune
-			return true
-		}
-	}
-	return false
+	n := len(rs.List)
+	rs.List = slices.DeleteFunc(rs.List, func(r Reservation) bool { return r.Actual >= 0 })
+	rs.first = 0 // relearn at the next Prune
+	return len(rs.List) < n
 }
 
 // Add records a reservation of reserved units counted at at (ns), made at
@@ -123,9 +120,9 @@ func (rs *Reservations) dropSettled() bool {
 // since the Unix epoch, or one more than the last ID if that is not
 // higher. IDs thus increase within a key and stay below 2^53 (exact in a
 // JavaScript number) until the year 2255. When the key holds
-// MaxReservations, Add first forgets the ended ones, then the oldest
-// settled one (a repeated settle of it then answers ErrNoReservation); it
-// fails with ErrTooManyReservations when all of them are open.
+// MaxReservations, Add first forgets the ended ones, then the settled
+// ones (a repeated settle of one then answers ErrNoReservation); it fails
+// with ErrTooManyReservations when all of them are open.
 func (rs *Reservations) Add(now, at, deadline, reserved, unit int64) (int64, error) {
 	if len(rs.List) >= MaxReservations {
 		rs.Prune(now)
