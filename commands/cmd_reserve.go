@@ -113,7 +113,7 @@ func limiterState(v *keyspace.Value, nowMS int64) *keyspace.Value {
 // attachReservations); the ended ones are dropped.
 func keepReservations(v, nv *keyspace.Value, now int64) {
 	if res := reservationsOf(v); res != nil {
-		res.Prune(now)
+		res.Tidy(now)
 		attachReservations(nv, res)
 	}
 }
@@ -144,7 +144,7 @@ func (c *check) record(v, nv *keyspace.Value, now int64) {
 	if res == nil {
 		res = new(limiter.Reservations)
 	}
-	res.Prune(now)
+	res.Tidy(now)
 	at, unit, q := now, c.per, c.q
 	switch c.kind {
 	case keyspace.KindGCRA:
@@ -258,7 +258,7 @@ func settle(x *ctx, actual int64) {
 	}
 	if apply {
 		nv := settled(v, limiterState(v, nowMS), res, r, delta, now)
-		res.Prune(now)
+		res.Tidy(now)
 		attachReservations(&nv, res)
 		k.replace(v, nv)
 	}

@@ -26,7 +26,7 @@ import (
 // ending between visits; 1 ms made the settle miss its reservation after
 // a pause of the real clock) and hot (one key: the settled reservations
 // are kept until their 10 ms ttl ends, a few thousand at this rate, and
-// scanned once a reservation has ended). The two variants of a case run one after the other,
+// scanned at most once per millisecond: Reservations.Tidy). The two variants of a case run one after the other,
 // so -count=N interleaves them.
 func BenchmarkReserveSettle(b *testing.B) {
 	const bucket = "1000000000000" // burst; rate 1000000 per 1 s

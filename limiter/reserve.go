@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"time"
 )
 
 // Reservations: units admitted before their real cost is known
@@ -49,7 +50,7 @@ type Reservation struct {
 const ReservationBytes = 48
 
 // reservationsBytes is the memory of a Reservations beyond its records
-// (56 bytes, in a 64-byte allocation).
+// (64 bytes).
 const reservationsBytes = 64
 
 // MaxReservations is the most reservations one key holds (open, or
@@ -80,8 +81,9 @@ type Reservations struct {
 	// first and last are the earliest and the latest deadline of List,
 	// when known (first != 0): Prune then scans only once a reservation
 	// has ended, and Expiry not at all. A Reservations built by hand (or
-	// decoded) learns them at its first Prune.
-	first, last int64
+	// decoded) learns them at its first Prune. tidyAt is when Tidy may
+	// scan again.
+	first, last, tidyAt int64
 }
 
 // Prune forgets the reservations whose deadline is before now (ns). It
@@ -104,6 +106,22 @@ func (rs *Reservations) Prune(now int64) {
 	if cap(rs.List) > 16 && n < cap(rs.List)/4 {
 		rs.List = append([]Reservation(nil), rs.List...)
 	}
+}
+
+// tidyEvery is the least time between two scans of Tidy.
+const tidyEvery = int64(time.Millisecond)
+
+// Tidy is Prune at most once per tidyEvery: on a busy key a reservation
+// ends every few microseconds, and Prune would then scan the others on
+// every call. An ended reservation is invisible (Find, Live, Open,
+// CanAdd and Add check deadlines), so keeping it up to tidyEvery longer
+// only delays the release of its 48 bytes.
+func (rs *Reservations) Tidy(now int64) {
+	if rs.first != 0 && (now <= rs.first || now <= rs.tidyAt) {
+		return
+	}
+	rs.Prune(now)
+	rs.tidyAt = now + tidyEvery
 }
 
 // dropSettled forgets the settled reservations, to make room in one pass

@@ -133,6 +133,29 @@ func TestReservationsCap(t *testing.T) {
 	}
 }
 
+// TestReservationsTidy: Tidy scans at most once per tidyEvery; what it
+// keeps past its deadline meanwhile is invisible.
+func TestReservationsTidy(t *testing.T) {
+	var rs Reservations
+	for i := range 4 {
+		if _, err := rs.Add(t0, t0, t0+int64(i+1)*100, 1, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rs.Tidy(t0 + 150) // the first ended: a scan
+	if len(rs.List) != 3 {
+		t.Fatalf("Tidy at t0+150: %d records, want 3", len(rs.List))
+	}
+	rs.Tidy(t0 + 350) // two more ended, within tidyEvery: no scan
+	if len(rs.List) != 3 || rs.Live(t0+350) != 1 || rs.Open(t0+350) != 1 || rs.Find(t0+350, rs.List[0].ID) != nil {
+		t.Fatalf("Tidy at t0+350: %d records, %d live, %d open", len(rs.List), rs.Live(t0+350), rs.Open(t0+350))
+	}
+	rs.Tidy(t0 + 150 + tidyEvery + 1) // past tidyEvery: a scan, all ended
+	if len(rs.List) != 0 {
+		t.Fatalf("Tidy after tidyEvery: %d records, want 0", len(rs.List))
+	}
+}
+
 // TestReservationsCachedDeadlines: Prune skips its scan and Expiry reads
 // the latest deadline from what Add and Prune remember; over random Adds,
 // Prunes, settles and forgotten settled ones (at a small cap of deadlines
