@@ -12,8 +12,7 @@
 # after the other on a fresh server each (reserve throttle reserve ...),
 # so slow phases of a shared machine hit both alike; each figure is the
 # median over rounds. Settled reservations stay in their key until their
-# ttl ends and a key holds at most 10000: with few KEYS and a long TTL the
-# reserve runs fail ("too many reservations") once a key is full.
+# ttl ends, or until the key holds 10000 and needs room.
 #
 # It builds ./cmd/cellserver and bench/reservepairs, starts each server on
 # a free 127.0.0.1 port (pinned to CPU 0 when taskset and 2+ CPUs exist,
