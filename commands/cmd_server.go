@@ -493,7 +493,7 @@ func cmdInfo(x *ctx) {
 		}
 	}
 	s := x.s
-	now := time.Now()
+	now := s.clock() // the clock started was read from
 	uptime := int64(now.Sub(s.started).Seconds())
 	var st netStats
 	if n := s.net.Load(); n != nil {

@@ -6,8 +6,9 @@
 //
 // # Model
 //
-// A Server implements resp.Handler. Each connection's commands run on that
-// connection's goroutine with a reused execution context (ctx). The
+// A Server implements resp.Handler. Each connection's commands run one at
+// a time on the goroutine serving it (its event loop, or its own
+// goroutine: see resp.Handler) with a reused execution context (ctx). The
 // dispatcher resolves a command's keys from its spec (keys.go: each hashed
 // once, with its shard and, in cluster mode, its hash slot) and holds
 // their shard locks, taken in the global order, while the handler runs

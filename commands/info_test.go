@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/persistence/changelog"
@@ -292,6 +293,19 @@ func TestInfoRunID(t *testing.T) {
 	}
 	if other := runID(b); other == first {
 		t.Errorf("two servers share run_id %s", first)
+	}
+}
+
+// TestInfoUptimeFollowsTheClock: uptime is measured on the server's clock,
+// the one its start was read from (an injected clock in tests).
+func TestInfoUptimeFollowsTheClock(t *testing.T) {
+	clk := servertest.NewClock(time.Unix(1_700_000_000, 0))
+	_, addr := servertest.Start(t, server.Config{Clock: clk.Now})
+	clk.Advance(49*time.Hour + 30*time.Second)
+	secs, _ := parseInfo(t, info(t, addr, "server"))
+	v := secs["Server"].values
+	if v["uptime_in_seconds"] != "176430" || v["uptime_in_days"] != "2" {
+		t.Fatalf("uptime_in_seconds %s, uptime_in_days %s; want 176430 and 2", v["uptime_in_seconds"], v["uptime_in_days"])
 	}
 }
 

@@ -178,8 +178,9 @@ type Network interface {
 }
 
 // Server executes commands against a keyspace. It implements resp.Handler
-// and is safe for concurrent use: each connection's commands run on that
-// connection's goroutine, and keyspace access goes through shard locks.
+// and is safe for concurrent use: each connection's commands run one at a
+// time on the goroutine serving it (its event loop, or its own goroutine),
+// and keyspace access goes through shard locks.
 type Server struct {
 	ks       *keyspace.Keyspace
 	clock    func() time.Time

@@ -2,8 +2,8 @@ package commands
 
 import "github.com/cellserver/cellserver/keyspace"
 
-// Flags are the facts about a command that the dispatcher, COMMAND and
-// (later) persistence act on. They live in the table row, never in a second
+// Flags are the facts about a command that the dispatcher, MULTI, the
+// replica's read-only mode and COMMAND act on. They live in the table row, never in a second
 // list of names.
 type Flags uint32
 

@@ -5,9 +5,10 @@
 //
 // A Keyspace holds Databases (16 by default, as Redis). A DB splits its keys
 // over a power-of-two number of shards chosen by a seeded hash of the key; each
-// shard is a compact open-addressing table (table.go: 40-byte entries without
-// pointers, key bytes packed in pages; about 50 bytes per limiter key plus the
-// key) guarded by its own mutex. Callers take the shard lock for a whole read
+// shard is a compact open-addressing table (table.go: 56-byte entries without
+// pointers, holding a key of up to 23 bytes themselves, longer keys packed in
+// pages; about 64 bytes per limiter key plus the key, EntryOverhead) guarded
+// by its own mutex. Callers take the shard lock for a whole read
 // -> decide -> write sequence (Shard.Lock, then Lookup, then Replace or
 // Changed, then Unlock), so a limiter decision is never split by another
 // client.

@@ -105,16 +105,6 @@ func (m *Memory) Load(fn func(db int, key, value []byte) error) error {
 // DiskUsage implements Store: memory uses no disk.
 func (m *Memory) DiskUsage() int64 { return 0 }
 
-// Compact implements Store; there is nothing to compact.
-func (m *Memory) Compact() error {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	if m.closed {
-		return ErrStoreClosed
-	}
-	return nil
-}
-
 // Close implements Store.
 func (m *Memory) Close() error {
 	m.mu.Lock()

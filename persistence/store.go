@@ -75,9 +75,6 @@ type Store interface {
 	// DiskUsage returns the bytes the store uses on disk (0 for the memory
 	// store).
 	DiskUsage() int64
-	// Compact asks the store to reclaim space from deleted records (no-op
-	// for memory).
-	Compact() error
 	// Close releases the store. Closing a closed store returns nil.
 	Close() error
 }

@@ -43,7 +43,6 @@ func (h *memHandle) Load(fn func(db int, key, value []byte) error) error {
 	return h.do(func() error { return h.m.Load(fn) })
 }
 func (h *memHandle) DiskUsage() int64 { return h.m.DiskUsage() }
-func (h *memHandle) Compact() error   { return h.do(h.m.Compact) }
 func (h *memHandle) Close() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -68,8 +67,5 @@ func TestMemoryClose(t *testing.T) {
 	}
 	if err := m.Load(func(int, []byte, []byte) error { return nil }); !errors.Is(err, persistence.ErrStoreClosed) {
 		t.Fatalf("Load after Close: %v", err)
-	}
-	if err := m.Compact(); !errors.Is(err, persistence.ErrStoreClosed) {
-		t.Fatalf("Compact after Close: %v", err)
 	}
 }

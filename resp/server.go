@@ -14,9 +14,10 @@ import (
 )
 
 // Handler serves the commands of the connections of a [Server]. All three
-// methods run on the connection's own goroutine, one at a time, so a
-// Handler sees each connection sequentially; calls for different
-// connections run concurrently.
+// methods run on the goroutine serving the connection (its event loop, or
+// its own goroutine for TLS, other systems and --event-loops -1), one at a
+// time, so a Handler sees each connection sequentially; calls for
+// connections of different loops run concurrently.
 type Handler interface {
 	// Open is called once when a connection is accepted, before any of
 	// its commands. It may append to c.Out (written before the first

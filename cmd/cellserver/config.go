@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -368,12 +367,3 @@ func readConfigFile(path string) (map[string]string, []string) {
 	return vals, errs
 }
 
-// sortedOptionNames is used by tests.
-func sortedOptionNames() []string {
-	var names []string
-	for _, o := range options {
-		names = append(names, o.name)
-	}
-	sort.Strings(names)
-	return names
-}

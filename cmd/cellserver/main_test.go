@@ -43,9 +43,8 @@ func TestHelpListsEveryOptionWithDefault(t *testing.T) {
 			t.Errorf("--help lacks %q", want)
 		}
 	}
-	if len(sortedOptionNames()) != len(options) {
-		t.Fatal("duplicate option names")
-	}
+	// An option declared twice makes the flag set panic ("flag redefined")
+	// when --help builds it above, so this test fails on it.
 }
 
 func TestVersion(t *testing.T) {

@@ -748,9 +748,6 @@ func (s *Store) DiskUsage() int64 {
 	return n
 }
 
-// Compact implements persistence.Store.
-func (s *Store) Compact() error { return s.inner.Compact() }
-
 // WALDamage reports the damage the change log's replay dropped at Open
 // (with LoadDamagedWAL), or else the wrapped store's WAL check.
 func (s *Store) WALDamage() persistence.WALDamage {

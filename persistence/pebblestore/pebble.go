@@ -1246,44 +1246,6 @@ func (p *Store) Flush() error {
 	})
 }
 
-// Compact implements Store: it flushes the memtable, then compacts every
-// level over the whole key range, which drops deleted records and the
-// range deletions that covered them.
-func (p *Store) Compact() error {
-	db, in, unlock, err := p.acquire(false)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	return p.guard(in, "compact", func() error {
-		if err := db.Flush(); err != nil {
-			return p.wrap("flush", err)
-		}
-		levels, err := db.SSTables()
-		if err != nil {
-			return p.wrap("compact", err)
-		}
-		// Pebble's Compact needs an end key; the largest key of any table is
-		// one (Compact includes it), since no finite key follows all of db
-		// MaxDB's.
-		var last []byte
-		for _, tables := range levels {
-			for _, t := range tables {
-				if k := t.Largest.UserKey; bytes.Compare(k, last) > 0 {
-					last = k
-				}
-			}
-		}
-		if len(last) == 0 {
-			return nil
-		}
-		if err := db.Compact(nil, bytes.Clone(last), false); err != nil {
-			return p.wrap("compact", err)
-		}
-		return nil
-	})
-}
-
 // Close implements Store. It closes pebble, which does not flush the
 // memtable (the WAL holds it and is replayed at the next open), and
 // releases the directory's lock. A panic in pebble becomes its error.

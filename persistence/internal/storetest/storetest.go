@@ -3,7 +3,6 @@
 package storetest
 
 import (
-	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -433,30 +432,6 @@ func Run(t *testing.T, open func(t *testing.T) persistence.Store) {
 		CheckRecords(t, s, m.Records())
 	})
 
-	t.Run("CompactKeepsData", func(t *testing.T) {
-		s := open(t)
-		if err := s.Compact(); err != nil { // nothing to compact
-			t.Fatal(err)
-		}
-		m := Model{}
-		var ops []persistence.Op
-		for i := range 2000 {
-			ops = append(ops, Put(i%3, fmt.Sprintf("k%05d", i), string(bytes.Repeat([]byte{byte(i)}, 100))))
-		}
-		ops = append(ops, Put(persistence.MaxDB, "\xff\xff", "last"), DelDB(1), Del(0, "k00000"))
-		MustWrite(t, s, false, ops...)
-		m.Apply(ops)
-		if err := s.Compact(); err != nil {
-			t.Fatal(err)
-		}
-		CheckRecords(t, s, m.Records())
-		if u := s.DiskUsage(); u < 0 {
-			t.Fatalf("DiskUsage %d", u)
-		}
-		s = reopen(t, s)
-		CheckRecords(t, s, m.Records())
-	})
-
 	t.Run("Closed", func(t *testing.T) {
 		s := open(t)
 		MustWrite(t, s, false, Put(0, "a", "1"))
@@ -471,7 +446,6 @@ func Run(t *testing.T, open func(t *testing.T) persistence.Store) {
 			"Write sync": s.Write(nil, true),
 			"Sync":       s.Sync(),
 			"Load":       s.Load(func(int, []byte, []byte) error { return nil }),
-			"Compact":    s.Compact(),
 		} {
 			if !errors.Is(err, persistence.ErrStoreClosed) {
 				t.Errorf("%s after Close: %v, want ErrStoreClosed", name, err)
