@@ -366,4 +366,3 @@ func readConfigFile(path string) (map[string]string, []string) {
 	}
 	return vals, errs
 }
-
