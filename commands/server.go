@@ -372,7 +372,7 @@ func New(cfg Config) (*Server, error) {
 	s.passDigest = sha256.Sum256([]byte(cfg.Password))
 	s.slowlog = slowlog{slowerThan: cfg.SlowlogSlowerThan, maxLen: cfg.SlowlogMaxLen}
 	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock)
-	s.buildTable(commandTable())
+	s.buildTable(commandSpecs())
 	s.installWatch(cfg.TrackingTableMaxKeys)
 	s.repl = cfg.Replication
 	if s.repl == nil {

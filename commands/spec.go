@@ -57,6 +57,18 @@ type Arg struct {
 	Args     []Arg // members of a oneof or block
 }
 
+// Doc is what COMMAND DOCS and COMMAND INFO report about a command beyond
+// its dispatch row: one entry of the docs table, keyed by the command's name.
+type Doc struct {
+	ACL     []string // ACL categories without "@"
+	Group   string   // COMMAND DOCS group: generic, string, connection, server, transactions, module
+	Module  string   // COMMAND DOCS module name for module commands
+	Summary string
+	Since   string
+	Complex string
+	Args    []Arg
+}
+
 // Spec is one row of the command table.
 type Spec struct {
 	Name  string // lower-case; "container|sub" for subcommands
@@ -68,14 +80,10 @@ type Spec struct {
 	// KeyFlags describe the key spec for COMMAND INFO (e.g. "RW", "access",
 	// "update"); empty for commands without keys.
 	KeyFlags []string
-	ACL      []string // ACL categories without "@"
-	Group    string   // COMMAND DOCS group: generic, string, connection, server, transactions, module
-	Module   string   // COMMAND DOCS module name for module commands
-	Summary  string
-	Since    string
-	Complex  string
-	Args     []Arg
 	Subs     []*Spec // subcommands of a container command (CLIENT, COMMAND, CONFIG)
+	// Doc is filled in from the docs table (docs.go) when the table is
+	// built; the dispatcher never reads it.
+	Doc
 
 	// Keys appends to dst the key positions of a call whose keys are not
 	// at fixed positions (MovableKeys) and returns it; nil means use

@@ -1,6 +1,8 @@
 package commands
 
 import (
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -10,7 +12,7 @@ import (
 // handler on every row that is not a container, key facts that agree with
 // one another, and subcommands named "container|sub".
 func TestCommandTableRows(t *testing.T) {
-	rows := commandTable()
+	rows := commandSpecs()
 	if !sort.SliceIsSorted(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name }) {
 		t.Error("commandTable rows are not sorted by name")
 	}
@@ -53,6 +55,31 @@ func TestCommandTableRows(t *testing.T) {
 	}
 	if n < 40 {
 		t.Fatalf("only %d rows", n)
+	}
+}
+
+// TestCommandDocsJoin checks that the dispatch rows and the docs table
+// name the same commands: every row (subcommands included) has docs, and
+// every docs entry has a row. A mismatch would make commandSpecs panic at
+// startup; here it is named.
+func TestCommandDocsJoin(t *testing.T) {
+	rows := commandTable()
+	if bad := docsMismatch(rows, commandDocs); len(bad) > 0 {
+		t.Errorf("dispatch rows and docs table disagree:\n%s", strings.Join(bad, "\n"))
+	}
+	// The check can fail: a docs table missing one row's entry and holding
+	// an orphan entry is reported on both counts.
+	docs := maps.Clone(commandDocs)
+	delete(docs, "client|id")
+	docs["nosuch"] = Doc{}
+	want := []string{"docs for nosuch but no row", "no docs for client|id"}
+	if got := docsMismatch(rows, docs); !slices.Equal(got, want) {
+		t.Errorf("docsMismatch with a missing and an orphan entry = %q, want %q", got, want)
+	}
+	for _, sp := range commandSpecs() {
+		if sp.Doc.Group == "" {
+			t.Errorf("%s: docs not joined", sp.Name)
+		}
 	}
 }
 
