@@ -10,11 +10,16 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/replication"
+	"github.com/cellserver/cellserver/resp"
 )
 
 // newRunID returns Redis's run_id: 40 random hex characters, drawn once
@@ -232,4 +237,349 @@ func lruClock(now time.Time) int64 { return now.Unix() & (1<<24 - 1) }
 func cpuSeconds(d time.Duration) string {
 	us := d.Microseconds()
 	return fmt.Sprintf("%d.%06d", us/1e6, us%1e6)
+}
+
+// infoSection is one section of INFO.
+type infoSection struct {
+	name      string // as INFO's arguments name it, lower-case
+	title     string // after "# " in the reply
+	inDefault bool   // shown by INFO and INFO default, not only when named or by INFO all
+	lines     func(c *infoCall) []string
+}
+
+// infoSections are INFO's sections in the order INFO replies them. Each
+// section has Redis 7.0's fields in Redis's order, then cellserver's own.
+// The Redis fields left out describe mechanisms cellserver does not have
+// (forks, RDB, AOF rewrites, scripting, defragmentation, I/O threads):
+// info_test.go lists them, with why.
+var infoSections = []infoSection{
+	{"server", "Server", true, (*infoCall).server},
+	{"clients", "Clients", true, (*infoCall).clients},
+	{"memory", "Memory", true, (*infoCall).memory},
+	{"persistence", "Persistence", true, (*infoCall).persistence},
+	{"stats", "Stats", true, (*infoCall).stats},
+	{"replication", "Replication", true, (*infoCall).replication},
+	{"cpu", "CPU", true, (*infoCall).cpu},
+	{"modules", "Modules", true, (*infoCall).modules},
+	{"commandstats", "Commandstats", false, (*infoCall).commandstats},
+	{"limiters", "Limiters", true, (*infoCall).limiters},
+	{"errorstats", "Errorstats", true, (*infoCall).errorstats},
+	{"cluster", "Cluster", true, (*infoCall).cluster},
+	{"policies", "Policies", false, (*infoCall).policies},
+	{"rls", "RLS", false, (*infoCall).rls},
+	{"keyspace", "Keyspace", true, (*infoCall).keyspace},
+}
+
+// infoCall is what the sections of one INFO call share: one reading of
+// the server's clock and of the connection layer's counters.
+type infoCall struct {
+	x   *ctx
+	s   *Server
+	now time.Time // on the clock started was read from
+	net netStats
+}
+
+type netStats struct {
+	connected, total, rejected, protoErrs, in, out int64
+}
+
+func newInfoCall(x *ctx) *infoCall {
+	c := &infoCall{x: x, s: x.s, now: x.s.clock()}
+	if n := x.s.net.Load(); n != nil {
+		rs := n.Stats()
+		c.net = netStats{rs.ConnectedClients, rs.TotalConnections, rs.RejectedConnections,
+			rs.ProtocolErrors, rs.NetInputBytes, rs.NetOutputBytes}
+	}
+	return c
+}
+
+func (c *infoCall) server() []string {
+	s := c.s
+	uptime := int64(c.now.Sub(s.started).Seconds())
+	hz := max(int64(time.Second/s.sweepInt), 1) // active expiry runs hz times a second
+	return []string{
+		"redis_version:" + redisCompatVers,
+		"redis_git_sha1:00000000",
+		"redis_git_dirty:0",
+		"redis_build_id:" + buildID(s.version),
+		"redis_mode:" + s.redisMode(),
+		"os:" + osName(),
+		fmt.Sprintf("arch_bits:%d", strconv.IntSize),
+		"monotonic_clock:POSIX clock_gettime",
+		"multiplexing_api:" + multiplexingAPI(),
+		"gcc_version:0.0.0", // Redis's value when not built by GCC
+		fmt.Sprintf("process_id:%d", os.Getpid()),
+		"process_supervised:no",
+		"run_id:" + s.runID,
+		"tcp_port:" + s.setting("port"),
+		fmt.Sprintf("server_time_usec:%d", s.clock().UnixMicro()),
+		fmt.Sprintf("uptime_in_seconds:%d", uptime),
+		fmt.Sprintf("uptime_in_days:%d", uptime/86400),
+		fmt.Sprintf("hz:%d", hz),
+		fmt.Sprintf("configured_hz:%d", hz),
+		fmt.Sprintf("lru_clock:%d", lruClock(c.now)),
+		"executable:" + executable(),
+		"config_file:" + s.configFile,
+		"cellserver_version:" + s.version,
+		"go_version:" + runtime.Version(),
+	}
+}
+
+func (c *infoCall) clients() []string {
+	s := c.s
+	var maxIn, maxOut int
+	if n := s.net.Load(); n != nil {
+		n.Range(func(conn *resp.Conn) bool {
+			maxIn, maxOut = max(maxIn, conn.QueryBufLen()), max(maxOut, conn.OutLen())
+			return true
+		})
+	}
+	lq, lw := s.leaseWaitCounts()
+	return []string{
+		fmt.Sprintf("connected_clients:%d", c.net.connected),
+		"cluster_connections:0",
+		"maxclients:" + s.setting("maxclients"),
+		fmt.Sprintf("client_recent_max_input_buffer:%d", maxIn),
+		fmt.Sprintf("client_recent_max_output_buffer:%d", maxOut),
+		"blocked_clients:0",
+		fmt.Sprintf("tracking_clients:%d", s.track.clients.Load()),
+		"clients_in_timeout_table:0",
+		fmt.Sprintf("lease_wait_queues:%d", lq),
+		fmt.Sprintf("lease_waiters:%d", lw),
+	}
+}
+
+// maxmemoryPolicies names the eviction policies as the maxmemory-policy
+// setting spells them.
+var maxmemoryPolicies = map[keyspace.Policy]string{
+	keyspace.AllKeysLRU: "allkeys-lru",
+	keyspace.NoEviction: "noeviction",
+}
+
+func (c *infoCall) memory() []string {
+	s := c.s
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	mem := s.ks.Memory()
+	used := int64(ms.HeapAlloc)
+	s.notePeak(used)
+	peak := s.inst.peakMemory.Load()
+	rss := processRSS(int64(ms.Sys))
+	dataset := min(mem.Used, used)
+	startup := s.inst.startupMemory
+	active := int64(ms.HeapInuse)
+	resident := int64(ms.HeapSys - ms.HeapReleased)
+	var clientMem int64
+	if n := s.net.Load(); n != nil {
+		n.Range(func(conn *resp.Conn) bool {
+			clientMem += int64(conn.QueryBufLen() + conn.OutLen())
+			return true
+		})
+	}
+	return []string{
+		fmt.Sprintf("used_memory:%d", used),
+		"used_memory_human:" + bytesToHuman(used),
+		fmt.Sprintf("used_memory_rss:%d", rss),
+		"used_memory_rss_human:" + bytesToHuman(rss),
+		fmt.Sprintf("used_memory_peak:%d", peak),
+		"used_memory_peak_human:" + bytesToHuman(peak),
+		fmt.Sprintf("used_memory_peak_perc:%.2f%%", 100*ratio(used, peak)),
+		fmt.Sprintf("used_memory_overhead:%d", used-dataset),
+		fmt.Sprintf("used_memory_startup:%d", startup),
+		fmt.Sprintf("used_memory_dataset:%d", dataset),
+		fmt.Sprintf("used_memory_dataset_perc:%.2f%%", 100*ratio(dataset, max(used-startup, 1))),
+		fmt.Sprintf("allocator_allocated:%d", used),
+		fmt.Sprintf("allocator_active:%d", active),
+		fmt.Sprintf("allocator_resident:%d", resident),
+		fmt.Sprintf("total_system_memory:%d", totalSystemMemory()),
+		"total_system_memory_human:" + bytesToHuman(totalSystemMemory()),
+		fmt.Sprintf("maxmemory:%d", mem.MaxMemory),
+		"maxmemory_human:" + bytesToHuman(mem.MaxMemory),
+		"maxmemory_policy:" + maxmemoryPolicies[mem.Policy],
+		fmt.Sprintf("allocator_frag_ratio:%.2f", ratio(active, used)),
+		fmt.Sprintf("allocator_frag_bytes:%d", active-used),
+		fmt.Sprintf("allocator_rss_ratio:%.2f", ratio(resident, active)),
+		fmt.Sprintf("allocator_rss_bytes:%d", resident-active),
+		fmt.Sprintf("rss_overhead_ratio:%.2f", ratio(rss, resident)),
+		fmt.Sprintf("rss_overhead_bytes:%d", rss-resident),
+		fmt.Sprintf("mem_fragmentation_ratio:%.2f", ratio(rss, used)),
+		fmt.Sprintf("mem_fragmentation_bytes:%d", rss-used),
+		"mem_not_counted_for_evict:0",
+		fmt.Sprintf("mem_replication_backlog:%d", s.repl.BacklogMemory()),
+		"mem_total_replication_buffers:0",
+		"mem_clients_slaves:0",
+		fmt.Sprintf("mem_clients_normal:%d", clientMem),
+		"mem_cluster_links:0",
+		"mem_aof_buffer:0",
+		"mem_allocator:go",
+		fmt.Sprintf("keyspace_memory:%d", mem.Used),
+		fmt.Sprintf("go_gc_cycles:%d", ms.NumGC),
+		fmt.Sprintf("go_heap_live:%d", heapLive()),
+		fmt.Sprintf("go_heap_goal:%d", ms.NextGC),
+	}
+}
+
+func (c *infoCall) persistence() []string {
+	s := c.s
+	// aof_enabled as CONFIG GET appendonly: the data directory is
+	// written behind every change, as an append-only file would be.
+	status := "ok"
+	if s.writeErr != nil && s.writeErr() != nil {
+		status = "err"
+	}
+	lines := []string{"loading:0", "async_loading:0",
+		fmt.Sprintf("aof_enabled:%d", map[bool]int{false: 0, true: 1}[s.persistInfo != nil]),
+		"aof_last_write_status:" + status}
+	if s.persistInfo == nil {
+		return append(lines, "persistence_mode:none")
+	}
+	for _, l := range s.persistInfo() {
+		if !strings.HasPrefix(l, "loading:") {
+			lines = append(lines, l)
+		}
+	}
+	return lines
+}
+
+func (c *infoCall) stats() []string {
+	s, st := c.s, c.net
+	var expiredKeys = s.expired.Load()
+	rst := s.repl.Stats()
+	trkKeys, trkItems, trkPrefixes := s.track.stats()
+	psChannels, psPatterns := s.pubsub.stats()
+	s.inst.mu.Lock()
+	ops, inKbps, outKbps := s.inst.ops.rate(), s.inst.in.rate()/1024, s.inst.out.rate()/1024
+	s.inst.mu.Unlock()
+	return []string{
+		fmt.Sprintf("total_connections_received:%d", st.total),
+		fmt.Sprintf("total_commands_processed:%d", s.cmdsTotal.Load()),
+		fmt.Sprintf("instantaneous_ops_per_sec:%d", int64(ops)),
+		fmt.Sprintf("total_net_input_bytes:%d", st.in),
+		fmt.Sprintf("total_net_output_bytes:%d", st.out),
+		"total_net_repl_input_bytes:0",
+		"total_net_repl_output_bytes:0",
+		fmt.Sprintf("instantaneous_input_kbps:%.2f", inKbps),
+		fmt.Sprintf("instantaneous_output_kbps:%.2f", outKbps),
+		"instantaneous_input_repl_kbps:0.00",
+		"instantaneous_output_repl_kbps:0.00",
+		fmt.Sprintf("rejected_connections:%d", st.rejected),
+		fmt.Sprintf("sync_full:%d", rst.SyncFull),
+		fmt.Sprintf("sync_partial_ok:%d", rst.SyncPartialOK),
+		fmt.Sprintf("sync_partial_err:%d", rst.SyncPartialErr),
+		fmt.Sprintf("expired_keys:%d", expiredKeys),
+		fmt.Sprintf("expire_cycle_cpu_milliseconds:%d", s.expireNS.Load()/1e6),
+		fmt.Sprintf("evicted_keys:%d", s.ks.Memory().Evicted),
+		fmt.Sprintf("keyspace_hits:%d", s.keyspaceHits.Load()),
+		fmt.Sprintf("keyspace_misses:%d", s.keyspaceMisses.Load()),
+		fmt.Sprintf("pubsub_channels:%d", psChannels),
+		fmt.Sprintf("pubsub_patterns:%d", psPatterns),
+		"pubsubshard_channels:0",
+		fmt.Sprintf("tracking_total_keys:%d", trkKeys),
+		fmt.Sprintf("tracking_total_items:%d", trkItems),
+		fmt.Sprintf("tracking_total_prefixes:%d", trkPrefixes),
+		"unexpected_error_replies:0",
+		fmt.Sprintf("total_error_replies:%d", s.totalErrors()),
+		fmt.Sprintf("oom_refusals:%d", s.oomRefusals.Load()),
+		fmt.Sprintf("protocol_errors:%d", st.protoErrs),
+	}
+}
+
+func (c *infoCall) replication() []string {
+	s := c.s
+	return s.repl.Info(replication.InfoOptions{Priority: s.replPriority, ReadOnly: !s.replicaWritable,
+		MinReplicasToWrite: s.minReplicas, MinReplicasMaxLag: s.minReplicasLag})
+}
+
+func (c *infoCall) cpu() []string {
+	user, sys, childUser, childSys := cpuTimes()
+	return []string{
+		"used_cpu_sys:" + cpuSeconds(sys),
+		"used_cpu_user:" + cpuSeconds(user),
+		"used_cpu_sys_children:" + cpuSeconds(childSys),
+		"used_cpu_user_children:" + cpuSeconds(childUser),
+		fmt.Sprintf("go_goroutines:%d", runtime.NumGoroutine()),
+	}
+}
+
+func (c *infoCall) modules() []string {
+	return []string{fmt.Sprintf("module:name=%s,ver=%d,api=1,filters=0,usedby=[],using=[],options=[]",
+		cellModuleName, cellModuleVer)}
+}
+
+// commandstats lists the commands called or rejected at least once.
+func (c *infoCall) commandstats() []string {
+	var lines []string
+	for _, sp := range c.s.specs {
+		calls := sp.stats.calls.Load()
+		rejected := sp.stats.rejected.Load()
+		if calls == 0 && rejected == 0 {
+			continue
+		}
+		usec := sp.stats.usec.Load() / 1000
+		per := 0.0
+		if calls > 0 {
+			per = float64(sp.stats.usec.Load()) / 1000 / float64(calls)
+		}
+		lines = append(lines, fmt.Sprintf(
+			"cmdstat_%s:calls=%d,usec=%d,usec_per_call=%.2f,rejected_calls=%d,failed_calls=%d",
+			sp.Name, calls, usec, per, rejected, sp.stats.failed.Load()))
+	}
+	sort.Strings(lines)
+	return lines
+}
+
+func (c *infoCall) limiters() []string {
+	var lines []string
+	for _, cs := range c.s.Stats().Commands {
+		if cs.Limiter {
+			lines = append(lines, fmt.Sprintf("limiter_%s:allowed=%d,limited=%d", cs.Name, cs.Allowed, cs.Limited))
+		}
+	}
+	return lines
+}
+
+func (c *infoCall) errorstats() []string {
+	var lines []string
+	for _, e := range c.s.errorStats() {
+		lines = append(lines, fmt.Sprintf("errorstat_%s:count=%d", e.code, e.count))
+	}
+	return lines
+}
+
+func (c *infoCall) cluster() []string {
+	return []string{"cluster_enabled:" + map[bool]string{false: "0", true: "1"}[c.s.cluster != nil]}
+}
+
+func (c *infoCall) policies() []string { return c.s.policyInfo() }
+
+func (c *infoCall) rls() []string {
+	if c.s.rlsInfo == nil {
+		return nil
+	}
+	return c.s.rlsInfo()
+}
+
+// keyspace lists the databases holding at least one key.
+func (c *infoCall) keyspace() []string {
+	var lines []string
+	nowMS := c.x.clockMS()
+	for i := 0; i < c.s.ks.NumDB(); i++ {
+		ks := c.s.ks.DB(i).Stats(nowMS, c.x.locked)
+		if ks.Keys == 0 {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("db%d:keys=%d,expires=%d,avg_ttl=0", i, ks.Keys, ks.Expires))
+	}
+	return lines
+}
+
+// heapLive returns the heap bytes the last garbage collection found live:
+// unlike used_memory it excludes garbage not yet collected.
+func heapLive() uint64 {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return sample[0].Value.Uint64()
 }
