@@ -395,3 +395,38 @@ func TestModulesConsistent(t *testing.T) {
 		t.Errorf("MODULE LIST %s %s, HELLO %s %s, INFO module:%s: want redis-cell everywhere, one version", name, ver, hName, hVer, line)
 	}
 }
+
+// TestInfoSectionsSelected pins which sections INFO replies, in which
+// order, for no argument, "default", "all", "everything" and each
+// section's name (in any case).
+func TestInfoSectionsSelected(t *testing.T) {
+	_, addr := servertest.Start(t, server.Config{})
+	every := []string{"Server", "Clients", "Memory", "Persistence", "Stats", "Replication", "CPU", "Modules",
+		"Commandstats", "Limiters", "Errorstats", "Cluster", "Policies", "RLS", "Keyspace"}
+	notDefault := []string{"Commandstats", "Policies", "RLS"}
+	deflt := slices.DeleteFunc(slices.Clone(every), func(s string) bool { return slices.Contains(notDefault, s) })
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, deflt},
+		{[]string{"default"}, deflt},
+		{[]string{"all"}, every},
+		{[]string{"everything"}, every},
+		{[]string{"default", "rls"}, append(slices.Clone(deflt[:len(deflt)-1]), "RLS", "Keyspace")},
+		{[]string{"keyspace", "server"}, []string{"Server", "Keyspace"}},
+		{[]string{"nosuch"}, nil},
+	} {
+		if _, got := parseInfo(t, info(t, addr, tc.args...)); !slices.Equal(got, tc.want) {
+			t.Errorf("INFO %v: sections %v, want %v", tc.args, got, tc.want)
+		}
+	}
+	for _, title := range every {
+		for _, name := range []string{strings.ToLower(title), strings.ToUpper(title)} {
+			if _, got := parseInfo(t, info(t, addr, name)); !slices.Equal(got, []string{title}) {
+				t.Errorf("INFO %s: sections %v, want [%s]", name, got, title)
+			}
+		}
+	}
+	t.Logf("%d sections checked by name", len(every))
+}
