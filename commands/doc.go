@@ -1,6 +1,7 @@
 // Package commands executes cellserver's commands: one table of command
-// specs (table.go: name, arity, flags, key positions, documentation,
-// handler), a dispatcher that finds the spec, checks arity, authentication
+// specs (table.go: name, arity, flags, key positions, handler; joined at
+// startup with docs.go's table of what COMMAND DOCS and COMMAND INFO
+// report), a dispatcher that finds the spec, checks arity, authentication
 // and MULTI state and runs the handler, and every wire error text
 // (errors.go).
 //
