@@ -2,7 +2,6 @@ package commands
 
 import (
 	"errors"
-	"strconv"
 	"strings"
 
 	"github.com/cellserver/cellserver/cluster"
@@ -364,11 +363,6 @@ func cmdCellClusterHelp(x *ctx) {
 		"    Return this node's id, or set it.",
 		"HELP",
 		"    Print this help.")
-}
-
-// errMoved is Redis's redirection: -MOVED <slot> <ip>:<port>.
-func errMoved(slot int, addr string) string {
-	return "MOVED " + strconv.Itoa(slot) + " " + addr
 }
 
 // redisMode is INFO's redis_mode and HELLO's mode.

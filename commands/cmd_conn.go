@@ -12,13 +12,7 @@ import (
 	"github.com/cellserver/cellserver/resp"
 )
 
-const (
-	msgNoAuth       = "NOAUTH Authentication required."
-	msgWrongPass    = "WRONGPASS invalid username-password pair or user is disabled."
-	msgNotInMulti   = "ERR Command not allowed inside a transaction"
-	msgPingArgs     = "ERR wrong number of arguments for 'ping' command"
-	redisCompatVers = "7.0.15" // the Redis version whose behaviour cellserver follows
-)
+const redisCompatVers = "7.0.15" // the Redis version whose behaviour cellserver follows
 
 func cmdPing(x *ctx) {
 	if len(x.args) <= 2 && !x.cl.resp3.Load() && x.cl.subscribed() {
@@ -155,7 +149,7 @@ func cmdHello(x *ctx) {
 			name = args[1]
 			args = args[2:]
 		default:
-			x.errorReply("ERR Syntax error in HELLO option '" + string(args[0]) + "'")
+			x.errorReply(errHelloOption(args[0]))
 			return
 		}
 	}
@@ -249,7 +243,7 @@ func cmdClientSetInfo(x *ctx) {
 	case eqFold(attr, "lib-ver"):
 		field = &x.cl.libVer
 	default:
-		x.errorReply("ERR Unrecognized option '" + string(attr) + "'")
+		x.errorReply(errClientInfoOption(attr))
 		return
 	}
 	if !validClientName(val) && len(val) > 0 {

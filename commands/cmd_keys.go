@@ -272,16 +272,16 @@ func expireGeneric(x *ctx, name string, unit int64) {
 		case eqFold(a, "lt"):
 			lt = true
 		default:
-			x.errorReply("ERR Unsupported option " + string(a))
+			x.errorReply(errExpireOption(a))
 			return
 		}
 	}
 	if nx && (xx || gt || lt) {
-		x.errorReply("ERR NX and XX, GT or LT options at the same time are not compatible")
+		x.errorReply(msgExpireNXAndXXGTLT)
 		return
 	}
 	if gt && lt {
-		x.errorReply("ERR GT and LT options at the same time are not compatible")
+		x.errorReply(msgExpireGTAndLT)
 		return
 	}
 	now := x.clockMS()

@@ -125,7 +125,7 @@ func cmdSlowlogGet(x *ctx) {
 	if len(x.args) == 3 {
 		n, ok := parseRedisInt(x.args[2])
 		if !ok || n < -1 {
-			x.errorReply("ERR count should be greater than or equal to -1")
+			x.errorReply(msgSlowlogCount)
 			return
 		}
 		count = n

@@ -14,6 +14,11 @@ const replicationCapability = replication.Capability
 // code word ("ERR", "WRONGTYPE", "Cell", ...) and is sent as it is after
 // sanitizeError.
 const (
+	// Authentication and transactions.
+	msgNoAuth        = "NOAUTH Authentication required."
+	msgWrongPass     = "WRONGPASS invalid username-password pair or user is disabled."
+	msgNotInMulti    = "ERR Command not allowed inside a transaction"
+	msgPingArgs      = "ERR wrong number of arguments for 'ping' command"
 	msgWrongType     = "WRONGTYPE Operation against a key holding the wrong kind of value"
 	msgSyntax        = "ERR syntax error"
 	msgNotInt        = "ERR value is not an integer or out of range"
@@ -280,6 +285,11 @@ const (
 	msgClusterConfigFile  = "ERR Saving the cluster configuration: "
 )
 
+// errMoved is Redis's redirection: -MOVED <slot> <ip>:<port>.
+func errMoved(slot int, addr string) string {
+	return "MOVED " + strconv.Itoa(slot) + " " + addr
+}
+
 func errInvalidClusterConfig(reason string) string { return msgInvalidClusterCfg + reason }
 
 func errInvalidNodeID(reason string) string { return msgInvalidNodeID + reason }
@@ -359,3 +369,25 @@ const (
 	// A waiter's node became a read-only replica (Redis's text).
 	msgUnblockedReplica = "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
 )
+
+// EXPIRE, PEXPIRE, EXPIREAT and PEXPIREAT options, as Redis 7.0.15 sends
+// them.
+const (
+	msgExpireNXAndXXGTLT = "ERR NX and XX, GT or LT options at the same time are not compatible"
+	msgExpireGTAndLT     = "ERR GT and LT options at the same time are not compatible"
+)
+
+// errExpireOption is the EXPIRE family's error for an option it does not know.
+func errExpireOption(opt []byte) string { return "ERR Unsupported option " + string(opt) }
+
+// errHelloOption is HELLO's error for an option it does not know.
+func errHelloOption(opt []byte) string {
+	return "ERR Syntax error in HELLO option '" + string(opt) + "'"
+}
+
+// errClientInfoOption is CLIENT SETINFO's error for an attribute it does
+// not know.
+func errClientInfoOption(attr []byte) string { return "ERR Unrecognized option '" + string(attr) + "'" }
+
+// msgSlowlogCount is SLOWLOG GET's error for a bad count.
+const msgSlowlogCount = "ERR count should be greater than or equal to -1"
