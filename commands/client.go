@@ -228,8 +228,8 @@ func (x *ctx) unlock(sh *keyspace.Shard) {
 
 // Reply helpers.
 
-func (x *ctx) errorReply(msg string) {
-	msg = sanitizeError(msg)
+func (x *ctx) errorReply(e wireErr) {
+	msg := sanitizeError(string(e))
 	x.failed = true
 	x.s.countError(msg)
 	x.c.Out = append(x.c.Out, '-')

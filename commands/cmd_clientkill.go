@@ -90,7 +90,7 @@ func cmdClientKill(x *ctx) {
 			case "type":
 				typ, ok := clientTypeByName(v)
 				if !ok {
-					x.errorReply(strings.Replace(msgClientType, "%s", cstr(v), 1))
+					x.errorReply(errClientType(v))
 					return
 				}
 				f.typ, f.hasType = typ, true
@@ -100,7 +100,7 @@ func cmdClientKill(x *ctx) {
 				f.laddr, f.hasLaddr = string(v), true
 			case "user":
 				if string(v) != "default" {
-					x.errorReply(strings.Replace(msgNoSuchUser, "%s", cstr(v), 1))
+					x.errorReply(errNoSuchUser(v))
 					return
 				}
 			case "skipme":

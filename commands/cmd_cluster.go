@@ -14,12 +14,12 @@ import (
 // Redis shows gossip state.
 
 // clusterCheck is the slot check of a command about to run or be queued,
-// as Redis's getNodeByQuery: "" when this node serves the command's keys
+// as Redis's getNodeByQuery: noErr when this node serves the command's keys
 // (or it has none), else the MOVED, CROSSSLOT or CLUSTERDOWN error. EXEC
 // checks its queued commands together: their keys must share one slot.
-func (s *Server) clusterCheck(x *ctx, sp *Spec) string {
+func (s *Server) clusterCheck(x *ctx, sp *Spec) wireErr {
 	if s.cluster == nil {
-		return ""
+		return noErr
 	}
 	cl := x.cl
 	var slot uint16
@@ -33,7 +33,7 @@ func (s *Server) clusterCheck(x *ctx, sp *Spec) string {
 	}
 	if sp.Name == "exec" {
 		if !cl.inMulti {
-			return ""
+			return noErr
 		}
 		for _, q := range cl.queue {
 			if q.spec.Keys != nil { // movable keys (CL.ALL): as COMMAND GETKEYS finds them
@@ -62,13 +62,13 @@ func (s *Server) clusterCheck(x *ctx, sp *Spec) string {
 		}
 	}
 	if !keys {
-		return ""
+		return noErr
 	}
 	v := s.cluster.View()
 	owner, ok := v.Route(slot, cl.readonly, write)
 	switch {
 	case ok:
-		return ""
+		return noErr
 	case owner == nil:
 		return msgClusterDownUnbound
 	}
@@ -78,7 +78,7 @@ func (s *Server) clusterCheck(x *ctx, sp *Spec) string {
 // clusterReject answers a command clusterCheck refused, as Redis's
 // clusterRedirectClient: the error as it is (EXEC too, which discards the
 // transaction), and inside MULTI the transaction is flagged to abort.
-func (s *Server) clusterReject(x *ctx, sp *Spec, msg string) {
+func (s *Server) clusterReject(x *ctx, sp *Spec, msg wireErr) {
 	cl := x.cl
 	sp.stats.rejected.Add(1)
 	if sp.Name == "exec" {

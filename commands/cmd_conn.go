@@ -247,7 +247,7 @@ func cmdClientSetInfo(x *ctx) {
 		return
 	}
 	if !validClientName(val) && len(val) > 0 {
-		x.errorReply(strings.Replace(msgClientInfoArg, "%s", strings.ToLower(string(attr)), 1))
+		x.errorReply(errClientInfoArg(attr))
 		return
 	}
 	x.cl.mu.Lock()
@@ -294,7 +294,7 @@ func cmdClientList(x *ctx) {
 	case len(args) == 2 && eqFold(args[0], "type"):
 		t, ok := clientTypeByName(args[1])
 		if !ok {
-			x.errorReply(strings.Replace(msgClientType, "%s", cstr(args[1]), 1))
+			x.errorReply(errClientType(args[1]))
 			return
 		}
 		if t == clientMaster || t == clientReplica {
@@ -517,13 +517,13 @@ func queuedSize(args [][]byte) int64 {
 	return n
 }
 
-// enqueue queues a command inside MULTI and returns "", or the error that
+// enqueue queues a command inside MULTI and returns noErr, or the error that
 // refuses it when the queue would pass its limits. Once the transaction
 // is bound to abort (multiBad), commands are answered QUEUED but not kept,
 // as Redis does: EXEC will not run them.
-func (s *Server) enqueue(cl *client, sp *Spec, args [][]byte) string {
+func (s *Server) enqueue(cl *client, sp *Spec, args [][]byte) wireErr {
 	if cl.multiBad {
-		return ""
+		return noErr
 	}
 	if len(cl.queue) >= s.multiMax {
 		return msgMultiQueueCmds
@@ -536,7 +536,7 @@ func (s *Server) enqueue(cl *client, sp *Spec, args [][]byte) string {
 	cl.multiMem.Store(cl.queueBytes)
 	cl.queue = append(cl.queue, queued{spec: sp, args: copyArgs(args)})
 	cl.multiSeen.Store(int32(len(cl.queue)))
-	return ""
+	return noErr
 }
 
 // EXEC runs the queued commands with the locks of every shard they touch

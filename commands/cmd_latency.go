@@ -1,7 +1,5 @@
 package commands
 
-import "strings"
-
 // LATENCY answers as Redis 7.0 does with latency monitoring off
 // (latency-monitor-threshold 0): cellserver records no latency events, so
 // LATEST and HISTORY are empty, RESET resets nothing, DOCTOR says
@@ -25,7 +23,7 @@ func cmdLatencyDoctor(x *ctx) { x.verbatim(latencyDoctorOff) }
 
 // LATENCY GRAPH <event>: no event has samples.
 func cmdLatencyGraph(x *ctx) {
-	x.errorReply(strings.Replace(msgLatencyGraph, "%s", cstr(x.args[2]), 1))
+	x.errorReply(errLatencyGraph(x.args[2]))
 }
 
 func cmdLatencyHelp(x *ctx) {

@@ -128,8 +128,8 @@ type check struct {
 
 // parse sets c, which must be zero, to the call of the limiter command
 // name with args (key first, then its parameters; a trailing MS already
-// removed). It returns an error text or "".
-func (c *check) parse(name string, args [][]byte) (msg string) {
+// removed). It returns an error or noErr.
+func (c *check) parse(name string, args [][]byte) (msg wireErr) {
 	c.name, c.key = name, args[0]
 	switch name {
 	case "cl.throttle":
@@ -170,7 +170,7 @@ func (c *check) parse(name string, args [][]byte) (msg string) {
 				return msgQuantityNeg
 			}
 		}
-		return ""
+		return noErr
 	case "cl.reserve":
 		return c.parseReserve(args)
 	case "cl.acquire":
@@ -187,34 +187,34 @@ func (c *check) parse(name string, args [][]byte) (msg string) {
 			return msgLease
 		}
 		c.token = args[3]
-		return ""
+		return noErr
 	}
 	return errUnknownCheck(name)
 }
 
 // decide evaluates c against the key's current value v (nil if absent) at
 // now without changing anything. scratch is the client's Leases for
-// unpacking (see leasesOf). It returns an error text or "".
-func (c *check) decide(v *keyspace.Value, now int64, scratch *limiter.Leases) string {
+// unpacking (see leasesOf). It returns an error or noErr.
+func (c *check) decide(v *keyspace.Value, now int64, scratch *limiter.Leases) wireErr {
 	if v != nil && v.Kind != c.kind && !(c.kind == keyspace.KindGCRA && v.Kind == keyspace.KindString) {
 		return msgWrongType
 	}
-	if msg := c.decideKind(limiterState(v, floorDiv(now, 1e6)), now, scratch); msg != "" {
+	if msg := c.decideKind(limiterState(v, floorDiv(now, 1e6)), now, scratch); msg != noErr {
 		return msg
 	}
 	if c.reserve && !c.t.limited {
 		c.store = true // the reservation is written even when the state is not
 		return reserveRoom(v, now)
 	}
-	return ""
+	return noErr
 }
 
 // decideKind is decide for v as the limiter sees it (limiterState).
-func (c *check) decideKind(v *keyspace.Value, now int64, scratch *limiter.Leases) string {
+func (c *check) decideKind(v *keyspace.Value, now int64, scratch *limiter.Leases) wireErr {
 	switch c.kind {
 	case keyspace.KindGCRA:
 		tat, msg := storedTAT(v)
-		if msg != "" {
+		if msg != noErr {
 			return msg
 		}
 		r, err := gcra.Decide(now, tat, v != nil, c.gp)
@@ -249,7 +249,7 @@ func (c *check) decideKind(v *keyspace.Value, now int64, scratch *limiter.Leases
 		d := leasesOf(v, scratch).Acquire(now, c.per, c.limit, c.token)
 		c.t, c.store = decisionTuple(d, c.ms), !d.Limited
 	}
-	return ""
+	return noErr
 }
 
 // The fixed window's and the sliding counter's states in a Value: M is
@@ -395,7 +395,7 @@ func runCheck(x *ctx, minArgs, maxArgs int) {
 		return
 	}
 	var c check
-	if msg := c.parse(x.spec.Name, args); msg != "" {
+	if msg := c.parse(x.spec.Name, args); msg != noErr {
 		x.errorReply(msg)
 		return
 	}
@@ -413,7 +413,7 @@ func (c *check) run(x *ctx) (now int64, ok bool) {
 	k := &x.keys[0]
 	now = x.clockNS()
 	v := k.lookup(floorDiv(now, 1e6))
-	if msg := c.decide(v, now, &x.cl.leases); msg != "" {
+	if msg := c.decide(v, now, &x.cl.leases); msg != noErr {
 		x.errorReply(msg)
 		return now, false
 	}
@@ -480,7 +480,7 @@ func cmdPeek(x *ctx) {
 	for i, a := range args[1:3] {
 		n, ok := parseRustI64(a)
 		if !ok {
-			x.errorReply(msgCellParseInt + string(a))
+			x.errorReply(errCellParseInt(a))
 			return
 		}
 		v[i] = n
@@ -491,14 +491,14 @@ func cmdPeek(x *ctx) {
 	} else if d, err := time.ParseDuration(string(args[3])); err == nil && d > 0 {
 		p.PeriodNS = int64(d)
 	} else {
-		x.errorReply(msgCellParseInt + string(args[3]))
+		x.errorReply(errCellParseInt(args[3]))
 		return
 	}
 	now := x.clockNS()
 	cur := x.keys[0].peek(floorDiv(now, 1e6)) // args[0]
 	x.s.lookedUp(cur != nil)
 	tat, msg := storedTAT(cur)
-	if msg != "" {
+	if msg != noErr {
 		x.errorReply(msg)
 		return
 	}
@@ -523,7 +523,7 @@ func cmdAll(x *ctx) {
 	// The client's buffer holds up to four checks without allocating, and
 	// without zeroing four checks on every call.
 	checks, msg := parseChecks(x.cl.checks[:0], x.args[1:])
-	if msg != "" {
+	if msg != noErr {
 		x.errorReply(msg)
 		return
 	}
@@ -560,7 +560,7 @@ func runAll(x *ctx, checks []check, keys []rkey) (admitted bool, limitedKey []by
 	admitted = true
 	for i := range checks {
 		vals[i] = keys[i].lookup(nowMS)
-		if msg := checks[i].decide(vals[i], now, &x.cl.leases); msg != "" {
+		if msg := checks[i].decide(vals[i], now, &x.cl.leases); msg != noErr {
 			x.errorReply(msg)
 			return false, nil, false
 		}
@@ -607,9 +607,9 @@ const fewChecks = 8
 // parseChecks appends CL.ALL's arguments, split into checks, to checks.
 // Keys must differ. The first problem in argument order is reported: a
 // repeated key among the checks before a bad one comes first.
-func parseChecks(checks []check, args [][]byte) ([]check, string) {
+func parseChecks(checks []check, args [][]byte) ([]check, wireErr) {
 	var lower [16]byte
-	msg := ""
+	msg := noErr
 	for i := 0; i < len(args); {
 		if len(checks) == maxAllChecks {
 			msg = msgAllTooMany
@@ -635,7 +635,7 @@ func parseChecks(checks []check, args [][]byte) ([]check, string) {
 		}
 		checks = append(checks, check{}) // parsed in place: a check is large
 		c := &checks[len(checks)-1]
-		if msg = c.parse(name, args[i+1:i+1+n]); msg != "" {
+		if msg = c.parse(name, args[i+1:i+1+n]); msg != noErr {
 			checks = checks[:len(checks)-1]
 			break
 		}
@@ -648,10 +648,10 @@ func parseChecks(checks []check, args [][]byte) ([]check, string) {
 	if hasDupKey(checks) {
 		return nil, msgAllDupKey
 	}
-	if msg != "" {
+	if msg != noErr {
 		return nil, msg
 	}
-	return checks, ""
+	return checks, noErr
 }
 
 // hasDupKey reports whether two checks have the same key: pairwise for a

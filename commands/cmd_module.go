@@ -31,7 +31,7 @@ func cmdModuleList(x *ctx) { x.loadedModules() }
 // MODULE LOAD, LOADEX and UNLOAD: cellserver's commands are built in.
 func cmdModuleLoad(x *ctx) {
 	sub := strings.ToUpper(strings.TrimPrefix(x.spec.Name, "module|"))
-	x.errorReply(strings.Replace(msgModuleBuiltIn, "%s", sub, 1))
+	x.errorReply(errModuleBuiltIn(sub))
 }
 
 func cmdModuleHelp(x *ctx) {

@@ -20,7 +20,7 @@ import (
 // milliseconds, so that waiting the reply's figure is never too short.
 func cmdPace(x *ctx) {
 	p, ms, msg := paceParams(x.args[2:])
-	if msg != "" {
+	if msg != noErr {
 		x.errorReply(msg)
 		return
 	}
@@ -30,7 +30,7 @@ func cmdPace(x *ctx) {
 	v := k.lookup(nowMS)
 	sv := limiterState(v, nowMS)
 	tat, msg := storedTAT(sv)
-	if msg != "" {
+	if msg != noErr {
 		x.errorReply(msg)
 		return
 	}
@@ -58,8 +58,8 @@ func cmdPace(x *ctx) {
 
 // paceParams parses CL.PACE's arguments after the key: max_burst, count,
 // period, an optional quantity, then MAXWAIT d and MS in any order, each
-// at most once. It returns an error text or "".
-func paceParams(args [][]byte) (p gcra.PaceParams, ms bool, msg string) {
+// at most once. It returns an error or noErr.
+func paceParams(args [][]byte) (p gcra.PaceParams, ms bool, msg wireErr) {
 	if len(args) < 3 {
 		return p, false, errWrongArity("cl.pace")
 	}
@@ -97,7 +97,7 @@ func paceParams(args [][]byte) (p gcra.PaceParams, ms bool, msg string) {
 			return p, false, msgSyntax
 		}
 	}
-	return p, ms, ""
+	return p, ms, noErr
 }
 
 // parseMaxWait accepts 0, an integer number of seconds or a Go duration

@@ -176,7 +176,7 @@ func cmdApply(x *ctx) {
 		var ok bool
 		if p.Algorithm == policy.GCRA || p.Algorithm == policy.Hierarchy {
 			if q, ok = parseRustI64(a); !ok {
-				x.errorReply(msgCellParseInt + string(a))
+				x.errorReply(errCellParseInt(a))
 				return
 			}
 		} else if q, ok = parseRedisInt(a); !ok {
@@ -190,7 +190,7 @@ func cmdApply(x *ctx) {
 	}
 	key := x.keys[0].key
 	var c check
-	if msg := c.fromPolicy(p, p.ParamsFor(key, policyGlob), key, q, token); msg != "" {
+	if msg := c.fromPolicy(p, p.ParamsFor(key, policyGlob), key, q, token); msg != noErr {
 		x.errorReply(msg)
 		return
 	}
@@ -239,11 +239,11 @@ func companion(x *ctx, p *policy.Policy, q int64, now int64) {
 	cp := p.Companion
 	k := &x.keys[1]
 	var c check
-	if c.fromPolicy(cp, cp.ParamsFor(k.key, policyGlob), k.key, q, nil) != "" {
+	if c.fromPolicy(cp, cp.ParamsFor(k.key, policyGlob), k.key, q, nil) != noErr {
 		return
 	}
 	v := k.lookup(floorDiv(now, 1e6))
-	if c.decide(v, now, &x.cl.leases) != "" || c.expireErr {
+	if c.decide(v, now, &x.cl.leases) != noErr || c.expireErr {
 		return
 	}
 	if c.needsRoom(v) && !x.s.ks.CanInsert() {
@@ -266,7 +266,7 @@ func applyAll(x *ctx, p *policy.Policy, q int64, ms bool) {
 		k := x.keys[1+i].key
 		checks = append(checks, check{})
 		c := &checks[i]
-		if msg := c.fromPolicy(m.Policy, m.Policy.ParamsFor(k, policyGlob), k, q, nil); msg != "" {
+		if msg := c.fromPolicy(m.Policy, m.Policy.ParamsFor(k, policyGlob), k, q, nil); msg != noErr {
 			x.errorReply(msg)
 			return
 		}
@@ -316,9 +316,9 @@ func policyGlob(pattern, key []byte) bool { return globMatch(pattern, key, false
 
 // fromPolicy sets c, which must be zero, to policy p's command on key
 // with parameters ps, quantity q (and token, for a concurrency policy).
-// It returns an error text or "" (the file's validation makes errors
+// It returns an error or noErr (the file's validation makes errors
 // unlikely: a zero rate cannot pass it).
-func (c *check) fromPolicy(p *policy.Policy, ps policy.Params, key []byte, q int64, token []byte) string {
+func (c *check) fromPolicy(p *policy.Policy, ps policy.Params, key []byte, q int64, token []byte) wireErr {
 	c.key, c.q, c.pol = key, q, p
 	c.limit, c.per = ps.Limit, int64(ps.Period)
 	switch p.Algorithm {
@@ -339,7 +339,7 @@ func (c *check) fromPolicy(p *policy.Policy, ps policy.Params, key []byte, q int
 	default:
 		return msgInvalidArgs
 	}
-	return ""
+	return noErr
 }
 
 // CL.POLICY LIST: the names of the policies, sorted.

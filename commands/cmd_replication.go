@@ -21,8 +21,8 @@ type replState struct {
 // Redis's processCommand does: writes while too few good replicas are
 // attached (min-replicas-to-write), writes on a read-only replica, and
 // commands without the stale flag while a replica that must not serve
-// stale data has no link. It returns the error text, or "".
-func (s *Server) replCheck(cl *client, sp *Spec) string {
+// stale data has no link. It returns the error, or noErr.
+func (s *Server) replCheck(cl *client, sp *Spec) wireErr {
 	write := sp.Flags&Write != 0 || sp.Name == "exec" && queuedWrite(cl.queue)
 	replica := s.repl.IsReplica()
 	if write && !replica && s.minReplicas > 0 && s.repl.GoodReplicas(s.minReplicasLag) < s.minReplicas {
@@ -34,7 +34,7 @@ func (s *Server) replCheck(cl *client, sp *Spec) string {
 	if replica && s.replicaNoStale && sp.Flags&Stale == 0 && !s.repl.LinkUp() {
 		return msgMasterDown
 	}
-	return ""
+	return noErr
 }
 
 // Replication returns the node's replication state.

@@ -53,8 +53,8 @@ func reserveArity(args [][]byte) int {
 
 // parseReserve sets c, which must be zero, to CL.RESERVE key kind
 // args... ttl (args: from the key on, MS removed). It returns an error
-// text or "".
-func (c *check) parseReserve(args [][]byte) string {
+// or noErr.
+func (c *check) parseReserve(args [][]byte) wireErr {
 	name, n := reserveKind(args[1])
 	if n == 0 {
 		return msgReserveKind
@@ -65,7 +65,7 @@ func (c *check) parseReserve(args [][]byte) string {
 	var buf [5][]byte
 	sub := append(buf[:0], args[0])
 	sub = append(sub, args[2:2+n]...)
-	if msg := c.parse(name, sub); msg != "" {
+	if msg := c.parse(name, sub); msg != noErr {
 		return msg
 	}
 	q := c.q
@@ -80,7 +80,7 @@ func (c *check) parseReserve(args [][]byte) string {
 		return msgReserveTTL
 	}
 	c.reserve, c.ttl, c.id = true, ttl, -1
-	return ""
+	return noErr
 }
 
 // reservationsOf returns the reservations v holds (nil: none, or v nil).
@@ -166,11 +166,11 @@ func (c *check) record(v, nv *keyspace.Value, now int64) {
 
 // reserveRoom returns an error text when a reservation admitted on v
 // could not be recorded (the key holds limiter.MaxReservations, all open).
-func reserveRoom(v *keyspace.Value, now int64) string {
+func reserveRoom(v *keyspace.Value, now int64) wireErr {
 	if res := reservationsOf(v); res != nil && !res.CanAdd(now) {
 		return msgTooManyReservations
 	}
-	return ""
+	return noErr
 }
 
 // reply writes c's reply: its tuple, and for a reservation a sixth
@@ -193,7 +193,7 @@ func cmdReserve(x *ctx) {
 		return
 	}
 	var c check
-	if msg := c.parseReserve(args); msg != "" {
+	if msg := c.parseReserve(args); msg != noErr {
 		x.errorReply(msg)
 		return
 	}

@@ -2,7 +2,6 @@ package commands
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"sort"
 	"strings"
@@ -409,7 +408,7 @@ func cmdConfigRewrite(x *ctx) {
 	}
 	if err := x.s.rewrite(); err != nil {
 		x.s.log.Warn("CONFIG REWRITE failed", "err", err)
-		x.errorReply(fmt.Sprintf(msgConfigRewrite, err))
+		x.errorReply(errConfigRewrite(err))
 		return
 	}
 	x.s.log.Info("CONFIG REWRITE executed with success")

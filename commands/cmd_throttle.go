@@ -28,7 +28,7 @@ func cmdThrottle(x *ctx) {
 		return
 	}
 	p, msg := throttleParams(args[2:])
-	if msg != "" {
+	if msg != noErr {
 		x.errorReply(msg)
 		return
 	}
@@ -38,7 +38,7 @@ func cmdThrottle(x *ctx) {
 	v := k.lookup(nowMS)
 	sv := limiterState(v, nowMS) // v, unless only its reservations live
 	tat, msg := storedTAT(sv)
-	if msg != "" {
+	if msg != noErr {
 		x.errorReply(msg)
 		return
 	}
@@ -72,33 +72,33 @@ func cmdThrottle(x *ctx) {
 // storedTAT reads the TAT of a CL.THROTTLE key (0 when v is nil): a GCRA
 // value, or a string holding a u64 as redis-cell reads it. Anything else
 // gets an error text.
-func storedTAT(v *keyspace.Value) (uint64, string) {
+func storedTAT(v *keyspace.Value) (uint64, wireErr) {
 	if v == nil {
-		return 0, ""
+		return 0, noErr
 	}
 	switch v.Kind {
 	case keyspace.KindGCRA:
-		return v.N, ""
+		return v.N, noErr
 	case keyspace.KindString:
 		n, ok := parseRustU64(v.Obj.([]byte))
 		if !ok {
 			return 0, msgCellBadStored
 		}
-		return n, ""
+		return n, noErr
 	}
 	return 0, msgWrongType
 }
 
 // throttleParams parses max_burst, count, period and the optional quantity
 // in that order (the first bad one is reported verbatim), then rejects a
-// zero rate, as redis-cell does; it returns an error text or "".
-func throttleParams(nums [][]byte) (gcra.Params, string) {
+// zero rate, as redis-cell does; it returns an error or noErr.
+func throttleParams(nums [][]byte) (gcra.Params, wireErr) {
 	var v [4]int64
 	v[3] = 1
 	for i, a := range nums {
 		n, ok := parseRustI64(a)
 		if !ok {
-			return gcra.Params{}, msgCellParseInt + string(a)
+			return gcra.Params{}, errCellParseInt(a)
 		}
 		v[i] = n
 	}
@@ -106,5 +106,5 @@ func throttleParams(nums [][]byte) (gcra.Params, string) {
 	if gcra.EmissionInterval(p.Count, p.Period) == 0 {
 		return p, msgCellZeroRate // checked before the key is looked at
 	}
-	return p, ""
+	return p, noErr
 }

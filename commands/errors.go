@@ -9,6 +9,17 @@ import (
 
 const replicationCapability = replication.Capability
 
+// wireErr is a wire error text on its way to a client: code word first
+// ("ERR ...", "WRONGTYPE ...", "Cell error: ..."), sent as it is after
+// sanitizeError, by errorReply only. Functions that parse or decide return
+// one beside their result; the zero value, noErr, means no error, and no
+// text of this file is empty. A wireErr is a string so that returning one
+// costs nothing on the paths that succeed.
+type wireErr string
+
+// noErr is the wireErr of success.
+const noErr wireErr = ""
+
 // Wire error texts. Every error cellserver sends is built here, so the exact
 // bytes clients see can be reviewed in one place. Each text carries its own
 // code word ("ERR", "WRONGTYPE", "Cell", ...) and is sent as it is after
@@ -100,13 +111,13 @@ const (
 
 // errWrongArity is Redis 7's arity error; name is the command as the client
 // sent it, subcommands as "container|sub".
-func errWrongArity(name string) string {
-	return strings.Replace(msgWrongArity, "%s", name, 1)
+func errWrongArity(name string) wireErr {
+	return wireErr(strings.Replace(msgWrongArity, "%s", name, 1))
 }
 
 // errUnknownCommand is Redis 7's text: the name is cut to 128 bytes and the
 // arguments are quoted, each cut to 128 bytes, the whole list to 128 bytes.
-func errUnknownCommand(args [][]byte) string {
+func errUnknownCommand(args [][]byte) wireErr {
 	name := cstr(args[0])
 	if len(name) > 128 {
 		name = name[:128]
@@ -125,42 +136,42 @@ func errUnknownCommand(args [][]byte) string {
 		b.WriteString("' ")
 	}
 	msg := strings.Replace(msgUnknownCommand, "%s", name, 1)
-	return strings.Replace(msg, "%s", b.String(), 1)
+	return wireErr(strings.Replace(msg, "%s", b.String(), 1))
 }
 
 // errUnknownSubcommand is Redis 7's text: the subcommand is cut to 128
 // bytes, the container is upper-cased.
-func errUnknownSubcommand(sub, container string) string {
+func errUnknownSubcommand(sub, container string) wireErr {
 	if len(sub) > 128 {
 		sub = sub[:128]
 	}
 	msg := strings.Replace(msgUnknownSubcmd, "%s", sub, 1)
-	return strings.Replace(msg, "%s", strings.ToUpper(container), 1)
+	return wireErr(strings.Replace(msg, "%s", strings.ToUpper(container), 1))
 }
 
 // errSubcommandSyntax is Redis's addReplySubcommandSyntaxError: for a
 // subcommand whose arguments its handler rejects.
-func errSubcommandSyntax(sub, container string) string {
+func errSubcommandSyntax(sub, container string) wireErr {
 	if len(sub) > 128 {
 		sub = sub[:128]
 	}
 	msg := strings.Replace(msgSubcmdSyntax, "%s", sub, 1)
-	return strings.Replace(msg, "%s", strings.ToUpper(container), 1)
+	return wireErr(strings.Replace(msg, "%s", strings.ToUpper(container), 1))
+}
+
+// errUnrecognizedReplconf is REPLCONF's reply to an option it does not know.
+func errUnrecognizedReplconf(opt string) wireErr {
+	return wireErr("ERR Unrecognized REPLCONF option: " + opt)
 }
 
 // errExecAbort is what a rejected EXEC answers (Redis's execCommandAbort):
 // the reason without its "ERR " code; other codes (NOAUTH) are kept.
-// errUnrecognizedReplconf is REPLCONF's reply to an option it does not know.
-func errUnrecognizedReplconf(opt string) string {
-	return "ERR Unrecognized REPLCONF option: " + opt
+func errExecAbort(reason wireErr) wireErr {
+	return wireErr(strings.Replace(msgExecAbortWhy, "%s", strings.TrimPrefix(string(reason), "ERR "), 1))
 }
 
-func errExecAbort(reason string) string {
-	return strings.Replace(msgExecAbortWhy, "%s", strings.TrimPrefix(reason, "ERR "), 1)
-}
-
-func errInvalidExpire(cmd string) string {
-	return strings.Replace(msgInvalidExpire, "%s", cmd, 1)
+func errInvalidExpire(cmd string) wireErr {
+	return wireErr(strings.Replace(msgInvalidExpire, "%s", cmd, 1))
 }
 
 // sanitizeError applies what Redis does to every error text before it is
@@ -221,15 +232,15 @@ const (
 
 // errUnknownPolicy is CL.APPLY's and CL.POLICY GET's error for a name
 // the policies in force do not have.
-func errUnknownPolicy(name []byte) string {
-	return "ERR unknown policy '" + cstr(name) + "'"
+func errUnknownPolicy(name []byte) wireErr {
+	return wireErr("ERR unknown policy '" + cstr(name) + "'")
 }
 
 // errPolicyReload is CL.POLICY RELOAD's error for a file that could not
 // be read or is invalid (ReloadPolicies' error; a *policy.Error lists
 // every problem of the file on one line).
-func errPolicyReload(err error) string {
-	return "ERR " + strings.TrimPrefix(err.Error(), "commands: ")
+func errPolicyReload(err error) wireErr {
+	return wireErr("ERR " + strings.TrimPrefix(err.Error(), "commands: "))
 }
 
 // A command past the MULTI queue's limits (Config.MultiMaxCommands,
@@ -248,11 +259,11 @@ const (
 	msgWatchBytes   = "ERR WATCH list is full: at most multi-max-bytes bytes can be watched"
 )
 
-func errUnknownCheck(name string) string {
-	return "ERR CL.ALL: unknown check '" + cstr([]byte(name)) + "' (expected CL.THROTTLE, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG, CL.ACQUIRE or CL.RESERVE)"
+func errUnknownCheck(name string) wireErr {
+	return wireErr("ERR CL.ALL: unknown check '" + cstr([]byte(name)) + "' (expected CL.THROTTLE, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG, CL.ACQUIRE or CL.RESERVE)")
 }
 
-func errCheckArity(name string) string {
+func errCheckArity(name string) wireErr {
 	usage := map[string]string{
 		"cl.throttle":   "CL.THROTTLE key max_burst count period quantity [MS]",
 		"cl.fixed":      "CL.FIXED key limit period quantity [MS]",
@@ -261,7 +272,7 @@ func errCheckArity(name string) string {
 		"cl.acquire":    "CL.ACQUIRE key limit lease token [WAIT timeout [QUEUE n]] [MS]",
 		"cl.reserve":    "CL.RESERVE key THROTTLE|FIXED|SLIDING|SLIDINGLOG args... quantity ttl [MS]",
 	}[name]
-	return "ERR CL.ALL: incomplete check, expected " + usage
+	return wireErr("ERR CL.ALL: incomplete check, expected " + usage)
 }
 
 // msgDenied is sent, then the connection closed, to a client from another
@@ -286,15 +297,15 @@ const (
 )
 
 // errMoved is Redis's redirection: -MOVED <slot> <ip>:<port>.
-func errMoved(slot int, addr string) string {
-	return "MOVED " + strconv.Itoa(slot) + " " + addr
+func errMoved(slot int, addr string) wireErr {
+	return wireErr("MOVED " + strconv.Itoa(slot) + " " + addr)
 }
 
-func errInvalidClusterConfig(reason string) string { return msgInvalidClusterCfg + reason }
+func errInvalidClusterConfig(reason string) wireErr { return wireErr(msgInvalidClusterCfg + reason) }
 
-func errInvalidNodeID(reason string) string { return msgInvalidNodeID + reason }
+func errInvalidNodeID(reason string) wireErr { return wireErr(msgInvalidNodeID + reason) }
 
-func errClusterConfigFile(err error) string { return msgClusterConfigFile + err.Error() }
+func errClusterConfigFile(err error) wireErr { return wireErr(msgClusterConfigFile + err.Error()) }
 
 // msgOOM is Redis's refusal under maxmemory with the noeviction policy.
 const msgOOM = "OOM command not allowed when used memory > 'maxmemory'."
@@ -304,13 +315,17 @@ const msgOOM = "OOM command not allowed when used memory > 'maxmemory'."
 const msgMisconf = "MISCONF Errors writing to the data directory (--data-dir): %s. Write commands are refused until a write succeeds; reads still work."
 
 // errMisconf is msgMisconf with the store's error as the reason.
-func errMisconf(err error) string {
-	return strings.Replace(msgMisconf, "%s", err.Error(), 1)
+func errMisconf(err error) wireErr {
+	return wireErr(strings.Replace(msgMisconf, "%s", err.Error(), 1))
 }
 
-func errTrackingPrefixExisting(p, q string) string { return sprintf2(msgTrackingPrefixOld, p, q) }
+func errTrackingPrefixExisting(p, q string) wireErr {
+	return wireErr(sprintf2(msgTrackingPrefixOld, p, q))
+}
 
-func errTrackingPrefixProvided(p, q string) string { return sprintf2(msgTrackingPrefixNew, p, q) }
+func errTrackingPrefixProvided(p, q string) wireErr {
+	return wireErr(sprintf2(msgTrackingPrefixNew, p, q))
+}
 
 // sprintf2 fills the two %s of msg.
 func sprintf2(msg, a, b string) string {
@@ -331,7 +346,7 @@ const (
 
 // errGCRA is the wire text of a gcra.DecideDraft error: its text without
 // the Go package prefix.
-func errGCRA(err error) string { return "ERR " + strings.TrimPrefix(err.Error(), "gcra: ") }
+func errGCRA(err error) wireErr { return wireErr("ERR " + strings.TrimPrefix(err.Error(), "gcra: ")) }
 
 // CL.RESERVE, CL.SETTLE and CL.CANCEL.
 const (
@@ -347,8 +362,8 @@ const (
 
 // errSettled is CL.SETTLE's and CL.CANCEL's error for a reservation
 // already settled with another actual (a cancel settles with 0).
-func errSettled(actual int64) string {
-	return "ERR reservation already settled with actual " + strconv.FormatInt(actual, 10)
+func errSettled(actual int64) wireErr {
+	return wireErr("ERR reservation already settled with actual " + strconv.FormatInt(actual, 10))
 }
 
 // CL.PACE's texts (a bad period gets msgPeriod).
@@ -378,16 +393,61 @@ const (
 )
 
 // errExpireOption is the EXPIRE family's error for an option it does not know.
-func errExpireOption(opt []byte) string { return "ERR Unsupported option " + string(opt) }
+func errExpireOption(opt []byte) wireErr { return wireErr("ERR Unsupported option " + string(opt)) }
 
 // errHelloOption is HELLO's error for an option it does not know.
-func errHelloOption(opt []byte) string {
-	return "ERR Syntax error in HELLO option '" + string(opt) + "'"
+func errHelloOption(opt []byte) wireErr {
+	return wireErr("ERR Syntax error in HELLO option '" + string(opt) + "'")
 }
 
 // errClientInfoOption is CLIENT SETINFO's error for an attribute it does
 // not know.
-func errClientInfoOption(attr []byte) string { return "ERR Unrecognized option '" + string(attr) + "'" }
+func errClientInfoOption(attr []byte) wireErr {
+	return wireErr("ERR Unrecognized option '" + string(attr) + "'")
+}
 
 // msgSlowlogCount is SLOWLOG GET's error for a bad count.
 const msgSlowlogCount = "ERR count should be greater than or equal to -1"
+
+// errClientType is CLIENT LIST's and CLIENT KILL's error for a TYPE they
+// do not know.
+func errClientType(typ []byte) wireErr {
+	return wireErr(strings.Replace(msgClientType, "%s", cstr(typ), 1))
+}
+
+// errNoSuchUser is CLIENT KILL USER's error for a user that does not exist.
+func errNoSuchUser(user []byte) wireErr {
+	return wireErr(strings.Replace(msgNoSuchUser, "%s", cstr(user), 1))
+}
+
+// errClientInfoArg is CLIENT SETINFO's error for a value with spaces,
+// newlines or special characters; attr is lower-cased.
+func errClientInfoArg(attr []byte) wireErr {
+	return wireErr(strings.Replace(msgClientInfoArg, "%s", strings.ToLower(string(attr)), 1))
+}
+
+// errLatencyGraph is LATENCY GRAPH's error for an event with no samples.
+func errLatencyGraph(event []byte) wireErr {
+	return wireErr(strings.Replace(msgLatencyGraph, "%s", cstr(event), 1))
+}
+
+// errCellParseInt is redis-cell's error for an argument that is not an
+// integer.
+func errCellParseInt(arg []byte) wireErr { return wireErr(msgCellParseInt + string(arg)) }
+
+// errModuleBuiltIn is MODULE's error for sub (upper-cased: LOAD, LOADEX,
+// UNLOAD).
+func errModuleBuiltIn(sub string) wireErr {
+	return wireErr(strings.Replace(msgModuleBuiltIn, "%s", sub, 1))
+}
+
+// errConfigRewrite is CONFIG REWRITE's error for a file it could not write.
+func errConfigRewrite(err error) wireErr {
+	return wireErr(strings.Replace(msgConfigRewrite, "%s", err.Error(), 1))
+}
+
+// errPubsubContext refuses the command named full (client|list) to a RESP2
+// client in subscribed mode.
+func errPubsubContext(full string) wireErr {
+	return wireErr(strings.Replace(msgPubsubContext, "%s", full, 1))
+}

@@ -240,7 +240,7 @@ func (s *Server) serveLeaseQueues() bool {
 
 // parseAcquireWait parses CL.ACQUIRE's options after token: WAIT timeout
 // [QUEUE n]. wait is 0 without WAIT.
-func parseAcquireWait(opts [][]byte) (wait int64, queue int, msg string) {
+func parseAcquireWait(opts [][]byte) (wait int64, queue int, msg wireErr) {
 	queue = defaultLeaseQueue
 	for i := 0; i < len(opts); i++ {
 		switch {
@@ -265,7 +265,7 @@ func parseAcquireWait(opts [][]byte) (wait int64, queue int, msg string) {
 	if wait == 0 && len(opts) > 0 {
 		return 0, 0, msgAcquireQueueNoWait
 	}
-	return wait, queue, ""
+	return wait, queue, noErr
 }
 
 // CL.ACQUIRE key limit lease token [WAIT timeout [QUEUE n]] [MS]
@@ -276,12 +276,12 @@ func cmdAcquire(x *ctx) {
 		return
 	}
 	wait, queue, msg := parseAcquireWait(args[4:])
-	if msg != "" {
+	if msg != noErr {
 		x.errorReply(msg)
 		return
 	}
 	var c check
-	if msg := c.parse(x.spec.Name, args[:4]); msg != "" {
+	if msg := c.parse(x.spec.Name, args[:4]); msg != noErr {
 		x.errorReply(msg)
 		return
 	}
@@ -291,7 +291,7 @@ func cmdAcquire(x *ctx) {
 	// Waiters queued before come first: give them what is free.
 	x.s.serveLeaseQueue(k, now)
 	v := k.lookup(floorDiv(now, 1e6))
-	if msg := c.decide(v, now, &x.cl.leases); msg != "" {
+	if msg := c.decide(v, now, &x.cl.leases); msg != noErr {
 		x.errorReply(msg)
 		return
 	}

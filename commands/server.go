@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -626,7 +625,7 @@ func (s *Server) dispatch(x *ctx) {
 	// The keys are resolved (hashed, and their slots computed in cluster
 	// mode) before the cluster check and queueing; call locks their shards.
 	x.resolveKeys(sp, x.db())
-	if msg := s.clusterCheck(x, sp); msg != "" {
+	if msg := s.clusterCheck(x, sp); msg != noErr {
 		s.clusterReject(x, sp, msg)
 		return
 	}
@@ -636,14 +635,14 @@ func (s *Server) dispatch(x *ctx) {
 			return
 		}
 	}
-	if msg := s.replCheck(cl, sp); msg != "" {
+	if msg := s.replCheck(cl, sp); msg != noErr {
 		s.reject(x, sp, msg)
 		return
 	}
 	// A RESP2 client in subscribed mode reads messages on its connection:
 	// only the commands that change subscriptions, PING, QUIT and RESET.
 	if !cl.resp3.Load() && cl.subscribed() && !allowedSubscribed(sp) {
-		s.reject(x, sp, strings.Replace(msgPubsubContext, "%s", sp.Name, 1))
+		s.reject(x, sp, errPubsubContext(sp.Name))
 		return
 	}
 	if cl.inMulti && sp.Flags&RunsInMulti == 0 {
@@ -651,7 +650,7 @@ func (s *Server) dispatch(x *ctx) {
 			s.reject(x, sp, msgNotInMulti)
 			return
 		}
-		if msg := s.enqueue(cl, sp, x.args); msg != "" {
+		if msg := s.enqueue(cl, sp, x.args); msg != noErr {
 			s.reject(x, sp, msg)
 			return
 		}
@@ -675,7 +674,7 @@ func queuedWrite(q []queued) bool {
 // reject answers a command that can neither run nor be queued, as Redis's
 // rejectCommand does: inside MULTI it makes EXEC abort, and a rejected EXEC
 // (bad arity, no AUTH) discards the transaction and says why.
-func (s *Server) reject(x *ctx, sp *Spec, msg string) {
+func (s *Server) reject(x *ctx, sp *Spec, msg wireErr) {
 	cl := x.cl
 	cl.multiFailed()
 	if sp != nil {
