@@ -126,6 +126,9 @@ type check struct {
 	expireErr bool // CL.THROTTLE: allowed, but its TTL cannot be set
 }
 
+// rule is the window kinds' rule: limit units per per ns.
+func (c *check) rule() limiter.Rule { return limiter.Rule{Limit: c.limit, Period: c.per} }
+
 // parse sets c, which must be zero, to the call of the limiter command
 // name with args (key first, then its parameters; a trailing MS already
 // removed). It returns an error or noErr.
@@ -229,11 +232,11 @@ func (c *check) decideKind(v *keyspace.Value, now int64, scratch *limiter.Leases
 			c.t.retry, c.t.resetA = r.RetryAfterMillis, r.ResetAfterMillis
 		}
 	case keyspace.KindFixed:
-		next, d, store, exp := limiter.Fixed(fixedOf(v, c.per), v != nil, now, c.per, c.limit, c.q)
+		next, d, store, exp := limiter.Fixed(fixedOf(v, c.per), v != nil, now, c.rule(), c.q)
 		c.t, c.store = decisionTuple(d, c.ms), store
 		c.next = fixedValue(next, c.per, exp)
 	case keyspace.KindSliding:
-		next, d, store, exp := limiter.Sliding(slidingOf(v, c.per), v != nil, now, c.per, c.limit, c.q)
+		next, d, store, exp := limiter.Sliding(slidingOf(v, c.per), v != nil, now, c.rule(), c.q)
 		c.t, c.store = decisionTuple(d, c.ms), store
 		c.next = slidingValue(next, c.per, exp)
 	case keyspace.KindLog:
@@ -243,7 +246,7 @@ func (c *check) decideKind(v *keyspace.Value, now int64, scratch *limiter.Leases
 		} else {
 			l = new(limiter.Log)
 		}
-		d := l.Decide(now, c.per, c.limit, c.q)
+		d := l.Decide(now, c.rule(), c.q)
 		c.t, c.store = decisionTuple(d, c.ms), !d.Limited && (c.q > 0 || v != nil)
 	case keyspace.KindLeases:
 		d := leasesOf(v, scratch).Acquire(now, c.per, c.limit, c.token)
@@ -332,7 +335,7 @@ func (c *check) apply(k *rkey, v *keyspace.Value, now int64, scratch *limiter.Le
 		} else {
 			l = new(limiter.Log)
 		}
-		nv = keyspace.Value{Kind: keyspace.KindLog, Obj: l, Exp: expiryMS(l.Apply(now, c.per, c.q))}
+		nv = keyspace.Value{Kind: keyspace.KindLog, Obj: l, Exp: expiryMS(l.Apply(now, c.rule(), c.q))}
 	case keyspace.KindLeases:
 		ls := leasesOf(v, scratch)
 		nv = leasesValue(ls, scratch, ls.Apply(now, c.per, c.token))

@@ -287,18 +287,18 @@ func settled(v, state *keyspace.Value, res *limiter.Reservations, r limiter.Rese
 		}
 		return keyspace.Value{Kind: keyspace.KindGCRA, N: newTAT, Exp: exp}
 	case keyspace.KindFixed:
-		next, store, exp := limiter.FixedSettle(fixedOf(state, r.Unit), state != nil, now, r.Unit, r.At, delta)
+		next, store, exp := limiter.FixedSettle(fixedOf(state, r.Unit), state != nil, now, limiter.Rule{Period: r.Unit}, r.At, delta)
 		if !store {
 			return keep
 		}
 		return fixedValue(next, r.Unit, exp)
 	case keyspace.KindSliding:
-		next, store, exp := limiter.SlidingSettle(slidingOf(state, r.Unit), state != nil, now, r.Unit, r.At, delta)
+		next, store, exp := limiter.SlidingSettle(slidingOf(state, r.Unit), state != nil, now, limiter.Rule{Period: r.Unit}, r.At, delta)
 		if !store {
 			return keep
 		}
 		return slidingValue(next, r.Unit, exp)
 	}
 	l := v.Obj.(*limiter.Log)
-	return keyspace.Value{Kind: keyspace.KindLog, Obj: l, Exp: expiryMS(l.Settle(now, r.Unit, r.At, delta))}
+	return keyspace.Value{Kind: keyspace.KindLog, Obj: l, Exp: expiryMS(l.Settle(now, limiter.Rule{Period: r.Unit}, r.At, delta))}
 }

@@ -37,7 +37,7 @@ func runFixedSeq(t *testing.T, sq fixedSeq) {
 		if sp.limit != 0 {
 			limit = sp.limit
 		}
-		next, d, store, exp := Fixed(st, exists, sp.at, sq.period, limit, sp.q)
+		next, d, store, exp := Fixed(st, exists, sp.at, Rule{Limit: limit, Period: sq.period}, sp.q)
 		where := fmt.Sprintf("step %d (at t0%+dns, limit %d, q %d)", i, sp.at-t0, limit, sp.q)
 		if d != sp.want {
 			t.Errorf("%s: decision %s, want %s", where, ds(d), ds(sp.want))
@@ -281,7 +281,7 @@ func TestFixedProperties(t *testing.T) {
 			}
 			q := randQ(rng, limit, refunds)
 			where := fmt.Sprintf("seq %d step %d: period %d limit %d now %d q %d", seq, i, period, limit, now, q)
-			next, d, store, _ := Fixed(st, exists, now, period, limit, q)
+			next, d, store, _ := Fixed(st, exists, now, Rule{Limit: limit, Period: period}, q)
 			want, wantCount := ref.decide(now, q)
 			requests++
 			if d != want || next.Count != wantCount {
@@ -290,10 +290,10 @@ func TestFixedProperties(t *testing.T) {
 			checkShape(t, where, d, limit, q, period, period)
 			if d.Limited && q <= limit {
 				retries++
-				if _, d2, _, _ := Fixed(st, exists, now+d.RetryAfter, period, limit, q); d2.Limited {
+				if _, d2, _, _ := Fixed(st, exists, now+d.RetryAfter, Rule{Limit: limit, Period: period}, q); d2.Limited {
 					t.Fatalf("%s: limited with RetryAfter %d, still limited then: %s", where, d.RetryAfter, ds(d2))
 				}
-				if _, d2, _, _ := Fixed(st, exists, now+d.RetryAfter-1, period, limit, q); !d2.Limited {
+				if _, d2, _, _ := Fixed(st, exists, now+d.RetryAfter-1, Rule{Limit: limit, Period: period}, q); !d2.Limited {
 					t.Fatalf("%s: limited with RetryAfter %d, admitted 1ns earlier", where, d.RetryAfter)
 				}
 			}
@@ -343,15 +343,15 @@ func TestFixedClockBackwards(t *testing.T) {
 			}
 			latest = max(latest, now)
 			q := 1 + rng.Int64N(limit)
-			next, d, store, _ := Fixed(st, exists, now, period, limit, q)
+			next, d, store, _ := Fixed(st, exists, now, Rule{Limit: limit, Period: period}, q)
 			requests++
 			bound := max(period, (st.Window+1)*period-now)
 			checkShape(t, fmt.Sprintf("seq %d step %d", seq, i), d, limit, q, bound, bound)
 			if d.Limited && q <= limit {
-				if _, d2, _, _ := Fixed(st, exists, now+d.RetryAfter, period, limit, q); d2.Limited {
+				if _, d2, _, _ := Fixed(st, exists, now+d.RetryAfter, Rule{Limit: limit, Period: period}, q); d2.Limited {
 					t.Fatalf("seq %d step %d: still limited after RetryAfter %d", seq, i, d.RetryAfter)
 				}
-				if _, d2, _, _ := Fixed(st, exists, now+d.RetryAfter-1, period, limit, q); !d2.Limited {
+				if _, d2, _, _ := Fixed(st, exists, now+d.RetryAfter-1, Rule{Limit: limit, Period: period}, q); !d2.Limited {
 					t.Fatalf("seq %d step %d: admitted 1ns before RetryAfter %d", seq, i, d.RetryAfter)
 				}
 			}
@@ -385,7 +385,7 @@ func FuzzFixed(f *testing.F) {
 		}
 		w := refWindow(now, period)
 		st := FixedState{Window: w + int64(dw%4), Count: count} // a stored window up to 3 away
-		next, d, store, exp := Fixed(st, exists, now, period, limit, q)
+		next, d, store, exp := Fixed(st, exists, now, Rule{Limit: limit, Period: period}, q)
 		// Durations are at most 2 periods, more only if the stored window
 		// is later than now (the clock went back).
 		bound := 2 * period
@@ -405,16 +405,16 @@ func FuzzFixed(f *testing.F) {
 		if exists && st.Window > w {
 			// The clock went back: the decision is the one at the start of
 			// the stored window, nothing stored is forgotten.
-			_, d2, _, _ := Fixed(st, exists, st.Window*period, period, limit, q)
+			_, d2, _, _ := Fixed(st, exists, st.Window*period, Rule{Limit: limit, Period: period}, q)
 			if d2.Limited != d.Limited || d2.Remaining != d.Remaining {
 				t.Fatalf("Fixed: clock back %dns: %s, at the stored window's start %s", st.Window*period-now, ds(d), ds(d2))
 			}
 		}
 		if d.Limited && q <= limit {
-			if _, d2, _, _ := Fixed(st, exists, now+d.RetryAfter, period, limit, q); d2.Limited {
+			if _, d2, _, _ := Fixed(st, exists, now+d.RetryAfter, Rule{Limit: limit, Period: period}, q); d2.Limited {
 				t.Fatalf("Fixed: still limited after RetryAfter %d: %s", d.RetryAfter, ds(d2))
 			}
-			if _, d2, _, _ := Fixed(st, exists, now+d.RetryAfter-1, period, limit, q); !d2.Limited {
+			if _, d2, _, _ := Fixed(st, exists, now+d.RetryAfter-1, Rule{Limit: limit, Period: period}, q); !d2.Limited {
 				t.Fatalf("Fixed: admitted 1ns before RetryAfter %d", d.RetryAfter)
 			}
 		}
@@ -428,7 +428,7 @@ func BenchmarkFixed(b *testing.B) {
 	now := t0
 	for range b.N {
 		now += 997
-		next, d, store, _ := Fixed(st, exists, now, s, 1000, 1)
+		next, d, store, _ := Fixed(st, exists, now, Rule{Limit: 1000, Period: s}, 1)
 		if store {
 			st, exists = next, true
 		}

@@ -104,21 +104,21 @@ func TestZeroAllocs(t *testing.T) {
 	var l Log
 	for i := 0; i < 200; i++ { // fill the log to its steady state
 		now += 10 * ms
-		l.Apply(now, s, 1)
+		l.Apply(now, Rule{Period: s}, 1)
 	}
 	for name, fn := range map[string]func(){
 		"Fixed": func() {
 			now += 997
-			fst, _, _, _ = Fixed(fst, true, now, s, 1000, 1)
+			fst, _, _, _ = Fixed(fst, true, now, Rule{Limit: 1000, Period: s}, 1)
 		},
 		"Sliding": func() {
 			now += 997
-			sst, _, _, _ = Sliding(sst, true, now, s, 1000, 1)
+			sst, _, _, _ = Sliding(sst, true, now, Rule{Limit: 1000, Period: s}, 1)
 		},
 		"Log": func() {
 			now += 10 * ms
-			if !l.Decide(now, s, 100, 1).Limited {
-				l.Apply(now, s, 1)
+			if !l.Decide(now, Rule{Limit: 100, Period: s}, 1).Limited {
+				l.Apply(now, Rule{Period: s}, 1)
 			}
 		},
 	} {

@@ -34,6 +34,24 @@ func CheckPeriod(p int64) error {
 	return nil
 }
 
+// Rule is a window limiter's rule: at most Limit units per Period ns. The
+// fixed window, the sliding-window counter and the sliding log take one, so
+// that a limit cannot be passed as a period or the other way round. A Rule
+// is valid when Check accepts it; the zero value is not.
+type Rule struct {
+	Limit  int64 // units per period, at least 1 (CheckLimit)
+	Period int64 // ns, 1 to MaxPeriod (CheckPeriod)
+}
+
+// Check validates r: ErrLimit for its limit, else ErrPeriod for its period,
+// else nil.
+func (r Rule) Check() error {
+	if err := CheckLimit(r.Limit); err != nil {
+		return err
+	}
+	return CheckPeriod(r.Period)
+}
+
 // Decision is the outcome of one request, shaped like CL.THROTTLE's reply.
 type Decision struct {
 	Limited   bool
@@ -82,8 +100,8 @@ type FixedState struct {
 	Count  int64
 }
 
-// Fixed decides a request of q units on a fixed window of limit units per
-// period ns at now. It returns the state to store (when store is true) and
+// Fixed decides a request of q units on a fixed window of r.Limit units
+// per r.Period ns at now. It returns the state to store (when store is true) and
 // the instant in ns at which the key can be forgotten (the window's end).
 //
 // If the stored window is later than now's (the clock went back), the
@@ -91,7 +109,8 @@ type FixedState struct {
 // and no window admits more than limit units; durations are then measured
 // from now to that window's end. The count may exceed limit if the limit
 // was lowered since it was stored: Remaining is then 0.
-func Fixed(st FixedState, exists bool, now, period, limit, q int64) (next FixedState, d Decision, store bool, expireAt int64) {
+func Fixed(st FixedState, exists bool, now int64, r Rule, q int64) (next FixedState, d Decision, store bool, expireAt int64) {
+	period, limit := r.Period, r.Limit
 	w := floorDiv(now, period)
 	if exists && st.Window > w {
 		w = st.Window // the clock went back: keep counting the later window
@@ -162,8 +181,8 @@ const MaxLeases = 10000
 // counts are stored in 32 bits each.
 const MaxSlidingLimit = math.MaxUint32
 
-// Sliding decides a request of q units on a sliding-window counter of limit
-// units per period ns at now. The sliding window (now-period, now] overlaps
+// Sliding decides a request of q units on a sliding-window counter of
+// r.Limit units per r.Period ns (period and limit below) at now. The sliding window (now-period, now] overlaps
 // the previous fixed window by period-e, where e is the time since the
 // current window began; the estimate of the units in it is
 //
@@ -176,7 +195,8 @@ const MaxSlidingLimit = math.MaxUint32
 // request is decided as at the start of the stored window, so that its
 // units are not forgotten, and RetryAfter and ResetAfter are measured from
 // now.
-func Sliding(st SlidingState, exists bool, now, period, limit, q int64) (next SlidingState, d Decision, store bool, expireAt int64) {
+func Sliding(st SlidingState, exists bool, now int64, r Rule, q int64) (next SlidingState, d Decision, store bool, expireAt int64) {
+	period, limit := r.Period, r.Limit
 	w := floorDiv(now, period)
 	var back int64 // how far the clock went back behind the stored window
 	if exists && st.Window > w {
@@ -271,10 +291,11 @@ func (l *Log) live(now, period int64) (first int, gone int64) {
 	return first, gone
 }
 
-// Decide decides a request of q >= 0 units on the log for limit units per
-// period ns at now: admitted iff the units of the last period plus q stay
-// within limit. It does not change the log; Apply does.
-func (l *Log) Decide(now, period, limit, q int64) Decision {
+// Decide decides a request of q >= 0 units on the log for r.Limit units
+// per r.Period ns at now: admitted iff the units of the last period plus q
+// stay within the limit. It does not change the log; Apply does.
+func (l *Log) Decide(now int64, r Rule, q int64) Decision {
+	period, limit := r.Period, r.Limit
 	first, gone := l.live(now, period)
 	units := l.Units - gone
 	d := Decision{Limit: limit, RetryAfter: -1}
@@ -315,11 +336,13 @@ func (l *Log) Decide(now, period, limit, q int64) Decision {
 	return d
 }
 
-// Apply drops the entries that left the window and, for q > 0, records q
-// units at now (or at the newest entry's time if the clock went back, so
-// that entries stay in order and none leaves early). It returns the instant
-// in ns after which the log is empty.
-func (l *Log) Apply(now, period, q int64) (expireAt int64) {
+// Apply drops the entries that left the window of r.Period ns and, for
+// q > 0, records q units at now (or at the newest entry's time if the clock
+// went back, so that entries stay in order and none leaves early): what
+// Decide described for the same r. r.Limit is not read. It returns the
+// instant in ns after which the log is empty.
+func (l *Log) Apply(now int64, r Rule, q int64) (expireAt int64) {
+	period := r.Period
 	first, gone := l.live(now, period)
 	if first > 0 {
 		n := copy(l.Entries, l.Entries[first:])

@@ -35,12 +35,12 @@ func runLogSeq(t *testing.T, sq logSeq) {
 			limit = sp.limit
 		}
 		where := fmt.Sprintf("step %d (at t0%+dns, limit %d, q %d)", i, sp.at-t0, limit, sp.q)
-		d := l.Decide(sp.at, sq.period, limit, sp.q)
+		d := l.Decide(sp.at, Rule{Limit: limit, Period: sq.period}, sp.q)
 		if d != sp.want {
 			t.Errorf("%s: decision %s, want %s", where, ds(d), ds(sp.want))
 		}
 		if !d.Limited && sp.q > 0 {
-			exp := l.Apply(sp.at, sq.period, sp.q)
+			exp := l.Apply(sp.at, Rule{Period: sq.period}, sp.q)
 			if n := len(l.Entries); n == 0 || exp != l.Entries[n-1].T+sq.period {
 				t.Errorf("%s: Apply returned %d, log %v", where, exp, l.Entries)
 			}
@@ -184,7 +184,7 @@ func TestLogProperties(t *testing.T) {
 			}
 			q := randQ(rng, limit, false)
 			where := fmt.Sprintf("seq %d step %d: period %d limit %d now %d q %d", seq, i, period, limit, now, q)
-			d := l.Decide(now, period, limit, q)
+			d := l.Decide(now, Rule{Limit: limit, Period: period}, q)
 			requests++
 			sum, newest, any := ref.inWindow(now)
 			limited := q > 0 && q > limit-sum
@@ -204,7 +204,8 @@ func TestLogProperties(t *testing.T) {
 				if !ref.admits(now+d.RetryAfter, q) || ref.admits(now+d.RetryAfter-1, q) {
 					t.Fatalf("%s: RetryAfter %d is not the first instant the reference admits", where, d.RetryAfter)
 				}
-				if l.Decide(now+d.RetryAfter, period, limit, q).Limited || !l.Decide(now+d.RetryAfter-1, period, limit, q).Limited {
+				rule := Rule{Limit: limit, Period: period}
+				if l.Decide(now+d.RetryAfter, rule, q).Limited || !l.Decide(now+d.RetryAfter-1, rule, q).Limited {
 					t.Fatalf("%s: RetryAfter %d is not exact for the log itself", where, d.RetryAfter)
 				}
 				want.RetryAfter = d.RetryAfter
@@ -218,7 +219,7 @@ func TestLogProperties(t *testing.T) {
 				if d.Limited {
 					applied = 0
 				}
-				l.Apply(now, period, applied)
+				l.Apply(now, Rule{Period: period}, applied)
 				if applied > 0 {
 					ref.times = append(ref.times, now)
 					ref.units = append(ref.units, applied)
@@ -271,7 +272,7 @@ func TestLogClockBackwardsProperty(t *testing.T) {
 				now += rng.Int64N(period/2 + 1)
 			}
 			q := 1 + rng.Int64N(limit)
-			d := l.Decide(now, period, limit, q)
+			d := l.Decide(now, Rule{Limit: limit, Period: period}, q)
 			requests++
 			// The units admitted at instants in (now-period, now] that no
 			// Apply could have dropped (latest-period < at).
@@ -285,12 +286,13 @@ func TestLogClockBackwardsProperty(t *testing.T) {
 				t.Fatalf("seq %d step %d: admitted %d with %d units admitted in (now-period, now], limit %d", seq, i, q, sum, limit)
 			}
 			if d.Limited {
-				if l.Decide(now+d.RetryAfter, period, limit, q).Limited || !l.Decide(now+d.RetryAfter-1, period, limit, q).Limited {
+				rule := Rule{Limit: limit, Period: period}
+				if l.Decide(now+d.RetryAfter, rule, q).Limited || !l.Decide(now+d.RetryAfter-1, rule, q).Limited {
 					t.Fatalf("seq %d step %d: RetryAfter %d is not exact", seq, i, d.RetryAfter)
 				}
 				continue
 			}
-			l.Apply(now, period, q)
+			l.Apply(now, Rule{Period: period}, q)
 			latest = max(latest, now)
 			admitted = append(admitted, rec{now, q})
 			for j := 1; j < len(l.Entries); j++ {
@@ -327,13 +329,13 @@ func FuzzLog(f *testing.F) {
 			if ops[i+1] == 255 {
 				n = limit // a full request
 			}
-			d := l.Decide(at, period, limit, n)
+			d := l.Decide(at, Rule{Limit: limit, Period: period}, n)
 			checkShape(t, "Log build", d, limit, n, period, period)
 			if d.Limited != !ref.admits(at, n) {
 				t.Fatalf("Log: at %d q %d: %s, reference disagrees", at, n, ds(d))
 			}
 			if !d.Limited {
-				l.Apply(at, period, n)
+				l.Apply(at, Rule{Period: period}, n)
 				if n > 0 {
 					ref.times, ref.units = append(ref.times, at), append(ref.units, n)
 				}
@@ -349,7 +351,7 @@ func FuzzLog(f *testing.F) {
 			limit = 1 + (limit-1)/2
 			ref.limit = limit
 		}
-		d := l.Decide(now, period, limit, q)
+		d := l.Decide(now, Rule{Limit: limit, Period: period}, q)
 		checkShape(t, "Log", d, limit, q, period, period)
 		if d.Limited != !ref.admits(now, q) {
 			t.Fatalf("Log: %s, reference disagrees", ds(d))
@@ -363,7 +365,7 @@ func FuzzLog(f *testing.F) {
 			return
 		}
 		before := len(l.Entries)
-		if exp := l.Apply(now, period, q); exp < now {
+		if exp := l.Apply(now, Rule{Period: period}, q); exp < now {
 			t.Fatalf("Log: Apply returned %d < now %d", exp, now)
 		}
 		if len(l.Entries) > before+1 {
@@ -380,8 +382,8 @@ func BenchmarkLog(b *testing.B) {
 	now := t0
 	for range b.N {
 		now += 10 * ms
-		if d := l.Decide(now, s, 100, 1); !d.Limited {
-			l.Apply(now, s, 1)
+		if d := l.Decide(now, Rule{Limit: 100, Period: s}, 1); !d.Limited {
+			l.Apply(now, Rule{Period: s}, 1)
 		}
 	}
 }

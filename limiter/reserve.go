@@ -265,12 +265,13 @@ func (rs *Reservations) CanAdd(now int64) bool {
 func (rs *Reservations) MemSize() int { return reservationsBytes + cap(rs.List)*ReservationBytes }
 
 // FixedSettle applies delta units of a reservation counted at at (ns) to
-// a fixed window's state at now (see Fixed for st, exists and the clock
-// going back): units given back leave the count if at is in the current
+// a fixed window's state at now under r (see Fixed for st, exists and the
+// clock going back; r.Limit is not read): units given back leave the count if at is in the current
 // window (never below zero), and are lost otherwise; units taken are added
 // to the current window, beyond the limit if need be (saturating). It
 // returns the state to store when store is true, and the window's end.
-func FixedSettle(st FixedState, exists bool, now, period, at, delta int64) (next FixedState, store bool, expireAt int64) {
+func FixedSettle(st FixedState, exists bool, now int64, r Rule, at, delta int64) (next FixedState, store bool, expireAt int64) {
+	period := r.Period
 	w := floorDiv(now, period)
 	if exists && st.Window > w {
 		w = st.Window
@@ -291,13 +292,15 @@ func FixedSettle(st FixedState, exists bool, now, period, at, delta int64) (next
 }
 
 // SlidingSettle applies delta units of a reservation counted at at (ns) to
-// a sliding-window counter's state at now (see Sliding): units given back
+// a sliding-window counter's state at now under r (see Sliding; r.Limit is
+// not read): units given back
 // leave the count of the window they were counted in, current or previous
 // (never below zero), and are lost if that window is older; units taken
 // are added to the current window, beyond the limit if need be, up to
 // MaxSlidingLimit (the counts are stored in 32 bits). It returns the state
 // to store when store is true, and when the state ends.
-func SlidingSettle(st SlidingState, exists bool, now, period, at, delta int64) (next SlidingState, store bool, expireAt int64) {
+func SlidingSettle(st SlidingState, exists bool, now int64, r Rule, at, delta int64) (next SlidingState, store bool, expireAt int64) {
+	period := r.Period
 	w := floorDiv(now, period)
 	if exists && st.Window > w {
 		w = st.Window
@@ -318,7 +321,7 @@ func SlidingSettle(st SlidingState, exists bool, now, period, at, delta int64) (
 }
 
 // Settle applies delta units of a reservation counted at at (ns) to the
-// log at now for its period ns, after dropping the entries that left the
+// log at now for r.Period ns (r.Limit is not read), after dropping the entries that left the
 // window: units given back leave the entry at at while it is inside the
 // window (it is removed once empty), and are lost otherwise; units taken
 // are added to the newest entry, and leave the window with it (recorded
@@ -326,8 +329,9 @@ func SlidingSettle(st SlidingState, exists bool, now, period, at, delta int64) (
 // add entries: a log holds at most one per admitted request. The log's
 // units saturate at math.MaxInt64. It returns the instant in ns after
 // which the log is empty.
-func (l *Log) Settle(now, period, at, delta int64) (expireAt int64) {
-	expireAt = l.Apply(now, period, 0)
+func (l *Log) Settle(now int64, r Rule, at, delta int64) (expireAt int64) {
+	period := r.Period
+	expireAt = l.Apply(now, r, 0)
 	switch {
 	case delta > 0:
 		// Units (and so every entry) stay within int64: a wrapped sum
@@ -340,7 +344,7 @@ func (l *Log) Settle(now, period, at, delta int64) (expireAt int64) {
 			l.Units += delta
 			return l.Entries[n-1].T + period
 		}
-		return l.Apply(now, period, delta)
+		return l.Apply(now, r, delta)
 	case delta == 0:
 		return expireAt
 	}

@@ -491,9 +491,9 @@ func TestFixedSettle(t *testing.T) {
 		{"negative instants", FixedState{-1, 3}, true, -1, -s, -1, FixedState{-1, 2}, true, 0},
 		{"negative instants, At in window -2", FixedState{-1, 3}, true, -1, -s - 1, -1, FixedState{-1, 3}, false, 0},
 	} {
-		next, store, exp := FixedSettle(tc.st, tc.exists, tc.now, s, tc.at, tc.delta)
+		next, store, exp := FixedSettle(tc.st, tc.exists, tc.now, Rule{Period: s}, tc.at, tc.delta)
 		if next != tc.want || store != tc.wantStore || exp != tc.wantExpires {
-			t.Errorf("%s: FixedSettle(%+v, %v, t0%+d, 1s, t0%+d, %d) = %+v %v t0%+d, want %+v %v t0%+d", tc.name, tc.st, tc.exists, tc.now-t0, tc.at-t0, tc.delta,
+			t.Errorf("%s: FixedSettle(%+v, %v, t0%+d, Rule{Period: 1s}, t0%+d, %d) = %+v %v t0%+d, want %+v %v t0%+d", tc.name, tc.st, tc.exists, tc.now-t0, tc.at-t0, tc.delta,
 				next, store, exp-t0, tc.want, tc.wantStore, tc.wantExpires-t0)
 		}
 	}
@@ -534,9 +534,9 @@ func TestSlidingSettle(t *testing.T) {
 		{"clock back: At in the window before it", SlidingState{w0 + 1, 4, 6}, true, t0 + 500*ms, t0 + 500*ms, -2, SlidingState{w0 + 1, 2, 6}, true, t0 + 3*s},
 		{"clock back: take more", SlidingState{w0 + 1, 4, 6}, true, t0 + 500*ms, t0, 1, SlidingState{w0 + 1, 4, 7}, true, t0 + 3*s},
 	} {
-		next, store, exp := SlidingSettle(tc.st, tc.exists, tc.now, s, tc.at, tc.delta)
+		next, store, exp := SlidingSettle(tc.st, tc.exists, tc.now, Rule{Period: s}, tc.at, tc.delta)
 		if next != tc.want || store != tc.wantStore || exp != tc.wantExpires {
-			t.Errorf("%s: SlidingSettle(%+v, %v, t0%+d, 1s, t0%+d, %d) = %+v %v t0%+d, want %+v %v t0%+d", tc.name, tc.st, tc.exists, tc.now-t0, tc.at-t0, tc.delta,
+			t.Errorf("%s: SlidingSettle(%+v, %v, t0%+d, Rule{Period: 1s}, t0%+d, %d) = %+v %v t0%+d, want %+v %v t0%+d", tc.name, tc.st, tc.exists, tc.now-t0, tc.at-t0, tc.delta,
 				next, store, exp-t0, tc.want, tc.wantStore, tc.wantExpires-t0)
 		}
 	}
@@ -596,7 +596,7 @@ func TestLogSettle(t *testing.T) {
 		for _, en := range tc.log {
 			l.Units += en.N
 		}
-		exp := l.Settle(t0+tc.now, s, t0+tc.at, tc.delta)
+		exp := l.Settle(t0+tc.now, Rule{Period: s}, t0+tc.at, tc.delta)
 		var units int64
 		for _, en := range tc.want {
 			units += en.N
@@ -608,9 +608,9 @@ func TestLogSettle(t *testing.T) {
 	}
 	// After a saturated take the log still refuses: nothing wrapped.
 	l := Log{Entries: []LogEntry{{T: t0, N: 5}}, Units: 5}
-	l.Settle(t0+1, s, t0, math.MaxInt64)
-	l.Settle(t0+2, s, t0, math.MaxInt64)
-	if d := l.Decide(t0+3, s, 10, 1); !d.Limited || l.Units != math.MaxInt64 {
+	l.Settle(t0+1, Rule{Period: s}, t0, math.MaxInt64)
+	l.Settle(t0+2, Rule{Period: s}, t0, math.MaxInt64)
+	if d := l.Decide(t0+3, Rule{Limit: 10, Period: s}, 1); !d.Limited || l.Units != math.MaxInt64 {
 		t.Errorf("after two MaxInt64 takes: units %d, %s, want limited", l.Units, ds(d))
 	}
 }
@@ -694,21 +694,21 @@ func (m *resSim) fatalf(format string, args ...any) {
 func (m *resSim) decide(q int64) bool {
 	switch m.kind {
 	case kindFixed:
-		next, d, store, _ := Fixed(m.fst, m.exists, m.now, m.period, m.limit, q)
+		next, d, store, _ := Fixed(m.fst, m.exists, m.now, Rule{Limit: m.limit, Period: m.period}, q)
 		if store {
 			m.fst, m.exists = next, true
 		}
 		return !d.Limited
 	case kindSliding:
-		next, d, store, _ := Sliding(m.sst, m.exists, m.now, m.period, m.limit, q)
+		next, d, store, _ := Sliding(m.sst, m.exists, m.now, Rule{Limit: m.limit, Period: m.period}, q)
 		if store {
 			m.sst, m.exists = next, true
 		}
 		return !d.Limited
 	default:
-		d := m.log.Decide(m.now, m.period, m.limit, q)
+		d := m.log.Decide(m.now, Rule{Limit: m.limit, Period: m.period}, q)
 		if !d.Limited {
-			m.log.Apply(m.now, m.period, q)
+			m.log.Apply(m.now, Rule{Period: m.period}, q)
 		}
 		return !d.Limited
 	}
@@ -865,7 +865,7 @@ func (m *resSim) settle(id, actual int64) {
 	was := m.measure()
 	switch m.kind {
 	case kindFixed:
-		next, store, exp := FixedSettle(m.fst, m.exists, m.now, m.period, r.At, delta)
+		next, store, exp := FixedSettle(m.fst, m.exists, m.now, Rule{Period: m.period}, r.At, delta)
 		if exp != (next.Window+1)*m.period || next.Window != m.window(m.now) {
 			m.fatalf("FixedSettle: %+v expires %d", next, exp)
 		}
@@ -876,7 +876,7 @@ func (m *resSim) settle(id, actual int64) {
 			m.debt[next.Window] += delta
 		}
 	case kindSliding:
-		next, store, exp := SlidingSettle(m.sst, m.exists, m.now, m.period, r.At, delta)
+		next, store, exp := SlidingSettle(m.sst, m.exists, m.now, Rule{Period: m.period}, r.At, delta)
 		if exp != (next.Window+2)*m.period || next.Window != m.window(m.now) {
 			m.fatalf("SlidingSettle: %+v expires %d", next, exp)
 		}
@@ -887,7 +887,7 @@ func (m *resSim) settle(id, actual int64) {
 			m.debt[next.Window] += delta
 		}
 	default:
-		exp := m.log.Settle(m.now, m.period, r.At, delta)
+		exp := m.log.Settle(m.now, Rule{Period: m.period}, r.At, delta)
 		want := m.now
 		if n := len(m.log.Entries); n > 0 {
 			want = m.log.Entries[n-1].T + m.period
@@ -1198,15 +1198,15 @@ func TestReservationScenarios(t *testing.T) {
 				if ok {
 					switch tc.kind {
 					case kindFixed:
-						if next, store, _ := FixedSettle(m.fst, m.exists, m.now, m.period, r.At, delta); store {
+						if next, store, _ := FixedSettle(m.fst, m.exists, m.now, Rule{Period: m.period}, r.At, delta); store {
 							m.fst, m.exists = next, true
 						}
 					case kindSliding:
-						if next, store, _ := SlidingSettle(m.sst, m.exists, m.now, m.period, r.At, delta); store {
+						if next, store, _ := SlidingSettle(m.sst, m.exists, m.now, Rule{Period: m.period}, r.At, delta); store {
 							m.sst, m.exists = next, true
 						}
 					default:
-						m.log.Settle(m.now, m.period, r.At, delta)
+						m.log.Settle(m.now, Rule{Period: m.period}, r.At, delta)
 					}
 				}
 			}

@@ -37,7 +37,7 @@ func runSlidingSeq(t *testing.T, sq slidingSeq) {
 		if sp.limit != 0 {
 			limit = sp.limit
 		}
-		next, d, store, exp := Sliding(st, exists, sp.at, sq.period, limit, sp.q)
+		next, d, store, exp := Sliding(st, exists, sp.at, Rule{Limit: limit, Period: sq.period}, sp.q)
 		where := fmt.Sprintf("step %d (at t0%+dns, limit %d, q %d)", i, sp.at-t0, limit, sp.q)
 		if d != sp.want {
 			t.Errorf("%s: decision %s, want %s", where, ds(d), ds(sp.want))
@@ -237,7 +237,7 @@ func TestSlidingProperties(t *testing.T) {
 			}
 			q := randQ(rng, limit, seq%2 == 0)
 			where := fmt.Sprintf("seq %d step %d: period %d limit %d now %d q %d", seq, i, period, limit, now, q)
-			next, d, store, _ := Sliding(st, exists, now, period, limit, q)
+			next, d, store, _ := Sliding(st, exists, now, Rule{Limit: limit, Period: period}, q)
 			requests++
 			limited, remaining, cur := ref.decide(now, q)
 			if d.Limited != limited || d.Remaining != remaining || next.Cur != cur {
@@ -249,10 +249,10 @@ func TestSlidingProperties(t *testing.T) {
 				if !ref.admits(now+d.RetryAfter, q) || ref.admits(now+d.RetryAfter-1, q) {
 					t.Fatalf("%s: RetryAfter %d is not the first instant the reference admits", where, d.RetryAfter)
 				}
-				if _, d2, _, _ := Sliding(st, exists, now+d.RetryAfter, period, limit, q); d2.Limited {
+				if _, d2, _, _ := Sliding(st, exists, now+d.RetryAfter, Rule{Limit: limit, Period: period}, q); d2.Limited {
 					t.Fatalf("%s: still limited after RetryAfter %d", where, d.RetryAfter)
 				}
-				if _, d2, _, _ := Sliding(st, exists, now+d.RetryAfter-1, period, limit, q); !d2.Limited {
+				if _, d2, _, _ := Sliding(st, exists, now+d.RetryAfter-1, Rule{Limit: limit, Period: period}, q); !d2.Limited {
 					t.Fatalf("%s: admitted 1ns before RetryAfter %d", where, d.RetryAfter)
 				}
 			}
@@ -298,7 +298,7 @@ func TestSlidingClockBackwards(t *testing.T) {
 			}
 			latest = max(latest, now)
 			q := 1 + rng.Int64N(limit)
-			next, d, store, _ := Sliding(st, exists, now, period, limit, q)
+			next, d, store, _ := Sliding(st, exists, now, Rule{Limit: limit, Period: period}, q)
 			requests++
 			bound := 2 * period
 			if exists && st.Window*period > now {
@@ -306,10 +306,10 @@ func TestSlidingClockBackwards(t *testing.T) {
 			}
 			checkShape(t, fmt.Sprintf("seq %d step %d", seq, i), d, limit, q, bound, bound)
 			if d.Limited && q <= limit {
-				if _, d2, _, _ := Sliding(st, exists, now+d.RetryAfter, period, limit, q); d2.Limited {
+				if _, d2, _, _ := Sliding(st, exists, now+d.RetryAfter, Rule{Limit: limit, Period: period}, q); d2.Limited {
 					t.Fatalf("seq %d step %d: still limited after RetryAfter %d", seq, i, d.RetryAfter)
 				}
-				if _, d2, _, _ := Sliding(st, exists, now+d.RetryAfter-1, period, limit, q); !d2.Limited {
+				if _, d2, _, _ := Sliding(st, exists, now+d.RetryAfter-1, Rule{Limit: limit, Period: period}, q); !d2.Limited {
 					t.Fatalf("seq %d step %d: admitted 1ns before RetryAfter %d", seq, i, d.RetryAfter)
 				}
 			}
@@ -344,7 +344,7 @@ func FuzzSliding(f *testing.F) {
 		}
 		w := refWindow(now, period)
 		st := SlidingState{Window: w + int64(dw%4), Prev: int64(prev), Cur: int64(cur)}
-		next, d, store, exp := Sliding(st, exists, now, period, limit, q)
+		next, d, store, exp := Sliding(st, exists, now, Rule{Limit: limit, Period: period}, q)
 		bound := 2 * period
 		if exists && st.Window > w {
 			bound += st.Window*period - now
@@ -369,16 +369,16 @@ func FuzzSliding(f *testing.F) {
 		if exists && st.Window > w {
 			// The clock went back: the decision is the one at the start of
 			// the stored window, nothing stored is forgotten.
-			_, d2, _, _ := Sliding(st, exists, st.Window*period, period, limit, q)
+			_, d2, _, _ := Sliding(st, exists, st.Window*period, Rule{Limit: limit, Period: period}, q)
 			if d2.Limited != d.Limited || d2.Remaining != d.Remaining {
 				t.Fatalf("Sliding: clock back %dns: %s, at the stored window's start %s", st.Window*period-now, ds(d), ds(d2))
 			}
 		}
 		if d.Limited && q <= limit {
-			if _, d2, _, _ := Sliding(st, exists, now+d.RetryAfter, period, limit, q); d2.Limited {
+			if _, d2, _, _ := Sliding(st, exists, now+d.RetryAfter, Rule{Limit: limit, Period: period}, q); d2.Limited {
 				t.Fatalf("Sliding: still limited after RetryAfter %d: %s", d.RetryAfter, ds(d2))
 			}
-			if _, d2, _, _ := Sliding(st, exists, now+d.RetryAfter-1, period, limit, q); !d2.Limited {
+			if _, d2, _, _ := Sliding(st, exists, now+d.RetryAfter-1, Rule{Limit: limit, Period: period}, q); !d2.Limited {
 				t.Fatalf("Sliding: admitted 1ns before RetryAfter %d", d.RetryAfter)
 			}
 		}
@@ -392,7 +392,7 @@ func BenchmarkSliding(b *testing.B) {
 	now := t0
 	for range b.N {
 		now += 997
-		next, d, store, _ := Sliding(st, exists, now, s, 1000, 1)
+		next, d, store, _ := Sliding(st, exists, now, Rule{Limit: 1000, Period: s}, 1)
 		if store {
 			st, exists = next, true
 		}

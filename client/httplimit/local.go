@@ -169,6 +169,7 @@ func (s *localState) decide(limits []limit, app []applied, cost, now int64) (boo
 		}
 		ents = append(ents, e)
 		period := int64(l.Window)
+		rule := limiter.Rule{Limit: l.local, Period: period}
 		var res client.Result
 		switch l.Algorithm {
 		case GCRA:
@@ -188,15 +189,15 @@ func (s *localState) decide(limits []limit, app []applied, cost, now int64) (boo
 				e.nextExpire = now + r.TTLMillis*int64(time.Millisecond)
 			}
 		case Fixed:
-			next, d, _, exp := limiter.Fixed(e.fixed, e.exists, now, period, l.local, cost)
+			next, d, _, exp := limiter.Fixed(e.fixed, e.exists, now, rule, cost)
 			res = fromDecision(d)
 			e.nextFixed, e.nextExpire = next, exp
 		case Sliding:
-			next, d, _, exp := limiter.Sliding(e.sliding, e.exists, now, period, l.local, cost)
+			next, d, _, exp := limiter.Sliding(e.sliding, e.exists, now, rule, cost)
 			res = fromDecision(d)
 			e.nextSliding, e.nextExpire = next, exp
 		case SlidingLog:
-			res = fromDecision(e.log.Decide(now, period, l.local, cost))
+			res = fromDecision(e.log.Decide(now, rule, cost))
 		}
 		results[i] = res
 		allowed = allowed && res.Allowed
@@ -214,7 +215,7 @@ func (s *localState) decide(limits []limit, app []applied, cost, now int64) (boo
 		case Sliding:
 			e.sliding = e.nextSliding
 		case SlidingLog:
-			e.nextExpire = e.log.Apply(now, int64(l.Window), cost)
+			e.nextExpire = e.log.Apply(now, limiter.Rule{Limit: l.local, Period: int64(l.Window)}, cost)
 		}
 		e.exists = true
 		e.expireAt = e.nextExpire
