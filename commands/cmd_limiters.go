@@ -255,9 +255,9 @@ func (c *check) decideKind(v *keyspace.Value, now int64, scratch *limiter.Leases
 	return noErr
 }
 
-// The fixed window's and the sliding counter's states in a Value: M is
-// the window's start in ns, N the count (sliding: the previous window's
-// in the high 32 bits, the current one's in the low 32).
+// The fixed window's and the sliding counter's states in a Value: the
+// window's start in ns and its counts (keyspace.Value's accessors); the
+// limiter counts windows, the keyspace stores their starts.
 
 // fixedOf returns the fixed-window state v (nil: absent) holds for
 // windows of per ns; a state of another period is a window that never
@@ -266,10 +266,10 @@ func fixedOf(v *keyspace.Value, per int64) limiter.FixedState {
 	switch {
 	case v == nil:
 		return limiter.FixedState{}
-	case v.M%per != 0:
+	case v.WindowStart()%per != 0:
 		return limiter.FixedState{Window: math.MinInt64}
 	}
-	return limiter.FixedState{Window: v.M / per, Count: int64(v.N)}
+	return limiter.FixedState{Window: v.WindowStart() / per, Count: v.FixedCount()}
 }
 
 // slidingOf is fixedOf for the sliding counter.
@@ -277,21 +277,26 @@ func slidingOf(v *keyspace.Value, per int64) limiter.SlidingState {
 	switch {
 	case v == nil:
 		return limiter.SlidingState{}
-	case v.M%per != 0:
+	case v.WindowStart()%per != 0:
 		return limiter.SlidingState{Window: math.MinInt64}
 	}
-	return limiter.SlidingState{Window: v.M / per, Prev: int64(v.N >> 32), Cur: int64(v.N & math.MaxUint32)}
+	prev, cur := v.SlidingCounts()
+	return limiter.SlidingState{Window: v.WindowStart() / per, Prev: prev, Cur: cur}
 }
 
 // fixedValue is the Value that stores st for windows of per ns, kept
 // until expireAt (ns).
 func fixedValue(st limiter.FixedState, per, expireAt int64) keyspace.Value {
-	return keyspace.Value{Kind: keyspace.KindFixed, N: uint64(st.Count), M: st.Window * per, Exp: expiryMS(expireAt)}
+	v := keyspace.Value{Exp: expiryMS(expireAt)}
+	v.SetFixed(st.Window*per, st.Count)
+	return v
 }
 
 // slidingValue is fixedValue for the sliding counter.
 func slidingValue(st limiter.SlidingState, per, expireAt int64) keyspace.Value {
-	return keyspace.Value{Kind: keyspace.KindSliding, N: uint64(st.Prev)<<32 | uint64(st.Cur), M: st.Window * per, Exp: expiryMS(expireAt)}
+	v := keyspace.Value{Exp: expiryMS(expireAt)}
+	v.SetSliding(st.Window*per, st.Prev, st.Cur)
+	return v
 }
 
 // needsRoom reports whether apply may take more memory than the key
@@ -781,9 +786,10 @@ func cmdLimiterInfo(x *ctx) {
 		// 2^64-1 ns, the year 2554).
 		f = []field{{"kind", "gcra"}, {"tat_ns", strconv.FormatUint(v.N, 10)}, {"tat_in_ms", tatInMS(v.N, now)}}
 	case keyspace.KindFixed:
-		f = []field{{"kind", "fixed"}, {"window_start_ms", v.M / 1e6}, {"count", int64(v.N)}}
+		f = []field{{"kind", "fixed"}, {"window_start_ms", v.WindowStart() / 1e6}, {"count", v.FixedCount()}}
 	case keyspace.KindSliding:
-		f = []field{{"kind", "sliding"}, {"window_start_ms", v.M / 1e6}, {"previous", int64(v.N >> 32)}, {"current", int64(v.N & math.MaxUint32)}}
+		prev, cur := v.SlidingCounts()
+		f = []field{{"kind", "sliding"}, {"window_start_ms", v.WindowStart() / 1e6}, {"previous", prev}, {"current", cur}}
 	case keyspace.KindLog:
 		l := v.Obj.(*limiter.Log)
 		f = []field{{"kind", "slidinglog"}, {"entries", int64(len(l.Entries))}, {"units", l.Units}}

@@ -150,7 +150,7 @@ func (c *check) record(v, nv *keyspace.Value, now int64) {
 	case keyspace.KindGCRA:
 		unit, q = gcra.EmissionInterval(c.gp.Count, c.gp.Period), c.gp.Quantity
 	case keyspace.KindFixed, keyspace.KindSliding:
-		at = max(now, nv.M) // the window counted in, if the clock went back
+		at = max(now, nv.WindowStart()) // the window counted in, if the clock went back
 	case keyspace.KindLog:
 		if l := nv.Obj.(*limiter.Log); q > 0 && len(l.Entries) > 0 {
 			at = l.Entries[len(l.Entries)-1].T // the entry holding the units

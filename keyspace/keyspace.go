@@ -69,6 +69,37 @@ type Value struct {
 	ref uint32 // the entry it was read from, plus one (0: not read from a shard)
 }
 
+// The fixed window's and the sliding counter's states are two scalars,
+// packed into N and M as the Kind constants say; these accessors are the
+// only code that knows the packing.
+
+// WindowStart returns the start in ns since the Unix epoch of the window
+// a KindFixed or KindSliding value counts (M).
+func (v *Value) WindowStart() int64 { return v.M }
+
+// FixedCount returns the units a KindFixed value counts in its window.
+func (v *Value) FixedCount() int64 { return int64(v.N) }
+
+// SlidingCounts returns the units a KindSliding value counts in the window
+// before its window (prev) and in its window (cur).
+func (v *Value) SlidingCounts() (prev, cur int64) {
+	return int64(v.N >> 32), int64(uint32(v.N))
+}
+
+// SetFixed makes v a KindFixed value counting count units (non-negative)
+// in the window starting at start ns. Exp and Obj are left as they are.
+func (v *Value) SetFixed(start, count int64) {
+	v.Kind, v.N, v.M = KindFixed, uint64(count), start
+}
+
+// SetSliding makes v a KindSliding value counting prev units in the window
+// before the one starting at start ns and cur in that one; both are in
+// [0, math.MaxUint32] (limiter.MaxSlidingLimit). Exp and Obj are left as
+// they are.
+func (v *Value) SetSliding(start, prev, cur int64) {
+	v.Kind, v.N, v.M = KindSliding, uint64(prev)<<32|uint64(cur), start
+}
+
 // Expired reports whether v has an expiry and it lies before now (ms). As in
 // Redis, a key whose expiry equals now is still alive for that millisecond.
 func (v *Value) Expired(now int64) bool { return v.Exp != 0 && now > v.Exp }
