@@ -126,7 +126,7 @@ type check struct {
 	expireErr bool // CL.THROTTLE: allowed, but its TTL cannot be set
 }
 
-// rule is the window kinds' rule: limit units per per ns.
+// rule is the window kinds' rule: c.limit units per c.per ns.
 func (c *check) rule() limiter.Rule { return limiter.Rule{Limit: c.limit, Period: c.per} }
 
 // parse sets c, which must be zero, to the call of the limiter command
