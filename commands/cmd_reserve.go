@@ -274,6 +274,7 @@ func settle(x *ctx, actual int64) {
 // reservations.
 func settled(v, state *keyspace.Value, res *limiter.Reservations, r limiter.Reservation, delta, now int64) keyspace.Value {
 	keep := keyspace.Value{Kind: v.Kind, N: v.N, M: v.M, Exp: res.StateExp}
+	rule := limiter.Rule{Period: r.Unit} // a settle reads only the period
 	switch v.Kind {
 	case keyspace.KindGCRA:
 		var tat uint64
@@ -287,18 +288,18 @@ func settled(v, state *keyspace.Value, res *limiter.Reservations, r limiter.Rese
 		}
 		return keyspace.Value{Kind: keyspace.KindGCRA, N: newTAT, Exp: exp}
 	case keyspace.KindFixed:
-		next, store, exp := limiter.FixedSettle(fixedOf(state, r.Unit), state != nil, now, limiter.Rule{Period: r.Unit}, r.At, delta)
+		next, store, exp := limiter.FixedSettle(fixedOf(state, r.Unit), state != nil, now, rule, r.At, delta)
 		if !store {
 			return keep
 		}
 		return fixedValue(next, r.Unit, exp)
 	case keyspace.KindSliding:
-		next, store, exp := limiter.SlidingSettle(slidingOf(state, r.Unit), state != nil, now, limiter.Rule{Period: r.Unit}, r.At, delta)
+		next, store, exp := limiter.SlidingSettle(slidingOf(state, r.Unit), state != nil, now, rule, r.At, delta)
 		if !store {
 			return keep
 		}
 		return slidingValue(next, r.Unit, exp)
 	}
 	l := v.Obj.(*limiter.Log)
-	return keyspace.Value{Kind: keyspace.KindLog, Obj: l, Exp: expiryMS(l.Settle(now, limiter.Rule{Period: r.Unit}, r.At, delta))}
+	return keyspace.Value{Kind: keyspace.KindLog, Obj: l, Exp: expiryMS(l.Settle(now, rule, r.At, delta))}
 }
