@@ -7,7 +7,6 @@ package durability_test
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,33 +21,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// binPath is the cellserver binary built by TestMain ("" if the build
-// failed; buildErr says why).
-var (
-	binPath  string
-	buildErr error
-)
-
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run()) // every test here needs the binary
-	}
-	var cleanup func()
-	binPath, cleanup, buildErr = binproc.Build()
 	code := m.Run()
-	cleanup()
+	binproc.RemoveBinary()
 	os.Exit(code)
-}
-
-func needBinary(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds and runs the cellserver binary")
-	}
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
 }
 
 // proc is one running cellserver process.
@@ -61,7 +37,7 @@ type proc struct {
 // channel carries the listening address once the startup line is logged.
 func launch(t *testing.T, args ...string) (*proc, <-chan string) {
 	t.Helper()
-	bp, addrc, err := binproc.Launch(binPath, args...)
+	bp, addrc, err := binproc.Launch(binproc.Path(), args...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,36 +37,10 @@ const (
 	mib = 1 << 20
 )
 
-// The cellserver binary, built on first use by needBinary.
-var (
-	binCleanup func()
-	binPath    string
-	buildErr   error
-	buildOnce  sync.Once
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binCleanup != nil {
-		binCleanup()
-	}
+	binproc.RemoveBinary()
 	os.Exit(code)
-}
-
-// needBinary builds cellserver (once per test process) or fails the test.
-func needBinary(t testing.TB) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds and runs the cellserver binary")
-	}
-	buildOnce.Do(func() {
-		var cleanup func()
-		binPath, cleanup, buildErr = binproc.Build()
-		binCleanup = cleanup
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
 }
 
 // proc is one running cellserver process.
@@ -82,8 +56,8 @@ type proc struct {
 // ends if it is still running.
 func startServer(t testing.TB, args ...string) *proc {
 	t.Helper()
-	needBinary(t)
-	bp, addrc, err := binproc.Launch(binPath, args...)
+	binproc.Binary(t)
+	bp, addrc, err := binproc.Launch(binproc.Path(), args...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,51 @@ func Build() (path string, cleanup func(), err error) {
 	return path, cleanup, nil
 }
 
+// built is the binary Path builds, once per test process.
+var built struct {
+	once    sync.Once
+	path    string
+	cleanup func()
+	err     error
+}
+
+// Path returns the cellserver binary of this test process: $CELLSERVER_BIN
+// if set, else one Build makes on the first call (and RemoveBinary
+// removes). It returns "" if that build failed; Binary says why.
+func Path() string {
+	built.once.Do(func() {
+		if built.path = os.Getenv("CELLSERVER_BIN"); built.path == "" {
+			built.path, built.cleanup, built.err = Build()
+		}
+	})
+	if built.err != nil {
+		return ""
+	}
+	return built.path
+}
+
+// Binary is Path for a test that runs the binary: it skips the test under
+// -short and fails it if the build failed.
+func Binary(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the cellserver binary")
+	}
+	if p := Path(); p != "" {
+		return p
+	}
+	t.Fatal(built.err)
+	return ""
+}
+
+// RemoveBinary removes the binary Path built, if any; TestMain calls it
+// once the tests have run.
+func RemoveBinary() {
+	if built.cleanup != nil {
+		built.cleanup()
+	}
+}
+
 // maxLogBytes bounds what Logs keeps of a process's log.
 const maxLogBytes = 1 << 20
 
