@@ -11,7 +11,6 @@ package clusterha_test
 import (
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -30,11 +29,7 @@ var (
 )
 
 // CELLSERVER_BIN: test this binary instead of building one (binproc.Path).
-func TestMain(m *testing.M) {
-	code := m.Run()
-	binproc.RemoveBinary()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { binproc.Main(m) }
 
 // needSentinel skips the test without the redis-sentinel binary (Debian
 // redis-sentinel; scripts/ensure-tools.sh installs it, CI has it).

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -21,11 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	binproc.RemoveBinary()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { binproc.Main(m) }
 
 // proc is one running cellserver process.
 type proc struct {

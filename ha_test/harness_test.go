@@ -43,11 +43,7 @@ var (
 	replErr  error
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	binproc.RemoveBinary()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { binproc.Main(m) }
 
 // needSentinel skips the test without the redis-sentinel binary (Debian
 // redis-sentinel; scripts/ensure-tools.sh installs it, CI has it).

@@ -37,11 +37,7 @@ const (
 	mib = 1 << 20
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	binproc.RemoveBinary()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { binproc.Main(m) }
 
 // proc is one running cellserver process.
 type proc struct {

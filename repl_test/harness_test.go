@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"sort"
 	"strconv"
@@ -27,11 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	binproc.RemoveBinary()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { binproc.Main(m) }
 
 // flavor is the server a scenario runs on: cellserver (the subject) or
 // redis-server 7.0 (the reference, to check the harness).

@@ -139,11 +139,7 @@ func TestInvalidConfigReportsEveryProblem(t *testing.T) {
 
 // TestMain removes the binary binproc.Binary builds, once per test run,
 // for the tests that run it.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	binproc.RemoveBinary()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { binproc.Main(m) }
 
 var addrRE = regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
 

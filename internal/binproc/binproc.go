@@ -83,6 +83,14 @@ func RemoveBinary() {
 	}
 }
 
+// Main is a TestMain for packages that need nothing else: it runs the
+// tests, removes the binary and exits with the tests' code.
+func Main(m *testing.M) {
+	code := m.Run()
+	RemoveBinary()
+	os.Exit(code)
+}
+
 // maxLogBytes bounds what Logs keeps of a process's log.
 const maxLogBytes = 1 << 20
 
