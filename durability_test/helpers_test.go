@@ -43,16 +43,8 @@ func launch(t *testing.T, args ...string) (*proc, <-chan string) {
 // startServer starts the binary and waits (20 s at most) until it listens.
 func startServer(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p, addrc := launch(t, args...)
-	select {
-	case p.addr = <-addrc:
-		return p
-	case <-p.Exited:
-		t.Fatalf("cellserver %v exited before listening: %v\n%s", args, p.Err, p.Logs)
-	case <-time.After(20 * time.Second):
-		t.Fatalf("cellserver %v did not report its address within 20s\n%s", args, p.Logs)
-	}
-	return nil
+	bp, addr := binproc.StartServer(t, args...)
+	return &proc{Proc: bp, addr: addr}
 }
 
 // runToExit starts the binary, which is expected to refuse to start, and

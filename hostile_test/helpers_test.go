@@ -52,22 +52,8 @@ type proc struct {
 // ends if it is still running.
 func startServer(t testing.TB, args ...string) *proc {
 	t.Helper()
-	binproc.Binary(t)
-	bp, addrc, err := binproc.Launch(binproc.Path(), args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(bp.Kill)
-	p := &proc{Proc: bp, pid: bp.Cmd.Process.Pid, args: args}
-	select {
-	case p.addr = <-addrc:
-		return p
-	case <-p.Exited:
-		t.Fatalf("cellserver %v exited before listening: %v\n%s", args, p.Err, p.Logs)
-	case <-time.After(20 * time.Second):
-		t.Fatalf("cellserver %v did not report its address within 20s\n%s", args, p.Logs)
-	}
-	return nil
+	bp, addr := binproc.StartServer(t, args...)
+	return &proc{Proc: bp, pid: bp.Cmd.Process.Pid, args: args, addr: addr}
 }
 
 // alive reports whether the process is still running.

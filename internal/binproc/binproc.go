@@ -168,6 +168,31 @@ func Launch(bin string, args ...string) (*Proc, <-chan string, error) {
 	return p, addrc, nil
 }
 
+// StartTimeout bounds how long StartServer waits for the startup line.
+const StartTimeout = 20 * time.Second
+
+// StartServer launches the test process's binary (Binary) with args,
+// kills it when the test ends, and waits (StartTimeout at most) until it
+// listens: it returns the process and its address, or fails the test with
+// the process's log.
+func StartServer(t testing.TB, args ...string) (*Proc, string) {
+	t.Helper()
+	p, addrc, err := Launch(Binary(t), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	select {
+	case addr := <-addrc:
+		return p, addr
+	case <-p.Exited:
+		t.Fatalf("cellserver %v exited before listening: %v\n%s", args, p.Err, p.Logs)
+	case <-time.After(StartTimeout):
+		t.Fatalf("cellserver %v did not report its address within %v\n%s", args, StartTimeout, p.Logs)
+	}
+	return nil, ""
+}
+
 // Kill kills the process if it is still running and waits for it.
 func (p *Proc) Kill() {
 	select {
