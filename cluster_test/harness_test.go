@@ -48,8 +48,6 @@ const (
 )
 
 var (
-	binPath  string
-	buildErr error
 	// gateOnce asks the built cellserver, once, whether it knows
 	// --cluster-enabled.
 	gateOnce sync.Once
@@ -58,15 +56,9 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	var cleanup func()
-	if !testing.Short() {
-		binPath, cleanup, buildErr = binproc.Build()
-	}
 	redis.SetLogger(clientLog)
 	code := m.Run()
-	if cleanup != nil {
-		cleanup()
-	}
+	binproc.RemoveBinary()
 	if gr917Bin != "" {
 		os.RemoveAll(filepath.Dir(gr917Bin))
 	}
@@ -116,11 +108,9 @@ func needCellserverCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs cellserver processes")
 	}
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	binproc.Binary(t)
 	gateOnce.Do(func() {
-		out, err := exec.Command(binPath, "--help").CombinedOutput()
+		out, err := exec.Command(binproc.Path(), "--help").CombinedOutput()
 		if err != nil {
 			gateWhy = fmt.Sprintf("cellserver --help: %v\n%s", err, out)
 			return
@@ -672,7 +662,7 @@ var cellserverFlavor = flavor{
 		var ns []*node
 		for i := range nodes {
 			n := &node{name: fmt.Sprintf("node%d", i+1), id: nodeID(i)}
-			bp, addrc, err := binproc.Launch(binPath, "--cluster-enabled", "yes", "--cluster-node-id", n.id)
+			bp, addrc, err := binproc.Launch(binproc.Path(), "--cluster-enabled", "yes", "--cluster-node-id", n.id)
 			if err != nil {
 				t.Fatal(err)
 			}

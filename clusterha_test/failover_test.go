@@ -428,7 +428,7 @@ func TestPerShardSentinelFailover(t *testing.T) {
 // topology in its directory's cluster.json.
 func launch(t *testing.T, n *cnode) {
 	t.Helper()
-	bp, _, err := binproc.Launch(binPath, "--addr", n.addr, "--config", n.conf,
+	bp, _, err := binproc.Launch(binproc.Path(), "--addr", n.addr, "--config", n.conf,
 		"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(n.dir, "cluster.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -9,10 +9,8 @@
 package clusterha_test
 
 import (
-	"flag"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -24,31 +22,14 @@ import (
 )
 
 var (
-	binPath  string
-	buildErr error
 	// clusterOnce probes, once, whether the built cellserver knows
 	// --cluster-enabled.
 	clusterOnce sync.Once
 	clusterErr  error
 )
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	var cleanup func()
-	if !testing.Short() {
-		if _, err := exec.LookPath("redis-sentinel"); err == nil {
-			// CELLSERVER_BIN: test this binary instead of building one.
-			if binPath = os.Getenv("CELLSERVER_BIN"); binPath == "" {
-				binPath, cleanup, buildErr = binproc.Build()
-			}
-		}
-	}
-	code := m.Run()
-	if cleanup != nil {
-		cleanup()
-	}
-	os.Exit(code)
-}
+// CELLSERVER_BIN: test this binary instead of building one (binproc.Path).
+func TestMain(m *testing.M) { binproc.Main(m) }
 
 // needSentinel skips the test without the redis-sentinel binary (Debian
 // redis-sentinel; scripts/ensure-tools.sh installs it, CI has it).
@@ -68,11 +49,9 @@ func needSentinel(t *testing.T) {
 // this build yet).
 func needClusterMode(t *testing.T) {
 	t.Helper()
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	binproc.Binary(t)
 	clusterOnce.Do(func() {
-		out, err := exec.Command(binPath, "--help").CombinedOutput()
+		out, err := exec.Command(binproc.Path(), "--help").CombinedOutput()
 		if err != nil {
 			clusterErr = fmt.Errorf("cellserver --help: %v\n%s", err, out)
 			return

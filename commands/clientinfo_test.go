@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/server"
 )
@@ -40,26 +41,26 @@ func TestClientInfoMemory(t *testing.T) {
 
 func testClientInfoMemory(t *testing.T, loops int) {
 	_, addr := servertest.Start(t, server.Config{EventLoops: loops})
-	c := dialRaw(t, addr)
+	c := resptest.MustDial(t, addr)
 	info := func(pings int) map[string]string {
 		t.Helper()
 		var req []byte
 		for range pings {
-			req = appendCommand(req, "PING")
+			req = resptest.AppendCommand(req, "PING")
 		}
-		if _, err := c.nc.Write(appendCommand(req, "CLIENT", "INFO")); err != nil {
+		if _, err := c.C.Write(resptest.AppendCommand(req, "CLIENT", "INFO")); err != nil {
 			t.Fatal(err)
 		}
 		for range pings {
-			if v, err := c.read(); err != nil || v.str != "PONG" {
+			if v, err := c.Read(); err != nil || v.Str != "PONG" {
 				t.Fatalf("PING: %v %v", v, err)
 			}
 		}
-		v, err := c.read()
-		if err != nil || v.kind != '$' {
+		v, err := c.Read()
+		if err != nil || v.Kind != '$' {
 			t.Fatalf("CLIENT INFO: %v %v", v, err)
 		}
-		return clientFields(t, v.str)
+		return clientFields(t, v.Str)
 	}
 	num := func(f map[string]string, k string) int {
 		t.Helper()
@@ -96,21 +97,21 @@ func testClientInfoMemory(t *testing.T, loops int) {
 
 	// Another client's line: between commands, no arguments; its MULTI
 	// queue counted as --multi-max-bytes counts it.
-	c.mustDo(t, "MULTI")
-	c.mustDo(t, "SET", "k", "v")
+	c.MustDo(t, "MULTI")
+	c.MustDo(t, "SET", "k", "v")
 	id := num(f, "id")
-	other := dialRaw(t, addr)
-	v := other.mustDo(t, "CLIENT", "LIST", "ID", strconv.Itoa(id))
-	g := clientFields(t, v.str)
+	other := resptest.MustDial(t, addr)
+	v := other.MustDo(t, "CLIENT", "LIST", "ID", strconv.Itoa(id))
+	g := clientFields(t, v.Str)
 	want := map[string]string{"multi": "1", "multi-mem": strconv.Itoa(3 + 1 + 1 + 3*24), "argv-mem": "0", "qbuf": "0"}
 	for k, w := range want {
 		if g[k] != w {
 			t.Errorf("other client: %s=%s, want %s", k, g[k], w)
 		}
 	}
-	c.mustDo(t, "DISCARD")
-	v = other.mustDo(t, "CLIENT", "LIST", "ID", strconv.Itoa(id))
-	if g := clientFields(t, v.str); g["multi-mem"] != "0" {
+	c.MustDo(t, "DISCARD")
+	v = other.MustDo(t, "CLIENT", "LIST", "ID", strconv.Itoa(id))
+	if g := clientFields(t, v.Str); g["multi-mem"] != "0" {
 		t.Errorf("after DISCARD: multi-mem=%s, want 0", g["multi-mem"])
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/server"
 )
@@ -71,7 +72,7 @@ func FuzzThrottleArgs(f *testing.F) {
 
 	clk := servertest.NewClock(goldenT0)
 	_, addr := servertest.Start(f, server.Config{Clock: clk.Now})
-	c := dialRaw(f, addr)
+	c := resptest.MustDial(f, addr)
 
 	f.Fuzz(func(t *testing.T, key, b, cnt, p, q, extra string, n uint8, adv uint16, kind uint8) {
 		clk.Advance(time.Duration(adv) * time.Millisecond)
@@ -79,31 +80,31 @@ func FuzzThrottleArgs(f *testing.F) {
 			clk.Set(goldenT0)
 		}
 		if kind%2 == 1 {
-			if v, err := c.do("SET", key, b); err != nil || v.str != "OK" {
+			if v, err := c.Do("SET", key, b); err != nil || v.Str != "OK" {
 				t.Fatalf("SET %q %q: %v %v", key, b, v, err)
 			}
 		}
 		args := []string{key, b, cnt, p, q, extra}[:n%7]
 		cmd := append([]string{"CL.THROTTLE"}, args...)
-		v, err := c.do(cmd...)
+		v, err := c.Do(cmd...)
 		if err != nil {
 			t.Fatalf("%q: %v (connection lost or bad RESP)", cmd, err)
 		}
-		switch v.kind {
+		switch v.Kind {
 		case '-':
-			if !strings.HasPrefix(v.str, "Cell error: ") && !strings.HasPrefix(v.str, "WRONGTYPE ") {
-				t.Fatalf("%q: error %q", cmd, v.str)
+			if !strings.HasPrefix(v.Str, "Cell error: ") && !strings.HasPrefix(v.Str, "WRONGTYPE ") {
+				t.Fatalf("%q: error %q", cmd, v.Str)
 			}
 		case '*':
-			if len(v.elems) != 5 {
-				t.Fatalf("%q: %d elements: %v", cmd, len(v.elems), v)
+			if len(v.Elems) != 5 {
+				t.Fatalf("%q: %d elements: %v", cmd, len(v.Elems), v)
 			}
 			var r [5]int64
-			for i, e := range v.elems {
-				if e.kind != ':' {
+			for i, e := range v.Elems {
+				if e.Kind != ':' {
 					t.Fatalf("%q: element %d is not an integer: %v", cmd, i, v)
 				}
-				r[i], _ = strconv.ParseInt(e.str, 10, 64)
+				r[i], _ = strconv.ParseInt(e.Str, 10, 64)
 			}
 			if r[0] != 0 && r[0] != 1 {
 				t.Fatalf("%q: limited = %d", cmd, r[0])
@@ -120,7 +121,7 @@ func FuzzThrottleArgs(f *testing.F) {
 		default:
 			t.Fatalf("%q: reply %v", cmd, v)
 		}
-		if v, err := c.do("PING"); err != nil || v.str != "PONG" {
+		if v, err := c.Do("PING"); err != nil || v.Str != "PONG" {
 			t.Fatalf("PING after %q: %v %v", cmd, v, err)
 		}
 	})

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/server"
 )
@@ -322,7 +323,7 @@ func runGolden(t *testing.T, gf *goldenFile) {
 	clk := servertest.NewClock(goldenT0)
 	_, addr := servertest.Start(t, server.Config{Clock: clk.Now, Password: gf.password, ClusterEnabled: gf.cluster, Policies: gf.policies})
 	conn := goldenConns(t, addr)
-	closed := map[*rawConn]bool{}
+	closed := map[*resptest.Conn]bool{}
 	for _, gc := range gf.cases {
 		if gc.isAt {
 			clk.Advance(gc.advance)
@@ -346,9 +347,9 @@ func runGolden(t *testing.T, gf *goldenFile) {
 
 // goldenConns returns what picks a case's connection: the file's own,
 // dialled now, or the one its c2 or c3 flag names, dialled at first use.
-func goldenConns(t *testing.T, addr string) func(gc *goldenCase) *rawConn {
-	conns := map[string]*rawConn{"": dialRaw(t, addr)}
-	return func(gc *goldenCase) *rawConn {
+func goldenConns(t *testing.T, addr string) func(gc *goldenCase) *resptest.Conn {
+	conns := map[string]*resptest.Conn{"": resptest.MustDial(t, addr)}
+	return func(gc *goldenCase) *resptest.Conn {
 		name := ""
 		for _, f := range []string{"c2", "c3"} {
 			if gc.flags[f] {
@@ -356,7 +357,7 @@ func goldenConns(t *testing.T, addr string) func(gc *goldenCase) *rawConn {
 			}
 		}
 		if conns[name] == nil {
-			conns[name] = dialRaw(t, addr)
+			conns[name] = resptest.MustDial(t, addr)
 		}
 		return conns[name]
 	}
@@ -364,15 +365,15 @@ func goldenConns(t *testing.T, addr string) func(gc *goldenCase) *rawConn {
 
 // goldenExchange sends gc's command and returns the reply lines, with
 // "(closed)" appended when gc expects the connection to close and it did.
-func goldenExchange(c *rawConn, gc *goldenCase, now time.Time) ([]string, error) {
-	v, err := c.do(expandArgs(gc.args, now)...)
+func goldenExchange(c *resptest.Conn, gc *goldenCase, now time.Time) ([]string, error) {
+	v, err := c.Do(expandArgs(gc.args, now)...)
 	if err != nil {
 		return nil, err
 	}
 	if gc.flags["sort"] {
-		v.sortLeaves()
+		v.SortLeaves()
 	}
-	got := replyLines(v.encode(nil))
+	got := replyLines(v.Encode(nil))
 	pushes := 0
 	if gc.flags["push"] {
 		pushes = 1
@@ -381,15 +382,15 @@ func goldenExchange(c *rawConn, gc *goldenCase, now time.Time) ([]string, error)
 		pushes = 2
 	}
 	for range pushes {
-		v, err := c.read()
+		v, err := c.Read()
 		if err != nil {
 			return nil, err
 		}
-		got = append(got, replyLines(v.encode(nil))...)
+		got = append(got, replyLines(v.Encode(nil))...)
 	}
 	if n := len(gc.want); n > 0 && gc.want[n-1] == "(closed)" ||
 		strings.EqualFold(gc.args[0], "quit") {
-		isClosed, err := c.closed()
+		isClosed, err := c.Closed()
 		if err != nil {
 			return nil, err
 		}
@@ -487,24 +488,24 @@ func (gf *goldenFile) rewrite() error {
 // what only cellserver does: commands flagged cellserver, everything after
 // "only cellserver", and CL.* commands (the module is not loaded).
 func runGoldenReference(t *testing.T, gf *goldenFile, addr string) {
-	admin := dialRaw(t, addr)
+	admin := resptest.MustDial(t, addr)
 	setup := [][]string{{"FLUSHALL"}, {"CONFIG", "RESETSTAT"}}
 	if gf.password != "" {
 		setup = append(setup, []string{"CONFIG", "SET", "requirepass", gf.password})
 		defer func() {
-			a := dialRaw(t, addr)
-			a.mustDo(t, "AUTH", gf.password)
-			a.mustDo(t, "CONFIG", "SET", "requirepass", "")
+			a := resptest.MustDial(t, addr)
+			a.MustDo(t, "AUTH", gf.password)
+			a.MustDo(t, "CONFIG", "SET", "requirepass", "")
 		}()
 	}
 	for _, args := range setup {
-		if v := admin.mustDo(t, args...); v.kind == '-' {
-			t.Fatalf("%q: %s", args, v.str)
+		if v := admin.MustDo(t, args...); v.Kind == '-' {
+			t.Fatalf("%q: %s", args, v.Str)
 		}
 	}
-	admin.nc.Close() // so that CLIENT LIST shows only the file's connection
+	admin.C.Close() // so that CLIENT LIST shows only the file's connection
 	conn := goldenConns(t, addr)
-	closed := map[*rawConn]bool{}
+	closed := map[*resptest.Conn]bool{}
 	for _, gc := range gf.cases {
 		if gc.isAt {
 			time.Sleep(gc.advance) // real Redis has no injectable clock
@@ -569,24 +570,24 @@ func TestReadRESPStrict(t *testing.T) {
 		"*2\r\n:1\r\n", "%1\r\n", "$-2\r\n", "\r\n",
 		"%1\r\n:1\r\n", "_x\r\n", "#x\r\n", ",a\r\n", "=3\r\ntxt\r\n", "%-1\r\n",
 	} {
-		if v, err := readRESP(bufio.NewReader(strings.NewReader(in))); err == nil {
-			t.Errorf("readRESP(%q) = %v, want an error", in, v)
+		if v, err := resptest.Read(bufio.NewReader(strings.NewReader(in))); err == nil {
+			t.Errorf("resptest.Read(%q) = %v, want an error", in, v)
 		}
 	}
 	in := "*3\r\n$-1\r\n*-1\r\n*2\r\n-ERR x\r\n$2\r\n\r\n\r\n"
-	v, err := readRESP(bufio.NewReader(strings.NewReader(in)))
+	v, err := resptest.Read(bufio.NewReader(strings.NewReader(in)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := string(v.encode(nil)); got != in {
+	if got := string(v.Encode(nil)); got != in {
 		t.Errorf("round trip = %q, want %q", got, in)
 	}
 	in = "%2\r\n$1\r\na\r\n~1\r\n+x\r\n:1\r\n*4\r\n_\r\n,1.5\r\n#t\r\n=7\r\ntxt:a\r\n\r\n"
-	v, err = readRESP(bufio.NewReader(strings.NewReader(in)))
+	v, err = resptest.Read(bufio.NewReader(strings.NewReader(in)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := string(v.encode(nil)); got != in {
+	if got := string(v.Encode(nil)); got != in {
 		t.Errorf("RESP3 round trip = %q, want %q", got, in)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/persistence/changelog"
 	"github.com/cellserver/cellserver/persistence/pebblestore"
@@ -177,12 +178,12 @@ func valueShape(v string) string {
 
 func info(t *testing.T, addr string, args ...string) string {
 	t.Helper()
-	c := dialRaw(t, addr)
-	v := c.mustDo(t, append([]string{"INFO"}, args...)...)
-	if v.kind != '$' {
+	c := resptest.MustDial(t, addr)
+	v := c.MustDo(t, append([]string{"INFO"}, args...)...)
+	if v.Kind != '$' {
 		t.Fatalf("INFO %v: %v", args, v)
 	}
-	return v.str
+	return v.Str
 }
 
 // TestInfoRedisFields compares INFO everything, section by section, with
@@ -314,7 +315,7 @@ func TestInfoUptimeFollowsTheClock(t *testing.T) {
 // redis-cell makes on a key opened for writing, count neither.
 func TestInfoKeyspaceHits(t *testing.T) {
 	_, addr := servertest.Start(t, server.Config{})
-	c := dialRaw(t, addr)
+	c := resptest.MustDial(t, addr)
 	stats := func() (string, string) {
 		secs, _ := parseInfo(t, info(t, addr, "stats"))
 		return secs["Stats"].values["keyspace_hits"], secs["Stats"].values["keyspace_misses"]
@@ -322,10 +323,10 @@ func TestInfoKeyspaceHits(t *testing.T) {
 	if h, m := stats(); h != "0" || m != "0" {
 		t.Fatalf("fresh server: hits %s misses %s, want 0 0", h, m)
 	}
-	c.mustDo(t, "SET", "k", "v")
-	c.mustDo(t, "CL.THROTTLE", "t", "1", "1", "1")
+	c.MustDo(t, "SET", "k", "v")
+	c.MustDo(t, "CL.THROTTLE", "t", "1", "1", "1")
 	for _, cmd := range [][]string{{"GET", "k"}, {"GET", "nokey"}, {"EXISTS", "k", "nokey"}, {"TYPE", "k"}, {"TTL", "nokey"}, {"CL.PEEK", "t", "1", "1", "1"}, {"CL.INFO", "nokey"}, {"STRLEN", "k"}, {"STRLEN", "nokey"}} {
-		c.mustDo(t, cmd...)
+		c.MustDo(t, cmd...)
 	}
 	// Hits: GET k, EXISTS k, TYPE k, CL.PEEK t, STRLEN k. Misses: GET
 	// nokey, EXISTS nokey, TTL nokey, CL.INFO nokey, STRLEN nokey.
@@ -363,31 +364,31 @@ func TestInfoConfigFile(t *testing.T) {
 // client that checks for the module finds it whichever it asks.
 func TestModulesConsistent(t *testing.T) {
 	_, addr := servertest.Start(t, server.Config{})
-	c := dialRaw(t, addr)
-	entry := func(what string, m respValue) (string, string) {
+	c := resptest.MustDial(t, addr)
+	entry := func(what string, m resptest.Value) (string, string) {
 		t.Helper()
-		if m.kind != '*' || len(m.elems) != 8 {
+		if m.Kind != '*' || len(m.Elems) != 8 {
 			t.Fatalf("%s: module entry %v, want name, ver, path, args", what, m)
 		}
-		f := map[string]respValue{}
+		f := map[string]resptest.Value{}
 		for i := 0; i < 8; i += 2 {
-			f[m.elems[i].str] = m.elems[i+1]
+			f[m.Elems[i].Str] = m.Elems[i+1]
 		}
-		if f["ver"].kind != ':' || f["path"].kind != '$' || f["args"].kind != '*' {
+		if f["ver"].Kind != ':' || f["path"].Kind != '$' || f["args"].Kind != '*' {
 			t.Errorf("%s: module entry %v: want ver an integer, path a string, args an array", what, m)
 		}
-		return f["name"].str, f["ver"].str
+		return f["name"].Str, f["ver"].Str
 	}
-	list := c.mustDo(t, "MODULE", "LIST")
-	if list.kind != '*' || len(list.elems) != 1 {
+	list := c.MustDo(t, "MODULE", "LIST")
+	if list.Kind != '*' || len(list.Elems) != 1 {
 		t.Fatalf("MODULE LIST: %v, want one module", list)
 	}
-	name, ver := entry("MODULE LIST", list.elems[0])
-	hello := c.mustDo(t, "HELLO")
-	if hello.kind != '*' || len(hello.elems) != 14 || hello.elems[12].str != "modules" || len(hello.elems[13].elems) != 1 {
+	name, ver := entry("MODULE LIST", list.Elems[0])
+	hello := c.MustDo(t, "HELLO")
+	if hello.Kind != '*' || len(hello.Elems) != 14 || hello.Elems[12].Str != "modules" || len(hello.Elems[13].Elems) != 1 {
 		t.Fatalf("HELLO: %v, want one module", hello)
 	}
-	hName, hVer := entry("HELLO", hello.elems[13].elems[0])
+	hName, hVer := entry("HELLO", hello.Elems[13].Elems[0])
 	secs, _ := parseInfo(t, info(t, addr, "modules"))
 	line := secs["Modules"].values["module"]
 	if name != "redis-cell" || hName != name || hVer != ver ||

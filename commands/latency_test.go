@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cellserver/cellserver/commands"
+	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/server"
 )
@@ -22,16 +23,16 @@ func TestLatencyHistogram(t *testing.T) {
 	if !ref {
 		_, addr = servertest.Start(t, server.Config{})
 	}
-	c := dialRaw(t, addr)
+	c := resptest.MustDial(t, addr)
 	if ref {
-		c.mustDo(t, "SELECT", "9")
+		c.MustDo(t, "SELECT", "9")
 	}
-	c.mustDo(t, "CONFIG", "RESETSTAT") // empties the histograms, then counts itself
+	c.MustDo(t, "CONFIG", "RESETSTAT") // empties the histograms, then counts itself
 	const calls = 25
 	for i := 0; i < calls; i++ {
-		c.mustDo(t, "STRLEN", "latency-test-key")
+		c.MustDo(t, "STRLEN", "latency-test-key")
 	}
-	c.mustDo(t, "CONFIG", "GET", "maxclients")
+	c.MustDo(t, "CONFIG", "GET", "maxclients")
 	bounds := map[int64]bool{}
 	for _, s := range commands.LatencyBuckets {
 		bounds[int64(s*1e6)] = true
@@ -41,35 +42,35 @@ func TestLatencyHistogram(t *testing.T) {
 	kind := byte('*')
 	check := func(args ...string) []string {
 		t.Helper()
-		v := c.mustDo(t, append([]string{"LATENCY", "HISTOGRAM"}, args...)...)
-		if v.kind != kind || len(v.elems)%2 != 0 {
+		v := c.MustDo(t, append([]string{"LATENCY", "HISTOGRAM"}, args...)...)
+		if v.Kind != kind || len(v.Elems)%2 != 0 {
 			t.Fatalf("LATENCY HISTOGRAM %q: %v", args, v)
 		}
 		var names []string
-		for i := 0; i < len(v.elems); i += 2 {
-			name, h := v.elems[i], v.elems[i+1]
-			if name.kind != '$' || h.kind != kind || len(h.elems) != 4 || h.elems[0].str != "calls" || h.elems[1].kind != ':' ||
-				h.elems[2].str != "histogram_usec" || h.elems[3].kind != kind || len(h.elems[3].elems)%2 != 0 || len(h.elems[3].elems) == 0 {
+		for i := 0; i < len(v.Elems); i += 2 {
+			name, h := v.Elems[i], v.Elems[i+1]
+			if name.Kind != '$' || h.Kind != kind || len(h.Elems) != 4 || h.Elems[0].Str != "calls" || h.Elems[1].Kind != ':' ||
+				h.Elems[2].Str != "histogram_usec" || h.Elems[3].Kind != kind || len(h.Elems[3].Elems)%2 != 0 || len(h.Elems[3].Elems) == 0 {
 				t.Fatalf("LATENCY HISTOGRAM %q: entry %v %v", args, name, h)
 			}
-			n, _ := strconv.ParseInt(h.elems[1].str, 10, 64)
+			n, _ := strconv.ParseInt(h.Elems[1].Str, 10, 64)
 			var lastBound, lastCount int64
-			pairs := h.elems[3].elems
+			pairs := h.Elems[3].Elems
 			for j := 0; j < len(pairs); j += 2 {
-				b, _ := strconv.ParseInt(pairs[j].str, 10, 64)
-				k, _ := strconv.ParseInt(pairs[j+1].str, 10, 64)
+				b, _ := strconv.ParseInt(pairs[j].Str, 10, 64)
+				k, _ := strconv.ParseInt(pairs[j+1].Str, 10, 64)
 				if b <= lastBound || k <= lastCount || (!ref && !bounds[b]) {
-					t.Errorf("%s: pair %d (%d, %d) after (%d, %d)", name.str, j/2, b, k, lastBound, lastCount)
+					t.Errorf("%s: pair %d (%d, %d) after (%d, %d)", name.Str, j/2, b, k, lastBound, lastCount)
 				}
 				lastBound, lastCount = b, k
 			}
 			if lastCount != n {
-				t.Errorf("%s: last cumulative count %d, calls %d", name.str, lastCount, n)
+				t.Errorf("%s: last cumulative count %d, calls %d", name.Str, lastCount, n)
 			}
-			if name.str == "strlen" && n != calls {
+			if name.Str == "strlen" && n != calls {
 				t.Errorf("strlen: calls %d, want %d", n, calls)
 			}
-			names = append(names, name.str)
+			names = append(names, name.Str)
 		}
 		return names
 	}
@@ -100,7 +101,7 @@ func TestLatencyHistogram(t *testing.T) {
 
 	// RESP3: the same, as maps. (Not in the golden files: which buckets
 	// hold the calls depends on how fast they ran.)
-	c.mustDo(t, "HELLO", "3")
+	c.MustDo(t, "HELLO", "3")
 	kind = '%'
 	if got := check("strlen"); len(got) != 1 || got[0] != "strlen" {
 		t.Errorf("RESP3 LATENCY HISTOGRAM strlen: %q", got)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/server"
@@ -27,35 +28,35 @@ const msgOOMText = "OOM command not allowed when used memory > 'maxmemory'."
 type growthCase struct {
 	name string
 	// grow runs the i-th growing command on key.
-	grow func(t *testing.T, c *rawConn, key string, i int) respValue
+	grow func(t *testing.T, c *resptest.Conn, key string, i int) resptest.Value
 	// step bounds what one admitted command can add (noeviction's excess
 	// over the cap): a slice that doubles, at most the value itself.
 	step func(used int64) int64
 }
 
 var growthCases = []growthCase{
-	{"set", func(t *testing.T, c *rawConn, key string, i int) respValue {
-		return c.mustDo(t, "SET", key, strings.Repeat("v", 64<<10))
+	{"set", func(t *testing.T, c *resptest.Conn, key string, i int) resptest.Value {
+		return c.MustDo(t, "SET", key, strings.Repeat("v", 64<<10))
 	}, func(int64) int64 { return 64<<10 + 256 }},
-	{"cl.slidinglog", func(t *testing.T, c *rawConn, key string, i int) respValue {
-		return c.mustDo(t, "CL.SLIDINGLOG", key, "1000000000", "1h", "1")
+	{"cl.slidinglog", func(t *testing.T, c *resptest.Conn, key string, i int) resptest.Value {
+		return c.MustDo(t, "CL.SLIDINGLOG", key, "1000000000", "1h", "1")
 	}, func(used int64) int64 { return used }},
-	{"cl.acquire", func(t *testing.T, c *rawConn, key string, i int) respValue {
-		return c.mustDo(t, "CL.ACQUIRE", key, "10000", "1h", fmt.Sprintf("token-%08d", i))
+	{"cl.acquire", func(t *testing.T, c *resptest.Conn, key string, i int) resptest.Value {
+		return c.MustDo(t, "CL.ACQUIRE", key, "10000", "1h", fmt.Sprintf("token-%08d", i))
 	}, func(used int64) int64 { return used }},
-	{"cl.all", func(t *testing.T, c *rawConn, key string, i int) respValue {
-		return c.mustDo(t, "CL.ALL", "CL.SLIDINGLOG", key, "1000000000", "1h", "1", "CL.ACQUIRE", key+":leases", "10000", "1h", fmt.Sprintf("token-%08d", i))
+	{"cl.all", func(t *testing.T, c *resptest.Conn, key string, i int) resptest.Value {
+		return c.MustDo(t, "CL.ALL", "CL.SLIDINGLOG", key, "1000000000", "1h", "1", "CL.ACQUIRE", key+":leases", "10000", "1h", fmt.Sprintf("token-%08d", i))
 	}, func(used int64) int64 { return used }},
 }
 
 // startCapped starts a server with maxmemory limit and policy, and a clock
 // that the test advances by 1ms per command (a log then gets a new entry
 // per call).
-func startCapped(t *testing.T, limit int64, policy string) (*keyspace.Keyspace, *rawConn, *servertest.Clock) {
+func startCapped(t *testing.T, limit int64, policy string) (*keyspace.Keyspace, *resptest.Conn, *servertest.Clock) {
 	t.Helper()
 	clock := servertest.NewClock(goldenT0)
 	srv, addr := servertest.Start(t, server.Config{MaxMemory: limit, MaxMemoryPolicy: policy, Clock: clock.Now})
-	return srv.Commands().Keyspace(), dialRaw(t, addr), clock
+	return srv.Commands().Keyspace(), resptest.MustDial(t, addr), clock
 }
 
 func TestMaxmemoryGrowthEvicts(t *testing.T) {
@@ -66,7 +67,7 @@ func TestMaxmemoryGrowthEvicts(t *testing.T) {
 			// Small keys to evict, then one value (SET: each small key in
 			// turn) grown well past the cap.
 			for i := 0; i < 1000; i++ {
-				if v := c.mustDo(t, "CL.THROTTLE", fmt.Sprint("small:", i), "5", "1", "3600"); v.kind != '*' {
+				if v := c.MustDo(t, "CL.THROTTLE", fmt.Sprint("small:", i), "5", "1", "3600"); v.Kind != '*' {
 					t.Fatalf("CL.THROTTLE: %v", v)
 				}
 			}
@@ -80,7 +81,7 @@ func TestMaxmemoryGrowthEvicts(t *testing.T) {
 				if tc.name == "set" {
 					key = fmt.Sprint("small:", i%1000)
 				}
-				if v := tc.grow(t, c, key, i); v.kind == '-' {
+				if v := tc.grow(t, c, key, i); v.Kind == '-' {
 					t.Fatalf("command %d: %v", i, v)
 				}
 				if m := ks.Memory(); m.Used > limit {
@@ -100,7 +101,7 @@ func TestMaxmemoryGrowthNoEviction(t *testing.T) {
 	for _, tc := range growthCases {
 		t.Run(tc.name, func(t *testing.T) {
 			ks, c, clock := startCapped(t, limit, "noeviction")
-			c.mustDo(t, "CL.THROTTLE", "gcra", "5", "1", "3600")
+			c.MustDo(t, "CL.THROTTLE", "gcra", "5", "1", "3600")
 			refused, admitted := 0, 0
 			for i := 0; i < 8000 && refused < 10; i++ {
 				clock.Advance(time.Millisecond)
@@ -108,19 +109,19 @@ func TestMaxmemoryGrowthNoEviction(t *testing.T) {
 				if tc.name == "set" {
 					key = fmt.Sprint("k:", i%8)
 					if i < 8 { // create the keys small
-						c.mustDo(t, "SET", key, "x")
+						c.MustDo(t, "SET", key, "x")
 						continue
 					}
 				}
 				before := ks.Memory().Used
 				v := tc.grow(t, c, key, i)
 				switch {
-				case v.kind == '-' && v.str == msgOOMText:
+				case v.Kind == '-' && v.Str == msgOOMText:
 					refused++
 					if before < limit {
 						t.Fatalf("command %d refused below the cap: used %d", i, before)
 					}
-				case v.kind == '-':
+				case v.Kind == '-':
 					t.Fatalf("command %d: %v", i, v)
 				default:
 					admitted++
@@ -134,11 +135,11 @@ func TestMaxmemoryGrowthNoEviction(t *testing.T) {
 			}
 			// Refused commands change nothing; a fixed-size limiter and a
 			// non-growing SET still run at the cap.
-			if v := c.mustDo(t, "CL.THROTTLE", "gcra", "5", "1", "3600"); v.kind != '*' {
+			if v := c.MustDo(t, "CL.THROTTLE", "gcra", "5", "1", "3600"); v.Kind != '*' {
 				t.Errorf("CL.THROTTLE on an existing key at the cap: %v", v)
 			}
 			if tc.name == "set" {
-				if v := c.mustDo(t, "SET", "k:0", "short"); v.str != "OK" {
+				if v := c.MustDo(t, "SET", "k:0", "short"); v.Str != "OK" {
 					t.Errorf("shrinking SET at the cap: %v", v)
 				}
 			}
@@ -186,7 +187,7 @@ func TestMaxmemoryAccountingInvariant(t *testing.T) {
 					case 10:
 						args = []string{"SET", "log" + key, "overwrites a log"}
 					}
-					if _, err := c.do(args...); err != nil {
+					if _, err := c.Do(args...); err != nil {
 						t.Fatalf("%q: %v", args, err)
 					}
 				}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/commands"
+	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/persistence"
 	"github.com/cellserver/cellserver/resp"
@@ -85,16 +86,16 @@ func startWithStore(t *testing.T, store persistence.Store) (addr string, w *pers
 func TestMisconfWhileTheStoreFails(t *testing.T) {
 	disk := &brokenDisk{Memory: persistence.NewMemory()}
 	addr, w := startWithStore(t, disk)
-	c := dialRaw(t, addr)
-	if v := c.mustDo(t, "SET", "a", "1"); v.str != "OK" {
+	c := resptest.MustDial(t, addr)
+	if v := c.MustDo(t, "SET", "a", "1"); v.Str != "OK" {
 		t.Fatalf("SET with a working disk: %v", v)
 	}
 
 	disk.full.Store(true)
 	// The first change after the disk fills: written, refused by the
 	// store, so its reply must not be +OK.
-	c2 := dialRaw(t, addr)
-	if v, err := c2.do("SET", "b", "2"); err == nil && v.kind != '-' {
+	c2 := resptest.MustDial(t, addr)
+	if v, err := c2.Do("SET", "b", "2"); err == nil && v.Kind != '-' {
 		t.Fatalf("SET whose change the store refused got %v, want an error or a closed connection", v)
 	}
 	if w.Failing() == nil {
@@ -106,46 +107,46 @@ func TestMisconfWhileTheStoreFails(t *testing.T) {
 		{"CL.SLIDINGLOG", "l", "100000", "3600"}, {"EXPIRE", "a", "100"},
 	}
 	for _, cmd := range writes {
-		v := c.mustDo(t, cmd...)
-		if v.kind != '-' || !strings.HasPrefix(v.str, "MISCONF ") || !strings.Contains(v.str, "no space left on device") {
+		v := c.MustDo(t, cmd...)
+		if v.Kind != '-' || !strings.HasPrefix(v.Str, "MISCONF ") || !strings.Contains(v.Str, "no space left on device") {
 			t.Errorf("%q while the disk is full: %v, want -MISCONF naming the error", cmd, v)
 		}
 	}
 	for _, cmd := range [][]string{{"GET", "a"}, {"EXISTS", "a"}, {"CL.PEEK", "t", "10", "1", "60"}, {"PING"}, {"DBSIZE"}} {
-		if v := c.mustDo(t, cmd...); v.kind == '-' {
+		if v := c.MustDo(t, cmd...); v.Kind == '-' {
 			t.Errorf("%q (no Write flag) while the disk is full: %v, want it served", cmd, v)
 		}
 	}
-	if v := c.mustDo(t, "GET", "a"); v.str != "1" {
+	if v := c.MustDo(t, "GET", "a"); v.Str != "1" {
 		t.Errorf("GET a while the disk is full: %v, want \"1\"", v)
 	}
 	// A transaction: the write is refused when queued, EXEC aborts.
-	c.mustDo(t, "MULTI")
-	if v := c.mustDo(t, "SET", "m", "1"); !strings.HasPrefix(v.str, "MISCONF ") {
+	c.MustDo(t, "MULTI")
+	if v := c.MustDo(t, "SET", "m", "1"); !strings.HasPrefix(v.Str, "MISCONF ") {
 		t.Errorf("SET inside MULTI while the disk is full: %v, want -MISCONF", v)
 	}
-	if v := c.mustDo(t, "EXEC"); !strings.HasPrefix(v.str, "EXECABORT") {
+	if v := c.MustDo(t, "EXEC"); !strings.HasPrefix(v.Str, "EXECABORT") {
 		t.Errorf("EXEC after a refused SET: %v, want -EXECABORT", v)
 	}
 	// A transaction queued before the disk filled: EXEC is refused too.
 	disk.full.Store(false)
 	waitCond(t, "the failure to clear", func() bool { return w.Failing() == nil })
-	c.mustDo(t, "MULTI")
-	c.mustDo(t, "SET", "m", "1")
+	c.MustDo(t, "MULTI")
+	c.MustDo(t, "SET", "m", "1")
 	disk.full.Store(true)
-	c3 := dialRaw(t, addr)
-	c3.do("SET", "x", "1") // makes the Writer see the full disk
+	c3 := resptest.MustDial(t, addr)
+	c3.Do("SET", "x", "1") // makes the Writer see the full disk
 	waitCond(t, "the failure to be reported", func() bool { return w.Failing() != nil })
-	if v := c.mustDo(t, "EXEC"); !strings.Contains(v.str, "MISCONF ") {
+	if v := c.MustDo(t, "EXEC"); !strings.Contains(v.Str, "MISCONF ") {
 		t.Errorf("EXEC of a transaction holding a write while the disk is full: %v, want an error naming MISCONF", v)
 	}
 
 	disk.full.Store(false)
 	waitCond(t, "the failure to clear", func() bool { return w.Failing() == nil })
-	if v := c.mustDo(t, "SET", "c", "3"); v.str != "OK" {
+	if v := c.MustDo(t, "SET", "c", "3"); v.Str != "OK" {
 		t.Fatalf("SET after the disk recovered: %v", v)
 	}
-	if v := c.mustDo(t, "GET", "c"); v.str != "3" {
+	if v := c.MustDo(t, "GET", "c"); v.Str != "3" {
 		t.Fatalf("GET c after recovery: %v", v)
 	}
 	got := map[string]string{}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/server"
 	"github.com/redis/go-redis/v9"
@@ -90,48 +91,48 @@ func TestMultiExecAtomic(t *testing.T) {
 	case err := <-hammerErr:
 		t.Fatal(err)
 	}
-	c := dialRaw(t, addr)
+	c := resptest.MustDial(t, addr)
 	const gets = 20
 	fresh := 0
 	for r := 0; r < rounds; r++ {
 		var buf []byte
-		buf = appendCommand(buf, "MULTI")
-		buf = appendCommand(buf, "GET", "k")
-		buf = appendCommand(buf, throttle("k", qA)...)
+		buf = resptest.AppendCommand(buf, "MULTI")
+		buf = resptest.AppendCommand(buf, "GET", "k")
+		buf = resptest.AppendCommand(buf, throttle("k", qA)...)
 		for i := 0; i < gets; i++ {
-			buf = appendCommand(buf, "GET", "k")
+			buf = resptest.AppendCommand(buf, "GET", "k")
 		}
-		buf = appendCommand(buf, throttle("k", qA)...)
-		buf = appendCommand(buf, "GET", "k")
-		buf = appendCommand(buf, "EXEC")
-		if _, err := c.nc.Write(buf); err != nil {
+		buf = resptest.AppendCommand(buf, throttle("k", qA)...)
+		buf = resptest.AppendCommand(buf, "GET", "k")
+		buf = resptest.AppendCommand(buf, "EXEC")
+		if _, err := c.C.Write(buf); err != nil {
 			t.Fatal(err)
 		}
 		queued := gets + 4
-		if v, err := c.read(); err != nil || v.str != "OK" {
+		if v, err := c.Read(); err != nil || v.Str != "OK" {
 			t.Fatalf("round %d MULTI: %v %v", r, v, err)
 		}
 		for i := 0; i < queued; i++ {
-			if v, err := c.read(); err != nil || v.str != "QUEUED" {
+			if v, err := c.Read(); err != nil || v.Str != "QUEUED" {
 				t.Fatalf("round %d reply %d: %v %v, want QUEUED", r, i, v, err)
 			}
 		}
-		exec, err := c.read()
-		if err != nil || exec.kind != '*' || len(exec.elems) != queued {
+		exec, err := c.Read()
+		if err != nil || exec.Kind != '*' || len(exec.Elems) != queued {
 			t.Fatalf("round %d EXEC: %v %v", r, exec, err)
 		}
-		replies := exec.elems
+		replies := exec.Elems
 		// tatAfter checks a CL.THROTTLE reply and the GETs after it, and
 		// returns the TAT they agree on.
-		tatAfter := func(thr respValue, gets []respValue) int64 {
+		tatAfter := func(thr resptest.Value, gets []resptest.Value) int64 {
 			t.Helper()
-			if thr.kind != '*' || len(thr.elems) != 5 || thr.elems[0].str != "0" {
+			if thr.Kind != '*' || len(thr.Elems) != 5 || thr.Elems[0].Str != "0" {
 				t.Fatalf("round %d: CL.THROTTLE %v", r, thr)
 			}
-			remaining, _ := strconv.ParseInt(thr.elems[2].str, 10, 64)
+			remaining, _ := strconv.ParseInt(thr.Elems[2].Str, 10, 64)
 			want := now + dvt - remaining*ei
 			for i, g := range gets {
-				if tat, err := strconv.ParseInt(g.str, 10, 64); err != nil || tat != want {
+				if tat, err := strconv.ParseInt(g.Str, 10, 64); err != nil || tat != want {
 					t.Fatalf("round %d: GET %d after CL.THROTTLE saw %v, it wrote %d: a command interleaved", r, i, g, want)
 				}
 			}
@@ -141,16 +142,16 @@ func TestMultiExecAtomic(t *testing.T) {
 		tat1 := tatAfter(replies[1], replies[2:2+gets])
 		tat2 := tatAfter(replies[2+gets], replies[3+gets:])
 		switch {
-		case before.null:
+		case before.Null:
 			fresh++
 			if tat1 != now+qA*ei {
 				t.Fatalf("round %d: no key before, TAT %d after, want %d", r, tat1, now+qA*ei)
 			}
 		default:
-			prev, err := strconv.ParseInt(before.str, 10, 64)
+			prev, err := strconv.ParseInt(before.Str, 10, 64)
 			if err != nil || tat1-prev != qA*ei {
 				t.Fatalf("round %d: TAT %s -> %d inside one EXEC, want +%d: a command interleaved",
-					r, before.str, tat1, qA*ei)
+					r, before.Str, tat1, qA*ei)
 			}
 		}
 		if tat2-tat1 != qA*ei {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/commands"
+	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/resp"
 	"github.com/cellserver/cellserver/server"
@@ -35,24 +36,24 @@ func TestPubsubConcurrent(t *testing.T) {
 		t.Run(fmt.Sprintf("EventLoops=%d", loops), func(t *testing.T) {
 			_, addr := servertest.Start(t, server.Config{EventLoops: loops})
 			type sub struct {
-				c       *rawConn
+				c       *resptest.Conn
 				resp3   bool
 				pattern string // "" : channel subscriber of ch<i>
 				ch      int
 			}
 			var subs []*sub
 			for i := 0; i < 6; i++ {
-				s := &sub{c: dialRaw(t, addr), resp3: i%2 == 1, ch: i % channels}
+				s := &sub{c: resptest.MustDial(t, addr), resp3: i%2 == 1, ch: i % channels}
 				if i >= 4 {
 					s.pattern = "ch*" // every channel
 				}
 				if s.resp3 {
-					s.c.mustDo(t, "HELLO", "3")
+					s.c.MustDo(t, "HELLO", "3")
 				}
 				if s.pattern != "" {
-					s.c.mustDo(t, "PSUBSCRIBE", s.pattern)
+					s.c.MustDo(t, "PSUBSCRIBE", s.pattern)
 				} else {
-					s.c.mustDo(t, "SUBSCRIBE", "ch"+strconv.Itoa(s.ch))
+					s.c.MustDo(t, "SUBSCRIBE", "ch"+strconv.Itoa(s.ch))
 				}
 				subs = append(subs, s)
 			}
@@ -63,15 +64,15 @@ func TestPubsubConcurrent(t *testing.T) {
 				wg.Add(1)
 				go func(p int) {
 					defer wg.Done()
-					c := dialRaw(t, addr)
+					c := resptest.MustDial(t, addr)
 					for i := 0; i < perPub; i++ {
 						ch := "ch" + strconv.Itoa(i%channels)
-						v, err := c.do("PUBLISH", ch, fmt.Sprintf("%d:%d", p, i))
-						if err != nil || v.kind != ':' {
+						v, err := c.Do("PUBLISH", ch, fmt.Sprintf("%d:%d", p, i))
+						if err != nil || v.Kind != ':' {
 							errs <- fmt.Errorf("PUBLISH: %v %v", v, err)
 							return
 						}
-						n, _ := strconv.ParseInt(v.str, 10, 64)
+						n, _ := strconv.ParseInt(v.Str, 10, 64)
 						sums[p] += n
 					}
 				}(p)
@@ -94,7 +95,7 @@ func TestPubsubConcurrent(t *testing.T) {
 						}
 					}
 					for got := 0; got < want; got++ {
-						v, err := s.c.read()
+						v, err := s.c.Read()
 						if err != nil {
 							errs <- fmt.Errorf("sub %d after %d messages: %v", si, got, err)
 							return
@@ -103,18 +104,18 @@ func TestPubsubConcurrent(t *testing.T) {
 						if s.resp3 {
 							kind = '>'
 						}
-						e := v.elems
-						if v.kind != kind || len(e) < 3 {
+						e := v.Elems
+						if v.Kind != kind || len(e) < 3 {
 							errs <- fmt.Errorf("sub %d: %v", si, v)
 							return
 						}
-						if s.pattern != "" && (e[0].str != "pmessage" || e[1].str != s.pattern || len(e) != 4) ||
-							s.pattern == "" && (e[0].str != "message" || e[1].str != "ch"+strconv.Itoa(s.ch)) {
+						if s.pattern != "" && (e[0].Str != "pmessage" || e[1].Str != s.pattern || len(e) != 4) ||
+							s.pattern == "" && (e[0].Str != "message" || e[1].Str != "ch"+strconv.Itoa(s.ch)) {
 							errs <- fmt.Errorf("sub %d: %v", si, v)
 							return
 						}
 						var p, i int
-						fmt.Sscanf(e[len(e)-1].str, "%d:%d", &p, &i)
+						fmt.Sscanf(e[len(e)-1].Str, "%d:%d", &p, &i)
 						if i != next[p] {
 							errs <- fmt.Errorf("sub %d: publisher %d's message %d arrived when %d was due", si, p, i, next[p])
 							return
@@ -152,9 +153,9 @@ func TestPubsubSlowSubscriber(t *testing.T) {
 	for _, loops := range []int{-1, 1} {
 		t.Run(fmt.Sprintf("EventLoops=%d", loops), func(t *testing.T) {
 			_, addr := servertest.Start(t, server.Config{EventLoops: loops, MaxOutputBuffer: 1 << 20})
-			slow, fast, pub := dialRaw(t, addr), dialRaw(t, addr), dialRaw(t, addr)
-			slow.mustDo(t, "SUBSCRIBE", "ch")
-			fast.mustDo(t, "SUBSCRIBE", "ch")
+			slow, fast, pub := resptest.MustDial(t, addr), resptest.MustDial(t, addr), resptest.MustDial(t, addr)
+			slow.MustDo(t, "SUBSCRIBE", "ch")
+			fast.MustDo(t, "SUBSCRIBE", "ch")
 			payload := strings.Repeat("x", 64<<10)
 			// 64 MiB in all, far more than the socket buffers and the
 			// limit: the slow subscriber must be dropped for PUBLISH to
@@ -165,19 +166,19 @@ func TestPubsubSlowSubscriber(t *testing.T) {
 				if time.Now().After(deadline) {
 					t.Fatal("the slow subscriber was never dropped")
 				}
-				v := pub.mustDo(t, "PUBLISH", "ch", payload)
+				v := pub.MustDo(t, "PUBLISH", "ch", payload)
 				sent++
-				if _, err := fast.read(); err != nil {
+				if _, err := fast.Read(); err != nil {
 					t.Fatal(err)
 				}
-				if v.str == "1" {
+				if v.Str == "1" {
 					break // only the fast subscriber is left
 				}
-				if v.str != "2" || i > 1024 {
+				if v.Str != "2" || i > 1024 {
 					t.Fatalf("PUBLISH %d: %v", i, v)
 				}
 			}
-			if ok, err := slow.closedAfterData(); err != nil || !ok {
+			if ok, err := closedAfterData(slow); err != nil || !ok {
 				t.Fatalf("slow subscriber: closed %v, %v", ok, err)
 			}
 			t.Logf("the slow subscriber was closed after %d messages of 64 KiB", sent)
@@ -186,9 +187,9 @@ func TestPubsubSlowSubscriber(t *testing.T) {
 }
 
 // closedAfterData reads until the server closes the connection.
-func (c *rawConn) closedAfterData() (bool, error) {
-	c.nc.SetReadDeadline(time.Now().Add(respTimeout))
-	_, err := io.Copy(io.Discard, c.r)
+func closedAfterData(c *resptest.Conn) (bool, error) {
+	c.C.SetReadDeadline(time.Now().Add(resptest.Timeout))
+	_, err := io.Copy(io.Discard, c.R)
 	if err == nil {
 		return true, nil // EOF
 	}
@@ -204,28 +205,28 @@ func (c *rawConn) closedAfterData() (bool, error) {
 // once the subscriber's connection ends.
 func TestPubsubClientListAndInfo(t *testing.T) {
 	_, addr := servertest.Start(t, server.Config{})
-	s, o := dialRaw(t, addr), dialRaw(t, addr)
-	sid := s.mustDo(t, "CLIENT", "ID").str
-	s.mustDo(t, "SUBSCRIBE", "a", "b")
-	s.read()
-	s.mustDo(t, "PSUBSCRIBE", "p*")
-	line := o.mustDo(t, "CLIENT", "LIST", "ID", sid).str
+	s, o := resptest.MustDial(t, addr), resptest.MustDial(t, addr)
+	sid := s.MustDo(t, "CLIENT", "ID").Str
+	s.MustDo(t, "SUBSCRIBE", "a", "b")
+	s.Read()
+	s.MustDo(t, "PSUBSCRIBE", "p*")
+	line := o.MustDo(t, "CLIENT", "LIST", "ID", sid).Str
 	if !strings.Contains(line, " flags=P db=0 sub=2 psub=1 ssub=0 ") {
 		t.Fatalf("CLIENT LIST: %s", line)
 	}
-	if l := o.mustDo(t, "CLIENT", "LIST", "TYPE", "pubsub").str; !strings.HasPrefix(l, "id="+sid+" ") || strings.Count(l, "\n") != 1 {
+	if l := o.MustDo(t, "CLIENT", "LIST", "TYPE", "pubsub").Str; !strings.HasPrefix(l, "id="+sid+" ") || strings.Count(l, "\n") != 1 {
 		t.Fatalf("TYPE pubsub: %q", l)
 	}
-	if l := o.mustDo(t, "CLIENT", "LIST", "TYPE", "normal").str; strings.Contains(l, "id="+sid+" ") || strings.Count(l, "\n") != 1 {
+	if l := o.MustDo(t, "CLIENT", "LIST", "TYPE", "normal").Str; strings.Contains(l, "id="+sid+" ") || strings.Count(l, "\n") != 1 {
 		t.Fatalf("TYPE normal: %q", l)
 	}
-	info := o.mustDo(t, "INFO", "stats").str
+	info := o.MustDo(t, "INFO", "stats").Str
 	if !strings.Contains(info, "\r\npubsub_channels:2\r\npubsub_patterns:1\r\n") {
 		t.Fatalf("INFO stats: %s", info)
 	}
-	s.nc.Close()
+	s.C.Close()
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(o.mustDo(t, "INFO", "stats").str, "\r\npubsub_channels:0\r\npubsub_patterns:0\r\n") {
+	for !strings.Contains(o.MustDo(t, "INFO", "stats").Str, "\r\npubsub_channels:0\r\npubsub_patterns:0\r\n") {
 		if time.Now().After(deadline) {
 			t.Fatal("subscriptions outlive the connection")
 		}
@@ -238,22 +239,22 @@ func TestPubsubClientListAndInfo(t *testing.T) {
 // flushes with a null payload, as Redis 7.0.15 sends them.
 func TestTrackingRedirectRESP2(t *testing.T) {
 	_, addr := servertest.Start(t, server.Config{})
-	a, b, tg := dialRaw(t, addr), dialRaw(t, addr), dialRaw(t, addr)
-	tid := tg.mustDo(t, "CLIENT", "ID").str
-	tg.mustDo(t, "SUBSCRIBE", "__redis__:invalidate")
-	if v := a.mustDo(t, "CLIENT", "TRACKING", "on", "REDIRECT", tid); v.str != "OK" {
+	a, b, tg := resptest.MustDial(t, addr), resptest.MustDial(t, addr), resptest.MustDial(t, addr)
+	tid := tg.MustDo(t, "CLIENT", "ID").Str
+	tg.MustDo(t, "SUBSCRIBE", "__redis__:invalidate")
+	if v := a.MustDo(t, "CLIENT", "TRACKING", "on", "REDIRECT", tid); v.Str != "OK" {
 		t.Fatalf("CLIENT TRACKING: %v", v)
 	}
-	a.mustDo(t, "GET", "k")
-	b.mustDo(t, "SET", "k", "1")
+	a.MustDo(t, "GET", "k")
+	b.MustDo(t, "SET", "k", "1")
 	want := "*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n*1\r\n$1\r\nk\r\n"
-	if v, err := tg.read(); err != nil || string(v.encode(nil)) != want {
-		t.Fatalf("target got %q, %v; want %q", v.encode(nil), err, want)
+	if v, err := tg.Read(); err != nil || string(v.Encode(nil)) != want {
+		t.Fatalf("target got %q, %v; want %q", v.Encode(nil), err, want)
 	}
-	b.mustDo(t, "FLUSHALL")
+	b.MustDo(t, "FLUSHALL")
 	want = "*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n$-1\r\n"
-	if v, err := tg.read(); err != nil || string(v.encode(nil)) != want {
-		t.Fatalf("target got %q, %v; want %q", v.encode(nil), err, want)
+	if v, err := tg.Read(); err != nil || string(v.Encode(nil)) != want {
+		t.Fatalf("target got %q, %v; want %q", v.Encode(nil), err, want)
 	}
 }
 
@@ -283,10 +284,10 @@ func startWithHooks(t *testing.T, cfg commands.Config) string {
 	return ln.Addr().String()
 }
 
-// waitClosed fails unless the server closes c within respTimeout.
-func waitClosed(t *testing.T, name string, c *rawConn) {
+// waitClosed fails unless the server closes c within resptest.Timeout.
+func waitClosed(t *testing.T, name string, c *resptest.Conn) {
 	t.Helper()
-	if ok, err := c.closedAfterData(); err != nil || !ok {
+	if ok, err := closedAfterData(c); err != nil || !ok {
 		t.Fatalf("%s: not closed (%v)", name, err)
 	}
 }
@@ -305,16 +306,16 @@ func TestClientKill(t *testing.T) {
 		kinds = append(kinds, kind)
 		return 2
 	}})
-	me := dialRaw(t, addr)
+	me := resptest.MustDial(t, addr)
 	do := func(want string, args ...string) {
 		t.Helper()
 		want += "\r\n"
-		if got := string(me.mustDo(t, args...).encode(nil)); got != want {
+		if got := string(me.MustDo(t, args...).Encode(nil)); got != want {
 			t.Fatalf("%q: %q, want %q", args, got, want)
 		}
 	}
-	field := func(c *rawConn, name string) string {
-		for _, f := range strings.Fields(c.mustDo(t, "CLIENT", "INFO").str) {
+	field := func(c *resptest.Conn, name string) string {
+		for _, f := range strings.Fields(c.MustDo(t, "CLIENT", "INFO").Str) {
 			if v, ok := strings.CutPrefix(f, name+"="); ok {
 				return v
 			}
@@ -323,36 +324,36 @@ func TestClientKill(t *testing.T) {
 		return ""
 	}
 
-	v := dialRaw(t, addr)
+	v := resptest.MustDial(t, addr)
 	do(":1", "CLIENT", "KILL", "ID", field(v, "id"))
 	waitClosed(t, "ID", v)
 	do(":0", "CLIENT", "KILL", "ID", field(me, "id")) // SKIPME yes by default
 
-	v = dialRaw(t, addr)
+	v = resptest.MustDial(t, addr)
 	do("+OK", "CLIENT", "KILL", field(v, "addr")) // old form
 	waitClosed(t, "old form", v)
 	do("-ERR No such client", "CLIENT", "KILL", "127.0.0.1:1")
 
-	v = dialRaw(t, addr)
+	v = resptest.MustDial(t, addr)
 	do(":1", "CLIENT", "KILL", "ADDR", field(v, "addr"))
 	waitClosed(t, "ADDR", v)
 
-	v, w := dialRaw(t, addr), dialRaw(t, addr)
+	v, w := resptest.MustDial(t, addr), resptest.MustDial(t, addr)
 	field(w, "id") // w is served (registered) before the kill counts it
 	do(":2", "CLIENT", "KILL", "LADDR", field(v, "laddr"))
 	waitClosed(t, "LADDR", v)
 	waitClosed(t, "LADDR", w)
 
-	n, ps := dialRaw(t, addr), dialRaw(t, addr)
-	ps.mustDo(t, "SUBSCRIBE", "x")
-	n.mustDo(t, "PING")
+	n, ps := resptest.MustDial(t, addr), resptest.MustDial(t, addr)
+	ps.MustDo(t, "SUBSCRIBE", "x")
+	n.MustDo(t, "PING")
 	do(":1", "CLIENT", "KILL", "TYPE", "pubsub")
 	waitClosed(t, "TYPE pubsub", ps)
 	do(":1", "CLIENT", "KILL", "TYPE", "normal")
 	waitClosed(t, "TYPE normal", n)
 
-	v = dialRaw(t, addr)
-	v.mustDo(t, "PING")
+	v = resptest.MustDial(t, addr)
+	v.MustDo(t, "PING")
 	do(":0", "CLIENT", "KILL", "MAXAGE", "1000000")
 	do(":1", "CLIENT", "KILL", "USER", "default")
 	waitClosed(t, "USER", v)
@@ -381,30 +382,30 @@ func TestClientKillInMulti(t *testing.T) {
 		for _, proto := range []string{"2", "3"} {
 			t.Run(fmt.Sprintf("EventLoops=%d/RESP%s", loops, proto), func(t *testing.T) {
 				_, addr := servertest.Start(t, server.Config{EventLoops: loops})
-				me := dialRaw(t, addr)
-				me.mustDo(t, "HELLO", proto)
-				var normal, pubsub []*rawConn
+				me := resptest.MustDial(t, addr)
+				me.MustDo(t, "HELLO", proto)
+				var normal, pubsub []*resptest.Conn
 				for i := 0; i < 3; i++ {
-					c := dialRaw(t, addr)
-					c.mustDo(t, "PING")
+					c := resptest.MustDial(t, addr)
+					c.MustDo(t, "PING")
 					normal = append(normal, c)
-					p := dialRaw(t, addr)
-					p.mustDo(t, "HELLO", proto)
-					p.mustDo(t, "SUBSCRIBE", "__sentinel__:hello")
+					p := resptest.MustDial(t, addr)
+					p.MustDo(t, "HELLO", proto)
+					p.MustDo(t, "SUBSCRIBE", "__sentinel__:hello")
 					pubsub = append(pubsub, p)
 				}
 				for _, cmd := range [][]string{{"MULTI"}, {"CLIENT", "KILL", "TYPE", "normal"}, {"CLIENT", "KILL", "TYPE", "pubsub"}} {
-					me.mustDo(t, cmd...)
+					me.MustDo(t, cmd...)
 				}
 				want := "*2\r\n:3\r\n:3\r\n"
-				if got := string(me.mustDo(t, "EXEC").encode(nil)); got != want {
+				if got := string(me.MustDo(t, "EXEC").Encode(nil)); got != want {
 					t.Fatalf("EXEC: %q, want %q", got, want)
 				}
 				for i := range normal {
 					waitClosed(t, "normal", normal[i])
 					waitClosed(t, "pubsub", pubsub[i])
 				}
-				if got := me.mustDo(t, "PING").str; got != "PONG" {
+				if got := me.MustDo(t, "PING").Str; got != "PONG" {
 					t.Fatalf("the caller after EXEC: %q", got)
 				}
 			})

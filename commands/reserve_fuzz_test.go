@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/server"
 )
@@ -29,7 +30,7 @@ func FuzzReservations(f *testing.F) {
 
 	clk := servertest.NewClock(goldenT0)
 	_, addr := servertest.Start(f, server.Config{Clock: clk.Now})
-	c := dialRaw(f, addr)
+	c := resptest.MustDial(f, addr)
 	kinds := []struct{ word, plain string }{{"THROTTLE", "CL.THROTTLE"}, {"FIXED", "CL.FIXED"}, {"SLIDING", "CL.SLIDING"}, {"SLIDINGLOG", "CL.SLIDINGLOG"}}
 	args := func(kind int, q byte) []string {
 		if kind == 0 {
@@ -41,7 +42,7 @@ func FuzzReservations(f *testing.F) {
 		key      string
 		id       int64
 		reserved int64
-		settled  []respValue // the replies of its settles
+		settled  []resptest.Value // the replies of its settles
 	}
 	round := 0
 
@@ -55,16 +56,16 @@ func FuzzReservations(f *testing.F) {
 			a := append([]string{"CL.RESERVE", key, kinds[kind].word}, args(kind, q)...)
 			return append(a, strconv.Itoa(1+int(ttl%4))+"s")
 		}
-		check6 := func(cmd []string, v respValue, key string, reserved int64) {
-			if v.kind != '*' || len(v.elems) != 6 {
+		check6 := func(cmd []string, v resptest.Value, key string, reserved int64) {
+			if v.Kind != '*' || len(v.Elems) != 6 {
 				t.Fatalf("%q: %v, want six integers", cmd, v)
 			}
 			var r [6]int64
-			for i, e := range v.elems {
-				if e.kind != ':' {
+			for i, e := range v.Elems {
+				if e.Kind != ':' {
 					t.Fatalf("%q: element %d of %v", cmd, i, v)
 				}
-				r[i], _ = strconv.ParseInt(e.str, 10, 64)
+				r[i], _ = strconv.ParseInt(e.Str, 10, 64)
 			}
 			if r[0] == 1 && r[5] != -1 || r[0] == 0 && r[5] == -1 && len(cmd) > 0 && cmd[0] == "CL.RESERVE" {
 				t.Fatalf("%q: limited %d with id %d", cmd, r[0], r[5])
@@ -85,12 +86,12 @@ func FuzzReservations(f *testing.F) {
 			switch op % 16 {
 			case 0, 1, 2, 3: // CL.RESERVE
 				cmd := reserve(kind, key, x/8, op/16)
-				v, err := c.do(cmd...)
+				v, err := c.Do(cmd...)
 				if err != nil {
 					t.Fatalf("%q: %v", cmd, err)
 				}
-				if v.kind == '-' {
-					t.Fatalf("%q: %s", cmd, v.str)
+				if v.Kind == '-' {
+					t.Fatalf("%q: %s", cmd, v.Str)
 				}
 				q, _ := strconv.ParseInt(cmd[len(cmd)-2], 10, 64)
 				check6(cmd, v, key, q)
@@ -104,17 +105,17 @@ func FuzzReservations(f *testing.F) {
 				if op/16%3 == 0 {
 					cmd = []string{"CL.CANCEL", cmd[1], cmd[2]}
 				}
-				v, err := c.do(cmd...)
+				v, err := c.Do(cmd...)
 				if err != nil {
 					t.Fatalf("%q: %v", cmd, err)
 				}
-				if v.kind == '-' {
-					if !strings.HasPrefix(v.str, "ERR no such reservation") && !strings.HasPrefix(v.str, "ERR reservation already settled with actual ") {
-						t.Fatalf("%q: %s", cmd, v.str)
+				if v.Kind == '-' {
+					if !strings.HasPrefix(v.Str, "ERR no such reservation") && !strings.HasPrefix(v.Str, "ERR reservation already settled with actual ") {
+						t.Fatalf("%q: %s", cmd, v.Str)
 					}
 					continue
 				}
-				if h == nil || v.kind != '*' || len(v.elems) != 3 {
+				if h == nil || v.Kind != '*' || len(v.Elems) != 3 {
 					t.Fatalf("%q: %v", cmd, v)
 				}
 				actual := int64(0)
@@ -122,41 +123,41 @@ func FuzzReservations(f *testing.F) {
 					actual, _ = strconv.ParseInt(cmd[3], 10, 64)
 				}
 				want := []int64{h.reserved, actual, h.reserved - actual}
-				for j, e := range v.elems {
-					if n, _ := strconv.ParseInt(e.str, 10, 64); e.kind != ':' || n != want[j] {
+				for j, e := range v.Elems {
+					if n, _ := strconv.ParseInt(e.Str, 10, 64); e.Kind != ':' || n != want[j] {
 						t.Fatalf("%q: %v, want %v", cmd, v, want)
 					}
 				}
-				if len(h.settled) > 0 && (h.settled[0].elems[1].str != v.elems[1].str) {
+				if len(h.settled) > 0 && (h.settled[0].Elems[1].Str != v.Elems[1].Str) {
 					t.Fatalf("%q answered %v after an earlier settle %v", cmd, v, h.settled[0])
 				}
 				h.settled = append(h.settled, v)
 			case 7, 8: // the plain command on the key
 				cmd := append([]string{kinds[kind].plain, key}, args(kind, x/8)...)
-				if v, err := c.do(cmd...); err != nil || v.kind != '*' || len(v.elems) != 5 {
+				if v, err := c.Do(cmd...); err != nil || v.Kind != '*' || len(v.Elems) != 5 {
 					t.Fatalf("%q: %v %v", cmd, v, err)
 				}
 			case 9: // two reservations inside CL.ALL, all or none
 				k2 := prefix + kinds[(kind+1)%4].word + strconv.Itoa(int(x/4%2))
 				a, b := reserve(kind, key, x/8, op/16), reserve((kind+1)%4, k2, x/16, op/32)
 				cmd := append(append([]string{"CL.ALL"}, a...), b...)
-				v, err := c.do(cmd...)
-				if err != nil || v.kind != '*' || len(v.elems) != 2 {
+				v, err := c.Do(cmd...)
+				if err != nil || v.Kind != '*' || len(v.Elems) != 2 {
 					t.Fatalf("%q: %v %v", cmd, v, err)
 				}
-				l0, l1 := v.elems[0].elems[0].str == "1", v.elems[1].elems[0].str == "1"
-				if (v.elems[0].elems[5].str == "-1") != (l0 || l1) || (v.elems[1].elems[5].str == "-1") != (l0 || l1) {
+				l0, l1 := v.Elems[0].Elems[0].Str == "1", v.Elems[1].Elems[0].Str == "1"
+				if (v.Elems[0].Elems[5].Str == "-1") != (l0 || l1) || (v.Elems[1].Elems[5].Str == "-1") != (l0 || l1) {
 					t.Fatalf("%q: %v: not all or nothing", cmd, v)
 				}
 				qa, _ := strconv.ParseInt(a[len(a)-2], 10, 64)
 				qb, _ := strconv.ParseInt(b[len(b)-2], 10, 64)
-				check6(nil, v.elems[0], key, qa)
-				check6(nil, v.elems[1], k2, qb)
+				check6(nil, v.Elems[0], key, qa)
+				check6(nil, v.Elems[1], k2, qb)
 			default: // move the clock
 				clk.Advance(time.Duration(x) * 20 * time.Millisecond)
 			}
 		}
-		if v, err := c.do("PING"); err != nil || v.str != "PONG" {
+		if v, err := c.Do("PING"); err != nil || v.Str != "PONG" {
 			t.Fatalf("PING: %v %v", v, err)
 		}
 	})

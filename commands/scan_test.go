@@ -6,25 +6,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/server"
 )
 
 // pipeline sends every command, then reads every reply, and fails on an
 // error reply.
-func pipeline(t *testing.T, c *rawConn, cmds [][]string) {
+func pipeline(t *testing.T, c *resptest.Conn, cmds [][]string) {
 	t.Helper()
 	var buf []byte
 	for _, args := range cmds {
-		buf = appendCommand(buf, args...)
+		buf = resptest.AppendCommand(buf, args...)
 	}
-	c.nc.SetWriteDeadline(time.Now().Add(respTimeout))
-	if _, err := c.nc.Write(buf); err != nil {
+	c.C.SetWriteDeadline(time.Now().Add(resptest.Timeout))
+	if _, err := c.C.Write(buf); err != nil {
 		t.Fatal(err)
 	}
 	for _, args := range cmds {
-		v, err := c.read()
-		if err != nil || v.kind == '-' {
+		v, err := c.Read()
+		if err != nil || v.Kind == '-' {
 			t.Fatalf("%q: %v %v", args, v, err)
 		}
 	}
@@ -32,7 +33,7 @@ func pipeline(t *testing.T, c *rawConn, cmds [][]string) {
 
 // scanAll iterates SCAN from cursor 0 until the cursor is 0 again and
 // returns how often each key came back and how many calls it took.
-func scanAll(t *testing.T, c *rawConn, opts ...string) (map[string]int, int) {
+func scanAll(t *testing.T, c *resptest.Conn, opts ...string) (map[string]int, int) {
 	t.Helper()
 	seen := map[string]int{}
 	cursor := "0"
@@ -40,14 +41,14 @@ func scanAll(t *testing.T, c *rawConn, opts ...string) (map[string]int, int) {
 		if calls > 100000 {
 			t.Fatalf("SCAN %q: no end after %d calls", opts, calls)
 		}
-		v := c.mustDo(t, append([]string{"SCAN", cursor}, opts...)...)
-		if v.kind != '*' || len(v.elems) != 2 || v.elems[0].kind != '$' || v.elems[1].kind != '*' {
+		v := c.MustDo(t, append([]string{"SCAN", cursor}, opts...)...)
+		if v.Kind != '*' || len(v.Elems) != 2 || v.Elems[0].Kind != '$' || v.Elems[1].Kind != '*' {
 			t.Fatalf("SCAN %s %q: %v", cursor, opts, v)
 		}
-		for _, k := range v.elems[1].elems {
-			seen[k.str]++
+		for _, k := range v.Elems[1].Elems {
+			seen[k.Str]++
 		}
-		cursor = v.elems[0].str
+		cursor = v.Elems[0].Str
 		if _, err := strconv.ParseUint(cursor, 10, 64); err != nil {
 			t.Fatalf("SCAN returned cursor %q", cursor)
 		}
@@ -63,7 +64,7 @@ func scanAll(t *testing.T, c *rawConn, opts ...string) (map[string]int, int) {
 func TestScanReturnsEveryKeyOnce(t *testing.T) {
 	clk := servertest.NewClock(goldenT0)
 	_, addr := servertest.Start(t, server.Config{Clock: clk.Now})
-	c := dialRaw(t, addr)
+	c := resptest.MustDial(t, addr)
 
 	const nKeys, nOther, nExpiring = 3000, 500, 200
 	var cmds [][]string
@@ -124,8 +125,8 @@ func TestScanReturnsEveryKeyOnce(t *testing.T) {
 		}
 		t.Logf("SCAN %q: %d keys in %d calls", tc.opts, len(seen), calls)
 	}
-	if n := c.mustDo(t, "KEYS", "key:1*"); len(n.elems) != 1111 {
-		t.Errorf("KEYS key:1* returned %d keys, want 1111", len(n.elems))
+	if n := c.MustDo(t, "KEYS", "key:1*"); len(n.Elems) != 1111 {
+		t.Errorf("KEYS key:1* returned %d keys, want 1111", len(n.Elems))
 	}
 }
 
@@ -135,12 +136,12 @@ func TestScanReturnsEveryKeyOnce(t *testing.T) {
 // MULTI, and flags=x multi=N while queuing.
 func TestClientListShowsCurrentCommand(t *testing.T) {
 	_, addr := servertest.Start(t, server.Config{Clock: servertest.NewClock(goldenT0).Now})
-	a, b := dialRaw(t, addr), dialRaw(t, addr)
-	id := a.mustDo(t, "CLIENT", "ID").str
+	a, b := resptest.MustDial(t, addr), resptest.MustDial(t, addr)
+	id := a.MustDo(t, "CLIENT", "ID").Str
 	show := func() string {
 		t.Helper()
-		v := b.mustDo(t, "CLIENT", "LIST", "ID", id)
-		f := strings.Fields(v.str)
+		v := b.MustDo(t, "CLIENT", "LIST", "ID", id)
+		f := strings.Fields(v.Str)
 		var out []string
 		for _, kv := range f {
 			if strings.HasPrefix(kv, "flags=") || strings.HasPrefix(kv, "multi=") || strings.HasPrefix(kv, "cmd=") {
@@ -163,14 +164,14 @@ func TestClientListShowsCurrentCommand(t *testing.T) {
 		7: {[]string{"EXEC"}, "flags=N multi=-1 cmd=exec"},
 		8: {[]string{"CONFIG", "GET", "port"}, "flags=N multi=-1 cmd=config|get"},
 	} {
-		if _, err := a.do(step.args...); err != nil {
+		if _, err := a.Do(step.args...); err != nil {
 			t.Fatal(err)
 		}
 		if got := show(); got != step.want {
 			t.Errorf("%d: after %q: %s, want %s", i, step.args, got, step.want)
 		}
 	}
-	if info := a.mustDo(t, "CLIENT", "INFO").str; !strings.Contains(info, " cmd=client|info ") {
+	if info := a.MustDo(t, "CLIENT", "INFO").Str; !strings.Contains(info, " cmd=client|info ") {
 		t.Errorf("CLIENT INFO does not show itself: %q", info)
 	}
 }

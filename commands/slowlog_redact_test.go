@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/server"
 )
@@ -17,7 +18,7 @@ import (
 func TestSlowlogRedactsSecrets(t *testing.T) {
 	const pass = "s3cret-pass"
 	_, addr := servertest.Start(t, server.Config{Password: pass, SlowlogSlowerThan: time.Nanosecond, SlowlogMaxLen: 100})
-	c := dialRaw(t, addr)
+	c := resptest.MustDial(t, addr)
 	calls := [][]string{
 		{"AUTH", pass},
 		{"AUTH", "default", pass},
@@ -34,14 +35,14 @@ func TestSlowlogRedactsSecrets(t *testing.T) {
 		{"EXEC"},
 	}
 	for _, args := range calls {
-		c.mustDo(t, args...)
+		c.MustDo(t, args...)
 	}
-	log := c.mustDo(t, "SLOWLOG", "GET", "-1")
+	log := c.MustDo(t, "SLOWLOG", "GET", "-1")
 	var got [][]string // oldest first
-	for i := len(log.elems) - 1; i >= 0; i-- {
+	for i := len(log.Elems) - 1; i >= 0; i-- {
 		var args []string
-		for _, a := range log.elems[i].elems[3].elems {
-			args = append(args, a.str)
+		for _, a := range log.Elems[i].Elems[3].Elems {
+			args = append(args, a.Str)
 		}
 		got = append(got, args)
 	}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/server"
 )
@@ -15,33 +16,33 @@ import (
 // positions agree with its documented arguments.
 func TestCommandTableWalk(t *testing.T) {
 	_, addr := servertest.Start(t, server.Config{Clock: servertest.NewClock(goldenT0).Now})
-	c := dialRaw(t, addr)
+	c := resptest.MustDial(t, addr)
 
-	list := c.mustDo(t, "COMMAND", "LIST")
-	if list.kind != '*' || len(list.elems) == 0 {
+	list := c.MustDo(t, "COMMAND", "LIST")
+	if list.Kind != '*' || len(list.Elems) == 0 {
 		t.Fatalf("COMMAND LIST: %v", list)
 	}
 	var names []string
 	subs := map[string]bool{}
-	for _, e := range list.elems {
-		names = append(names, e.str)
-		if strings.Contains(e.str, "|") {
-			subs[e.str] = true
+	for _, e := range list.Elems {
+		names = append(names, e.Str)
+		if strings.Contains(e.Str, "|") {
+			subs[e.Str] = true
 		}
 	}
-	if n := c.mustDo(t, "COMMAND", "COUNT"); n.str != strconv.Itoa(len(names)-len(subs)) {
-		t.Errorf("COMMAND COUNT = %s, COMMAND LIST has %d top-level commands", n.str, len(names)-len(subs))
+	if n := c.MustDo(t, "COMMAND", "COUNT"); n.Str != strconv.Itoa(len(names)-len(subs)) {
+		t.Errorf("COMMAND COUNT = %s, COMMAND LIST has %d top-level commands", n.Str, len(names)-len(subs))
 	}
 	covered := goldenCommandNames(t, subs)
 
 	checked := 0
 	for _, name := range names {
-		info := c.mustDo(t, "COMMAND", "INFO", name)
-		if info.kind != '*' || len(info.elems) != 1 || info.elems[0].kind != '*' || len(info.elems[0].elems) != 10 {
+		info := c.MustDo(t, "COMMAND", "INFO", name)
+		if info.Kind != '*' || len(info.Elems) != 1 || info.Elems[0].Kind != '*' || len(info.Elems[0].Elems) != 10 {
 			t.Errorf("COMMAND INFO %s: %v", name, info)
 			continue
 		}
-		row := parseInfoRow(t, info.elems[0])
+		row := parseInfoRow(t, info.Elems[0])
 		if row.name != name {
 			t.Errorf("COMMAND INFO %s names %q", name, row.name)
 		}
@@ -71,26 +72,26 @@ type infoRow struct {
 	subcommands             []string
 }
 
-func parseInfoRow(t *testing.T, v respValue) infoRow {
+func parseInfoRow(t *testing.T, v resptest.Value) infoRow {
 	t.Helper()
-	e := v.elems
-	atoi := func(x respValue) int {
-		if x.kind != ':' {
-			t.Fatalf("COMMAND INFO %s: %v is not an integer", e[0].str, x)
+	e := v.Elems
+	atoi := func(x resptest.Value) int {
+		if x.Kind != ':' {
+			t.Fatalf("COMMAND INFO %s: %v is not an integer", e[0].Str, x)
 		}
-		n, _ := strconv.Atoi(x.str)
+		n, _ := strconv.Atoi(x.Str)
 		return n
 	}
 	row := infoRow{
-		name: e[0].str, arity: atoi(e[1]), flags: map[string]bool{},
+		name: e[0].Str, arity: atoi(e[1]), flags: map[string]bool{},
 		firstKey: atoi(e[3]), lastKey: atoi(e[4]), step: atoi(e[5]),
-		keySpecs: len(e[8].elems),
+		keySpecs: len(e[8].Elems),
 	}
-	for _, f := range e[2].elems {
-		row.flags[f.str] = true
+	for _, f := range e[2].Elems {
+		row.flags[f.Str] = true
 	}
-	for _, s := range e[9].elems {
-		row.subcommands = append(row.subcommands, s.elems[0].str)
+	for _, s := range e[9].Elems {
+		row.subcommands = append(row.subcommands, s.Elems[0].Str)
 	}
 	return row
 }
@@ -114,26 +115,26 @@ func minArgs(arity int) []string {
 // the connection.
 func checkRuns(t *testing.T, addr, name string, arity int) {
 	t.Helper()
-	c := dialRaw(t, addr)
+	c := resptest.MustDial(t, addr)
 	args := append([]string{name}, minArgs(arity)...)
 	if container, sub, ok := strings.Cut(name, "|"); ok {
 		args = append([]string{container, sub}, minArgs(arity)[1:]...) // the arity counts sub
 	}
-	v, err := c.do(args...)
+	v, err := c.Do(args...)
 	if err != nil {
 		t.Errorf("%q: %v (no handler?)", args, err)
 		return
 	}
-	if v.kind == '-' && (strings.HasPrefix(v.str, "ERR unknown ") ||
-		strings.HasPrefix(v.str, "ERR wrong number of arguments")) {
-		t.Errorf("%q: %s", args, v.str)
+	if v.Kind == '-' && (strings.HasPrefix(v.Str, "ERR unknown ") ||
+		strings.HasPrefix(v.Str, "ERR wrong number of arguments")) {
+		t.Errorf("%q: %s", args, v.Str)
 	}
 	if strings.EqualFold(name, "quit") {
 		return
 	}
 	// QUEUED after MULTI; ["pong" ""] in subscribed mode (SUBSCRIBE).
-	if p, err := c.do("PING"); err != nil || p.str != "PONG" && p.str != "QUEUED" &&
-		!(p.kind == '*' && len(p.elems) == 2 && p.elems[0].str == "pong") {
+	if p, err := c.Do("PING"); err != nil || p.Str != "PONG" && p.Str != "QUEUED" &&
+		!(p.Kind == '*' && len(p.Elems) == 2 && p.Elems[0].Str == "pong") {
 		t.Errorf("PING after %q: %v %v", args, p, err)
 	}
 }
@@ -146,23 +147,23 @@ type docArg struct {
 	args             []docArg
 }
 
-func parseDocArgs(v respValue) []docArg {
+func parseDocArgs(v resptest.Value) []docArg {
 	var out []docArg
-	for _, a := range v.elems {
+	for _, a := range v.Elems {
 		var d docArg
-		for i := 0; i+1 < len(a.elems); i += 2 {
-			val := a.elems[i+1]
-			switch a.elems[i].str {
+		for i := 0; i+1 < len(a.Elems); i += 2 {
+			val := a.Elems[i+1]
+			switch a.Elems[i].Str {
 			case "name":
-				d.name = val.str
+				d.name = val.Str
 			case "type":
-				d.typ = val.str
+				d.typ = val.Str
 			case "token":
-				d.token = val.str
+				d.token = val.Str
 			case "flags":
-				for _, f := range val.elems {
-					d.optional = d.optional || f.str == "optional"
-					d.multiple = d.multiple || f.str == "multiple"
+				for _, f := range val.Elems {
+					d.optional = d.optional || f.Str == "optional"
+					d.multiple = d.multiple || f.Str == "multiple"
 				}
 			case "arguments":
 				d.args = parseDocArgs(val)
@@ -221,17 +222,17 @@ func hasKeyArg(args []docArg) bool {
 // positions (FirstKey > 0, a key spec) with its first key where the docs
 // put it, that COMMAND GETKEYS finds that key, and that commands without
 // keys report none.
-func checkKeys(t *testing.T, c *rawConn, name string, row infoRow) {
+func checkKeys(t *testing.T, c *resptest.Conn, name string, row infoRow) {
 	t.Helper()
-	docs := c.mustDo(t, "COMMAND", "DOCS", name)
-	if len(docs.elems) != 2 {
+	docs := c.MustDo(t, "COMMAND", "DOCS", name)
+	if len(docs.Elems) != 2 {
 		t.Errorf("COMMAND DOCS %s: %v", name, docs)
 		return
 	}
 	var args []docArg
-	fields := docs.elems[1].elems
+	fields := docs.Elems[1].Elems
 	for i := 0; i+1 < len(fields); i += 2 {
-		if fields[i].str == "arguments" {
+		if fields[i].Str == "arguments" {
 			args = parseDocArgs(fields[i+1])
 		}
 	}
@@ -245,7 +246,7 @@ func checkKeys(t *testing.T, c *rawConn, name string, row infoRow) {
 			if len(getkeys) == 3 {
 				getkeys = append(getkeys, "x")
 			}
-			if v := c.mustDo(t, getkeys...); v.str != "ERR The command has no key arguments" {
+			if v := c.MustDo(t, getkeys...); v.Str != "ERR The command has no key arguments" {
 				t.Errorf("%q: %v", getkeys, v)
 			}
 		}
@@ -289,8 +290,8 @@ func checkKeys(t *testing.T, c *rawConn, name string, row infoRow) {
 		call = append(call, "1")
 	}
 	example := append(append([]string{"COMMAND", "GETKEYS"}, words...), call...)
-	v := c.mustDo(t, example...)
-	if v.kind != '*' || len(v.elems) == 0 || v.elems[0].str != "the-key" {
+	v := c.MustDo(t, example...)
+	if v.Kind != '*' || len(v.Elems) == 0 || v.Elems[0].Str != "the-key" {
 		t.Errorf("%q: %v, want the key first", example, v)
 	}
 }

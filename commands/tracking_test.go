@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/commands"
+	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/resp"
 	"github.com/cellserver/cellserver/server"
@@ -60,15 +61,15 @@ func TestTrackingInvalidations(t *testing.T) {
 		t.Run(fmt.Sprintf("EventLoops=%d", loops), func(t *testing.T) {
 			clk := servertest.NewClock(goldenT0)
 			srv, addr := servertest.Start(t, server.Config{Clock: clk.Now, EventLoops: loops})
-			a, b := dialRaw(t, addr), dialRaw(t, addr)
-			a.mustDo(t, "HELLO", "3")
-			if got := a.mustDo(t, "CLIENT", "TRACKING", "on").str; got != "OK" {
+			a, b := resptest.MustDial(t, addr), resptest.MustDial(t, addr)
+			a.MustDo(t, "HELLO", "3")
+			if got := a.MustDo(t, "CLIENT", "TRACKING", "on").Str; got != "OK" {
 				t.Fatalf("CLIENT TRACKING on: %q", got)
 			}
 			for _, tc := range cases {
-				b.mustDo(t, "SET", "k", "1")
+				b.MustDo(t, "SET", "k", "1")
 				for _, cmd := range tc.setup {
-					b.mustDo(t, cmd...)
+					b.MustDo(t, cmd...)
 				}
 				// Whatever the setup invalidated arrives before PONG.
 				drainPushes(t, a)
@@ -76,31 +77,31 @@ func TestTrackingInvalidations(t *testing.T) {
 				if read == nil {
 					read = []string{"GET", "k"}
 				}
-				a.mustDo(t, read...)
+				a.MustDo(t, read...)
 				for _, cmd := range tc.change {
-					b.mustDo(t, cmd...)
+					b.MustDo(t, cmd...)
 				}
 				clk.Advance(tc.advance)
 				if tc.sweep {
 					srv.Commands().SweepOnce()
 				}
 				var got string
-				if v := a.mustDo(t, "PING"); string(v.encode(nil)) != "+PONG\r\n" {
-					got = string(v.encode(nil))
-					pong, err := a.read()
+				if v := a.MustDo(t, "PING"); string(v.Encode(nil)) != "+PONG\r\n" {
+					got = string(v.Encode(nil))
+					pong, err := a.Read()
 					if err != nil {
 						t.Fatal(err)
 					}
-					if string(pong.encode(nil)) != "+PONG\r\n" {
-						t.Errorf("%s: a second push %q", tc.name, pong.encode(nil))
+					if string(pong.Encode(nil)) != "+PONG\r\n" {
+						t.Errorf("%s: a second push %q", tc.name, pong.Encode(nil))
 					}
 				}
 				if got != tc.want {
 					t.Errorf("%s: pushes %q, want %q", tc.name, got, tc.want)
 				}
 				// Exactly one: nothing more is pending.
-				if v := a.mustDo(t, "PING"); string(v.encode(nil)) != "+PONG\r\n" {
-					t.Errorf("%s: a second push %q", tc.name, v.encode(nil))
+				if v := a.MustDo(t, "PING"); string(v.Encode(nil)) != "+PONG\r\n" {
+					t.Errorf("%s: a second push %q", tc.name, v.Encode(nil))
 				}
 			}
 			t.Logf("%d cases", len(cases))
@@ -109,17 +110,17 @@ func TestTrackingInvalidations(t *testing.T) {
 }
 
 // drainPushes reads the pushes pending for c, up to a PING's reply.
-func drainPushes(t *testing.T, c *rawConn) {
+func drainPushes(t *testing.T, c *resptest.Conn) {
 	t.Helper()
-	if err := c.send("PING"); err != nil {
+	if err := c.Send("PING"); err != nil {
 		t.Fatal(err)
 	}
 	for {
-		v, err := c.read()
+		v, err := c.Read()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if string(v.encode(nil)) == "+PONG\r\n" {
+		if string(v.Encode(nil)) == "+PONG\r\n" {
 			return
 		}
 	}
@@ -132,19 +133,19 @@ func TestTrackingPushToIdleClient(t *testing.T) {
 	for _, loops := range []int{-1, 1, 2} {
 		t.Run(fmt.Sprintf("EventLoops=%d", loops), func(t *testing.T) {
 			_, addr := servertest.Start(t, server.Config{EventLoops: loops})
-			a, b := dialRaw(t, addr), dialRaw(t, addr)
-			a.mustDo(t, "HELLO", "3")
-			a.mustDo(t, "CLIENT", "TRACKING", "on")
+			a, b := resptest.MustDial(t, addr), resptest.MustDial(t, addr)
+			a.MustDo(t, "HELLO", "3")
+			a.MustDo(t, "CLIENT", "TRACKING", "on")
 			const n = 100
 			for i := range n {
 				key := "key" + strconv.Itoa(i)
-				a.mustDo(t, "GET", key)
-				b.mustDo(t, "CL.THROTTLE", key, "5", "1", "60")
-				v, err := a.read()
+				a.MustDo(t, "GET", key)
+				b.MustDo(t, "CL.THROTTLE", key, "5", "1", "60")
+				v, err := a.Read()
 				if err != nil {
 					t.Fatalf("key %d: %v", i, err)
 				}
-				if got := string(v.encode(nil)); got != invalidation(key) {
+				if got := string(v.Encode(nil)); got != invalidation(key) {
 					t.Fatalf("key %d: %q, want %q", i, got, invalidation(key))
 				}
 			}
@@ -169,21 +170,21 @@ func TestTrackingTableCap(t *testing.T) {
 	rs := resp.NewServer(resp.Config{}, cs)
 	go rs.Serve(ln)
 	t.Cleanup(func() { rs.Close() })
-	a := dialRaw(t, ln.Addr().String())
-	a.mustDo(t, "HELLO", "3")
-	a.mustDo(t, "CLIENT", "TRACKING", "on")
+	a := resptest.MustDial(t, ln.Addr().String())
+	a.MustDo(t, "HELLO", "3")
+	a.MustDo(t, "CLIENT", "TRACKING", "on")
 	const reads = 10
 	pushes := 0
 	for i := range reads {
-		if err := a.send("GET", "k"+strconv.Itoa(i)); err != nil {
+		if err := a.Send("GET", "k"+strconv.Itoa(i)); err != nil {
 			t.Fatal(err)
 		}
 		for {
-			v, err := a.read()
+			v, err := a.Read()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(v.encode(nil)) > 0 && v.encode(nil)[0] == '>' {
+			if len(v.Encode(nil)) > 0 && v.Encode(nil)[0] == '>' {
 				pushes++
 				continue
 			}
@@ -191,16 +192,16 @@ func TestTrackingTableCap(t *testing.T) {
 		}
 	}
 	drainPushes(t, a) // evictions of the last read come after its reply
-	info := a.mustDo(t, "INFO", "stats").str
+	info := a.MustDo(t, "INFO", "stats").Str
 	want := "tracking_total_keys:" + strconv.Itoa(max)
 	if !containsLine(info, want) {
 		t.Errorf("INFO stats lacks %q:\n%s", want, info)
 	}
-	got := string(a.mustDo(t, "CONFIG", "GET", "tracking-table-max-keys").encode(nil))
+	got := string(a.MustDo(t, "CONFIG", "GET", "tracking-table-max-keys").Encode(nil))
 	if wantCfg := "%1\r\n$23\r\ntracking-table-max-keys\r\n$1\r\n3\r\n"; got != wantCfg {
 		t.Errorf("CONFIG GET: %q, want %q", got, wantCfg)
 	}
-	clients := a.mustDo(t, "INFO", "clients").str
+	clients := a.MustDo(t, "INFO", "clients").Str
 	if !containsLine(clients, "tracking_clients:1") {
 		t.Errorf("INFO clients lacks tracking_clients:1:\n%s", clients)
 	}
@@ -242,13 +243,13 @@ func splitLines(s string) []string {
 // TestTrackingRedirectRESP2).
 func TestTrackingRedirect(t *testing.T) {
 	_, addr := servertest.Start(t, server.Config{})
-	a, b, tg := dialRaw(t, addr), dialRaw(t, addr), dialRaw(t, addr)
-	tg.mustDo(t, "HELLO", "3")
-	tid := tg.mustDo(t, "CLIENT", "ID").str
-	a.mustDo(t, "HELLO", "3")
-	wantReply := func(c *rawConn, want string, args ...string) {
+	a, b, tg := resptest.MustDial(t, addr), resptest.MustDial(t, addr), resptest.MustDial(t, addr)
+	tg.MustDo(t, "HELLO", "3")
+	tid := tg.MustDo(t, "CLIENT", "ID").Str
+	a.MustDo(t, "HELLO", "3")
+	wantReply := func(c *resptest.Conn, want string, args ...string) {
 		t.Helper()
-		if got := string(c.mustDo(t, args...).encode(nil)); got != want {
+		if got := string(c.MustDo(t, args...).Encode(nil)); got != want {
 			t.Fatalf("%q: %q, want %q", args, got, want)
 		}
 	}
@@ -258,15 +259,15 @@ func TestTrackingRedirect(t *testing.T) {
 	wantReply(a, ":"+tid+"\r\n", "CLIENT", "GETREDIR")
 	wantReply(a, "_\r\n", "GET", "rk")
 	wantReply(b, "+OK\r\n", "SET", "rk", "1")
-	v, err := tg.read()
-	if err != nil || string(v.encode(nil)) != invalidation("rk") {
-		t.Fatalf("target got %q, %v; want %q", v.encode(nil), err, invalidation("rk"))
+	v, err := tg.Read()
+	if err != nil || string(v.Encode(nil)) != invalidation("rk") {
+		t.Fatalf("target got %q, %v; want %q", v.Encode(nil), err, invalidation("rk"))
 	}
 	wantReply(a, "+PONG\r\n", "PING") // nothing for a itself
 	wantReply(a, "$1\r\n1\r\n", "GET", "rk")
-	tg.nc.Close()
+	tg.C.Close()
 	deadline := time.Now().Add(10 * time.Second)
-	for strings.Contains(b.mustDo(t, "CLIENT", "LIST", "ID", tid).str, "id="+tid+" ") {
+	for strings.Contains(b.MustDo(t, "CLIENT", "LIST", "ID", tid).Str, "id="+tid+" ") {
 		if time.Now().After(deadline) {
 			t.Fatal("the target's connection is still listed")
 		}
@@ -275,10 +276,10 @@ func TestTrackingRedirect(t *testing.T) {
 	wantReply(b, "+OK\r\n", "SET", "rk", "2")
 	broken := ">2\r\n$21\r\ntracking-redir-broken\r\n:" + tid + "\r\n"
 	wantReply(a, broken, "PING")
-	if v, err := a.read(); err != nil || v.str != "PONG" {
-		t.Fatalf("after the push: %q, %v; want PONG", v.encode(nil), err)
+	if v, err := a.Read(); err != nil || v.Str != "PONG" {
+		t.Fatalf("after the push: %q, %v; want PONG", v.Encode(nil), err)
 	}
-	info := string(a.mustDo(t, "CLIENT", "TRACKINGINFO").encode(nil))
+	info := string(a.MustDo(t, "CLIENT", "TRACKINGINFO").Encode(nil))
 	if want := "%3\r\n$5\r\nflags\r\n~2\r\n$2\r\non\r\n$15\r\nbroken_redirect\r\n$8\r\nredirect\r\n:" + tid + "\r\n$8\r\nprefixes\r\n*0\r\n"; info != want {
 		t.Errorf("TRACKINGINFO %q, want %q", info, want)
 	}
@@ -292,25 +293,25 @@ func TestTrackingEviction(t *testing.T) {
 	clk := servertest.NewClock(goldenT0)
 	srv, addr := servertest.Start(t, server.Config{Clock: clk.Now, MaxMemory: 300, MaxMemoryPolicy: "allkeys-lru"})
 	ks := srv.Commands().Keyspace()
-	a, b := dialRaw(t, addr), dialRaw(t, addr)
+	a, b := resptest.MustDial(t, addr), resptest.MustDial(t, addr)
 	present := func(key string) bool { return keyPresent(ks, clk, key) }
-	a.mustDo(t, "HELLO", "3")
-	a.mustDo(t, "CLIENT", "TRACKING", "on")
-	b.mustDo(t, "SET", "k", "v")
-	a.mustDo(t, "GET", "k")
+	a.MustDo(t, "HELLO", "3")
+	a.MustDo(t, "CLIENT", "TRACKING", "on")
+	b.MustDo(t, "SET", "k", "v")
+	a.MustDo(t, "GET", "k")
 	fills := 0
 	for ; present("k"); fills++ {
 		if fills == 1000 {
 			t.Fatal("k was not evicted after 1000 writes")
 		}
 		clk.Advance(time.Second)
-		b.mustDo(t, "SET", "fill:"+strconv.Itoa(fills), strings.Repeat("x", 100))
+		b.MustDo(t, "SET", "fill:"+strconv.Itoa(fills), strings.Repeat("x", 100))
 	}
-	if got := string(a.mustDo(t, "PING").encode(nil)); got != invalidation("k") {
+	if got := string(a.MustDo(t, "PING").Encode(nil)); got != invalidation("k") {
 		t.Fatalf("after k was evicted: %q, want %q", got, invalidation("k"))
 	}
-	if v, err := a.read(); err != nil || v.str != "PONG" {
-		t.Fatalf("after the push: %q, %v; want only PONG", v.encode(nil), err)
+	if v, err := a.Read(); err != nil || v.Str != "PONG" {
+		t.Fatalf("after the push: %q, %v; want only PONG", v.Encode(nil), err)
 	}
 	t.Logf("k evicted after %d writes", fills)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/commands"
+	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/persistence/changelog"
@@ -79,10 +80,10 @@ func TestWatchAbortCauses(t *testing.T) {
 
 	clk := servertest.NewClock(goldenT0)
 	srv, addr := servertest.Start(t, server.Config{Clock: clk.Now})
-	a, b := dialRaw(t, addr), dialRaw(t, addr)
-	expect := func(c *rawConn, want string, args ...string) {
+	a, b := resptest.MustDial(t, addr), resptest.MustDial(t, addr)
+	expect := func(c *resptest.Conn, want string, args ...string) {
 		t.Helper()
-		if got := string(c.mustDo(t, args...).encode(nil)); want != "" && got != want {
+		if got := string(c.MustDo(t, args...).Encode(nil)); want != "" && got != want {
 			t.Fatalf("%q: %q, want %q", args, got, want)
 		}
 	}
@@ -112,7 +113,7 @@ func TestWatchAbortCauses(t *testing.T) {
 		if tc.abort {
 			want = "*-1\r\n"
 		}
-		if got := string(a.mustDo(t, "EXEC").encode(nil)); got != want {
+		if got := string(a.MustDo(t, "EXEC").Encode(nil)); got != want {
 			t.Errorf("%s: EXEC = %q, want %q", tc.name, got, want)
 		}
 		// The watch is over either way: a change now does not matter.
@@ -133,24 +134,24 @@ func TestWatchEviction(t *testing.T) {
 	// follows makes an eviction, of the watched key or of another.
 	srv, addr := servertest.Start(t, server.Config{Clock: clk.Now, MaxMemory: 300, MaxMemoryPolicy: "allkeys-lru"})
 	ks := srv.Commands().Keyspace()
-	a, b := dialRaw(t, addr), dialRaw(t, addr)
+	a, b := resptest.MustDial(t, addr), resptest.MustDial(t, addr)
 	present := func(key string) bool { return keyPresent(ks, clk, key) }
-	a.mustDo(t, "SET", "k", "v")
+	a.MustDo(t, "SET", "k", "v")
 	if !present("k") {
 		t.Fatal("k is not there after SET")
 	}
-	a.mustDo(t, "WATCH", "k")
+	a.MustDo(t, "WATCH", "k")
 	fills := 0
 	for ; present("k"); fills++ {
 		if fills == 1000 {
 			t.Fatal("k was not evicted after 1000 writes")
 		}
 		clk.Advance(time.Second) // newer keys are more recently used
-		b.mustDo(t, "SET", "fill:"+strconv.Itoa(fills), strings.Repeat("x", 100))
+		b.MustDo(t, "SET", "fill:"+strconv.Itoa(fills), strings.Repeat("x", 100))
 	}
-	a.mustDo(t, "MULTI")
-	a.mustDo(t, "PING")
-	if got := string(a.mustDo(t, "EXEC").encode(nil)); got != "*-1\r\n" {
+	a.MustDo(t, "MULTI")
+	a.MustDo(t, "PING")
+	if got := string(a.MustDo(t, "EXEC").Encode(nil)); got != "*-1\r\n" {
 		t.Errorf("EXEC after k was evicted: %q, want *-1", got)
 	}
 	t.Logf("k evicted after %d writes (%d keys evicted)", fills, ks.Memory().Evicted)
@@ -162,7 +163,7 @@ func TestWatchEviction(t *testing.T) {
 // goes on.
 func TestWatchLimits(t *testing.T) {
 	_, addr := servertest.Start(t, server.Config{MultiMaxCommands: 3, MultiMaxBytes: 1000})
-	a, b := dialRaw(t, addr), dialRaw(t, addr)
+	a, b := resptest.MustDial(t, addr), resptest.MustDial(t, addr)
 	steps := []struct {
 		args []string
 		want string
@@ -178,20 +179,20 @@ func TestWatchLimits(t *testing.T) {
 		{[]string{"WATCH", "l", "m", "n"}, "-ERR WATCH list is full: at most multi-max-commands keys can be watched\r\n"},
 	}
 	for _, s := range steps {
-		if got := string(a.mustDo(t, s.args...).encode(nil)); got != s.want {
+		if got := string(a.MustDo(t, s.args...).Encode(nil)); got != s.want {
 			t.Fatalf("%.40q: %q, want %q", s.args, got, s.want)
 		}
 	}
 	// The refused WATCH watched none of l, m, n; k is still watched.
-	b.mustDo(t, "SET", "l", "1")
-	a.mustDo(t, "MULTI")
-	if got := string(a.mustDo(t, "EXEC").encode(nil)); got != "*0\r\n" {
+	b.MustDo(t, "SET", "l", "1")
+	a.MustDo(t, "MULTI")
+	if got := string(a.MustDo(t, "EXEC").Encode(nil)); got != "*0\r\n" {
 		t.Fatalf("EXEC after a refused WATCH's key changed: %q", got)
 	}
-	a.mustDo(t, "WATCH", "k")
-	b.mustDo(t, "SET", "k", "1")
-	a.mustDo(t, "MULTI")
-	if got := string(a.mustDo(t, "EXEC").encode(nil)); got != "*-1\r\n" {
+	a.MustDo(t, "WATCH", "k")
+	b.MustDo(t, "SET", "k", "1")
+	a.MustDo(t, "MULTI")
+	if got := string(a.MustDo(t, "EXEC").Encode(nil)); got != "*-1\r\n" {
 		t.Fatalf("EXEC after the watched key changed: %q", got)
 	}
 }
@@ -277,25 +278,25 @@ func TestWatchWithPersistence(t *testing.T) {
 	cfg := server.Config{DataDir: dir, OpenStore: changelog.Opener(pebblestore.OpenStore, changelog.Options{}), Fsync: "always"}
 	t.Run("first run", func(t *testing.T) {
 		_, addr := servertest.Start(t, cfg)
-		a, b := dialRaw(t, addr), dialRaw(t, addr)
-		a.mustDo(t, "WATCH", "k", "t")
-		b.mustDo(t, "SET", "k", "from b")
-		a.mustDo(t, "MULTI")
-		a.mustDo(t, "SET", "k", "from a")
-		if got := string(a.mustDo(t, "EXEC").encode(nil)); got != "*-1\r\n" {
+		a, b := resptest.MustDial(t, addr), resptest.MustDial(t, addr)
+		a.MustDo(t, "WATCH", "k", "t")
+		b.MustDo(t, "SET", "k", "from b")
+		a.MustDo(t, "MULTI")
+		a.MustDo(t, "SET", "k", "from a")
+		if got := string(a.MustDo(t, "EXEC").Encode(nil)); got != "*-1\r\n" {
 			t.Fatalf("EXEC: %q, want *-1", got)
 		}
-		a.mustDo(t, "WATCH", "t")
-		a.mustDo(t, "MULTI")
-		a.mustDo(t, "SET", "t", "from a")
-		if got := string(a.mustDo(t, "EXEC").encode(nil)); got != "*1\r\n+OK\r\n" {
+		a.MustDo(t, "WATCH", "t")
+		a.MustDo(t, "MULTI")
+		a.MustDo(t, "SET", "t", "from a")
+		if got := string(a.MustDo(t, "EXEC").Encode(nil)); got != "*1\r\n+OK\r\n" {
 			t.Fatalf("EXEC: %q", got)
 		}
 	})
 	_, addr := servertest.Start(t, cfg)
-	c := dialRaw(t, addr)
+	c := resptest.MustDial(t, addr)
 	for key, want := range map[string]string{"k": "from b", "t": "from a"} {
-		if got := c.mustDo(t, "GET", key); got.str != want {
+		if got := c.MustDo(t, "GET", key); got.Str != want {
 			t.Errorf("after restart GET %s = %v, want %q", key, got, want)
 		}
 	}

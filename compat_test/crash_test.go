@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/cellserver/cellserver/internal/resptest"
 )
 
 // Inputs that abort redis-server with the real module (spec section 6):
@@ -97,7 +99,7 @@ var otherTypes = [][]string{
 // minKeys keys are done) or maxKeys keys are done: every key gets spec
 // section 10 row 3's four replies at the frozen instant. It returns the
 // number of replies checked and the first wrong one.
-func bgThrottle(rc *rawConn, started chan<- struct{}, stop <-chan struct{}) (int, error) {
+func bgThrottle(rc *resptest.Conn, started chan<- struct{}, stop <-chan struct{}) (int, error) {
 	const minKeys, maxKeys = 200, 50_000
 	want := []string{
 		"*5\r\n:0\r\n:3\r\n:2\r\n:-1\r\n:1\r\n",
@@ -116,7 +118,7 @@ func bgThrottle(rc *rawConn, started chan<- struct{}, stop <-chan struct{}) (int
 		}
 		key := fmt.Sprintf("bg:%d", i)
 		for j, w := range want {
-			got, err := rc.do("CL.THROTTLE", key, "2", "1", "1")
+			got, err := rc.DoBytes("CL.THROTTLE", key, "2", "1", "1")
 			if err != nil {
 				return checked, fmt.Errorf("%s call %d: %v", key, j+1, err)
 			}
@@ -134,8 +136,8 @@ func bgThrottle(rc *rawConn, started chan<- struct{}, stop <-chan struct{}) (int
 
 func TestCrashInputs(t *testing.T) {
 	_, addr := startServer(t) // the clock stays at t0 throughout
-	a := dialRaw(t, addr)
-	bg := dialRaw(t, addr)
+	a := resptest.MustDial(t, addr)
+	bg := resptest.MustDial(t, addr)
 
 	started, stop := make(chan struct{}), make(chan struct{})
 	type bgResult struct {
@@ -163,7 +165,7 @@ func TestCrashInputs(t *testing.T) {
 
 	step := func(name string, s crashStep) bool {
 		t.Helper()
-		got, err := a.do(s.args...)
+		got, err := a.DoBytes(s.args...)
 		if err != nil {
 			t.Fatalf("%s: %q: %v (read %s)", name, s.args, err, showBytes(got))
 		}
@@ -182,7 +184,7 @@ func TestCrashInputs(t *testing.T) {
 	// client works in the same database).
 	cleanup := func(name string, keys ...string) {
 		t.Helper()
-		got, err := a.do(append([]string{"DEL"}, keys...)...)
+		got, err := a.DoBytes(append([]string{"DEL"}, keys...)...)
 		if err != nil || len(got) == 0 || got[0] != ':' {
 			t.Fatalf("%s: cleanup: %s, %v", name, showBytes(got), err)
 		}
@@ -211,7 +213,7 @@ func TestCrashInputs(t *testing.T) {
 	// suggests. Only types that cellserver can create are reachable.
 	unreachable := 0
 	for _, mk := range otherTypes {
-		got, err := a.do(mk...)
+		got, err := a.DoBytes(mk...)
 		if err != nil {
 			t.Fatalf("%q: %v", mk, err)
 		}

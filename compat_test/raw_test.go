@@ -3,99 +3,17 @@ package compat_test
 import (
 	"bufio"
 	"bytes"
-	"errors"
-	"fmt"
-	"io"
-	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/cellserver/cellserver/internal/resptest"
 )
 
 // ioTimeout bounds every network exchange (a real-time deadline, not a
 // sleep): a hung server fails the test instead of hanging it.
 const ioTimeout = 30 * time.Second
-
-// rawConn is a plain RESP2 client that returns replies as raw bytes.
-type rawConn struct {
-	c net.Conn
-	r *bufio.Reader
-}
-
-func dialRaw(t testing.TB, addr string) *rawConn {
-	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, ioTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return &rawConn{c: c, r: bufio.NewReader(c)}
-}
-
-// encodeCommand returns args as a RESP array of bulk strings.
-func encodeCommand(args []string) []byte {
-	b := fmt.Appendf(nil, "*%d\r\n", len(args))
-	for _, a := range args {
-		b = fmt.Appendf(b, "$%d\r\n%s\r\n", len(a), a)
-	}
-	return b
-}
-
-// do sends one command and returns the raw bytes of one complete reply.
-func (rc *rawConn) do(args ...string) ([]byte, error) {
-	if err := rc.c.SetDeadline(time.Now().Add(ioTimeout)); err != nil {
-		return nil, err
-	}
-	if _, err := rc.c.Write(encodeCommand(args)); err != nil {
-		return nil, err
-	}
-	return readFrame(rc.r, nil, 0)
-}
-
-// readFrame appends one complete RESP2 reply, byte for byte, to dst.
-func readFrame(r *bufio.Reader, dst []byte, depth int) ([]byte, error) {
-	if depth > 8 {
-		return dst, errors.New("reply nested too deeply")
-	}
-	line, err := r.ReadSlice('\n')
-	if err != nil {
-		return append(dst, line...), fmt.Errorf("reading reply after %q: %w", dst, err)
-	}
-	dst = append(dst, line...)
-	if len(line) < 3 || line[len(line)-2] != '\r' {
-		return dst, fmt.Errorf("malformed reply line %q", line)
-	}
-	body := string(line[1 : len(line)-2])
-	switch line[0] {
-	case '+', '-', ':':
-		return dst, nil
-	case '$':
-		n, err := strconv.Atoi(body)
-		if err != nil || n < -1 || n > 1<<20 {
-			return dst, fmt.Errorf("bad bulk length %q", line)
-		}
-		if n == -1 {
-			return dst, nil
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return append(dst, buf...), err
-		}
-		return append(dst, buf...), nil
-	case '*':
-		n, err := strconv.Atoi(body)
-		if err != nil || n < -1 || n > 1<<16 {
-			return dst, fmt.Errorf("bad array length %q", line)
-		}
-		for range n {
-			if dst, err = readFrame(r, dst, depth+1); err != nil {
-				return dst, err
-			}
-		}
-		return dst, nil
-	}
-	return dst, fmt.Errorf("unexpected reply type %q", line)
-}
 
 // TestReplayRaw is the byte-for-byte proof: every command of every
 // transcript goes out as a RESP array on a plain TCP connection and the
@@ -103,15 +21,15 @@ func readFrame(r *bufio.Reader, dst []byte, depth int) ([]byte, error) {
 func TestReplayRaw(t *testing.T) {
 	forEachBlock(t, "raw", func(t *testing.T, b *block) (int, int) {
 		clk, addr := startServer(t)
-		rc := dialRaw(t, addr)
+		rc := resptest.MustDial(t, addr)
 		n := 0
 		for _, in := range b.instants {
 			clk.Set(t0.Add(in.at))
 			for _, c := range in.cmds {
 				want := c.want.resp()
-				got, err := rc.do(c.args...)
+				got, err := rc.DoBytes(c.args...)
 				if err != nil {
-					t.Fatalf("%s: at t0+%v: %s: %v (read so far %s)", b.where(c), in.at, c, err, showBytes(got))
+					t.Fatalf("%s: at t0+%v: %s: %v", b.where(c), in.at, c, err)
 				}
 				if !bytes.Equal(got, want) {
 					t.Errorf("%s: at t0+%v: %s\n got: %s\nwant: %s", b.where(c), in.at, c, showBytes(got), showBytes(want))
@@ -155,9 +73,9 @@ func TestEncodingMatchesSpecBytes(t *testing.T) {
 		if got := r.String(); got != c.reply && !(r.kind == replyError && got == "-"+strconv.Quote(r.s)) {
 			t.Errorf("%s: String() = %s", c.reply, got)
 		}
-		back, err := readFrame(bufio.NewReader(bytes.NewReader([]byte(c.wire))), nil, 0)
-		if err != nil || string(back) != c.wire {
-			t.Errorf("%s: readFrame = %q, %v", c.reply, back, err)
+		back, err := resptest.Read(bufio.NewReader(strings.NewReader(c.wire)))
+		if err != nil || string(back.Encode(nil)) != c.wire {
+			t.Errorf("%s: resptest.Read = %v, %v", c.reply, back, err)
 		}
 	}
 }

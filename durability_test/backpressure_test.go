@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cellserver/cellserver/internal/binproc"
 )
 
 // TestCrashUnderBackpressure is TestCrashRecovery's rounds (always and
@@ -23,7 +25,7 @@ import (
 // key must hold a state it really had, and with always its last
 // acknowledged one (or its in-flight write's).
 func TestCrashUnderBackpressure(t *testing.T) {
-	needBinary(t)
+	binproc.Binary(t)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	for mi, mode := range []string{"always", "everysec"} {

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/cellserver/cellserver/internal/binproc"
 )
 
 // checkpointEvery is the --checkpoint-bytes of TestCrashRecoveryCheckpoints:
@@ -18,7 +20,7 @@ const checkpointEvery = "16kb"
 // acknowledged one (or its in-flight write's); after SIGTERM nothing is
 // lost. The saturated subtests add TestCrashUnderBackpressure's flood.
 func TestCrashRecoveryCheckpoints(t *testing.T) {
-	needBinary(t)
+	binproc.Binary(t)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	for mi, mode := range []string{"always", "everysec", "no"} {

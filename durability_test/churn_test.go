@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/binproc"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/persistence"
 )
@@ -75,7 +76,7 @@ type churnSample struct {
 // 30-second run writes in all, so it runs with 8 MiB, the scale of the
 // test, for "far below" to mean what it would over hours at the default.
 func TestChurnDiskUsageLevelsOff(t *testing.T) {
-	needBinary(t)
+	binproc.Binary(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	p := startServer(t, "--data-dir", dir, "--fsync", "everysec", "--checkpoint-bytes", "8mb")
 	ctx := context.Background()

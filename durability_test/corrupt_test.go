@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/binproc"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/persistence"
 	"github.com/cellserver/cellserver/persistence/pebblestore"
@@ -230,7 +231,7 @@ func garble(t *testing.T, file string, off int64, n int) {
 // with a clear error and a non-zero exit; it never starts with an empty or
 // partial keyspace.
 func TestCorruptDataDir(t *testing.T) {
-	needBinary(t)
+	binproc.Binary(t)
 	pristine, nkeys := pristineDir(t)
 	var files []string
 	for _, n := range pick(t, pristine, func(string) bool { return true }) {
@@ -426,7 +427,7 @@ func writeRecord(t *testing.T, dir string, db int, key string, value []byte) {
 // TestUnreadableDataDir: a data directory the server cannot read makes it
 // exit non-zero with the path in the error.
 func TestUnreadableDataDir(t *testing.T) {
-	needBinary(t)
+	binproc.Binary(t)
 	if os.Geteuid() == 0 {
 		t.Skip("root reads every directory")
 	}
@@ -449,7 +450,7 @@ func TestUnreadableDataDir(t *testing.T) {
 // log has a WARN with what was dropped, and INFO persistence counts it.
 // The next start is clean.
 func TestLoadDamagedWAL(t *testing.T) {
-	needBinary(t)
+	binproc.Binary(t)
 	pristine, nkeys := pristineDir(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	copyDir(t, pristine, dir)
@@ -507,7 +508,7 @@ func TestLoadDamagedWAL(t *testing.T) {
 // what it dropped in a WARN line and INFO persistence, and the next start
 // is clean.
 func TestLoadDamagedChangeLog(t *testing.T) {
-	needBinary(t)
+	binproc.Binary(t)
 	const nkeys = 3000
 	dir := filepath.Join(t.TempDir(), "data")
 	p := startServer(t, "--data-dir", dir, "--fsync", "always")

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cellserver/cellserver/internal/binproc"
 )
 
 const (
@@ -64,7 +66,7 @@ type roundStats struct {
 // round stops with SIGTERM: then nothing may be lost. While the first
 // instance runs, a second one on the same directory must refuse to start.
 func TestCrashRecovery(t *testing.T) {
-	needBinary(t)
+	binproc.Binary(t)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	for mi, mode := range []string{"always", "everysec", "no"} {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cellserver/cellserver/internal/binproc"
 )
 
 // TestFsyncNoLossWindow is a measurement, not a pass/fail test: it runs
@@ -29,7 +31,7 @@ func TestFsyncNoLossWindow(t *testing.T) {
 	if rounds <= 0 {
 		t.Skip("a measurement: set CELLSERVER_FSYNCNO_LOSS=<rounds> (bench/fsyncno-loss.sh)")
 	}
-	needBinary(t)
+	binproc.Binary(t)
 	mode := os.Getenv("CELLSERVER_FSYNCNO_MODE")
 	if mode == "" {
 		mode = "no"

@@ -7,9 +7,7 @@ package durability_test
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -22,34 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// binPath is the cellserver binary built by TestMain ("" if the build
-// failed; buildErr says why).
-var (
-	binPath  string
-	buildErr error
-)
-
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run()) // every test here needs the binary
-	}
-	var cleanup func()
-	binPath, cleanup, buildErr = binproc.Build()
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
-
-func needBinary(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds and runs the cellserver binary")
-	}
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-}
+func TestMain(m *testing.M) { binproc.Main(m) }
 
 // proc is one running cellserver process.
 type proc struct {
@@ -61,7 +32,7 @@ type proc struct {
 // channel carries the listening address once the startup line is logged.
 func launch(t *testing.T, args ...string) (*proc, <-chan string) {
 	t.Helper()
-	bp, addrc, err := binproc.Launch(binPath, args...)
+	bp, addrc, err := binproc.Launch(binproc.Path(), args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,16 +43,8 @@ func launch(t *testing.T, args ...string) (*proc, <-chan string) {
 // startServer starts the binary and waits (20 s at most) until it listens.
 func startServer(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p, addrc := launch(t, args...)
-	select {
-	case p.addr = <-addrc:
-		return p
-	case <-p.Exited:
-		t.Fatalf("cellserver %v exited before listening: %v\n%s", args, p.Err, p.Logs)
-	case <-time.After(20 * time.Second):
-		t.Fatalf("cellserver %v did not report its address within 20s\n%s", args, p.Logs)
-	}
-	return nil
+	bp, addr := binproc.StartServer(t, args...)
+	return &proc{Proc: bp, addr: addr}
 }
 
 // runToExit starts the binary, which is expected to refuse to start, and

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cellserver/cellserver/internal/binproc"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/persistence"
 	"github.com/cockroachdb/pebble"
@@ -47,7 +48,7 @@ func writeFormat1(t *testing.T, dir string, format byte, recs map[int]map[string
 // migrated at start (logged with its record count), every key is served
 // with its value, and the next start loads it without migrating again.
 func TestStartOnFormat1(t *testing.T) {
-	needBinary(t)
+	binproc.Binary(t)
 	dir := t.TempDir()
 	recs := map[int]map[string]string{0: {}, 3: {}}
 	for i := range 2000 {
@@ -84,7 +85,7 @@ func TestStartOnFormat1(t *testing.T) {
 // TestStartOnNewerFormat: a directory of a store format this build does
 // not know stops the start with a message naming the remedy.
 func TestStartOnNewerFormat(t *testing.T) {
-	needBinary(t)
+	binproc.Binary(t)
 	dir := t.TempDir()
 	writeFormat1(t, dir, 9, map[int]map[string]string{0: {"k": "v"}})
 	code, out := runToExit(t, "--data-dir", dir)

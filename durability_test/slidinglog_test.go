@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cellserver/cellserver/internal/binproc"
 )
 
 // TestSlidingLogLoadReloadsIdentical: CL.SLIDINGLOG under load (8
@@ -18,7 +20,7 @@ import (
 // told were admitted, with the same oldest and newest timestamps.
 // CELLSERVER_SLIDINGLOG_SECONDS sets the load's duration (default 6).
 func TestSlidingLogLoadReloadsIdentical(t *testing.T) {
-	needBinary(t)
+	binproc.Binary(t)
 	secs := 6
 	if s := os.Getenv("CELLSERVER_SLIDINGLOG_SECONDS"); s != "" {
 		fmt.Sscan(s, &secs)

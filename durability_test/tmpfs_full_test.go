@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cellserver/cellserver/internal/binproc"
 )
 
 // misconfPrefix is the start of the reply to a write command while the
@@ -40,7 +42,7 @@ const misconfPrefix = "MISCONF Errors writing to the data directory (--data-dir)
 // filler removed and a restart): what fsync always acknowledged was synced,
 // so it survives without the retries that a clean stop gives.
 func TestDiskFullTmpfs(t *testing.T) {
-	needBinary(t)
+	binproc.Binary(t)
 	for _, mode := range []string{"everysec", "no", "always", "always-kill"} {
 		t.Run(mode, func(t *testing.T) {
 			fsync, kill := strings.CutSuffix(mode, "-kill")

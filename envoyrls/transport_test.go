@@ -2,16 +2,10 @@ package envoyrls_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -31,6 +25,7 @@ import (
 	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/envoyrls"
 	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/internal/testpki"
 	"github.com/cellserver/cellserver/keyslot"
 	"github.com/cellserver/cellserver/persistence/changelog"
 	"github.com/cellserver/cellserver/persistence/pebblestore"
@@ -41,41 +36,10 @@ import (
 // certificate into dir; it returns the files and the client's TLS pieces.
 func pki(t *testing.T, dir string) (caFile, certFile, keyFile string, pool *x509.CertPool, client tls.Certificate) {
 	t.Helper()
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "rls test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	pool = x509.NewCertPool()
-	pool.AddCert(ca)
-	leaf := func(serial int64, usage x509.ExtKeyUsage) ([]byte, *ecdsa.PrivateKey) {
-		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "127.0.0.1"},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return der, key
-	}
-	sder, skey := leaf(2, x509.ExtKeyUsageAny) // server and client: the front door presents it to the RESP port
-	skb, _ := x509.MarshalECPrivateKey(skey)
-	cder, ckey := leaf(3, x509.ExtKeyUsageClientAuth)
-	return write("ca.pem", "CERTIFICATE", caDER), write("server.pem", "CERTIFICATE", sder), write("server.key", "EC PRIVATE KEY", skb),
-		pool, tls.Certificate{Certificate: [][]byte{cder}, PrivateKey: ckey}
+	ca := testpki.NewCA(t, "rls test CA")
+	// server and client: the front door presents it to the RESP port
+	certFile, keyFile = ca.Issue(t, "127.0.0.1", x509.ExtKeyUsageAny).WriteFiles(t, dir, "server")
+	return ca.WriteFile(t, dir), certFile, keyFile, ca.Pool(), ca.Issue(t, "127.0.0.1", x509.ExtKeyUsageClientAuth).TLS()
 }
 
 // TestMutualTLSAndToken: with --tls-cert-file and --tls-ca-cert-file, the

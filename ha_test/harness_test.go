@@ -14,7 +14,6 @@ package ha_test
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -39,27 +38,12 @@ const (
 )
 
 var (
-	binPath  string
-	buildErr error
 	// replOnce probes, once, whether the built cellserver knows REPLICAOF.
 	replOnce sync.Once
 	replErr  error
 )
 
-func TestMain(m *testing.M) {
-	flag.Parse()
-	var cleanup func()
-	if !testing.Short() {
-		if _, err := exec.LookPath("redis-sentinel"); err == nil {
-			binPath, cleanup, buildErr = binproc.Build()
-		}
-	}
-	code := m.Run()
-	if cleanup != nil {
-		cleanup()
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { binproc.Main(m) }
 
 // needSentinel skips the test without the redis-sentinel binary (Debian
 // redis-sentinel; scripts/ensure-tools.sh installs it, CI has it).
@@ -78,11 +62,9 @@ func needSentinel(t *testing.T) {
 // "unknown command" (replication not in this build yet).
 func needCellserverReplication(t *testing.T) {
 	t.Helper()
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	binproc.Binary(t)
 	replOnce.Do(func() {
-		p, addrc, err := binproc.Launch(binPath)
+		p, addrc, err := binproc.Launch(binproc.Path())
 		if err != nil {
 			replErr = err
 			return
@@ -188,7 +170,7 @@ var cellserverKind = nodeKind{
 	},
 	start: func(t *testing.T, n *node) *proc {
 		// binproc puts --addr 127.0.0.1:0 first; the later flag wins.
-		bp, _, err := binproc.Launch(binPath, "--addr", n.addr, "--config", n.conf)
+		bp, _, err := binproc.Launch(binproc.Path(), "--addr", n.addr, "--config", n.conf)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cellserver/cellserver/internal/resptest"
 )
 
 // partial is a command cut short: the server has to hold it and wait.
@@ -97,13 +99,13 @@ func caseHalfOpenTimeout(t *testing.T) {
 func caseHalfOpenIdle(t *testing.T) {
 	const n = 1000
 	a := begin(t, "4b. 1000 idle half-open clients, no timeout", false)
-	mon := mustDialRaw(t, a.addr)
+	mon := resptest.MustDial(t, a.addr)
 	before := a.p.rss()
 	conns := openPartial(t, a.addr, n)
 	want := fmt.Sprintf("qbuf=%d ", len(partial))
 	if !waitFor(20*time.Second, func() bool {
-		v, err := mon.do("CLIENT", "LIST")
-		return err == nil && strings.Count(v.str, want) == n
+		v, err := mon.Do("CLIENT", "LIST")
+		return err == nil && strings.Count(v.Str, want) == n
 	}) {
 		t.Fatalf("the server did not read the %d partial commands", n)
 	}
@@ -116,12 +118,12 @@ func caseHalfOpenIdle(t *testing.T) {
 		c.Close()
 	}
 	if !waitFor(10*time.Second, func() bool {
-		m, err := mon.info("clients")
+		m, err := infoOn(mon, "clients")
 		return err == nil && infoInt(m, "connected_clients") == 2
 	}) {
 		t.Errorf("connected_clients did not return to 2 after the idle clients left")
 	}
-	mon.close()
+	mon.Close()
 	a.end(a.base+n*64*kib+32*mib, "base + 1000 x 64 KiB + 32 MiB", false,
 		fmt.Sprintf("RSS per idle connection %.1f KiB (%s for %d)", float64(after-before)/n/kib, mb(after-before), n))
 }
@@ -138,7 +140,7 @@ func caseHalfOpenIdle(t *testing.T) {
 func caseNonReading(t *testing.T) {
 	const clients = 16
 	a := begin(t, "5. clients that stop reading", false, "--client-output-timeout", "500ms")
-	cmd := appendCmd(nil, "ECHO", strings.Repeat("x", 1024))
+	cmd := resptest.AppendCommand(nil, "ECHO", strings.Repeat("x", 1024))
 	batch := []byte(strings.Repeat(string(cmd), 64))
 	start := time.Now()
 	took := make([]time.Duration, clients)
@@ -286,9 +288,9 @@ func caseConnections(t *testing.T) {
 func caseMaxClients(t *testing.T) {
 	const maxClients, n = 100, 200
 	a := begin(t, "6b. --maxclients 100, 200 connections", false, "--maxclients", "100")
-	mon := mustDialRaw(t, a.addr)
+	mon := resptest.MustDial(t, a.addr)
 	if !waitFor(10*time.Second, func() bool {
-		m, err := mon.info("clients")
+		m, err := infoOn(mon, "clients")
 		return err == nil && infoInt(m, "connected_clients") == 2
 	}) {
 		t.Fatal("connected_clients is not 2 (the probe, the monitor) before the attack")
@@ -324,7 +326,7 @@ func caseMaxClients(t *testing.T) {
 		}
 		refused++
 	}
-	m, err := mon.info("stats")
+	m, err := infoOn(mon, "stats")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,14 +337,14 @@ func caseMaxClients(t *testing.T) {
 		c.Close()
 	}
 	if !waitFor(10*time.Second, func() bool {
-		m, err := mon.info("clients")
+		m, err := infoOn(mon, "clients")
 		return err == nil && infoInt(m, "connected_clients") == 2
 	}) {
 		t.Errorf("connected_clients did not return to 2")
 	}
-	if err := ping(mustDialRaw(t, a.addr).c, buf); err != nil {
+	if err := ping(resptest.MustDial(t, a.addr).C, buf); err != nil {
 		t.Errorf("a new client after the flood: %v", err)
 	}
-	mon.close()
+	mon.Close()
 	a.end(a.base+32*mib, "base + 32 MiB", false, fmt.Sprintf("%d served, %d refused with the exact error (rejected_connections %d)", accepted, refused, refused))
 }

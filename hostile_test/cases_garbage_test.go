@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cellserver/cellserver/internal/resptest"
 )
 
 // garbageSeed seeds case 3; every connection's input is a function of it
@@ -39,7 +41,7 @@ func garbage(i int) (kind string, b []byte) {
 		}
 		return b
 	}
-	valid := func() []byte { return appendCmd(nil, harmless[r.IntN(len(harmless))]...) }
+	valid := func() []byte { return resptest.AppendCommand(nil, harmless[r.IntN(len(harmless))]...) }
 	switch i % 9 {
 	case 0:
 		return "random bytes", randBytes(1 + r.IntN(64<<10))
@@ -105,7 +107,7 @@ func checkStream(b []byte, reset bool) (values int, protoErr bool, err error) {
 		if _, err := r.Peek(1); err != nil {
 			return values, protoErr, nil
 		}
-		v, err := readVal(r)
+		v, err := resptest.Read(r)
 		if err != nil {
 			if reset && errors.Is(err, io.ErrUnexpectedEOF) {
 				return values, protoErr, nil
@@ -113,7 +115,7 @@ func checkStream(b []byte, reset bool) (values int, protoErr bool, err error) {
 			return values, protoErr, fmt.Errorf("reply %d: %v", values, err)
 		}
 		values++
-		if v.kind == '-' && strings.HasPrefix(v.str, "ERR Protocol error: ") {
+		if v.Kind == '-' && strings.HasPrefix(v.Str, "ERR Protocol error: ") {
 			protoErr = true
 		}
 	}
@@ -139,20 +141,20 @@ func caseGarbage(t *testing.T) {
 	}
 	errs, n := runParallel(conns, 16, func(i int) error {
 		kind, data := garbage(i)
-		rc, err := dialRaw(a.addr)
+		rc, err := resptest.Dial(a.addr)
 		if err != nil {
 			return err
 		}
-		defer rc.close()
-		rc.c.SetWriteDeadline(time.Now().Add(ioTimeout))
-		_, werr := rc.c.Write(data)
+		defer rc.Close()
+		rc.C.SetWriteDeadline(time.Now().Add(ioTimeout))
+		_, werr := rc.C.Write(data)
 		if werr != nil && !isReset(werr) {
 			return fmt.Errorf("%s: write: %v", kind, werr)
 		}
 		if werr == nil {
-			rc.c.(*net.TCPConn).CloseWrite()
+			rc.C.(*net.TCPConn).CloseWrite()
 		}
-		got, rerr := readAll(rc.c, 20*time.Second)
+		got, rerr := readAll(rc.C, 20*time.Second)
 		reset := false
 		switch {
 		case rerr == nil:

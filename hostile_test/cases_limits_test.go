@@ -8,21 +8,23 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cellserver/cellserver/internal/resptest"
 )
 
 // expectExactThenClose writes data on a fresh connection and requires the
 // server to answer exactly want and close the connection (EOF) within 10 s.
 func expectExactThenClose(addr string, data []byte, want string) error {
-	rc, err := dialRaw(addr)
+	rc, err := resptest.Dial(addr)
 	if err != nil {
 		return err
 	}
-	defer rc.close()
-	rc.c.SetWriteDeadline(time.Now().Add(ioTimeout))
-	if _, err := rc.c.Write(data); err != nil {
+	defer rc.Close()
+	rc.C.SetWriteDeadline(time.Now().Add(ioTimeout))
+	if _, err := rc.C.Write(data); err != nil {
 		return fmt.Errorf("write: %v", err)
 	}
-	got, err := readAll(rc.c, 10*time.Second)
+	got, err := readAll(rc.C, 10*time.Second)
 	if err != nil {
 		return fmt.Errorf("after %q: %v (want the reply then EOF)", clip(got), err)
 	}
@@ -94,28 +96,28 @@ func caseBulk(t *testing.T) {
 	a := begin(t, "1. bulk at / over proto-max-bulk-len", false, "--proto-max-bulk-len", "1mb")
 
 	errs, n := runParallel(conns, conns, func(i int) error {
-		rc, err := dialRaw(a.addr)
+		rc, err := resptest.Dial(a.addr)
 		if err != nil {
 			return err
 		}
-		defer rc.close()
+		defer rc.Close()
 		key := "big:" + strconv.Itoa(i)
 		value := strings.Repeat(string(rune('a'+i)), bulk-1) + "z"
-		cmd := appendCmd(nil, "SET", key, value)
+		cmd := resptest.AppendCommand(nil, "SET", key, value)
 		for r := 0; r < rounds; r++ {
-			rc.c.SetDeadline(time.Now().Add(ioTimeout))
-			if _, err := rc.c.Write(cmd); err != nil {
+			rc.C.SetDeadline(time.Now().Add(ioTimeout))
+			if _, err := rc.C.Write(cmd); err != nil {
 				return err
 			}
-			if v, err := readVal(rc.r); err != nil || v.kind != '+' || v.str != "OK" {
+			if v, err := resptest.Read(rc.R); err != nil || v.Kind != '+' || v.Str != "OK" {
 				return fmt.Errorf("SET of exactly %d bytes: %v, %v", bulk, v, err)
 			}
-			v, err := rc.do("GET", key)
-			if err != nil || v.kind != '$' || v.str != value {
+			v, err := rc.Do("GET", key)
+			if err != nil || v.Kind != '$' || v.Str != value {
 				return fmt.Errorf("GET of the %d-byte value: %v, %v", bulk, v, err)
 			}
 		}
-		_, err = rc.do("DEL", key)
+		_, err = rc.Do("DEL", key)
 		return err
 	})
 	reportErrs(t, "bulks at the cap", errs, n)
@@ -183,44 +185,44 @@ func bigArray(n int) []byte {
 // live; nothing bounds the number of such clients but maxclients.
 func caseArray(t *testing.T) {
 	a := begin(t, "2. array of 1,000,000 elements / over the multibulk cap", false)
-	setup := mustDialRaw(t, a.addr)
+	setup := resptest.MustDial(t, a.addr)
 	for i := 1; i <= 10; i++ {
-		if v, err := setup.do("SET", fmt.Sprintf("k%07d", i*1000), "v"); err != nil || v.str != "OK" {
+		if v, err := setup.Do("SET", fmt.Sprintf("k%07d", i*1000), "v"); err != nil || v.Str != "OK" {
 			t.Fatalf("SET: %v %v", v, err)
 		}
 	}
-	setup.close()
+	setup.Close()
 
 	million := bigArray(1000000)
 	atCap := bigArray(1 << 20)
 	const conns = 2
 	start := time.Now()
-	var halfOpen []*rawConn
+	var halfOpen []*resptest.Conn
 	// Half-sent huge arrays, held open during the big ones.
 	for i := 0; i < 50; i++ {
-		rc := mustDialRaw(t, a.addr)
-		if _, err := rc.c.Write(million[:len("*1000000\r\n$6\r\nEXISTS\r\n")+10*14]); err != nil {
+		rc := resptest.MustDial(t, a.addr)
+		if _, err := rc.C.Write(million[:len("*1000000\r\n$6\r\nEXISTS\r\n")+10*14]); err != nil {
 			t.Fatal(err)
 		}
 		halfOpen = append(halfOpen, rc)
 	}
 	errs, n := runParallel(conns+1, conns+1, func(i int) error {
-		rc, err := dialRaw(a.addr)
+		rc, err := resptest.Dial(a.addr)
 		if err != nil {
 			return err
 		}
-		defer rc.close()
+		defer rc.Close()
 		cmd, rounds := million, 2
 		if i == conns {
 			cmd, rounds = atCap, 1
 		}
 		for r := 0; r < rounds; r++ {
-			rc.c.SetDeadline(time.Now().Add(60 * time.Second))
-			if _, err := rc.c.Write(cmd); err != nil {
+			rc.C.SetDeadline(time.Now().Add(60 * time.Second))
+			if _, err := rc.C.Write(cmd); err != nil {
 				return err
 			}
-			v, err := readVal(rc.r)
-			if err != nil || v.kind != ':' || v.n != 10 {
+			v, err := resptest.Read(rc.R)
+			if err != nil || v.Kind != ':' || v.Str != "10" {
 				return fmt.Errorf("EXISTS with %d keys: %v, %v (want 10)", bytes.Count(cmd, []byte("$8\r\n")), v, err)
 			}
 		}
@@ -229,7 +231,7 @@ func caseArray(t *testing.T) {
 	reportErrs(t, "million-element arrays", errs, n)
 	served := time.Since(start)
 	for _, rc := range halfOpen {
-		rc.close()
+		rc.Close()
 	}
 
 	const msg = "-ERR Protocol error: invalid multibulk length\r\n"

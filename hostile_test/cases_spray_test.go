@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cellserver/cellserver/internal/resptest"
 )
 
 const oomMsg = "OOM command not allowed when used memory > 'maxmemory'."
@@ -141,17 +143,17 @@ func monitor(p *proc, done *atomic.Int64, stop <-chan struct{}) <-chan []memSamp
 	out := make(chan []memSample, 1)
 	go func() {
 		var s []memSample
-		rc, err := dialRaw(p.addr)
+		rc, err := resptest.Dial(p.addr)
 		if err != nil {
 			out <- nil
 			return
 		}
-		defer rc.close()
+		defer rc.Close()
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
 		for k := 0; k < 6000; k++ { // 10 minutes at most
-			m, err1 := rc.info("memory")
-			st, err2 := rc.info("stats")
+			m, err1 := infoOn(rc, "memory")
+			st, err2 := infoOn(rc, "stats")
 			if err1 == nil && err2 == nil {
 				s = append(s, memSample{done: done.Load(), rss: p.rss(), used: infoInt(m, "keyspace_memory"), evic: infoInt(st, "evicted_keys")})
 			}
@@ -269,10 +271,10 @@ func caseSprayNoEviction(t *testing.T) {
 	if res.oom == 0 || res.ok == 0 || res.other != 0 {
 		t.Errorf("spray replies: %d tuples, %d OOM, %d others (e.g. %v); want tuples then OOM errors only", res.ok, res.oom, res.other, res.examples)
 	}
-	rc := mustDialRaw(t, a.addr)
+	rc := resptest.MustDial(t, a.addr)
 	for i := 0; i < 100; i++ {
-		v, err := rc.do("CL.THROTTLE", "spray:0:"+strconv.Itoa(i), "5", "1", "3600")
-		if len(v.ints()) != 5 || err != nil {
+		v, err := rc.Do("CL.THROTTLE", "spray:0:"+strconv.Itoa(i), "5", "1", "3600")
+		if len(v.Ints()) != 5 || err != nil {
 			t.Fatalf("existing key spray:0:%d under noeviction: %v, %v", i, v, err)
 		}
 	}
@@ -281,19 +283,19 @@ func caseSprayNoEviction(t *testing.T) {
 	// few new keys may still fit: try up to 100 (at most 16 probe keys).
 	fitted := 0
 	for i := 0; ; i++ {
-		v, err := rc.do("CL.THROTTLE", "brand-new-key:"+strconv.Itoa(i), "5", "1", "3600")
-		if err == nil && v.kind == '-' && v.str == oomMsg {
+		v, err := rc.Do("CL.THROTTLE", "brand-new-key:"+strconv.Itoa(i), "5", "1", "3600")
+		if err == nil && v.Kind == '-' && v.Str == oomMsg {
 			break
 		}
-		if err != nil || len(v.ints()) != 5 || i == 99 {
+		if err != nil || len(v.Ints()) != 5 || i == 99 {
 			t.Errorf("new key %d at the cap (after %d fitted): %v, %v; want %q", i, fitted, v, err, oomMsg)
 			break
 		}
 		fitted++
 	}
-	m, _ := rc.info("memory")
-	st, _ := rc.info("stats")
-	rc.close()
+	m, _ := infoOn(rc, "memory")
+	st, _ := infoOn(rc, "stats")
+	rc.Close()
 	used, refusals := infoInt(m, "keyspace_memory"), infoInt(st, "oom_refusals")
 	maxUsed := used
 	for _, x := range s {

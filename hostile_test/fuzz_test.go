@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/server"
 	"github.com/tidwall/redcon"
@@ -62,15 +63,15 @@ func fuzzServer(f *testing.F, clock func() time.Time) (string, *syncBuf) {
 
 // commandNames asks the server for COMMAND LIST, sorted.
 func commandNames(f *testing.F, addr string) []string {
-	rc := mustDialRaw(f, addr)
-	defer rc.close()
-	v, err := rc.do("COMMAND", "LIST")
-	if err != nil || v.kind != '*' || len(v.arr) == 0 {
+	rc := resptest.MustDial(f, addr)
+	defer rc.Close()
+	v, err := rc.Do("COMMAND", "LIST")
+	if err != nil || v.Kind != '*' || len(v.Elems) == 0 {
 		f.Fatalf("COMMAND LIST: %v, %v", v, err)
 	}
 	var names []string
-	for _, e := range v.arr {
-		names = append(names, e.str)
+	for _, e := range v.Elems {
+		names = append(names, e.Str)
 	}
 	slices.Sort(names)
 	return names
@@ -107,7 +108,7 @@ func readOne(c net.Conn, buf []byte) (value, rest []byte, err error) {
 		if n := nextRESP(buf); n > 0 {
 			return buf[:n:n], buf[n:], nil
 		} else if n < 0 {
-			return nil, buf, errMalformed
+			return nil, buf, resptest.ErrProtocol
 		}
 		m, rerr := c.Read(tmp)
 		buf = append(buf, tmp[:m]...)
@@ -212,7 +213,7 @@ func FuzzCommands(f *testing.F) {
 			c.Close()
 		}()
 		c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := c.Write(appendCmd(nil, cmd...)); err != nil {
+		if _, err := c.Write(resptest.AppendCommand(nil, cmd...)); err != nil {
 			t.Fatalf("%q: write: %v", cmd, err)
 		}
 		reply, rest, err := readOne(c, nil)
@@ -237,7 +238,7 @@ func FuzzCommands(f *testing.F) {
 		if name == "replicaof" || name == "slaveof" {
 			// Back to a primary, so that later inputs are not refused as
 			// writes on a replica.
-			if _, err := c.Write(appendCmd(nil, "REPLICAOF", "NO", "ONE")); err != nil {
+			if _, err := c.Write(resptest.AppendCommand(nil, "REPLICAOF", "NO", "ONE")); err != nil {
 				t.Fatal(err)
 			}
 			if ok, rest, err := readOne(c, nil); err != nil || string(ok) != "+OK\r\n" || len(rest) > 0 {
@@ -389,8 +390,8 @@ func buildAll(spec []byte) (args []string, keys []string, checks int) {
 func FuzzAll(f *testing.F) {
 	clock := servertest.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	addr, logs := fuzzServer(f, clock.Now)
-	rc := mustDialRaw(f, addr)
-	if v, err := rc.do("SET", "str", "not a number"); err != nil || v.str != "OK" {
+	rc := resptest.MustDial(f, addr)
+	if v, err := rc.Do("SET", "str", "not a number"); err != nil || v.Str != "OK" {
 		f.Fatalf("SET str: %v %v", v, err)
 	}
 	seeds := [][]byte{
@@ -413,7 +414,7 @@ func FuzzAll(f *testing.F) {
 		snapshot := func() []string {
 			var out []string
 			for _, k := range keys {
-				v, err := rc.do("CL.INFO", k)
+				v, err := rc.Do("CL.INFO", k)
 				if err != nil {
 					t.Fatalf("CL.INFO %q: %v\nserver log:\n%s", k, err, logs)
 				}
@@ -422,8 +423,8 @@ func FuzzAll(f *testing.F) {
 			return out
 		}
 		before := snapshot()
-		rc.c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := rc.c.Write(appendCmd(nil, append([]string{"CL.ALL"}, args...)...)); err != nil {
+		rc.C.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := rc.C.Write(resptest.AppendCommand(nil, append([]string{"CL.ALL"}, args...)...)); err != nil {
 			t.Fatalf("CL.ALL %q: write: %v", args, err)
 		}
 		// redcon's parser for the one value, then the strict reader's.
@@ -431,22 +432,22 @@ func FuzzAll(f *testing.F) {
 		if err != nil {
 			t.Fatalf("CL.ALL %q: no complete reply: %v (%q)\nserver log:\n%s", args, err, rest, logs)
 		}
-		v, err := readVal(bufioOf(raw))
+		v, err := resptest.Read(bufioOf(raw))
 		if err != nil {
 			t.Fatalf("CL.ALL %q: reply %q: %v", args, raw, err)
 		}
-		unchanged := v.kind == '-'
-		switch v.kind {
+		unchanged := v.Kind == '-'
+		switch v.Kind {
 		case '-':
 		case '*':
-			if checks >= 0 && len(v.arr) != checks {
-				t.Fatalf("CL.ALL %q: %d tuples for %d checks: %v", args, len(v.arr), checks, v)
+			if checks >= 0 && len(v.Elems) != checks {
+				t.Fatalf("CL.ALL %q: %d tuples for %d checks: %v", args, len(v.Elems), checks, v)
 			}
-			if len(v.arr) == 0 {
+			if len(v.Elems) == 0 {
 				t.Fatalf("CL.ALL %q: empty array", args)
 			}
-			for _, e := range v.arr {
-				n := e.ints()
+			for _, e := range v.Elems {
+				n := e.Ints()
 				if len(n) != 5 || (n[0] != 0 && n[0] != 1) {
 					t.Fatalf("CL.ALL %q: tuple %v in %v", args, e, v)
 				}
@@ -462,7 +463,7 @@ func FuzzAll(f *testing.F) {
 				t.Fatalf("CL.ALL %q replied %v but changed state:\nbefore %v\nafter  %v", args, v, before, after)
 			}
 		}
-		if v, err := rc.do("PING"); err != nil || v.str != "PONG" {
+		if v, err := rc.Do("PING"); err != nil || v.Str != "PONG" {
 			t.Fatalf("PING after CL.ALL %q: %v, %v", args, v, err)
 		}
 	})
@@ -470,7 +471,7 @@ func FuzzAll(f *testing.F) {
 
 // readOneBuffered reads one complete value from rc's buffered reader,
 // checked with redcon.ReadNextRESP, and returns its raw bytes.
-func readOneBuffered(rc *rawConn) (raw, rest []byte, err error) {
+func readOneBuffered(rc *resptest.Conn) (raw, rest []byte, err error) {
 	var buf []byte
 	for {
 		if n, r := redcon.ReadNextRESP(buf); n > 0 {
@@ -479,7 +480,7 @@ func readOneBuffered(rc *rawConn) (raw, rest []byte, err error) {
 			}
 			return r.Raw, nil, nil
 		}
-		b, err := rc.r.ReadSlice('\n')
+		b, err := rc.R.ReadSlice('\n')
 		buf = append(buf, b...)
 		switch {
 		case err == nil, errors.Is(err, bufio.ErrBufferFull):

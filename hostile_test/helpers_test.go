@@ -12,7 +12,6 @@
 package hostile_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -29,6 +28,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/internal/binproc"
+	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -37,37 +37,7 @@ const (
 	mib = 1 << 20
 )
 
-// The cellserver binary, built on first use by needBinary.
-var (
-	binCleanup func()
-	binPath    string
-	buildErr   error
-	buildOnce  sync.Once
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binCleanup != nil {
-		binCleanup()
-	}
-	os.Exit(code)
-}
-
-// needBinary builds cellserver (once per test process) or fails the test.
-func needBinary(t testing.TB) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds and runs the cellserver binary")
-	}
-	buildOnce.Do(func() {
-		var cleanup func()
-		binPath, cleanup, buildErr = binproc.Build()
-		binCleanup = cleanup
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-}
+func TestMain(m *testing.M) { binproc.Main(m) }
 
 // proc is one running cellserver process.
 type proc struct {
@@ -82,22 +52,8 @@ type proc struct {
 // ends if it is still running.
 func startServer(t testing.TB, args ...string) *proc {
 	t.Helper()
-	needBinary(t)
-	bp, addrc, err := binproc.Launch(binPath, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(bp.Kill)
-	p := &proc{Proc: bp, pid: bp.Cmd.Process.Pid, args: args}
-	select {
-	case p.addr = <-addrc:
-		return p
-	case <-p.Exited:
-		t.Fatalf("cellserver %v exited before listening: %v\n%s", args, p.Err, p.Logs)
-	case <-time.After(20 * time.Second):
-		t.Fatalf("cellserver %v did not report its address within 20s\n%s", args, p.Logs)
-	}
-	return nil
+	bp, addr := binproc.StartServer(t, args...)
+	return &proc{Proc: bp, pid: bp.Cmd.Process.Pid, args: args, addr: addr}
 }
 
 // alive reports whether the process is still running.
@@ -182,190 +138,8 @@ func waitFor(timeout time.Duration, cond func() bool) bool {
 
 // ---- RESP on raw connections ----
 
-// appendCmd appends args as a RESP array of bulk strings.
-func appendCmd(dst []byte, args ...string) []byte {
-	dst = append(dst, '*')
-	dst = strconv.AppendInt(dst, int64(len(args)), 10)
-	dst = append(dst, '\r', '\n')
-	for _, a := range args {
-		dst = append(dst, '$')
-		dst = strconv.AppendInt(dst, int64(len(a)), 10)
-		dst = append(dst, '\r', '\n')
-		dst = append(dst, a...)
-		dst = append(dst, '\r', '\n')
-	}
-	return dst
-}
-
-// val is one RESP2 value.
-type val struct {
-	kind byte // '+', '-', ':', '$', '*'
-	str  string
-	n    int64
-	null bool
-	arr  []val
-}
-
-func (v val) String() string {
-	switch v.kind {
-	case '*':
-		if v.null {
-			return "(nil array)"
-		}
-		parts := make([]string, len(v.arr))
-		for i, e := range v.arr {
-			parts[i] = e.String()
-		}
-		return "[" + strings.Join(parts, " ") + "]"
-	case ':':
-		return strconv.FormatInt(v.n, 10)
-	case '$':
-		if v.null {
-			return "(nil)"
-		}
-		if len(v.str) > 64 {
-			return strconv.Quote(v.str[:64]) + fmt.Sprintf("...(%d bytes)", len(v.str))
-		}
-		return strconv.Quote(v.str)
-	case '-':
-		return "(error) " + v.str
-	}
-	return v.str
-}
-
-// ints returns an array of integers as a slice, or nil if v is not one.
-func (v val) ints() []int64 {
-	if v.kind != '*' || v.null {
-		return nil
-	}
-	out := make([]int64, len(v.arr))
-	for i, e := range v.arr {
-		if e.kind != ':' {
-			return nil
-		}
-		out[i] = e.n
-	}
-	return out
-}
-
-var errMalformed = errors.New("malformed RESP")
-
-// readVal reads one complete RESP2 value, strictly: every line ends in
-// "\r\n", integers are integers, bulks end in "\r\n".
-func readVal(r *bufio.Reader) (val, error) { return readValDepth(r, 0) }
-
-func readValDepth(r *bufio.Reader, depth int) (val, error) {
-	if depth > 32 {
-		return val{}, fmt.Errorf("%w: nested deeper than 32", errMalformed)
-	}
-	line, err := r.ReadSlice('\n')
-	if err != nil {
-		if errors.Is(err, bufio.ErrBufferFull) {
-			return val{}, fmt.Errorf("%w: line longer than the buffer", errMalformed)
-		}
-		if len(line) > 0 && errors.Is(err, io.EOF) {
-			return val{}, io.ErrUnexpectedEOF
-		}
-		return val{}, err
-	}
-	if len(line) < 3 || line[len(line)-2] != '\r' {
-		return val{}, fmt.Errorf("%w: line %q", errMalformed, line)
-	}
-	v := val{kind: line[0]}
-	body := string(line[1 : len(line)-2])
-	switch v.kind {
-	case '+', '-':
-		v.str = body
-		return v, nil
-	case ':':
-		v.n, err = strconv.ParseInt(body, 10, 64)
-		if err != nil {
-			return val{}, fmt.Errorf("%w: integer %q", errMalformed, body)
-		}
-		return v, nil
-	case '$':
-		n, err := strconv.ParseInt(body, 10, 64)
-		if err != nil || n < -1 || n > 512*mib {
-			return val{}, fmt.Errorf("%w: bulk length %q", errMalformed, body)
-		}
-		if n == -1 {
-			v.null = true
-			return v, nil
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return val{}, err
-		}
-		if buf[n] != '\r' || buf[n+1] != '\n' {
-			return val{}, fmt.Errorf("%w: bulk not followed by CRLF", errMalformed)
-		}
-		v.str = string(buf[:n])
-		return v, nil
-	case '*':
-		n, err := strconv.ParseInt(body, 10, 64)
-		if err != nil || n < -1 || n > 1<<24 {
-			return val{}, fmt.Errorf("%w: array length %q", errMalformed, body)
-		}
-		if n == -1 {
-			v.null = true
-			return v, nil
-		}
-		v.arr = make([]val, 0, min(n, 1024))
-		for i := int64(0); i < n; i++ {
-			e, err := readValDepth(r, depth+1)
-			if err != nil {
-				if errors.Is(err, io.EOF) {
-					err = io.ErrUnexpectedEOF
-				}
-				return val{}, err
-			}
-			v.arr = append(v.arr, e)
-		}
-		return v, nil
-	}
-	return val{}, fmt.Errorf("%w: type byte %q", errMalformed, v.kind)
-}
-
-// rawConn is a plain RESP2 connection.
-type rawConn struct {
-	c net.Conn
-	r *bufio.Reader
-}
-
 // ioTimeout bounds every exchange on a raw connection.
 const ioTimeout = 30 * time.Second
-
-func dialRaw(addr string) (*rawConn, error) {
-	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	return &rawConn{c: c, r: bufio.NewReaderSize(c, 64<<10)}, nil
-}
-
-func mustDialRaw(t testing.TB, addr string) *rawConn {
-	t.Helper()
-	rc, err := dialRaw(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rc.c.Close() })
-	return rc
-}
-
-// do sends one command and reads its reply.
-func (rc *rawConn) do(args ...string) (val, error) {
-	rc.c.SetDeadline(time.Now().Add(ioTimeout))
-	if _, err := rc.c.Write(appendCmd(nil, args...)); err != nil {
-		return val{}, err
-	}
-	return readVal(rc.r)
-}
-
-func (rc *rawConn) close() { rc.c.Close() }
 
 // readAll reads until EOF or the deadline and returns what arrived and
 // the error that ended the read (nil for a clean EOF).
@@ -389,24 +163,24 @@ func isReset(err error) bool {
 
 // info returns the fields of INFO section, over a fresh connection.
 func info(addr, section string) (map[string]string, error) {
-	rc, err := dialRaw(addr)
+	rc, err := resptest.Dial(addr)
 	if err != nil {
 		return nil, err
 	}
-	defer rc.close()
-	return rc.info(section)
+	defer rc.Close()
+	return infoOn(rc, section)
 }
 
-func (rc *rawConn) info(section string) (map[string]string, error) {
-	v, err := rc.do("INFO", section)
+func infoOn(rc *resptest.Conn, section string) (map[string]string, error) {
+	v, err := rc.Do("INFO", section)
 	if err != nil {
 		return nil, err
 	}
-	if v.kind != '$' {
+	if v.Kind != '$' {
 		return nil, fmt.Errorf("INFO %s: %v", section, v)
 	}
 	m := map[string]string{}
-	for _, l := range strings.Split(v.str, "\r\n") {
+	for _, l := range strings.Split(v.Str, "\r\n") {
 		if k, x, ok := strings.Cut(l, ":"); ok {
 			m[k] = x
 		}
@@ -548,16 +322,16 @@ type keepState struct {
 }
 
 func peekKeep(addr string) ([]int64, error) {
-	rc, err := dialRaw(addr)
+	rc, err := resptest.Dial(addr)
 	if err != nil {
 		return nil, err
 	}
-	defer rc.close()
-	v, err := rc.do("CL.PEEK", "keep", "5", "1", "3600")
+	defer rc.Close()
+	v, err := rc.Do("CL.PEEK", "keep", "5", "1", "3600")
 	if err != nil {
 		return nil, err
 	}
-	if n := v.ints(); len(n) == 5 {
+	if n := v.Ints(); len(n) == 5 {
 		return n, nil
 	}
 	return nil, fmt.Errorf("CL.PEEK keep: %v", v)
@@ -566,10 +340,10 @@ func peekKeep(addr string) ([]int64, error) {
 // setKeep stores the well-behaved client's key before an attack.
 func setKeep(t testing.TB, addr string) keepState {
 	t.Helper()
-	rc := mustDialRaw(t, addr)
-	defer rc.close()
-	v, err := rc.do("CL.THROTTLE", "keep", "5", "1", "3600", "3")
-	if n := v.ints(); err != nil || len(n) != 5 || n[0] != 0 {
+	rc := resptest.MustDial(t, addr)
+	defer rc.Close()
+	v, err := rc.Do("CL.THROTTLE", "keep", "5", "1", "3600", "3")
+	if n := v.Ints(); err != nil || len(n) != 5 || n[0] != 0 {
 		t.Fatalf("CL.THROTTLE keep 5 1 3600 3: %v, %v", v, err)
 	}
 	peek, err := peekKeep(addr)

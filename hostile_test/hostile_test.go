@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cellserver/cellserver/internal/binproc"
 )
 
 // attack is one case in progress: a fresh server, the well-behaved
@@ -75,7 +77,7 @@ func (a *attack) end(bound int64, why string, keepMayGo bool, note string) {
 // own clients run slower), so none of them is skipped. raceEnabled (a
 // build-tagged const) names the mode in the table's heading.
 func TestHostile(t *testing.T) {
-	needBinary(t)
+	binproc.Binary(t)
 	cases := []struct {
 		name string
 		fn   func(t *testing.T)

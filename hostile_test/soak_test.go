@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cellserver/cellserver/internal/binproc"
 )
 
 // The soak: many clients run a mixed workload of every limiter command
@@ -783,7 +785,7 @@ func runSoak(t *testing.T, dur time.Duration, clients int, seed uint64) string {
 
 // TestSoakShort is the CI version of the soak: 10 s, 12 clients.
 func TestSoakShort(t *testing.T) {
-	needBinary(t)
+	binproc.Binary(t)
 	t.Log(runSoak(t, 10*time.Second, 12, 1))
 }
 
@@ -794,7 +796,7 @@ func TestSoak(t *testing.T) {
 	if os.Getenv("SOAK") != "1" {
 		t.Skip("set SOAK=1 (or run bench/soak.sh) for the long soak; TestSoakShort runs a 10 s version")
 	}
-	needBinary(t)
+	binproc.Binary(t)
 	dur := 60 * time.Second
 	if v := os.Getenv("SOAK_DURATION"); v != "" {
 		if n, err := strconv.Atoi(v); err == nil {

@@ -288,14 +288,8 @@ func TestFixedProperties(t *testing.T) {
 				t.Fatalf("%s: got %s count %d, want %s count %d (state %+v exists %v)", where, ds(d), next.Count, ds(want), wantCount, st, exists)
 			}
 			checkShape(t, where, d, limit, q, period, period)
-			if d.Limited && q <= limit {
+			if checkRetryExact(t, where, fixedLimiter, st, exists, now, period, limit, q, d) {
 				retries++
-				if _, d2, _, _ := Fixed(st, exists, now+d.RetryAfter, Rule{Limit: limit, Period: period}, q); d2.Limited {
-					t.Fatalf("%s: limited with RetryAfter %d, still limited then: %s", where, d.RetryAfter, ds(d2))
-				}
-				if _, d2, _, _ := Fixed(st, exists, now+d.RetryAfter-1, Rule{Limit: limit, Period: period}, q); !d2.Limited {
-					t.Fatalf("%s: limited with RetryAfter %d, admitted 1ns earlier", where, d.RetryAfter)
-				}
 			}
 			if store {
 				st, exists = next, true
@@ -323,51 +317,9 @@ func TestFixedProperties(t *testing.T) {
 // hold is that the window of the latest instant seen never admits more than
 // limit units, however the clock went back and forth meanwhile.
 func TestFixedClockBackwards(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	const sequences, length = 3000, 60
-	var requests, windows, backs int
-	for seq := 0; seq < sequences; seq++ {
-		period := 1 + rng.Int64N(100)
-		limit := 1 + rng.Int64N(6)
-		var st FixedState
-		exists := false
-		admitted := map[int64]int64{}
-		now := randStart(rng, period)
-		latest := now
-		for i := 0; i < length; i++ {
-			if rng.IntN(5) == 0 {
-				now -= 1 + rng.Int64N(2*period)
-				backs++
-			} else {
-				now += randStep(rng, period)
-			}
-			latest = max(latest, now)
-			q := 1 + rng.Int64N(limit)
-			next, d, store, _ := Fixed(st, exists, now, Rule{Limit: limit, Period: period}, q)
-			requests++
-			bound := max(period, (st.Window+1)*period-now)
-			checkShape(t, fmt.Sprintf("seq %d step %d", seq, i), d, limit, q, bound, bound)
-			if d.Limited && q <= limit {
-				if _, d2, _, _ := Fixed(st, exists, now+d.RetryAfter, Rule{Limit: limit, Period: period}, q); d2.Limited {
-					t.Fatalf("seq %d step %d: still limited after RetryAfter %d", seq, i, d.RetryAfter)
-				}
-				if _, d2, _, _ := Fixed(st, exists, now+d.RetryAfter-1, Rule{Limit: limit, Period: period}, q); !d2.Limited {
-					t.Fatalf("seq %d step %d: admitted 1ns before RetryAfter %d", seq, i, d.RetryAfter)
-				}
-			}
-			if store {
-				st, exists = next, true
-			}
-			if w := refWindow(now, period); !d.Limited && w == refWindow(latest, period) {
-				admitted[w] += q
-				if admitted[w] > limit {
-					t.Fatalf("seq %d step %d: window %d admitted %d > limit %d units", seq, i, w, admitted[w], limit)
-				}
-			}
-		}
-		windows += len(admitted)
-	}
-	t.Logf("%d sequences, %d requests (%d clock steps back), %d windows checked", sequences, requests, backs, windows)
+	testClockBackwards(t, fixedLimiter, rand.New(rand.NewPCG(3, 4)), func(st FixedState, _ bool, now, period int64) int64 {
+		return max(period, (st.Window+1)*period-now)
+	})
 }
 
 func FuzzFixed(f *testing.F) {
@@ -402,22 +354,8 @@ func FuzzFixed(f *testing.F) {
 		if q != 0 && !d.Limited && !store && (exists || next.Count != 0) {
 			t.Fatalf("Fixed: admitted q=%d but nothing to store", q)
 		}
-		if exists && st.Window > w {
-			// The clock went back: the decision is the one at the start of
-			// the stored window, nothing stored is forgotten.
-			_, d2, _, _ := Fixed(st, exists, st.Window*period, Rule{Limit: limit, Period: period}, q)
-			if d2.Limited != d.Limited || d2.Remaining != d.Remaining {
-				t.Fatalf("Fixed: clock back %dns: %s, at the stored window's start %s", st.Window*period-now, ds(d), ds(d2))
-			}
-		}
-		if d.Limited && q <= limit {
-			if _, d2, _, _ := Fixed(st, exists, now+d.RetryAfter, Rule{Limit: limit, Period: period}, q); d2.Limited {
-				t.Fatalf("Fixed: still limited after RetryAfter %d: %s", d.RetryAfter, ds(d2))
-			}
-			if _, d2, _, _ := Fixed(st, exists, now+d.RetryAfter-1, Rule{Limit: limit, Period: period}, q); !d2.Limited {
-				t.Fatalf("Fixed: admitted 1ns before RetryAfter %d", d.RetryAfter)
-			}
-		}
+		checkClockBack(t, fixedLimiter, st, exists, now, period, limit, q, d)
+		checkRetryExact(t, "fuzz", fixedLimiter, st, exists, now, period, limit, q, d)
 	})
 }
 

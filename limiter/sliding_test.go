@@ -249,12 +249,7 @@ func TestSlidingProperties(t *testing.T) {
 				if !ref.admits(now+d.RetryAfter, q) || ref.admits(now+d.RetryAfter-1, q) {
 					t.Fatalf("%s: RetryAfter %d is not the first instant the reference admits", where, d.RetryAfter)
 				}
-				if _, d2, _, _ := Sliding(st, exists, now+d.RetryAfter, Rule{Limit: limit, Period: period}, q); d2.Limited {
-					t.Fatalf("%s: still limited after RetryAfter %d", where, d.RetryAfter)
-				}
-				if _, d2, _, _ := Sliding(st, exists, now+d.RetryAfter-1, Rule{Limit: limit, Period: period}, q); !d2.Limited {
-					t.Fatalf("%s: admitted 1ns before RetryAfter %d", where, d.RetryAfter)
-				}
+				checkRetryExact(t, where, slidingLimiter, st, exists, now, period, limit, q, d)
 			}
 			ref.counts[refWindow(now, period)] = cur
 			resets++
@@ -278,53 +273,12 @@ func TestSlidingProperties(t *testing.T) {
 // admitted in the window of the latest instant seen never exceed limit, and
 // RetryAfter stays exact.
 func TestSlidingClockBackwards(t *testing.T) {
-	rng := rand.New(rand.NewPCG(7, 8))
-	const sequences, length = 3000, 60
-	var requests, backs int
-	for seq := 0; seq < sequences; seq++ {
-		period := 1 + rng.Int64N(100)
-		limit := 1 + rng.Int64N(6)
-		var st SlidingState
-		exists := false
-		admitted := map[int64]int64{}
-		now := randStart(rng, period)
-		latest := now
-		for i := 0; i < length; i++ {
-			if rng.IntN(5) == 0 {
-				now -= 1 + rng.Int64N(2*period)
-				backs++
-			} else {
-				now += randStep(rng, period)
-			}
-			latest = max(latest, now)
-			q := 1 + rng.Int64N(limit)
-			next, d, store, _ := Sliding(st, exists, now, Rule{Limit: limit, Period: period}, q)
-			requests++
-			bound := 2 * period
-			if exists && st.Window*period > now {
-				bound += st.Window*period - now
-			}
-			checkShape(t, fmt.Sprintf("seq %d step %d", seq, i), d, limit, q, bound, bound)
-			if d.Limited && q <= limit {
-				if _, d2, _, _ := Sliding(st, exists, now+d.RetryAfter, Rule{Limit: limit, Period: period}, q); d2.Limited {
-					t.Fatalf("seq %d step %d: still limited after RetryAfter %d", seq, i, d.RetryAfter)
-				}
-				if _, d2, _, _ := Sliding(st, exists, now+d.RetryAfter-1, Rule{Limit: limit, Period: period}, q); !d2.Limited {
-					t.Fatalf("seq %d step %d: admitted 1ns before RetryAfter %d", seq, i, d.RetryAfter)
-				}
-			}
-			if store {
-				st, exists = next, true
-			}
-			if w := refWindow(now, period); !d.Limited && w == refWindow(latest, period) {
-				admitted[w] += q
-				if admitted[w] > limit {
-					t.Fatalf("seq %d step %d: window %d admitted %d > limit %d units", seq, i, w, admitted[w], limit)
-				}
-			}
+	testClockBackwards(t, slidingLimiter, rand.New(rand.NewPCG(7, 8)), func(st SlidingState, exists bool, now, period int64) int64 {
+		if exists && st.Window*period > now {
+			return 2*period + st.Window*period - now
 		}
-	}
-	t.Logf("%d sequences, %d requests (%d clock steps back)", sequences, requests, backs)
+		return 2 * period
+	})
 }
 
 func FuzzSliding(f *testing.F) {
@@ -366,22 +320,8 @@ func FuzzSliding(f *testing.F) {
 				t.Fatalf("Sliding: %s cur %d, reference limited %v remaining %d cur %d", ds(d), next.Cur, limited, remaining, cur)
 			}
 		}
-		if exists && st.Window > w {
-			// The clock went back: the decision is the one at the start of
-			// the stored window, nothing stored is forgotten.
-			_, d2, _, _ := Sliding(st, exists, st.Window*period, Rule{Limit: limit, Period: period}, q)
-			if d2.Limited != d.Limited || d2.Remaining != d.Remaining {
-				t.Fatalf("Sliding: clock back %dns: %s, at the stored window's start %s", st.Window*period-now, ds(d), ds(d2))
-			}
-		}
-		if d.Limited && q <= limit {
-			if _, d2, _, _ := Sliding(st, exists, now+d.RetryAfter, Rule{Limit: limit, Period: period}, q); d2.Limited {
-				t.Fatalf("Sliding: still limited after RetryAfter %d: %s", d.RetryAfter, ds(d2))
-			}
-			if _, d2, _, _ := Sliding(st, exists, now+d.RetryAfter-1, Rule{Limit: limit, Period: period}, q); !d2.Limited {
-				t.Fatalf("Sliding: admitted 1ns before RetryAfter %d", d.RetryAfter)
-			}
-		}
+		checkClockBack(t, slidingLimiter, st, exists, now, period, limit, q, d)
+		checkRetryExact(t, "fuzz", slidingLimiter, st, exists, now, period, limit, q, d)
 	})
 }
 

@@ -11,11 +11,9 @@ package repl_test
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"sort"
 	"strconv"
@@ -28,24 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// binPath is the cellserver binary built by TestMain ("" if the build
-// failed; buildErr says why).
-var (
-	binPath  string
-	buildErr error
-)
-
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		os.Exit(m.Run()) // every test here runs binaries
-	}
-	var cleanup func()
-	binPath, cleanup, buildErr = binproc.Build()
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { binproc.Main(m) }
 
 // flavor is the server a scenario runs on: cellserver (the subject) or
 // redis-server 7.0 (the reference, to check the harness).
@@ -71,9 +52,7 @@ func (f flavor) need(t *testing.T) {
 		}
 		return
 	}
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	binproc.Binary(t)
 }
 
 // node is one running server process that the test started.
@@ -131,7 +110,7 @@ func (n *node) startCellserver(t *testing.T, o nodeOpts) {
 		args = append(args, "--repl-backlog-size", strconv.Itoa(o.backlog))
 	}
 	args = append(args, o.extra...)
-	bp, addrc, err := binproc.Launch(binPath, args...)
+	bp, addrc, err := binproc.Launch(binproc.Path(), args...)
 	if err != nil {
 		t.Fatal(err)
 	}

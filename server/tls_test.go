@@ -3,17 +3,10 @@ package server_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -22,6 +15,7 @@ import (
 
 	"github.com/cellserver/cellserver/internal/binproc"
 	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/internal/testpki"
 	"github.com/cellserver/cellserver/server"
 	"github.com/redis/go-redis/v9"
 )
@@ -37,71 +31,16 @@ type testPKI struct {
 	otherClient               tls.Certificate // signed by another CA
 }
 
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func newCA(t *testing.T, name string) (*x509.Certificate, *ecdsa.PrivateKey, []byte) {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return cert, key, der
-}
-
-func issue(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, cn string, server bool) ([]byte, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature,
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-		tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-	} else {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return der, key
-}
-
 func newPKI(t *testing.T) *testPKI {
 	t.Helper()
-	dir := t.TempDir()
-	p := &testPKI{dir: dir, caFile: filepath.Join(dir, "ca.pem"), certFile: filepath.Join(dir, "server.pem"),
-		keyFile: filepath.Join(dir, "server.key"), clientCert: filepath.Join(dir, "client.pem"), clientKey: filepath.Join(dir, "client.key")}
-	ca, caKey, caDER := newCA(t, "cellserver test CA")
-	writePEM(t, p.caFile, "CERTIFICATE", caDER)
-	p.pool = x509.NewCertPool()
-	p.pool.AddCert(ca)
-	der, key := issue(t, ca, caKey, "127.0.0.1", true)
-	writePEM(t, p.certFile, "CERTIFICATE", der)
-	kb, _ := x509.MarshalECPrivateKey(key)
-	writePEM(t, p.keyFile, "EC PRIVATE KEY", kb)
-	cder, ckey := issue(t, ca, caKey, "client", false)
-	writePEM(t, p.clientCert, "CERTIFICATE", cder)
-	ckb, _ := x509.MarshalECPrivateKey(ckey)
-	writePEM(t, p.clientKey, "EC PRIVATE KEY", ckb)
-	p.client = tls.Certificate{Certificate: [][]byte{cder}, PrivateKey: ckey}
-	other, otherKey, _ := newCA(t, "another CA")
-	oder, okey := issue(t, other, otherKey, "stranger", false)
-	p.otherClient = tls.Certificate{Certificate: [][]byte{oder}, PrivateKey: okey}
+	p := &testPKI{dir: t.TempDir()}
+	ca := testpki.NewCA(t, "cellserver test CA")
+	p.caFile, p.pool = ca.WriteFile(t, p.dir), ca.Pool()
+	p.certFile, p.keyFile = ca.Issue(t, "127.0.0.1", x509.ExtKeyUsageServerAuth).WriteFiles(t, p.dir, "server")
+	client := ca.Issue(t, "client", x509.ExtKeyUsageClientAuth)
+	p.clientCert, p.clientKey = client.WriteFiles(t, p.dir, "client")
+	p.client = client.TLS()
+	p.otherClient = testpki.NewCA(t, "another CA").Issue(t, "stranger", x509.ExtKeyUsageClientAuth).TLS()
 	return p
 }
 

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/binproc"
 	"github.com/cellserver/cellserver/server"
 	"github.com/redis/go-redis/v9"
 )
@@ -136,17 +137,9 @@ func TestInvalidConfigReportsEveryProblem(t *testing.T) {
 	}
 }
 
-// buildBinary compiles cellserver once per test run.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "cellserver")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("build: %v", err)
-	}
-	return bin
-}
+// TestMain removes the binary binproc.Binary builds, once per test run,
+// for the tests that run it.
+func TestMain(m *testing.M) { binproc.Main(m) }
 
 var addrRE = regexp.MustCompile(`addr=(127\.0\.0\.1:\d+)`)
 
@@ -208,7 +201,7 @@ func TestGracefulShutdownOfRealBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := buildBinary(t)
+	bin := binproc.Binary(t)
 	cmd, addr, exited, logs := startBinary(t, bin)
 
 	idle, err := net.Dial("tcp", addr)
@@ -272,7 +265,7 @@ func TestStartupLogLine(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := buildBinary(t)
+	bin := binproc.Binary(t)
 	_, addr, _, logs := startBinary(t, bin, "--maxclients", "77")
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
@@ -293,7 +286,7 @@ func TestHealthcheck(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := buildBinary(t)
+	bin := binproc.Binary(t)
 	_, addr, _, _ := startBinary(t, bin, "--requirepass", "pw")
 	var out, errb bytes.Buffer
 	if code := run([]string{"--healthcheck", "--addr", addr, "--requirepass", "pw"}, &out, &errb); code != 0 {
@@ -316,7 +309,7 @@ func TestJSONLogs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := buildBinary(t)
+	bin := binproc.Binary(t)
 	cmd := exec.Command(bin, "--addr", "127.0.0.1:0", "--log-format", "json", "--log-level", "warn", "--version")
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "cellserver ") {
 		t.Fatalf("--version with log flags: %q %v", out, err)

@@ -2,14 +2,8 @@ package main
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -20,9 +14,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/internal/testpki"
 	"github.com/cellserver/cellserver/server"
 )
 
@@ -87,42 +81,10 @@ type tlsFiles struct{ ca, cert, key, clientCert, clientKey string }
 func writeTLSFiles(t *testing.T, serverUsage ...x509.ExtKeyUsage) tlsFiles {
 	t.Helper()
 	dir := t.TempDir()
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "healthcheck test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	issue := func(cn string, usage []x509.ExtKeyUsage, ip bool) ([]byte, []byte) {
-		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: usage}
-		if ip {
-			tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kb, _ := x509.MarshalECPrivateKey(key)
-		return der, kb
-	}
-	f := tlsFiles{ca: write("ca.pem", "CERTIFICATE", caDER)}
-	der, kb := issue("127.0.0.1", serverUsage, true)
-	f.cert, f.key = write("server.pem", "CERTIFICATE", der), write("server.key", "EC PRIVATE KEY", kb)
-	der, kb = issue("healthcheck", []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, false)
-	f.clientCert, f.clientKey = write("client.pem", "CERTIFICATE", der), write("client.key", "EC PRIVATE KEY", kb)
+	ca := testpki.NewCA(t, "healthcheck test CA")
+	f := tlsFiles{ca: ca.WriteFile(t, dir)}
+	f.cert, f.key = ca.Issue(t, "127.0.0.1", serverUsage...).WriteFiles(t, dir, "server")
+	f.clientCert, f.clientKey = ca.Issue(t, "healthcheck", x509.ExtKeyUsageClientAuth).WriteFiles(t, dir, "client")
 	return f
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/cellserver/cellserver/internal/binproc"
 )
 
 // TestPoliciesSIGHUP: with --policies, SIGHUP reloads the file (logged
@@ -18,7 +20,7 @@ func TestPoliciesSIGHUP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := buildBinary(t)
+	bin := binproc.Binary(t)
 	file := filepath.Join(t.TempDir(), "policies.yaml")
 	write := func(src string) {
 		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {

@@ -13,6 +13,8 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/cellserver/cellserver/internal/binproc"
 )
 
 var rlsAddrRE = regexp.MustCompile(`envoy rate limit service listening.* addr=(127\.0\.0\.1:\d+)`)
@@ -27,7 +29,7 @@ func TestRLSSIGHUP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := buildBinary(t)
+	bin := binproc.Binary(t)
 	file := filepath.Join(t.TempDir(), "rls.yaml")
 	write := func(src string) {
 		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cellserver/cellserver/internal/binproc"
 )
 
 // sigProc is the real binary with its log lines delivered on a channel,
@@ -205,7 +207,7 @@ func TestIgnoredSignalsKeepServing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := buildBinary(t)
+	bin := binproc.Binary(t)
 	dir := t.TempDir()
 	p := startSig(t, bin, "--data-dir", dir, "--fsync", "no")
 	const n = 500
@@ -241,7 +243,7 @@ func TestStopSignalsWriteAcknowledgedChanges(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := buildBinary(t)
+	bin := binproc.Binary(t)
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		t.Run(sig.String(), func(t *testing.T) {
 			dir := t.TempDir()
@@ -265,7 +267,7 @@ func TestBrokenLogPipeDoesNotKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := buildBinary(t)
+	bin := binproc.Binary(t)
 	p := startSig(t, bin)
 	p.stderr.Close() // the log reader is gone
 	// SIGHUP makes the server log a line: its write gets EPIPE.
@@ -298,7 +300,7 @@ func TestSigquitDumpsAndExits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
-	bin := buildBinary(t)
+	bin := binproc.Binary(t)
 	dir := t.TempDir()
 	p := startSig(t, bin, "--data-dir", dir, "--fsync", "always")
 	const n = 2000

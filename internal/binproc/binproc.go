@@ -38,6 +38,59 @@ func Build() (path string, cleanup func(), err error) {
 	return path, cleanup, nil
 }
 
+// built is the binary Path builds, once per test process.
+var built struct {
+	once    sync.Once
+	path    string
+	cleanup func()
+	err     error
+}
+
+// Path returns the cellserver binary of this test process: $CELLSERVER_BIN
+// if set, else one Build makes on the first call (and RemoveBinary
+// removes). It returns "" if that build failed; Binary says why.
+func Path() string {
+	built.once.Do(func() {
+		if built.path = os.Getenv("CELLSERVER_BIN"); built.path == "" {
+			built.path, built.cleanup, built.err = Build()
+		}
+	})
+	if built.err != nil {
+		return ""
+	}
+	return built.path
+}
+
+// Binary is Path for a test that runs the binary: it skips the test under
+// -short and fails it if the build failed.
+func Binary(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the cellserver binary")
+	}
+	if p := Path(); p != "" {
+		return p
+	}
+	t.Fatal(built.err)
+	return ""
+}
+
+// RemoveBinary removes the binary Path built, if any; TestMain calls it
+// once the tests have run.
+func RemoveBinary() {
+	if built.cleanup != nil {
+		built.cleanup()
+	}
+}
+
+// Main is a TestMain for packages that need nothing else: it runs the
+// tests, removes the binary and exits with the tests' code.
+func Main(m *testing.M) {
+	code := m.Run()
+	RemoveBinary()
+	os.Exit(code)
+}
+
 // maxLogBytes bounds what Logs keeps of a process's log.
 const maxLogBytes = 1 << 20
 
@@ -113,6 +166,31 @@ func Launch(bin string, args ...string) (*Proc, <-chan string, error) {
 		close(p.Exited)
 	}()
 	return p, addrc, nil
+}
+
+// StartTimeout bounds how long StartServer waits for the startup line.
+const StartTimeout = 20 * time.Second
+
+// StartServer launches the test process's binary (Binary) with args,
+// kills it when the test ends, and waits (StartTimeout at most) until it
+// listens: it returns the process and its address, or fails the test with
+// the process's log.
+func StartServer(t testing.TB, args ...string) (*Proc, string) {
+	t.Helper()
+	p, addrc, err := Launch(Binary(t), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	select {
+	case addr := <-addrc:
+		return p, addr
+	case <-p.Exited:
+		t.Fatalf("cellserver %v exited before listening: %v\n%s", args, p.Err, p.Logs)
+	case <-time.After(StartTimeout):
+		t.Fatalf("cellserver %v did not report its address within %v\n%s", args, StartTimeout, p.Logs)
+	}
+	return nil, ""
 }
 
 // Kill kills the process if it is still running and waits for it.

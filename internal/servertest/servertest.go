@@ -45,13 +45,24 @@ func (c *Clock) Advance(d time.Duration) {
 // Start runs a server with cfg on 127.0.0.1:0 (cfg.Addr is overridden) and
 // returns it with its address; cfg.Clock, nil for time.Now, is the
 // server's clock. Logs are discarded unless cfg.Logger is set. The server
-// is shut down when the test ends (cellservertest.Run).
+// is shut down when the test ends (cellservertest.Run); then its keyspace
+// must pass CheckInvariants, or the test fails.
 func Start(t testing.TB, cfg server.Config) (*server.Server, string) {
 	t.Helper()
 	clock := cfg.Clock
 	if clock == nil {
 		clock = time.Now
 	}
+	// Registered before Run's, so it runs once the server has stopped.
+	var srv *server.Server
+	t.Cleanup(func() {
+		if srv == nil {
+			return
+		}
+		if err := srv.Commands().Keyspace().CheckInvariants(); err != nil {
+			t.Errorf("keyspace invariants at the end of the test: %v", err)
+		}
+	})
 	s := cellservertest.Run(t, cellservertest.WithClock(clock), cellservertest.WithConfig(func(c *server.Config) {
 		logger := c.Logger
 		*c = cfg
@@ -60,5 +71,6 @@ func Start(t testing.TB, cfg server.Config) (*server.Server, string) {
 			c.Logger = logger
 		}
 	}))
-	return s.Server(), s.Addr()
+	srv = s.Server()
+	return srv, s.Addr()
 }
