@@ -26,6 +26,7 @@ type client struct {
 	// strings). Read by CLIENT LIST (resp=), hence atomic.
 	resp3  atomic.Bool
 	denied bool // protected mode refuses this client
+	shard  int  // the statistics' shard this client counts in (its event loop)
 	// pendingSeq is the persistence sequence this client's replies wait
 	// for (fsync always); 0 when nothing is pending.
 	pendingSeq uint64
