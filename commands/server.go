@@ -487,11 +487,11 @@ func (s *Server) Open(c *resp.Conn) {
 	cl.x.cl = cl
 	// The statistics' shard: the connection's event loop, or for a
 	// connection on a goroutine of its own, the shards in turn.
-	cl.shard = c.Loop()
-	if cl.shard < 0 {
-		cl.shard = int(s.openSeq.Add(1) - 1)
+	shard := c.Loop()
+	if shard < 0 {
+		shard = int(s.openSeq.Add(1) - 1)
 	}
-	cl.shard %= statShards()
+	cl.shard = uint16(shard % statShards())
 	c.SetContext(cl)
 	// Protected mode is enforced as clients are accepted (Refuse, set as
 	// resp.Config.Refuse). Should a connection layer without that hook

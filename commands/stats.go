@@ -38,9 +38,13 @@ type statShard [32]atomic.Int64
 // statSlots is how many slots of a statShard a group may use.
 const statSlots = 22
 
-// statShards is how many shards the counters have: one per core, the
-// default number of event loops.
-func statShards() int { return runtime.GOMAXPROCS(0) }
+// statShards is how many shards the counters have: one per core (the
+// default number of event loops), at most maxStatShards.
+func statShards() int { return min(runtime.GOMAXPROCS(0), maxStatShards) }
+
+// maxStatShards bounds the shards: their memory, and the index a client
+// holds in 16 bits.
+const maxStatShards = 256
 
 // newShards returns n shards for a group of counters.
 func newShards(n int) []statShard { return make([]statShard, max(n, 1)) }
@@ -52,7 +56,7 @@ type counter struct {
 }
 
 // Add adds n to the counter in shard shard (taken modulo the shards).
-func (c counter) Add(shard int, n int64) { c.shards[shard%len(c.shards)][c.slot].Add(n) }
+func (c counter) Add(shard uint16, n int64) { c.shards[int(shard)%len(c.shards)][c.slot].Add(n) }
 
 // Load returns the counter's total over its shards.
 func (c counter) Load() int64 {
@@ -88,14 +92,14 @@ func newCmdStats(shards int) cmdStats {
 	for i := range st.buckets {
 		st.buckets[i] = next()
 	}
-	if slot != statSlots {
-		panic("commands: cmdStats uses " + strconv.Itoa(slot) + " slots, not statSlots")
+	if slot > statSlots {
+		panic("commands: cmdStats uses " + strconv.Itoa(slot) + " slots, more than statSlots")
 	}
 	return st
 }
 
 // observe counts a call's latency of ns nanoseconds in shard shard.
-func (st *cmdStats) observe(shard int, ns int64) {
+func (st *cmdStats) observe(shard uint16, ns int64) {
 	st.usec.Add(shard, ns)
 	i := 0
 	for i < len(latencyBoundsNS) && ns > latencyBoundsNS[i] {
@@ -240,9 +244,9 @@ var noPrefix = []byte(NoPrefix)
 
 // add counts one limited decision for key in shard shard (taken modulo
 // the shards).
-func (pt *prefixTracker) add(shard int, key []byte) {
+func (pt *prefixTracker) add(shard uint16, key []byte) {
 	p := pt.prefix(key)
-	sh := &pt.shards[shard%len(pt.shards)]
+	sh := &pt.shards[int(shard)%len(pt.shards)]
 	sh.mu.Lock()
 	if n := sh.counts[string(p)]; n != nil {
 		*n++

@@ -34,7 +34,7 @@ func TestStatsShards(t *testing.T) {
 		s.ServeRESP(c, a)
 		return string(c.Out)
 	}
-	shards := map[int]bool{}
+	shards := map[uint16]bool{}
 	for i := range 4 {
 		c := new(resp.Conn)
 		s.Open(c)
