@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cellserver/cellserver/commands"
@@ -124,4 +125,53 @@ func BenchmarkDispatchLimiters(b *testing.B) {
 			benchDispatch(b, cmds)
 		})
 	}
+}
+
+// BenchmarkDispatchParallel runs CL.THROTTLE from several clients at once
+// (b.RunParallel, one client per goroutine, each on a key of its own), as
+// clients of several event loops do: the per-command statistics and the
+// limited-prefix tracker are shared by every client, so this measures
+// what they cost when several cores update them.
+//
+// Sub-benchmarks:
+//   - allowed: every decision is allowed (a bucket too large to fill).
+//   - limited: every decision is limited, all on the prefix "hot".
+func BenchmarkDispatchParallel(b *testing.B) {
+	b.Run("allowed", func(b *testing.B) {
+		benchParallel(b, func(k string) []string { return []string{"CL.THROTTLE", "open:" + k, "1000000000000", "1000000", "1"} })
+	})
+	b.Run("limited", func(b *testing.B) {
+		benchParallel(b, func(k string) []string { return []string{"CL.THROTTLE", "hot:" + k, "15", "30", "60"} })
+	})
+}
+
+// benchParallel runs the command cmd(client) on a client of its own per
+// goroutine of b.RunParallel.
+func benchParallel(b *testing.B, cmd func(client string) []string) {
+	srv, err := commands.New(commands.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var clients atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		conn := new(resp.Conn)
+		srv.Open(conn)
+		defer srv.Close(conn)
+		var args [][]byte
+		for _, a := range cmd(strconv.FormatInt(clients.Add(1), 10)) {
+			args = append(args, []byte(a))
+		}
+		for i := 0; i < 20; i++ { // past the burst: the limited case is limited from here on
+			conn.Out = conn.Out[:0]
+			srv.ServeRESP(conn, args)
+		}
+		for pb.Next() {
+			conn.Out = conn.Out[:0]
+			srv.ServeRESP(conn, args)
+		}
+		if !limiterReply(conn.Out) {
+			b.Errorf("last reply %q", conn.Out)
+		}
+	})
 }

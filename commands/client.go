@@ -26,6 +26,9 @@ type client struct {
 	// strings). Read by CLIENT LIST (resp=), hence atomic.
 	resp3  atomic.Bool
 	denied bool // protected mode refuses this client
+	// shard is the statistics' shard this client counts in (its event
+	// loop's); 16 bits fit in the padding after denied.
+	shard uint16
 	// pendingSeq is the persistence sequence this client's replies wait
 	// for (fsync always); 0 when nothing is pending.
 	pendingSeq uint64

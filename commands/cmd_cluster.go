@@ -80,7 +80,7 @@ func (s *Server) clusterCheck(x *ctx, sp *Spec) wireErr {
 // transaction), and inside MULTI the transaction is flagged to abort.
 func (s *Server) clusterReject(x *ctx, sp *Spec, msg wireErr) {
 	cl := x.cl
-	sp.stats.rejected.Add(1)
+	sp.stats.rejected.Add(cl.shard, 1)
 	if sp.Name == "exec" {
 		cl.resetMulti()
 		cl.multiSeen.Store(-1)

@@ -224,7 +224,8 @@ type Server struct {
 	errStats    map[string]int64
 	expired     atomic.Int64 // keys removed by the active sweep
 	oomRefusals atomic.Int64 // commands refused for lack of memory
-	cmdsTotal   atomic.Int64
+	cmdsTotal   counter      // commands run, in statShards shards
+	openSeq     atomic.Int64 // clients opened: the shard of one without an event loop
 
 	// INFO: run_id and master_replid (random per process), read-command
 	// lookups that found their key or not (keyspace_hits, _misses), time
@@ -370,7 +371,8 @@ func New(cfg Config) (*Server, error) {
 	s.notePeak(s.inst.startupMemory)
 	s.passDigest = sha256.Sum256([]byte(cfg.Password))
 	s.slowlog = slowlog{slowerThan: cfg.SlowlogSlowerThan, maxLen: cfg.SlowlogMaxLen}
-	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock)
+	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock, statShards())
+	s.cmdsTotal = counter{newShards(statShards()), 0}
 	s.buildTable(commandSpecs())
 	s.installWatch(cfg.TrackingTableMaxKeys)
 	s.repl = cfg.Replication
@@ -399,6 +401,7 @@ func (s *Server) buildTable(rows []*Spec) {
 	s.table = make(map[string]*Spec, len(rows))
 	add := func(sp *Spec) {
 		sp.id = len(s.specs)
+		sp.stats = newCmdStats(statShards())
 		s.specs = append(s.specs, sp)
 	}
 	for _, sp := range rows {
@@ -481,6 +484,13 @@ func (s *Server) Open(c *resp.Conn) {
 	cl.x.s = s
 	cl.x.c = c
 	cl.x.cl = cl
+	// The statistics' shard: the connection's event loop, or for a
+	// connection on a goroutine of its own, the shards in turn.
+	shard := c.Loop()
+	if shard < 0 {
+		shard = int(s.openSeq.Add(1) - 1)
+	}
+	cl.shard = uint16(shard % statShards())
 	c.SetContext(cl)
 	// Protected mode is enforced as clients are accepted (Refuse, set as
 	// resp.Config.Refuse). Should a connection layer without that hook
@@ -678,7 +688,7 @@ func (s *Server) reject(x *ctx, sp *Spec, msg wireErr) {
 	cl := x.cl
 	cl.multiFailed()
 	if sp != nil {
-		sp.stats.rejected.Add(1)
+		sp.stats.rejected.Add(cl.shard, 1)
 		if sp.Name == "exec" { // Redis: c->cmd->proc == execCommand
 			cl.resetMulti()
 			cl.multiSeen.Store(-1)
@@ -725,13 +735,13 @@ func (s *Server) call(x *ctx, sp *Spec) {
 	end := time.Since(s.monoBase)
 	cl.lastEnd = end
 	d := end - start
-	sp.stats.observe(d.Nanoseconds())
+	sp.stats.observe(cl.shard, d.Nanoseconds())
 	s.slowlog.maybeAdd(x, d)
-	sp.stats.calls.Add(1)
+	sp.stats.calls.Add(cl.shard, 1)
 	if x.failed {
-		sp.stats.failed.Add(1)
+		sp.stats.failed.Add(cl.shard, 1)
 	}
-	s.cmdsTotal.Add(1)
+	s.cmdsTotal.Add(cl.shard, 1)
 	if sp.Flags&Write != 0 {
 		// What WAIT waits for: the stream up to this write's changes.
 		cl.replOff = s.repl.Offset()

@@ -1,8 +1,9 @@
 package commands
 
 import (
-	"hash/maphash"
+	"runtime"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,32 +21,99 @@ var latencyBoundsNS = func() []int64 {
 	return b
 }()
 
-// cmdStats are one command's counters. They are updated with atomics on
-// the command's hot path and read by INFO and the metrics endpoint.
-type cmdStats struct {
-	calls, usec, failed, rejected atomic.Int64 // usec holds nanoseconds
-	allowed, limited              atomic.Int64 // limiter decisions
-	buckets                       [16]atomic.Int64
+// The statistics are counted in shards, one per event loop: a command
+// adds to the shard of its client's loop (clients served on goroutines of
+// their own take the shards in turn), so that loops running on different
+// cores never write the same cache line, and readers (INFO, the metrics
+// endpoint) add the shards up. A shard has a single writer unless there
+// are more loops than shards or goroutine-served clients; the atomics keep
+// the counts exact either way.
+
+// statShard is one shard of a group of counters, such as one command's:
+// 32 slots of which a group uses at most statSlots, so that the slots in
+// use of two shards (adjacent, or of two groups allocated side by side)
+// are 80 bytes apart or more, never on one 64-byte cache line.
+type statShard [32]atomic.Int64
+
+// statSlots is how many slots of a statShard a group may use.
+const statSlots = 22
+
+// statShards is how many shards the counters have: one per core (the
+// default number of event loops), at most maxStatShards.
+func statShards() int { return min(runtime.GOMAXPROCS(0), maxStatShards) }
+
+// maxStatShards bounds the shards: their memory, and the index a client
+// holds in 16 bits.
+const maxStatShards = 256
+
+// newShards returns n shards for a group of counters.
+func newShards(n int) []statShard { return make([]statShard, max(n, 1)) }
+
+// A counter is one statistic of a group: slot slot of each of its shards.
+type counter struct {
+	shards []statShard
+	slot   int
 }
 
-func (st *cmdStats) observe(ns int64) {
-	st.usec.Add(ns)
+// Add adds n to the counter in shard shard (taken modulo the shards).
+func (c counter) Add(shard uint16, n int64) { c.shards[int(shard)%len(c.shards)][c.slot].Add(n) }
+
+// Load returns the counter's total over its shards.
+func (c counter) Load() int64 {
+	var n int64
+	for i := range c.shards {
+		n += c.shards[i][c.slot].Load()
+	}
+	return n
+}
+
+func (c counter) reset() {
+	for i := range c.shards {
+		c.shards[i][c.slot].Store(0)
+	}
+}
+
+// cmdStats are one command's counters, read by INFO and the metrics
+// endpoint: statSlots counters sharing one set of shards.
+type cmdStats struct {
+	calls, usec, failed, rejected counter // usec holds nanoseconds
+	allowed, limited              counter // limiter decisions
+	buckets                       [16]counter
+}
+
+func newCmdStats(shards int) cmdStats {
+	sh := newShards(shards)
+	slot := 0
+	next := func() counter {
+		slot++
+		return counter{sh, slot - 1}
+	}
+	st := cmdStats{calls: next(), usec: next(), failed: next(), rejected: next(), allowed: next(), limited: next()}
+	for i := range st.buckets {
+		st.buckets[i] = next()
+	}
+	if slot > statSlots {
+		panic("commands: cmdStats uses " + strconv.Itoa(slot) + " slots, more than statSlots")
+	}
+	return st
+}
+
+// observe counts a call's latency of ns nanoseconds in shard shard.
+func (st *cmdStats) observe(shard uint16, ns int64) {
+	st.usec.Add(shard, ns)
 	i := 0
 	for i < len(latencyBoundsNS) && ns > latencyBoundsNS[i] {
 		i++
 	}
-	st.buckets[i].Add(1)
+	st.buckets[i].Add(shard, 1)
 }
 
 func (st *cmdStats) reset() {
-	st.calls.Store(0)
-	st.usec.Store(0)
-	st.failed.Store(0)
-	st.rejected.Store(0)
-	st.allowed.Store(0)
-	st.limited.Store(0)
-	for i := range st.buckets {
-		st.buckets[i].Store(0)
+	for _, c := range []counter{st.calls, st.usec, st.failed, st.rejected, st.allowed, st.limited} {
+		c.reset()
+	}
+	for _, c := range st.buckets {
+		c.reset()
 	}
 }
 
@@ -115,33 +183,42 @@ type PrefixCount struct {
 }
 
 // prefixTracker counts limited decisions per key prefix (the key up to the
-// first separator) over fixed intervals, in a bounded table: at most
-// capacity prefixes per interval, the rest counted as dropped. top reports
-// the most limited prefixes of the last complete interval, so the label
-// cardinality of the metric is bounded by topN.
+// first separator) over fixed intervals, in bounded tables: one per shard
+// (event loop, as the statistics above), each of at most capacity
+// prefixes per interval, the rest counted as dropped. A shard's lock is
+// taken by its loop and, once per interval, by the reader that closes the
+// interval, so a busy prefix does not make the loops wait for each other.
+// top reports the most limited prefixes of the last complete interval
+// (the shards added up), so the label cardinality of the metric is bounded
+// by topN.
 type prefixTracker struct {
 	sep      byte
 	topN     int
-	capacity int
+	capacity int // prefixes per shard and interval
 	interval time.Duration
 	now      func() time.Time
-	seed     maphash.Seed
 
-	shards [8]struct {
-		mu      sync.Mutex        // guards counts, dropped
-		counts  map[string]*int64 // pointers: incrementing needs no key conversion
-		dropped int64
-		_       [40]byte
-	}
+	shards []prefixShard
 
-	mu      sync.Mutex // guards start, last, lastDrop
+	mu      sync.Mutex // guards start, last, lastDrp
 	start   time.Time
 	last    []PrefixCount
 	lastDrp int64
 }
 
-func newPrefixTracker(sep byte, topN int, interval time.Duration, now func() time.Time) *prefixTracker {
-	pt := &prefixTracker{sep: sep, topN: topN, capacity: 64 * topN, interval: interval, now: now, seed: maphash.MakeSeed(), start: now()}
+// prefixShard is one shard's table of a prefixTracker, padded so that
+// two shards' fields are never on one cache line.
+type prefixShard struct {
+	_       [64]byte
+	mu      sync.Mutex        // guards counts, dropped
+	counts  map[string]*int64 // pointers: incrementing needs no key conversion
+	dropped int64
+	_       [64]byte
+}
+
+func newPrefixTracker(sep byte, topN int, interval time.Duration, now func() time.Time, shards int) *prefixTracker {
+	pt := &prefixTracker{sep: sep, topN: topN, capacity: 64 * topN, interval: interval, now: now,
+		shards: make([]prefixShard, max(shards, 1)), start: now()}
 	for i := range pt.shards {
 		pt.shards[i].counts = map[string]*int64{}
 	}
@@ -165,14 +242,15 @@ func (pt *prefixTracker) prefix(key []byte) []byte {
 
 var noPrefix = []byte(NoPrefix)
 
-// add counts one limited decision for key.
-func (pt *prefixTracker) add(key []byte) {
+// add counts one limited decision for key in shard shard (taken modulo
+// the shards).
+func (pt *prefixTracker) add(shard uint16, key []byte) {
 	p := pt.prefix(key)
-	sh := &pt.shards[maphash.Bytes(pt.seed, p)%uint64(len(pt.shards))]
+	sh := &pt.shards[int(shard)%len(pt.shards)]
 	sh.mu.Lock()
 	if n := sh.counts[string(p)]; n != nil {
 		*n++
-	} else if len(sh.counts) < pt.capacity/len(pt.shards) {
+	} else if len(sh.counts) < pt.capacity {
 		one := int64(1)
 		sh.counts[string(p)] = &one
 	} else {
@@ -181,25 +259,31 @@ func (pt *prefixTracker) add(key []byte) {
 	sh.mu.Unlock()
 }
 
-// rotate closes the current interval if it is over.
+// rotate closes the current interval if it is over: the shards' tables
+// are added up and emptied.
 func (pt *prefixTracker) rotate() {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	if pt.now().Sub(pt.start) < pt.interval {
 		return
 	}
-	var all []PrefixCount
+	sums := map[string]int64{}
 	var dropped int64
 	for i := range pt.shards {
 		sh := &pt.shards[i]
 		sh.mu.Lock()
-		for p, n := range sh.counts {
-			all = append(all, PrefixCount{p, *n})
-		}
+		counts := sh.counts
 		dropped += sh.dropped
-		sh.counts = map[string]*int64{}
+		sh.counts = make(map[string]*int64, len(counts))
 		sh.dropped = 0
 		sh.mu.Unlock()
+		for p, n := range counts {
+			sums[p] += *n
+		}
+	}
+	all := make([]PrefixCount, 0, len(sums))
+	for p, n := range sums {
+		all = append(all, PrefixCount{p, n})
 	}
 	sort.Slice(all, func(i, j int) bool {
 		if all[i].Count != all[j].Count {
@@ -223,11 +307,11 @@ func (pt *prefixTracker) top() ([]PrefixCount, int64) {
 // decided records a limiter decision of the running command on key.
 func (x *ctx) decided(limited bool, key []byte) {
 	if limited {
-		x.spec.stats.limited.Add(1)
-		x.s.prefixes.add(key)
+		x.spec.stats.limited.Add(x.cl.shard, 1)
+		x.s.prefixes.add(x.cl.shard, key)
 		return
 	}
-	x.spec.stats.allowed.Add(1)
+	x.spec.stats.allowed.Add(x.cl.shard, 1)
 }
 
 // oom refuses the running command for lack of memory (noeviction).

@@ -89,6 +89,18 @@ type Conn struct {
 // increasing from 1 in accept order (Redis CLIENT ID).
 func (c *Conn) ID() int64 { return c.id }
 
+// Loop returns the index of the event loop that serves the connection,
+// from 0 to [Server.EventLoops] - 1, or -1 for a connection served on a
+// goroutine of its own. A loop runs its connections' Handler calls one at
+// a time, so a Handler may keep state per loop, such as counters that the
+// loops do not share.
+func (c *Conn) Loop() int {
+	if c.lp == nil {
+		return -1
+	}
+	return c.lp.index
+}
+
 // RemoteAddr returns the client's address, such as "127.0.0.1:50412".
 func (c *Conn) RemoteAddr() string { return c.remote }
 

@@ -47,8 +47,9 @@ const maxCronInterval = 100 * time.Millisecond
 // Conn.fdMu) from any goroutine: the loop then sees the hang-up and
 // closes the descriptor itself.
 type loop struct {
-	srv  *Server
-	epfd int
+	index int // in Server.loops; Conn.Loop
+	srv   *Server
+	epfd  int
 	// The epoll descriptor as a pollable file: with nothing ready, the
 	// loop's goroutine parks in Go's own poller until epfd is readable,
 	// instead of blocking its thread in epoll_wait. A thread blocked in a
@@ -93,7 +94,7 @@ var eventfdOne = [8]byte{1}
 func newLoops(s *Server, n int) ([]*loop, error) {
 	loops := make([]*loop, 0, n)
 	for range n {
-		l := &loop{srv: s, epfd: -1, wakefd: -1, events: make([]unix.EpollEvent, loopEvents)}
+		l := &loop{index: len(loops), srv: s, epfd: -1, wakefd: -1, events: make([]unix.EpollEvent, loopEvents)}
 		err := l.init()
 		if err != nil {
 			l.release()

@@ -9,7 +9,7 @@ import (
 
 // loop is an epoll event loop; other systems serve every connection on a
 // goroutine of its own.
-type loop struct{}
+type loop struct{ index int }
 
 func newLoops(*Server, int) ([]*loop, error) {
 	return nil, errors.New("resp: event loops need Linux")

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/tidwall/redcon"
 )
 
 // A client that pipelines more replies than the socket buffers hold
@@ -122,6 +124,44 @@ func TestServerEventLoopsCount(t *testing.T) {
 		}
 		if got := NewServer(Config{EventLoops: tc.cfg}, newTestHandler()).EventLoops(); got != want {
 			t.Errorf("EventLoops %d: %d loops, want %d", tc.cfg, got, want)
+		}
+	}
+}
+
+// loopHandler answers every command with the index of the event loop
+// serving it (Conn.Loop).
+type loopHandler struct{ *testHandler }
+
+func (h *loopHandler) ServeRESP(c *Conn, args [][]byte) {
+	c.Out = redcon.AppendInt(c.Out, int64(c.Loop()))
+}
+
+// Conn.Loop names the event loop that serves the connection (they take
+// connections in turn, by ID), and -1 without event loops.
+func TestConnLoop(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("event loops need Linux")
+	}
+	for _, loops := range []int{2, -1} {
+		_, addr := startServer(t, Config{EventLoops: loops}, &loopHandler{newTestHandler()})
+		seen := map[string]bool{}
+		for range 4 {
+			c := dial(t, addr)
+			if _, err := io.WriteString(c, "LOOP\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			line, err := bufio.NewReader(c).ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen[strings.TrimSpace(line)] = true
+		}
+		want := map[string]bool{":0": true, ":1": true}
+		if loops < 0 {
+			want = map[string]bool{":-1": true}
+		}
+		if fmt.Sprint(seen) != fmt.Sprint(want) {
+			t.Errorf("EventLoops %d: replies %v, want %v", loops, seen, want)
 		}
 	}
 }
