@@ -240,13 +240,7 @@ func (c *check) decideKind(v *keyspace.Value, now int64, scratch *limiter.Leases
 		c.t, c.store = decisionTuple(d, c.ms), store
 		c.next = slidingValue(next, c.per, exp)
 	case keyspace.KindLog:
-		var l *limiter.Log
-		if v != nil {
-			l = v.Obj.(*limiter.Log)
-		} else {
-			l = new(limiter.Log)
-		}
-		d := l.Decide(now, c.rule(), c.q)
+		d := logOf(v).Decide(now, c.rule(), c.q)
 		c.t, c.store = decisionTuple(d, c.ms), !d.Limited && (c.q > 0 || v != nil)
 	case keyspace.KindLeases:
 		d := leasesOf(v, scratch).Acquire(now, c.per, c.limit, c.token)
@@ -334,12 +328,7 @@ func (c *check) apply(k *rkey, v *keyspace.Value, now int64, scratch *limiter.Le
 	case keyspace.KindFixed, keyspace.KindSliding:
 		nv = c.next
 	case keyspace.KindLog:
-		var l *limiter.Log
-		if v != nil {
-			l = v.Obj.(*limiter.Log)
-		} else {
-			l = new(limiter.Log)
-		}
+		l := logOf(v)
 		nv = keyspace.Value{Kind: keyspace.KindLog, Obj: l, Exp: expiryMS(l.Apply(now, c.rule(), c.q))}
 	case keyspace.KindLeases:
 		ls := leasesOf(v, scratch)
@@ -351,6 +340,15 @@ func (c *check) apply(k *rkey, v *keyspace.Value, now int64, scratch *limiter.Le
 		keepReservations(v, &nv, now)
 	}
 	k.replace(v, nv)
+}
+
+// logOf returns the sliding log of v, a KindLog value, or a new empty one
+// when the key does not exist (v nil).
+func logOf(v *keyspace.Value) *limiter.Log {
+	if v == nil {
+		return new(limiter.Log)
+	}
+	return v.Obj.(*limiter.Log)
 }
 
 // leasesOf returns the leases of v, a KindLeases value (nil: the key does
@@ -484,24 +482,12 @@ func cmdPeek(x *ctx) {
 		x.errorReply(errWrongArity("cl.peek"))
 		return
 	}
-	var v [2]int64
-	for i, a := range args[1:3] {
-		n, ok := parseRustI64(a)
-		if !ok {
-			x.errorReply(errCellParseInt(a))
-			return
-		}
-		v[i] = n
-	}
-	p := gcra.Params{MaxBurst: v[0], Count: v[1]}
-	if n, ok := parseRustI64(args[3]); ok {
-		p.Period = n
-	} else if d, err := time.ParseDuration(string(args[3])); err == nil && d > 0 {
-		p.PeriodNS = int64(d)
-	} else {
-		x.errorReply(errCellParseInt(args[3]))
+	p, msg := gcraParams(args[1:4], true)
+	if msg != noErr {
+		x.errorReply(msg)
 		return
 	}
+	p.Quantity = 0 // a peek
 	now := x.clockNS()
 	cur := x.keys[0].peek(floorDiv(now, 1e6)) // args[0]
 	x.s.lookedUp(cur != nil)
@@ -511,7 +497,7 @@ func cmdPeek(x *ctx) {
 		return
 	}
 	r, err := gcra.Decide(now, tat, cur != nil, p)
-	if err != nil {
+	if err != nil { // unreachable: gcraParams checked the rate
 		x.errorReply(msgCellZeroRate)
 		return
 	}

@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"time"
 	"unicode/utf8"
 
 	"github.com/cellserver/cellserver/gcra"
@@ -93,17 +94,30 @@ func storedTAT(v *keyspace.Value) (uint64, wireErr) {
 // in that order (the first bad one is reported verbatim), then rejects a
 // zero rate, as redis-cell does; it returns an error or noErr.
 func throttleParams(nums [][]byte) (gcra.Params, wireErr) {
+	return gcraParams(nums, false)
+}
+
+// gcraParams is throttleParams; with durations (CL.PEEK) the period may
+// also be a Go duration such as 250ms (Params.PeriodNS), and a bad one is
+// reported as a bad integer, as redis-cell reports its argument.
+func gcraParams(nums [][]byte, durations bool) (gcra.Params, wireErr) {
 	var v [4]int64
 	v[3] = 1
+	var periodNS int64
 	for i, a := range nums {
 		n, ok := parseRustI64(a)
+		if !ok && i == 2 && durations {
+			if d, err := time.ParseDuration(string(a)); err == nil && d > 0 {
+				periodNS, ok = int64(d), true
+			}
+		}
 		if !ok {
 			return gcra.Params{}, errCellParseInt(a)
 		}
 		v[i] = n
 	}
-	p := gcra.Params{MaxBurst: v[0], Count: v[1], Period: v[2], Quantity: v[3]}
-	if gcra.EmissionInterval(p.Count, p.Period) == 0 {
+	p := gcra.Params{MaxBurst: v[0], Count: v[1], Period: v[2], PeriodNS: periodNS, Quantity: v[3]}
+	if p.EmissionIntervalNS() == 0 {
 		return p, msgCellZeroRate // checked before the key is looked at
 	}
 	return p, noErr

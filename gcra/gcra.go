@@ -107,6 +107,11 @@ func EmissionInterval(count, period int64) int64 {
 	return satTrunc(p.float64() / float64(count))
 }
 
+// EmissionIntervalNS returns p's emission interval in ns (Period or
+// PeriodNS over Count, as Decide computes it); 0 is a zero rate, which
+// Decide refuses with ErrZeroRate.
+func (p Params) EmissionIntervalNS() int64 { return p.emissionInterval() }
+
 func (p *Params) emissionInterval() int64 {
 	if p.PeriodNS == 0 {
 		return EmissionInterval(p.Count, p.Period)
