@@ -92,8 +92,9 @@ type Config struct {
 	// Redis's protected-mode error and are disconnected.
 	DisableProtectedMode bool
 	// LogFormat is "text" (the default) or "json"; LogLevel is "debug",
-	// "info" (the default), "warn" or "error". cmd/cellserver builds the
-	// Logger from them; they are validated here with everything else.
+	// "info" (the default), "warn" or "error". When Logger is nil and
+	// either is set, New logs to os.Stderr with NewLogger; when both are
+	// empty it uses slog.Default(). They are ignored when Logger is set.
 	LogFormat string
 	LogLevel  string
 	// ShutdownTimeout bounds how long Shutdown waits for in-flight commands
@@ -165,7 +166,8 @@ type Config struct {
 	// Loopback, if set, replaces the check of a client's address for
 	// protected mode (tests).
 	Loopback func(remoteAddr string) bool
-	// Logger receives log lines; nil means slog.Default().
+	// Logger receives log lines; nil means the one LogFormat and LogLevel
+	// describe (see there), else slog.Default().
 	Logger *slog.Logger
 	// Version is reported by INFO and --version.
 	Version string
@@ -260,37 +262,51 @@ type MetricsSources struct {
 	RLS func() (RLSStats, bool)
 }
 
-// Defaults for Config's zero values.
+// Defaults for Config's zero values that this package owns. The others
+// are those of the package that uses the field: resp (connection limits),
+// keyspace (databases, shards), commands (MULTI, SLOWLOG, metrics
+// prefixes, min-replicas-max-lag), persistence, changelog and replication.
 const (
 	DefaultAddr            = "127.0.0.1:6379"
 	DefaultShutdownTimeout = 10 * time.Second
+	DefaultMaxMemoryPolicy = "allkeys-lru"
+	DefaultFsync           = "everysec"
+	DefaultLogFormat       = "text"
+	DefaultLogLevel        = "info"
 	// The MULTI queue's caps (--multi-max-commands, --multi-max-bytes).
 	DefaultMultiMaxCommands = commands.DefaultMultiMaxCommands
 	DefaultMultiMaxBytes    = commands.DefaultMultiMaxBytes
 )
 
-// withDefaults returns c with zero values replaced by defaults.
+// withDefaults returns c with zero values replaced by defaults: what New
+// runs with, and what CONFIG GET shows.
 func (c Config) withDefaults() Config {
 	if c.Addr == "" {
 		c.Addr = DefaultAddr
 	}
 	if c.Databases == 0 {
-		c.Databases = 16
+		c.Databases = keyspace.DefaultDatabases
 	}
 	if c.Shards == 0 {
-		c.Shards = 256
+		c.Shards = keyspace.DefaultShards
 	}
 	if c.MaxClients == 0 {
-		c.MaxClients = 10000
+		c.MaxClients = resp.DefaultMaxClients
 	}
 	if c.MaxBulkLen == 0 {
-		c.MaxBulkLen = 16 << 20
+		c.MaxBulkLen = resp.DefaultMaxBulkLen
 	}
 	if c.MaxMultiBulkLen == 0 {
-		c.MaxMultiBulkLen = 1 << 20
+		c.MaxMultiBulkLen = resp.DefaultMaxMultiBulkLen
 	}
 	if c.MaxQueryBuffer == 0 {
-		c.MaxQueryBuffer = 64 << 20
+		c.MaxQueryBuffer = resp.DefaultMaxQueryBuffer
+	}
+	if c.MaxOutputBuffer == 0 {
+		c.MaxOutputBuffer = resp.DefaultMaxOutputBuffer
+	}
+	if c.OutputTimeout == 0 {
+		c.OutputTimeout = resp.DefaultOutputTimeout
 	}
 	if c.MultiMaxCommands == 0 {
 		c.MultiMaxCommands = commands.DefaultMultiMaxCommands
@@ -302,40 +318,37 @@ func (c Config) withDefaults() Config {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.Version == "" {
-		c.Version = "dev"
+		c.Version = commands.DefaultVersion
 	}
 	if c.KeyPrefixSeparator == "" {
-		c.KeyPrefixSeparator = ":"
+		c.KeyPrefixSeparator = string(rune(commands.DefaultKeyPrefixSeparator))
 	}
 	if c.SlowlogMaxLen == 0 {
-		c.SlowlogMaxLen = 128
+		c.SlowlogMaxLen = commands.DefaultSlowlogMaxLen
 	}
 	if c.SlowlogSlowerThan == 0 {
-		c.SlowlogSlowerThan = 10 * time.Millisecond
+		c.SlowlogSlowerThan = commands.DefaultSlowlogSlowerThan
 	}
 	if c.TopPrefixes == 0 {
-		c.TopPrefixes = 10
+		c.TopPrefixes = commands.DefaultTopPrefixes
 	}
 	if c.LogFormat == "" {
-		c.LogFormat = "text"
+		c.LogFormat = DefaultLogFormat
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = DefaultLogLevel
 	}
 	if c.MaxMemoryPolicy == "" {
-		c.MaxMemoryPolicy = "allkeys-lru"
+		c.MaxMemoryPolicy = DefaultMaxMemoryPolicy
 	}
 	if c.Fsync == "" {
-		c.Fsync = "everysec"
+		c.Fsync = DefaultFsync
 	}
 	if c.CheckpointBytes == 0 {
 		c.CheckpointBytes = changelog.DefaultCheckpointBytes
 	}
 	if c.PersistMaxPending == 0 {
 		c.PersistMaxPending = persistence.DefaultMaxPending
-	}
-	if c.LogLevel == "" {
-		c.LogLevel = "info"
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	if c.ReplBacklogSize == 0 {
 		c.ReplBacklogSize = replication.DefaultBacklogSize
@@ -344,7 +357,7 @@ func (c Config) withDefaults() Config {
 		c.ReplicaPriority = replication.DefaultPriority
 	}
 	if c.MinReplicasMaxLag == 0 {
-		c.MinReplicasMaxLag = 10 * time.Second
+		c.MinReplicasMaxLag = commands.DefaultMinReplicasMaxLag
 	}
 	return c
 }
@@ -472,6 +485,10 @@ func ParseLogLevel(s string) (slog.Level, error) {
 	return l, err
 }
 
+// logOutput is where New's logger writes when it builds one from
+// LogFormat and LogLevel (tests replace it).
+var logOutput io.Writer = os.Stderr
+
 // NewLogger builds the logger cfg asks for, writing to w.
 func NewLogger(cfg Config, w io.Writer) *slog.Logger {
 	cfg = cfg.withDefaults()
@@ -598,6 +615,12 @@ type Server struct {
 func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+		if cfg.LogFormat != "" || cfg.LogLevel != "" {
+			cfg.Logger = NewLogger(cfg, logOutput)
+		}
 	}
 	cfg = cfg.withDefaults()
 	pols, err := loadPolicies(cfg.Policies)
