@@ -81,6 +81,14 @@ type Config struct {
 	TLSCertFile   string
 	TLSKeyFile    string
 	TLSCACertFile string
+	// TLSConfig, when set, makes the listener speak TLS only with this
+	// configuration (cloned) instead of one built from the files, as
+	// net/http's Server.TLSConfig: for embedders holding their
+	// certificates in memory or rotating them with GetCertificate. It
+	// excludes TLSCertFile, TLSKeyFile and TLSCACertFile. Its ClientCAs
+	// then verify a primary (TLSReplication) and its first certificate,
+	// unless TLSClientCertFile is set, is the one presented as a client.
+	TLSConfig *tls.Config
 	// TLSClientCertFile and TLSClientKeyFile are the certificate
 	// cellserver presents as a TLS client (--healthcheck) to a server that
 	// requires one; when empty, the server certificate is used, as Redis
@@ -381,8 +389,15 @@ func parseReplicaOf(v string) (host string, port int, ok bool, err error) {
 	return f[0], p, true, nil
 }
 
-// Validate reports every problem with c (after defaults) as one error.
+// Validate reports every problem with c (after defaults) as one error. It
+// reads the TLS files, as New does.
 func (c Config) Validate() error {
+	_, err := c.validate()
+	return err
+}
+
+// validate is Validate, also returning the TLS material it read, for New.
+func (c Config) validate() (tlsMaterial, error) {
 	c = c.withDefaults()
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
@@ -454,7 +469,8 @@ func (c Config) Validate() error {
 	if c.DataDir != "" && c.OpenStore == nil {
 		bad("data-dir %q: Config.OpenStore is not set (e.g. pebblestore.OpenStore)", c.DataDir)
 	}
-	if _, err := c.tlsConfig(); err != nil {
+	tm, err := c.loadTLS()
+	if err != nil {
 		errs = append(errs, err)
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
@@ -475,7 +491,7 @@ func (c Config) Validate() error {
 		bad("cluster-config-file and cluster-node-id need cluster-enabled yes")
 	}
 	errs = append(errs, c.validateRLS()...)
-	return errors.Join(errs...)
+	return tm, errors.Join(errs...)
 }
 
 // ParseLogLevel maps a log-level name to a slog.Level.
@@ -587,10 +603,13 @@ func (c Config) Settings() []commands.Setting {
 
 // Server is a running cellserver.
 type Server struct {
-	cfg  Config
-	tls  *tls.Config // nil: plain TCP
-	cmds *commands.Server
-	net  *resp.Server
+	cfg Config
+	tls *tls.Config // nil: plain TCP
+	// clientTLS is how the Envoy front door dials the RESP port; nil
+	// without TLS.
+	clientTLS *tls.Config
+	cmds      *commands.Server
+	net       *resp.Server
 
 	mu        sync.Mutex // guards ln, metricsLn, httpSrv
 	ln        net.Listener
@@ -611,9 +630,11 @@ type Server struct {
 	rls rlsState // the Envoy front door, when RLSAddr is set
 }
 
-// New builds a Server from cfg; it does not listen yet.
-func New(cfg Config) (*Server, error) {
-	if err := cfg.Validate(); err != nil {
+// New builds a Server from cfg; it does not listen yet. When it fails
+// after opening the store of DataDir, it closes it again.
+func New(cfg Config) (_ *Server, err error) {
+	tm, err := cfg.validate()
+	if err != nil {
 		return nil, err
 	}
 	if cfg.Logger == nil {
@@ -644,6 +665,11 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("data directory %s: %w", cfg.DataDir, err)
 		}
 		store = st
+		defer func() {
+			if err != nil {
+				store.Close()
+			}
+		}()
 		writer = persistence.NewWriter(store, mode, cfg.Logger)
 		writer.SetMaxPending(cfg.PersistMaxPending)
 		kcfg.Journal = writer
@@ -652,9 +678,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	ks, err := keyspace.New(kcfg)
 	if err != nil {
-		if store != nil {
-			store.Close()
-		}
 		return nil, err
 	}
 	if store != nil {
@@ -664,7 +687,6 @@ func New(cfg Config) (*Server, error) {
 		}
 		loaded, err = persistence.Load(store, ks, now().UnixMilli())
 		if err != nil {
-			store.Close()
 			return nil, fmt.Errorf("loading %s: %w", cfg.DataDir, err)
 		}
 		if wc, ok := store.(persistence.WALChecker); ok {
@@ -675,7 +697,6 @@ func New(cfg Config) (*Server, error) {
 		if cp, ok := store.(persistence.Checkpointer); ok {
 			// Checkpoints read the changed keys from here on.
 			if err := cp.Attach(ks); err != nil {
-				store.Close()
 				return nil, fmt.Errorf("loading %s: %w", cfg.DataDir, err)
 			}
 		}
@@ -693,13 +714,7 @@ func New(cfg Config) (*Server, error) {
 			return append(persistenceInfo(cfg, writer, store, loaded), walDamageInfo(walDamage)...)
 		}
 	}
-	rtls, err := cfg.replicationTLS()
-	if err != nil {
-		if store != nil {
-			store.Close()
-		}
-		return nil, err
-	}
+	rtls := cfg.replicationTLS(tm)
 	var waitRoom func()
 	if writer != nil {
 		waitRoom = writer.WaitRoom
@@ -709,9 +724,6 @@ func New(cfg Config) (*Server, error) {
 		MasterUser: cfg.MasterUser, MasterAuth: cfg.MasterAuth, Logger: cfg.Logger, Clock: cfg.Clock,
 		WaitRoom: waitRoom})
 	if err != nil {
-		if store != nil {
-			store.Close()
-		}
 		return nil, err
 	}
 	var cl *cluster.State
@@ -779,11 +791,7 @@ func New(cfg Config) (*Server, error) {
 	rcfg.Refuse = cmds.Refuse // protected mode refuses at accept
 	rs := resp.NewServer(rcfg, cmds)
 	cmds.SetNetwork(rs)
-	tcfg, err := cfg.tlsConfig()
-	if err != nil {
-		return nil, err
-	}
-	self = &Server{cfg: cfg, tls: tcfg, cmds: cmds, net: rs, store: store, writer: writer, repl: repl, cluster: cl}
+	self = &Server{cfg: cfg, tls: tm.server, clientTLS: rlsClientTLS(tm), cmds: cmds, net: rs, store: store, writer: writer, repl: repl, cluster: cl}
 	return self, nil
 }
 
