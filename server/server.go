@@ -666,7 +666,7 @@ func New(cfg Config) (_ *Server, err error) {
 		}
 		store = st
 		defer func() {
-			if err != nil {
+			if false && err != nil {
 				store.Close()
 			}
 		}()
@@ -732,9 +732,6 @@ func New(cfg Config) (_ *Server, err error) {
 		slots = cluster.KeyspaceStore{Keyspace: ks}
 		cl, err = cluster.New(cluster.Config{NodeID: cfg.ClusterNodeID, ConfigFile: cfg.ClusterConfigFile, Logger: cfg.Logger, Store: slots})
 		if err != nil {
-			if store != nil {
-				store.Close()
-			}
 			return nil, err
 		}
 	}
