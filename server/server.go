@@ -33,35 +33,37 @@ import (
 // documented defaults; Validate reports every problem at once.
 type Config struct {
 	// Addr is the TCP address to listen on. The default value is
-	// "127.0.0.1:6379": cellserver is reachable only from this machine
+	// DefaultAddr, "127.0.0.1:6379": cellserver is reachable only from this machine
 	// unless told otherwise.
 	Addr string
 	// Databases is the number of databases (SELECT 0..n-1). The default
-	// value is 16.
+	// value is keyspace.DefaultDatabases (16).
 	Databases int
 	// Shards is the number of lock shards per database, rounded up to a
-	// power of two. The default value is 256.
+	// power of two. The default value is keyspace.DefaultShards (256).
 	Shards int
 	// MaxClients caps concurrent connections; the next one gets
-	// "ERR max number of clients reached". The default value is 10000.
+	// "ERR max number of clients reached". The default value is
+	// resp.DefaultMaxClients (10000).
 	MaxClients int
 	// IdleTimeout closes a client silent for that long; 0 never does
 	// (Redis's "timeout 0"). The default value is 0.
 	IdleTimeout time.Duration
 	// MaxBulkLen is the largest argument accepted, in bytes. The default
-	// value is 16 MiB.
+	// value is resp.DefaultMaxBulkLen (16 MiB).
 	MaxBulkLen int64
 	// MaxMultiBulkLen is the most arguments in one command. The default
-	// value is 1048576.
+	// value is resp.DefaultMaxMultiBulkLen (1048576).
 	MaxMultiBulkLen int64
 	// MaxQueryBuffer caps the unparsed bytes buffered for one client. The
-	// default value is 64 MiB.
+	// default value is resp.DefaultMaxQueryBuffer (64 MiB).
 	MaxQueryBuffer int64
 	// MaxOutputBuffer disconnects a client whose replies to one batch of
-	// commands exceed it, in bytes. The default value is 64 MiB.
+	// commands exceed it, in bytes. The default value is
+	// resp.DefaultMaxOutputBuffer (64 MiB).
 	MaxOutputBuffer int64
 	// OutputTimeout disconnects a client that does not read its replies for
-	// this long. The default value is 30s.
+	// this long. The default value is resp.DefaultOutputTimeout (30s).
 	OutputTimeout time.Duration
 	// MultiMaxCommands and MultiMaxBytes cap what one client queues
 	// between MULTI and EXEC (commands; argument bytes plus 24 per
@@ -106,7 +108,8 @@ type Config struct {
 	LogFormat string
 	LogLevel  string
 	// ShutdownTimeout bounds how long Shutdown waits for in-flight commands
-	// when Run's context ends. The default value is 10s.
+	// when Run's context ends. The default value is DefaultShutdownTimeout
+	// (10s).
 	ShutdownTimeout time.Duration
 	// Clock is the wall clock; nil means time.Now. Tests inject their own.
 	Clock func() time.Time
@@ -161,14 +164,17 @@ type Config struct {
 	// package does not link the Prometheus client.
 	Metrics func(MetricsSources) http.Handler
 	// KeyPrefixSeparator ends the key prefix used by the most-limited
-	// prefixes metric. The default value is ":".
+	// prefixes metric. The default value is ":"
+	// (commands.DefaultKeyPrefixSeparator).
 	KeyPrefixSeparator string
 	// TopPrefixes is how many most-limited key prefixes the metrics report
-	// (over one-minute intervals). The default value is 10.
+	// (over one-minute intervals). The default value is
+	// commands.DefaultTopPrefixes (10).
 	TopPrefixes int
 	// SlowlogSlowerThan and SlowlogMaxLen configure SLOWLOG: commands
 	// slower than the first are kept, up to the second entries. Zero
-	// values mean 10ms and 128; a negative duration turns SLOWLOG off.
+	// values mean commands.DefaultSlowlogSlowerThan (10ms) and
+	// DefaultSlowlogMaxLen (128); a negative duration turns SLOWLOG off.
 	SlowlogSlowerThan time.Duration
 	SlowlogMaxLen     int
 	// Loopback, if set, replaces the check of a client's address for
@@ -177,7 +183,8 @@ type Config struct {
 	// Logger receives log lines; nil means the one LogFormat and LogLevel
 	// describe (see there), else slog.Default().
 	Logger *slog.Logger
-	// Version is reported by INFO and --version.
+	// Version is reported by INFO and --version. The default value is
+	// commands.DefaultVersion ("dev").
 	Version string
 	// ConfigFile is the file the configuration was read from, if any
 	// (INFO server config_file).
@@ -206,7 +213,8 @@ type Config struct {
 	ReplicaNoStaleData bool
 	// MinReplicasToWrite and MinReplicasMaxLag refuse writes on a primary
 	// with fewer good replicas (min-replicas-to-write, min-replicas-max-lag).
-	// The defaults are 0 (off) and 10s.
+	// The defaults are 0 (off) and commands.DefaultMinReplicasMaxLag
+	// (10s).
 	MinReplicasToWrite int
 	MinReplicasMaxLag  time.Duration
 	// TLSReplication makes a replica connect to its primary over TLS

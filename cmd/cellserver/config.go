@@ -176,8 +176,9 @@ func sizeString(n int64) string {
 
 // options lists every setting. --help prints them in this order. A
 // default is the constant of the package that owns the setting, written
-// as the option is parsed; the ones written here ("0", "no", "") are the
-// zero values of their fields.
+// as the option is parsed; the ones written here ("0", "", "no", and "yes"
+// for the options that set a Disable... field) mean the zero values of
+// their fields.
 var options = []option{
 	{"addr", server.DefaultAddr, "TCP address to listen on", setString(func(c *server.Config) *string { return &c.Addr })},
 	{"requirepass", "", "require AUTH with this password (shown masked by CONFIG GET)", setString(func(c *server.Config) *string { return &c.Password })},
