@@ -673,16 +673,18 @@ func New(cfg Config) (_ *Server, err error) {
 			return nil, fmt.Errorf("data directory %s: %w", cfg.DataDir, err)
 		}
 		store = st
-		defer func() {
-			if false && err != nil {
-				store.Close()
-			}
-		}()
 		writer = persistence.NewWriter(store, mode, cfg.Logger)
 		writer.SetMaxPending(cfg.PersistMaxPending)
 		kcfg.Journal = writer
 		kcfg.Room = writer // the sweep and slot deletes respect the queue's cap
 		_, kcfg.TrackChanges = st.(persistence.Checkpointer)
+	}
+	if store != nil {
+		defer func() {
+			if err != nil { // New's result, not the store's open error in the block above
+				store.Close()
+			}
+		}()
 	}
 	ks, err := keyspace.New(kcfg)
 	if err != nil {
