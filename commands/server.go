@@ -26,6 +26,20 @@ type Setting struct {
 	Value string
 }
 
+// Defaults for the zero fields of [Config] (the MULTI queue's are
+// DefaultMultiMaxCommands and DefaultMultiMaxBytes, the tracking table's
+// DefaultTrackingTableMaxKeys).
+const (
+	DefaultVersion            = "dev"
+	DefaultSweepInterval      = 100 * time.Millisecond
+	DefaultSlowlogSlowerThan  = 10 * time.Millisecond
+	DefaultSlowlogMaxLen      = 128
+	DefaultKeyPrefixSeparator = ':'
+	DefaultTopPrefixes        = 10
+	DefaultTopPrefixInterval  = time.Minute
+	DefaultMinReplicasMaxLag  = 10 * time.Second
+)
+
 // Config configures a Server. The zero value is valid except for Keyspace,
 // which New creates when nil.
 type Config struct {
@@ -38,12 +52,12 @@ type Config struct {
 	// Settings are what CONFIG GET shows (the effective configuration).
 	Settings []Setting
 	// Version is cellserver's version, reported by INFO and HELLO.
-	// The default value is "dev".
+	// The default value is DefaultVersion ("dev").
 	Version string
 	// Password, when not empty, is required by AUTH before other commands.
 	Password string
 	// SweepInterval is the period of the active-expiry sweep.
-	// The default value is 100ms (Redis's hz 10).
+	// The default value is DefaultSweepInterval (100ms, Redis's hz 10).
 	SweepInterval time.Duration
 	// Logger receives the server's log lines. The default is slog.Default().
 	Logger *slog.Logger
@@ -74,16 +88,18 @@ type Config struct {
 	AdmitWrite func() error
 	// SlowlogSlowerThan is the execution time from which a command is
 	// kept in the SLOWLOG; negative turns the log off, 1ns keeps every
-	// command. The default value (zero) is 10ms, Redis's 10000 µs.
+	// command. The default value (zero) is DefaultSlowlogSlowerThan
+	// (10ms, Redis's 10000 µs).
 	SlowlogSlowerThan time.Duration
 	// SlowlogMaxLen is how many entries SLOWLOG keeps. The default value
-	// is 128.
+	// is DefaultSlowlogMaxLen (128).
 	SlowlogMaxLen int
 	// KeyPrefixSeparator ends a key's prefix for the most-limited-prefixes
-	// statistics. The default value is ':'.
+	// statistics. The default value is DefaultKeyPrefixSeparator (':').
 	KeyPrefixSeparator byte
 	// TopPrefixes is how many most-limited prefixes are reported, over
-	// intervals of TopPrefixInterval. The defaults are 10 and 1 minute.
+	// intervals of TopPrefixInterval. The defaults are DefaultTopPrefixes
+	// (10) and DefaultTopPrefixInterval (1 minute).
 	TopPrefixes       int
 	TopPrefixInterval time.Duration
 	// MultiMaxCommands and MultiMaxBytes cap what one client queues
@@ -119,7 +135,7 @@ type Config struct {
 	// MinReplicasToWrite refuses writes on a primary with NOREPLICAS
 	// unless that many replicas acknowledged within MinReplicasMaxLag
 	// (min-replicas-to-write, min-replicas-max-lag). The defaults are 0
-	// (off) and 10 s.
+	// (off) and DefaultMinReplicasMaxLag (10s).
 	MinReplicasToWrite int
 	MinReplicasMaxLag  time.Duration
 	// KillReplicationLinks closes the replication links of one kind and
@@ -271,10 +287,10 @@ func New(cfg Config) (*Server, error) {
 		cfg.Clock = time.Now
 	}
 	if cfg.Version == "" {
-		cfg.Version = "dev"
+		cfg.Version = DefaultVersion
 	}
 	if cfg.SweepInterval == 0 {
-		cfg.SweepInterval = 100 * time.Millisecond
+		cfg.SweepInterval = DefaultSweepInterval
 	}
 	if cfg.SweepInterval < 0 {
 		return nil, errors.New("commands: sweep interval must not be negative")
@@ -283,19 +299,19 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.SlowlogSlowerThan == 0 {
-		cfg.SlowlogSlowerThan = 10 * time.Millisecond
+		cfg.SlowlogSlowerThan = DefaultSlowlogSlowerThan
 	}
 	if cfg.SlowlogMaxLen == 0 {
-		cfg.SlowlogMaxLen = 128
+		cfg.SlowlogMaxLen = DefaultSlowlogMaxLen
 	}
 	if cfg.KeyPrefixSeparator == 0 {
-		cfg.KeyPrefixSeparator = ':'
+		cfg.KeyPrefixSeparator = DefaultKeyPrefixSeparator
 	}
 	if cfg.TopPrefixes == 0 {
-		cfg.TopPrefixes = 10
+		cfg.TopPrefixes = DefaultTopPrefixes
 	}
 	if cfg.TopPrefixInterval == 0 {
-		cfg.TopPrefixInterval = time.Minute
+		cfg.TopPrefixInterval = DefaultTopPrefixInterval
 	}
 	if cfg.Loopback == nil {
 		cfg.Loopback = isLoopback
@@ -313,7 +329,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.ReplicaPriority = replication.DefaultPriority
 	}
 	if cfg.MinReplicasMaxLag == 0 {
-		cfg.MinReplicasMaxLag = 10 * time.Second
+		cfg.MinReplicasMaxLag = DefaultMinReplicasMaxLag
 	}
 	if cfg.MinReplicasToWrite < 0 || cfg.MinReplicasMaxLag < 0 {
 		return nil, errors.New("commands: min-replicas settings must not be negative")

@@ -181,10 +181,10 @@ type Config struct {
 	// pass), and DeleteSlots calls Room.WaitRoom between its batches.
 	Room Room
 	// Databases is the number of numbered databases (SELECT 0..n-1).
-	// The default value is 16.
+	// The default value is DefaultDatabases (16).
 	Databases int
 	// Shards is the number of shards per database, rounded up to a power of
-	// two. The default value is 256.
+	// two. The default value is DefaultShards (256).
 	Shards int
 	// SlotIndex keeps, per database, an index from hash slot (keyslot.Of)
 	// to its keys, so that CountKeysInSlot, KeysInSlot and DeleteSlot need
@@ -201,15 +201,23 @@ type Config struct {
 	TrackChanges bool
 }
 
+// Defaults for the zero fields of [Config].
+const (
+	// DefaultDatabases is the default Config.Databases (Redis databases).
+	DefaultDatabases = 16
+	// DefaultShards is the default Config.Shards.
+	DefaultShards = 256
+)
+
 // ErrConfig reports an invalid Config.
 var ErrConfig = errors.New("keyspace: invalid config")
 
 func (c *Config) ensureDefaults() {
 	if c.Databases == 0 {
-		c.Databases = 16
+		c.Databases = DefaultDatabases
 	}
 	if c.Shards == 0 {
-		c.Shards = 256
+		c.Shards = DefaultShards
 	}
 }
 

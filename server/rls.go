@@ -101,12 +101,8 @@ func (s *Server) listenRLS(respAddr net.Addr) error {
 	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
 		host = "127.0.0.1"
 	}
-	clientTLS, err := s.cfg.rlsClientTLS()
-	if err != nil {
-		return err
-	}
 	srv, err := s.cfg.RLS(RLSSources{RESPAddr: net.JoinHostPort(host, port), Password: s.cfg.Password, TLS: s.tls,
-		ClientTLS: clientTLS, Cluster: s.cfg.ClusterEnabled, ConfigPath: s.cfg.RLSConfig,
+		ClientTLS: s.clientTLS, Cluster: s.cfg.ClusterEnabled, ConfigPath: s.cfg.RLSConfig,
 		ResponseHeaders: s.cfg.RLSResponseHeaders, Clock: s.cfg.Clock, Logger: s.cfg.Logger})
 	if err != nil {
 		return fmt.Errorf("rls: %w", err)
@@ -158,31 +154,19 @@ func (s *Server) closeRLS() {
 }
 
 // rlsClientTLS is how the front door dials this server's RESP port (and
-// the other nodes of a cluster) when TLS is on: it presents
-// --tls-client-cert-file, else the server certificate, when the port asks
-// for client certificates; it verifies the peer's chain against
-// --tls-ca-cert-file when set, without checking host names (the peers are
-// this node and the nodes of its own topology), and does not verify it
-// otherwise, as --healthcheck.
-func (c Config) rlsClientTLS() (*tls.Config, error) {
-	if c.TLSCertFile == "" {
-		return nil, nil
+// the other nodes of a cluster) when TLS is on: it presents m.client
+// (--tls-client-cert-file, else the server certificate) when the port asks
+// for client certificates; it verifies the peer's chain against m.cas
+// (--tls-ca-cert-file) when set, without checking host names (the peers
+// are this node and the nodes of its own topology), and does not verify
+// it otherwise, as --healthcheck.
+func rlsClientTLS(m tlsMaterial) *tls.Config {
+	if m.server == nil {
+		return nil
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: true} // the chain is checked below when a CA is given
-	certFile, keyFile := c.TLSClientCertFile, c.TLSClientKeyFile
-	if certFile == "" {
-		certFile, keyFile = c.TLSCertFile, c.TLSKeyFile
-	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, fmt.Errorf("tls: rls client certificate: %w", err)
-	}
-	cfg.Certificates = []tls.Certificate{cert}
-	if c.TLSCACertFile != "" {
-		pool, err := loadCAs(c.TLSCACertFile)
-		if err != nil {
-			return nil, err
-		}
+	cfg.Certificates = m.client
+	if pool := m.cas; pool != nil {
 		cfg.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
 			if len(raw) == 0 {
 				return errors.New("tls: no peer certificate")
@@ -203,7 +187,7 @@ func (c Config) rlsClientTLS() (*tls.Config, error) {
 			return err
 		}
 	}
-	return cfg, nil
+	return cfg
 }
 
 // ReloadRLS reads the front door's configuration (Config.RLSConfig) again

@@ -33,35 +33,37 @@ import (
 // documented defaults; Validate reports every problem at once.
 type Config struct {
 	// Addr is the TCP address to listen on. The default value is
-	// "127.0.0.1:6379": cellserver is reachable only from this machine
+	// DefaultAddr, "127.0.0.1:6379": cellserver is reachable only from this machine
 	// unless told otherwise.
 	Addr string
 	// Databases is the number of databases (SELECT 0..n-1). The default
-	// value is 16.
+	// value is keyspace.DefaultDatabases (16).
 	Databases int
 	// Shards is the number of lock shards per database, rounded up to a
-	// power of two. The default value is 256.
+	// power of two. The default value is keyspace.DefaultShards (256).
 	Shards int
 	// MaxClients caps concurrent connections; the next one gets
-	// "ERR max number of clients reached". The default value is 10000.
+	// "ERR max number of clients reached". The default value is
+	// resp.DefaultMaxClients (10000).
 	MaxClients int
 	// IdleTimeout closes a client silent for that long; 0 never does
 	// (Redis's "timeout 0"). The default value is 0.
 	IdleTimeout time.Duration
 	// MaxBulkLen is the largest argument accepted, in bytes. The default
-	// value is 16 MiB.
+	// value is resp.DefaultMaxBulkLen (16 MiB).
 	MaxBulkLen int64
 	// MaxMultiBulkLen is the most arguments in one command. The default
-	// value is 1048576.
+	// value is resp.DefaultMaxMultiBulkLen (1048576).
 	MaxMultiBulkLen int64
 	// MaxQueryBuffer caps the unparsed bytes buffered for one client. The
-	// default value is 64 MiB.
+	// default value is resp.DefaultMaxQueryBuffer (64 MiB).
 	MaxQueryBuffer int64
 	// MaxOutputBuffer disconnects a client whose replies to one batch of
-	// commands exceed it, in bytes. The default value is 64 MiB.
+	// commands exceed it, in bytes. The default value is
+	// resp.DefaultMaxOutputBuffer (64 MiB).
 	MaxOutputBuffer int64
 	// OutputTimeout disconnects a client that does not read its replies for
-	// this long. The default value is 30s.
+	// this long. The default value is resp.DefaultOutputTimeout (30s).
 	OutputTimeout time.Duration
 	// MultiMaxCommands and MultiMaxBytes cap what one client queues
 	// between MULTI and EXEC (commands; argument bytes plus 24 per
@@ -81,6 +83,14 @@ type Config struct {
 	TLSCertFile   string
 	TLSKeyFile    string
 	TLSCACertFile string
+	// TLSConfig, when set, makes the listener speak TLS only with this
+	// configuration (cloned) instead of one built from the files, as
+	// net/http's Server.TLSConfig: for embedders holding their
+	// certificates in memory or rotating them with GetCertificate. It
+	// excludes TLSCertFile, TLSKeyFile and TLSCACertFile. Its ClientCAs
+	// then verify a primary (TLSReplication) and its first certificate,
+	// unless TLSClientCertFile is set, is the one presented as a client.
+	TLSConfig *tls.Config
 	// TLSClientCertFile and TLSClientKeyFile are the certificate
 	// cellserver presents as a TLS client (--healthcheck) to a server that
 	// requires one; when empty, the server certificate is used, as Redis
@@ -92,12 +102,14 @@ type Config struct {
 	// Redis's protected-mode error and are disconnected.
 	DisableProtectedMode bool
 	// LogFormat is "text" (the default) or "json"; LogLevel is "debug",
-	// "info" (the default), "warn" or "error". cmd/cellserver builds the
-	// Logger from them; they are validated here with everything else.
+	// "info" (the default), "warn" or "error". When Logger is nil and
+	// either is set, New logs to os.Stderr with NewLogger; when both are
+	// empty it uses slog.Default(). They are ignored when Logger is set.
 	LogFormat string
 	LogLevel  string
 	// ShutdownTimeout bounds how long Shutdown waits for in-flight commands
-	// when Run's context ends. The default value is 10s.
+	// when Run's context ends. The default value is DefaultShutdownTimeout
+	// (10s).
 	ShutdownTimeout time.Duration
 	// Clock is the wall clock; nil means time.Now. Tests inject their own.
 	Clock func() time.Time
@@ -152,22 +164,27 @@ type Config struct {
 	// package does not link the Prometheus client.
 	Metrics func(MetricsSources) http.Handler
 	// KeyPrefixSeparator ends the key prefix used by the most-limited
-	// prefixes metric. The default value is ":".
+	// prefixes metric. The default value is ":"
+	// (commands.DefaultKeyPrefixSeparator).
 	KeyPrefixSeparator string
 	// TopPrefixes is how many most-limited key prefixes the metrics report
-	// (over one-minute intervals). The default value is 10.
+	// (over one-minute intervals). The default value is
+	// commands.DefaultTopPrefixes (10).
 	TopPrefixes int
 	// SlowlogSlowerThan and SlowlogMaxLen configure SLOWLOG: commands
 	// slower than the first are kept, up to the second entries. Zero
-	// values mean 10ms and 128; a negative duration turns SLOWLOG off.
+	// values mean commands.DefaultSlowlogSlowerThan (10ms) and
+	// DefaultSlowlogMaxLen (128); a negative duration turns SLOWLOG off.
 	SlowlogSlowerThan time.Duration
 	SlowlogMaxLen     int
 	// Loopback, if set, replaces the check of a client's address for
 	// protected mode (tests).
 	Loopback func(remoteAddr string) bool
-	// Logger receives log lines; nil means slog.Default().
+	// Logger receives log lines; nil means the one LogFormat and LogLevel
+	// describe (see there), else slog.Default().
 	Logger *slog.Logger
-	// Version is reported by INFO and --version.
+	// Version is reported by INFO and --version. The default value is
+	// commands.DefaultVersion ("dev").
 	Version string
 	// ConfigFile is the file the configuration was read from, if any
 	// (INFO server config_file).
@@ -196,7 +213,8 @@ type Config struct {
 	ReplicaNoStaleData bool
 	// MinReplicasToWrite and MinReplicasMaxLag refuse writes on a primary
 	// with fewer good replicas (min-replicas-to-write, min-replicas-max-lag).
-	// The defaults are 0 (off) and 10s.
+	// The defaults are 0 (off) and commands.DefaultMinReplicasMaxLag
+	// (10s).
 	MinReplicasToWrite int
 	MinReplicasMaxLag  time.Duration
 	// TLSReplication makes a replica connect to its primary over TLS
@@ -260,37 +278,51 @@ type MetricsSources struct {
 	RLS func() (RLSStats, bool)
 }
 
-// Defaults for Config's zero values.
+// Defaults for Config's zero values that this package owns. The others
+// are those of the package that uses the field: resp (connection limits),
+// keyspace (databases, shards), commands (MULTI, SLOWLOG, metrics
+// prefixes, min-replicas-max-lag), persistence, changelog and replication.
 const (
 	DefaultAddr            = "127.0.0.1:6379"
 	DefaultShutdownTimeout = 10 * time.Second
+	DefaultMaxMemoryPolicy = "allkeys-lru"
+	DefaultFsync           = "everysec"
+	DefaultLogFormat       = "text"
+	DefaultLogLevel        = "info"
 	// The MULTI queue's caps (--multi-max-commands, --multi-max-bytes).
 	DefaultMultiMaxCommands = commands.DefaultMultiMaxCommands
 	DefaultMultiMaxBytes    = commands.DefaultMultiMaxBytes
 )
 
-// withDefaults returns c with zero values replaced by defaults.
+// withDefaults returns c with zero values replaced by defaults: what New
+// runs with, and what CONFIG GET shows.
 func (c Config) withDefaults() Config {
 	if c.Addr == "" {
 		c.Addr = DefaultAddr
 	}
 	if c.Databases == 0 {
-		c.Databases = 16
+		c.Databases = keyspace.DefaultDatabases
 	}
 	if c.Shards == 0 {
-		c.Shards = 256
+		c.Shards = keyspace.DefaultShards
 	}
 	if c.MaxClients == 0 {
-		c.MaxClients = 10000
+		c.MaxClients = resp.DefaultMaxClients
 	}
 	if c.MaxBulkLen == 0 {
-		c.MaxBulkLen = 16 << 20
+		c.MaxBulkLen = resp.DefaultMaxBulkLen
 	}
 	if c.MaxMultiBulkLen == 0 {
-		c.MaxMultiBulkLen = 1 << 20
+		c.MaxMultiBulkLen = resp.DefaultMaxMultiBulkLen
 	}
 	if c.MaxQueryBuffer == 0 {
-		c.MaxQueryBuffer = 64 << 20
+		c.MaxQueryBuffer = resp.DefaultMaxQueryBuffer
+	}
+	if c.MaxOutputBuffer == 0 {
+		c.MaxOutputBuffer = resp.DefaultMaxOutputBuffer
+	}
+	if c.OutputTimeout == 0 {
+		c.OutputTimeout = resp.DefaultOutputTimeout
 	}
 	if c.MultiMaxCommands == 0 {
 		c.MultiMaxCommands = commands.DefaultMultiMaxCommands
@@ -302,40 +334,37 @@ func (c Config) withDefaults() Config {
 		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.Version == "" {
-		c.Version = "dev"
+		c.Version = commands.DefaultVersion
 	}
 	if c.KeyPrefixSeparator == "" {
-		c.KeyPrefixSeparator = ":"
+		c.KeyPrefixSeparator = string(rune(commands.DefaultKeyPrefixSeparator))
 	}
 	if c.SlowlogMaxLen == 0 {
-		c.SlowlogMaxLen = 128
+		c.SlowlogMaxLen = commands.DefaultSlowlogMaxLen
 	}
 	if c.SlowlogSlowerThan == 0 {
-		c.SlowlogSlowerThan = 10 * time.Millisecond
+		c.SlowlogSlowerThan = commands.DefaultSlowlogSlowerThan
 	}
 	if c.TopPrefixes == 0 {
-		c.TopPrefixes = 10
+		c.TopPrefixes = commands.DefaultTopPrefixes
 	}
 	if c.LogFormat == "" {
-		c.LogFormat = "text"
+		c.LogFormat = DefaultLogFormat
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = DefaultLogLevel
 	}
 	if c.MaxMemoryPolicy == "" {
-		c.MaxMemoryPolicy = "allkeys-lru"
+		c.MaxMemoryPolicy = DefaultMaxMemoryPolicy
 	}
 	if c.Fsync == "" {
-		c.Fsync = "everysec"
+		c.Fsync = DefaultFsync
 	}
 	if c.CheckpointBytes == 0 {
 		c.CheckpointBytes = changelog.DefaultCheckpointBytes
 	}
 	if c.PersistMaxPending == 0 {
 		c.PersistMaxPending = persistence.DefaultMaxPending
-	}
-	if c.LogLevel == "" {
-		c.LogLevel = "info"
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
 	}
 	if c.ReplBacklogSize == 0 {
 		c.ReplBacklogSize = replication.DefaultBacklogSize
@@ -344,7 +373,7 @@ func (c Config) withDefaults() Config {
 		c.ReplicaPriority = replication.DefaultPriority
 	}
 	if c.MinReplicasMaxLag == 0 {
-		c.MinReplicasMaxLag = 10 * time.Second
+		c.MinReplicasMaxLag = commands.DefaultMinReplicasMaxLag
 	}
 	return c
 }
@@ -368,8 +397,15 @@ func parseReplicaOf(v string) (host string, port int, ok bool, err error) {
 	return f[0], p, true, nil
 }
 
-// Validate reports every problem with c (after defaults) as one error.
+// Validate reports every problem with c (after defaults) as one error. It
+// reads the TLS files, as New does.
 func (c Config) Validate() error {
+	_, err := c.validate()
+	return err
+}
+
+// validate is Validate, also returning the TLS material it read, for New.
+func (c Config) validate() (tlsMaterial, error) {
 	c = c.withDefaults()
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
@@ -441,7 +477,8 @@ func (c Config) Validate() error {
 	if c.DataDir != "" && c.OpenStore == nil {
 		bad("data-dir %q: Config.OpenStore is not set (e.g. pebblestore.OpenStore)", c.DataDir)
 	}
-	if _, err := c.tlsConfig(); err != nil {
+	tm, err := c.loadTLS()
+	if err != nil {
 		errs = append(errs, err)
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
@@ -462,7 +499,7 @@ func (c Config) Validate() error {
 		bad("cluster-config-file and cluster-node-id need cluster-enabled yes")
 	}
 	errs = append(errs, c.validateRLS()...)
-	return errors.Join(errs...)
+	return tm, errors.Join(errs...)
 }
 
 // ParseLogLevel maps a log-level name to a slog.Level.
@@ -471,6 +508,10 @@ func ParseLogLevel(s string) (slog.Level, error) {
 	err := l.UnmarshalText([]byte(s))
 	return l, err
 }
+
+// logOutput is where New's logger writes when it builds one from
+// LogFormat and LogLevel (tests replace it).
+var logOutput io.Writer = os.Stderr
 
 // NewLogger builds the logger cfg asks for, writing to w.
 func NewLogger(cfg Config, w io.Writer) *slog.Logger {
@@ -570,10 +611,13 @@ func (c Config) Settings() []commands.Setting {
 
 // Server is a running cellserver.
 type Server struct {
-	cfg  Config
-	tls  *tls.Config // nil: plain TCP
-	cmds *commands.Server
-	net  *resp.Server
+	cfg Config
+	tls *tls.Config // nil: plain TCP
+	// clientTLS is how the Envoy front door dials the RESP port; nil
+	// without TLS.
+	clientTLS *tls.Config
+	cmds      *commands.Server
+	net       *resp.Server
 
 	mu        sync.Mutex // guards ln, metricsLn, httpSrv
 	ln        net.Listener
@@ -594,10 +638,18 @@ type Server struct {
 	rls rlsState // the Envoy front door, when RLSAddr is set
 }
 
-// New builds a Server from cfg; it does not listen yet.
-func New(cfg Config) (*Server, error) {
-	if err := cfg.Validate(); err != nil {
+// New builds a Server from cfg; it does not listen yet. When it fails
+// after opening the store of DataDir, it closes it again.
+func New(cfg Config) (_ *Server, err error) {
+	tm, err := cfg.validate()
+	if err != nil {
 		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+		if cfg.LogFormat != "" || cfg.LogLevel != "" {
+			cfg.Logger = NewLogger(cfg, logOutput)
+		}
 	}
 	cfg = cfg.withDefaults()
 	pols, err := loadPolicies(cfg.Policies)
@@ -627,11 +679,15 @@ func New(cfg Config) (*Server, error) {
 		kcfg.Room = writer // the sweep and slot deletes respect the queue's cap
 		_, kcfg.TrackChanges = st.(persistence.Checkpointer)
 	}
+	if store != nil {
+		defer func() {
+			if err != nil { // New's result, not the store's open error in the block above
+				store.Close()
+			}
+		}()
+	}
 	ks, err := keyspace.New(kcfg)
 	if err != nil {
-		if store != nil {
-			store.Close()
-		}
 		return nil, err
 	}
 	if store != nil {
@@ -641,7 +697,6 @@ func New(cfg Config) (*Server, error) {
 		}
 		loaded, err = persistence.Load(store, ks, now().UnixMilli())
 		if err != nil {
-			store.Close()
 			return nil, fmt.Errorf("loading %s: %w", cfg.DataDir, err)
 		}
 		if wc, ok := store.(persistence.WALChecker); ok {
@@ -652,7 +707,6 @@ func New(cfg Config) (*Server, error) {
 		if cp, ok := store.(persistence.Checkpointer); ok {
 			// Checkpoints read the changed keys from here on.
 			if err := cp.Attach(ks); err != nil {
-				store.Close()
 				return nil, fmt.Errorf("loading %s: %w", cfg.DataDir, err)
 			}
 		}
@@ -670,13 +724,7 @@ func New(cfg Config) (*Server, error) {
 			return append(persistenceInfo(cfg, writer, store, loaded), walDamageInfo(walDamage)...)
 		}
 	}
-	rtls, err := cfg.replicationTLS()
-	if err != nil {
-		if store != nil {
-			store.Close()
-		}
-		return nil, err
-	}
+	rtls := cfg.replicationTLS(tm)
 	var waitRoom func()
 	if writer != nil {
 		waitRoom = writer.WaitRoom
@@ -686,9 +734,6 @@ func New(cfg Config) (*Server, error) {
 		MasterUser: cfg.MasterUser, MasterAuth: cfg.MasterAuth, Logger: cfg.Logger, Clock: cfg.Clock,
 		WaitRoom: waitRoom})
 	if err != nil {
-		if store != nil {
-			store.Close()
-		}
 		return nil, err
 	}
 	var cl *cluster.State
@@ -697,9 +742,6 @@ func New(cfg Config) (*Server, error) {
 		slots = cluster.KeyspaceStore{Keyspace: ks}
 		cl, err = cluster.New(cluster.Config{NodeID: cfg.ClusterNodeID, ConfigFile: cfg.ClusterConfigFile, Logger: cfg.Logger, Store: slots})
 		if err != nil {
-			if store != nil {
-				store.Close()
-			}
 			return nil, err
 		}
 	}
@@ -756,11 +798,7 @@ func New(cfg Config) (*Server, error) {
 	rcfg.Refuse = cmds.Refuse // protected mode refuses at accept
 	rs := resp.NewServer(rcfg, cmds)
 	cmds.SetNetwork(rs)
-	tcfg, err := cfg.tlsConfig()
-	if err != nil {
-		return nil, err
-	}
-	self = &Server{cfg: cfg, tls: tcfg, cmds: cmds, net: rs, store: store, writer: writer, repl: repl, cluster: cl}
+	self = &Server{cfg: cfg, tls: tm.server, clientTLS: rlsClientTLS(tm), cmds: cmds, net: rs, store: store, writer: writer, repl: repl, cluster: cl}
 	return self, nil
 }
 

@@ -15,45 +15,94 @@ import (
 // tlsHandshakeTimeout bounds a client's TLS handshake.
 const tlsHandshakeTimeout = 10 * time.Second
 
-// tlsConfig builds the server's TLS configuration from the certificate
-// files, or returns nil when TLS is off.
-func (c Config) tlsConfig() (*tls.Config, error) {
+// tlsMaterial is what the TLS settings give, each file read once, by
+// loadTLS: the listener's configuration and what this node uses as a TLS
+// client (a replica dialling its primary, the Envoy front door dialling
+// the RESP port).
+type tlsMaterial struct {
+	server *tls.Config // the listener's; nil: plain TCP
+	// cas verifies peers: TLSCACertFile's CAs, else TLSConfig.ClientCAs;
+	// nil for none.
+	cas *x509.CertPool
+	// client is the certificate presented as a TLS client:
+	// TLSClientCertFile's, else the server certificate; nil for none.
+	client []tls.Certificate
+}
+
+// loadTLS reads the certificate files (or takes TLSConfig) into the TLS
+// material, once.
+func (c Config) loadTLS() (tlsMaterial, error) {
+	var m tlsMaterial
 	if (c.TLSClientCertFile == "") != (c.TLSClientKeyFile == "") {
-		return nil, errors.New("tls: --tls-client-cert-file and --tls-client-key-file must be given together")
+		return m, errors.New("tls: --tls-client-cert-file and --tls-client-key-file must be given together")
+	}
+	files := c.TLSCertFile != "" || c.TLSKeyFile != "" || c.TLSCACertFile != ""
+	if c.TLSConfig != nil && files {
+		return m, errors.New("tls: Config.TLSConfig replaces --tls-cert-file, --tls-key-file and --tls-ca-cert-file: set one or the other")
 	}
 	if c.TLSClientCertFile != "" {
-		if c.TLSCertFile == "" {
-			return nil, errors.New("tls: --tls-client-cert-file needs --tls-cert-file (TLS on)")
+		if c.TLSCertFile == "" && c.TLSConfig == nil {
+			return m, errors.New("tls: --tls-client-cert-file needs --tls-cert-file (TLS on)")
 		}
-		if _, err := tls.LoadX509KeyPair(c.TLSClientCertFile, c.TLSClientKeyFile); err != nil {
-			return nil, fmt.Errorf("tls: client certificate: %w", err)
+		cert, err := loadKeyPair(c.TLSClientCertFile, c.TLSClientKeyFile)
+		if err != nil {
+			return m, fmt.Errorf("tls: client certificate: %w", err)
 		}
+		m.client = []tls.Certificate{cert}
 	}
-	if c.TLSCertFile == "" && c.TLSKeyFile == "" && c.TLSCACertFile == "" {
-		return nil, nil
+	if c.TLSConfig != nil {
+		m.server = c.TLSConfig.Clone()
+		m.cas = m.server.ClientCAs
+		if m.client == nil && len(m.server.Certificates) > 0 {
+			m.client = m.server.Certificates[:1]
+		}
+		return m, nil
+	}
+	if !files {
+		return m, nil
 	}
 	if c.TLSCertFile == "" || c.TLSKeyFile == "" {
-		return nil, errors.New("tls: --tls-cert-file and --tls-key-file must be given together")
+		return m, errors.New("tls: --tls-cert-file and --tls-key-file must be given together")
 	}
-	cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
+	cert, err := loadKeyPair(c.TLSCertFile, c.TLSKeyFile)
 	if err != nil {
-		return nil, fmt.Errorf("tls: %w", err)
+		return m, fmt.Errorf("tls: %w", err)
 	}
-	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	m.server = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if m.client == nil {
+		m.client = m.server.Certificates
+	}
 	if c.TLSCACertFile != "" {
 		pool, err := loadCAs(c.TLSCACertFile)
 		if err != nil {
-			return nil, err
+			return m, err
 		}
-		cfg.ClientCAs = pool
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		m.cas = pool
+		m.server.ClientCAs = pool
+		m.server.ClientAuth = tls.RequireAndVerifyClientCert
 	}
-	return cfg, nil
+	return m, nil
+}
+
+// readFile reads a TLS file; tests count the reads through it.
+var readFile = os.ReadFile
+
+// loadKeyPair is tls.LoadX509KeyPair, reading through readFile.
+func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	certPEM, err := readFile(certFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	keyPEM, err := readFile(keyFile)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(certPEM, keyPEM)
 }
 
 // loadCAs reads the PEM certificates of file into a pool.
 func loadCAs(file string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(file)
+	pem, err := readFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("tls: %w", err)
 	}
@@ -64,35 +113,16 @@ func loadCAs(file string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
-// replicationTLS builds the TLS configuration a replica dials its primary
+// replicationTLS is the TLS configuration a replica dials its primary
 // with when TLSReplication is on (Redis's tls-replication): the primary's
-// certificate is verified against --tls-ca-cert-file (the system's roots
-// without it) for the host of replicaof, and the replica presents its
-// client certificate (--tls-client-cert-file, else --tls-cert-file).
-func (c Config) replicationTLS() (*tls.Config, error) {
+// certificate is verified against m.cas (--tls-ca-cert-file; the system's
+// roots without it) for the host of replicaof, and the replica presents
+// m.client (--tls-client-cert-file, else --tls-cert-file).
+func (c Config) replicationTLS(m tlsMaterial) *tls.Config {
 	if !c.TLSReplication {
-		return nil, nil
+		return nil
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if c.TLSCACertFile != "" {
-		pool, err := loadCAs(c.TLSCACertFile)
-		if err != nil {
-			return nil, err
-		}
-		cfg.RootCAs = pool
-	}
-	certFile, keyFile := c.TLSClientCertFile, c.TLSClientKeyFile
-	if certFile == "" {
-		certFile, keyFile = c.TLSCertFile, c.TLSKeyFile
-	}
-	if certFile != "" {
-		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls: replication client certificate: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	return cfg, nil
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: m.cas, Certificates: m.client}
 }
 
 // tlsListener hands out server-side TLS connections whose handshake runs,

@@ -6,15 +6,21 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/cellserver/cellserver/commands"
 	"github.com/cellserver/cellserver/envoyrls"
+	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/metrics"
+	"github.com/cellserver/cellserver/persistence"
 	"github.com/cellserver/cellserver/persistence/changelog"
 	"github.com/cellserver/cellserver/persistence/pebblestore"
+	"github.com/cellserver/cellserver/replication"
+	"github.com/cellserver/cellserver/resp"
 	"github.com/cellserver/cellserver/server"
 )
 
@@ -75,6 +81,9 @@ func parseBytes(v string) (int64, error) {
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("not a size in bytes: %q", v)
+	}
+	if n > math.MaxInt64/mult || n < math.MinInt64/mult {
+		return 0, fmt.Errorf("size out of range: %q (at most %d bytes)", v, int64(math.MaxInt64))
 	}
 	return n * mult, nil
 }
@@ -151,7 +160,25 @@ func setNegBool(p func(*server.Config) *bool) func(*server.Config, string) error
 	}
 }
 
-// options lists every setting. --help prints them in this order.
+// sizeString writes a byte count as parseBytes reads it, with the largest
+// unit that divides it ("16mb"): how --help shows a default size.
+func sizeString(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"gb", 1 << 30}, {"mb", 1 << 20}, {"kb", 1 << 10}} {
+		if n != 0 && n%u.m == 0 {
+			return strconv.FormatInt(n/u.m, 10) + u.suffix
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// options lists every setting. --help prints them in this order. A
+// default is the constant of the package that owns the setting, written
+// as the option is parsed; the ones written here ("0", "", "no", and "yes"
+// for the options that set a Disable... field) mean the zero values of
+// their fields.
 var options = []option{
 	{"addr", server.DefaultAddr, "TCP address to listen on", setString(func(c *server.Config) *string { return &c.Addr })},
 	{"requirepass", "", "require AUTH with this password (shown masked by CONFIG GET)", setString(func(c *server.Config) *string { return &c.Password })},
@@ -161,48 +188,48 @@ var options = []option{
 	{"tls-ca-cert-file", "", "require client certificates signed by these PEM CAs", setString(func(c *server.Config) *string { return &c.TLSCACertFile })},
 	{"tls-client-cert-file", "", "PEM certificate --healthcheck presents when --tls-ca-cert-file asks for one (empty: --tls-cert-file, which must then allow client auth)", setString(func(c *server.Config) *string { return &c.TLSClientCertFile })},
 	{"tls-client-key-file", "", "PEM private key of --tls-client-cert-file", setString(func(c *server.Config) *string { return &c.TLSClientKeyFile })},
-	{"maxclients", "10000", "maximum concurrent client connections", setInt(func(c *server.Config) *int { return &c.MaxClients })},
+	{"maxclients", strconv.Itoa(resp.DefaultMaxClients), "maximum concurrent client connections", setInt(func(c *server.Config) *int { return &c.MaxClients })},
 	{"timeout", "0", "close clients idle this long (seconds or a duration; 0: never)", setDuration(func(c *server.Config) *time.Duration { return &c.IdleTimeout })},
-	{"proto-max-bulk-len", "16mb", "largest accepted argument, in bytes", setInt64(func(c *server.Config) *int64 { return &c.MaxBulkLen })},
-	{"proto-max-multibulk-len", "1048576", "most arguments in one command", setInt64(func(c *server.Config) *int64 { return &c.MaxMultiBulkLen })},
-	{"client-query-buffer-limit", "64mb", "most unparsed bytes buffered per client", setInt64(func(c *server.Config) *int64 { return &c.MaxQueryBuffer })},
-	{"client-output-buffer-limit", "64mb", "disconnect a client whose replies to one batch exceed this many bytes", setInt64(func(c *server.Config) *int64 { return &c.MaxOutputBuffer })},
+	{"proto-max-bulk-len", sizeString(resp.DefaultMaxBulkLen), "largest accepted argument, in bytes", setInt64(func(c *server.Config) *int64 { return &c.MaxBulkLen })},
+	{"proto-max-multibulk-len", strconv.Itoa(resp.DefaultMaxMultiBulkLen), "most arguments in one command", setInt64(func(c *server.Config) *int64 { return &c.MaxMultiBulkLen })},
+	{"client-query-buffer-limit", sizeString(resp.DefaultMaxQueryBuffer), "most unparsed bytes buffered per client", setInt64(func(c *server.Config) *int64 { return &c.MaxQueryBuffer })},
+	{"client-output-buffer-limit", sizeString(resp.DefaultMaxOutputBuffer), "disconnect a client whose replies to one batch exceed this many bytes", setInt64(func(c *server.Config) *int64 { return &c.MaxOutputBuffer })},
 	{"multi-max-commands", strconv.Itoa(server.DefaultMultiMaxCommands), "most commands one client may queue between MULTI and EXEC; the next gets an error and EXEC aborts", setInt(func(c *server.Config) *int { return &c.MultiMaxCommands })},
 	{"multi-max-bytes", strconv.FormatInt(server.DefaultMultiMaxBytes, 10), "most bytes (arguments plus 24 per argument) one client may queue between MULTI and EXEC", setInt64(func(c *server.Config) *int64 { return &c.MultiMaxBytes })},
-	{"client-output-timeout", "30s", "disconnect a client that does not read its replies for this long", setDuration(func(c *server.Config) *time.Duration { return &c.OutputTimeout })},
+	{"client-output-timeout", resp.DefaultOutputTimeout.String(), "disconnect a client that does not read its replies for this long", setDuration(func(c *server.Config) *time.Duration { return &c.OutputTimeout })},
 	{"event-loops", "0", "epoll event loops serving TCP clients (0: one per CPU; -1: a goroutine per client instead)", setInt(func(c *server.Config) *int { return &c.EventLoops })},
-	{"databases", "16", "number of databases (SELECT 0..n-1)", setInt(func(c *server.Config) *int { return &c.Databases })},
-	{"shards", "256", "lock shards per database (rounded up to a power of two)", setInt(func(c *server.Config) *int { return &c.Shards })},
-	{"shutdown-timeout", "10s", "how long shutdown waits for in-flight commands", setDuration(func(c *server.Config) *time.Duration { return &c.ShutdownTimeout })},
+	{"databases", strconv.Itoa(keyspace.DefaultDatabases), "number of databases (SELECT 0..n-1)", setInt(func(c *server.Config) *int { return &c.Databases })},
+	{"shards", strconv.Itoa(keyspace.DefaultShards), "lock shards per database (rounded up to a power of two)", setInt(func(c *server.Config) *int { return &c.Shards })},
+	{"shutdown-timeout", server.DefaultShutdownTimeout.String(), "how long shutdown waits for in-flight commands", setDuration(func(c *server.Config) *time.Duration { return &c.ShutdownTimeout })},
 	{"maxmemory", "0", "cap on the limiter state's memory, in bytes (k/m/g suffixes; 0: no cap)", setInt64(func(c *server.Config) *int64 { return &c.MaxMemory })},
-	{"maxmemory-policy", "allkeys-lru", "at maxmemory: allkeys-lru (evict; the key starts afresh) or noeviction (refuse new keys)", setString(func(c *server.Config) *string { return &c.MaxMemoryPolicy })},
+	{"maxmemory-policy", server.DefaultMaxMemoryPolicy, "at maxmemory: allkeys-lru (evict; the key starts afresh) or noeviction (refuse new keys)", setString(func(c *server.Config) *string { return &c.MaxMemoryPolicy })},
 	{"data-dir", "", "keep state in a Pebble database in this directory (in memory only when empty)", setString(func(c *server.Config) *string { return &c.DataDir })},
-	{"fsync", "everysec", "with --data-dir: always (reply after the change is on disk), everysec or no", setString(func(c *server.Config) *string { return &c.Fsync })},
-	{"checkpoint-bytes", "64mb", "with --data-dir: a checkpoint (the keys changed since the previous one, written to the store) starts once the change log written since the previous one passes this size; the log, and what a restart after a crash replays, stay about this size", setInt64(func(c *server.Config) *int64 { return &c.CheckpointBytes })},
-	{"persist-max-pending-bytes", "64mb", "with --data-dir: cap on the changes queued for the disk and not yet written; past it, write commands wait (their event loop stops reading clients) until the disk catches up", setInt64(func(c *server.Config) *int64 { return &c.PersistMaxPending })},
+	{"fsync", server.DefaultFsync, "with --data-dir: always (reply after the change is on disk), everysec or no", setString(func(c *server.Config) *string { return &c.Fsync })},
+	{"checkpoint-bytes", sizeString(changelog.DefaultCheckpointBytes), "with --data-dir: a checkpoint (the keys changed since the previous one, written to the store) starts once the change log written since the previous one passes this size; the log, and what a restart after a crash replays, stay about this size", setInt64(func(c *server.Config) *int64 { return &c.CheckpointBytes })},
+	{"persist-max-pending-bytes", sizeString(persistence.DefaultMaxPending), "with --data-dir: cap on the changes queued for the disk and not yet written; past it, write commands wait (their event loop stops reading clients) until the disk catches up", setInt64(func(c *server.Config) *int64 { return &c.PersistMaxPending })},
 	{"load-damaged-wal", "no", "with --data-dir: start even if the newest WAL is damaged before its end, dropping the changes after the damage (logged, counted in INFO persistence)", setBool(func(c *server.Config) *bool { return &c.LoadDamagedWAL })},
-	{"slowlog-log-slower-than", "10000", "log commands slower than this many microseconds in SLOWLOG (0: all, negative: none)", setSlowlog},
-	{"slowlog-max-len", "128", "entries kept by SLOWLOG", setInt(func(c *server.Config) *int { return &c.SlowlogMaxLen })},
+	{"slowlog-log-slower-than", strconv.FormatInt(commands.DefaultSlowlogSlowerThan.Microseconds(), 10), "log commands slower than this many microseconds in SLOWLOG (0: all, negative: none)", setSlowlog},
+	{"slowlog-max-len", strconv.Itoa(commands.DefaultSlowlogMaxLen), "entries kept by SLOWLOG", setInt(func(c *server.Config) *int { return &c.SlowlogMaxLen })},
 	{"metrics-addr", "", "serve Prometheus /metrics, /healthz and /readyz over HTTP on this address (off when empty)", setString(func(c *server.Config) *string { return &c.MetricsAddr })},
-	{"metrics-key-separator", ":", "a key's prefix, for the most-limited-prefixes metric, ends at this byte", setString(func(c *server.Config) *string { return &c.KeyPrefixSeparator })},
-	{"metrics-top-prefixes", "10", "how many most-limited key prefixes the metrics report", setInt(func(c *server.Config) *int { return &c.TopPrefixes })},
+	{"metrics-key-separator", string(rune(commands.DefaultKeyPrefixSeparator)), "a key's prefix, for the most-limited-prefixes metric, ends at this byte", setString(func(c *server.Config) *string { return &c.KeyPrefixSeparator })},
+	{"metrics-top-prefixes", strconv.Itoa(commands.DefaultTopPrefixes), "how many most-limited key prefixes the metrics report", setInt(func(c *server.Config) *int { return &c.TopPrefixes })},
 	{"replicaof", "", "start as a replica of this primary: \"host port\" (REPLICAOF at run time; empty: a primary)", setString(func(c *server.Config) *string { return &c.ReplicaOf })},
 	{"masteruser", "", "user name a replica authenticates with to its primary (with --masterauth)", setString(func(c *server.Config) *string { return &c.MasterUser })},
 	{"masterauth", "", "password a replica authenticates with to its primary", setString(func(c *server.Config) *string { return &c.MasterAuth })},
-	{"repl-backlog-size", "16mb", "replication backlog: a replica whose link drops resumes from it (partial resync) if it is behind by less than this", setInt64(func(c *server.Config) *int64 { return &c.ReplBacklogSize })},
-	{"replica-priority", "100", "Sentinel promotes the replica with the lowest priority first; 0: never promote this node", setPriority},
+	{"repl-backlog-size", sizeString(replication.DefaultBacklogSize), "replication backlog: a replica whose link drops resumes from it (partial resync) if it is behind by less than this", setInt64(func(c *server.Config) *int64 { return &c.ReplBacklogSize })},
+	{"replica-priority", strconv.Itoa(replication.DefaultPriority), "Sentinel promotes the replica with the lowest priority first; 0: never promote this node", setPriority},
 	{"replica-announce-ip", "", "address a replica reports to its primary (and so to Sentinel) instead of its own", setString(func(c *server.Config) *string { return &c.ReplicaAnnounceIP })},
 	{"replica-announce-port", "0", "client port a replica reports to its primary instead of its own (0: its own)", setInt(func(c *server.Config) *int { return &c.ReplicaAnnouncePort })},
 	{"replica-read-only", "yes", "a replica refuses writes with READONLY (no: it takes local writes, not passed on)", setNegBool(func(c *server.Config) *bool { return &c.ReplicaWritable })},
 	{"replica-serve-stale-data", "yes", "a replica serves its data while its link is down (no: MASTERDOWN)", setNegBool(func(c *server.Config) *bool { return &c.ReplicaNoStaleData })},
 	{"min-replicas-to-write", "0", "a primary refuses writes with NOREPLICAS unless this many replicas acknowledged within --min-replicas-max-lag (0: off)", setInt(func(c *server.Config) *int { return &c.MinReplicasToWrite })},
 	{"tls-replication", "no", "a replica connects to its primary over TLS, verifying it with --tls-ca-cert-file and presenting --tls-client-cert-file (else --tls-cert-file)", setBool(func(c *server.Config) *bool { return &c.TLSReplication })},
-	{"min-replicas-max-lag", "10", "seconds: see --min-replicas-to-write", setDuration(func(c *server.Config) *time.Duration { return &c.MinReplicasMaxLag })},
+	{"min-replicas-max-lag", strconv.Itoa(int(commands.DefaultMinReplicasMaxLag / time.Second)), "seconds: see --min-replicas-to-write", setDuration(func(c *server.Config) *time.Duration { return &c.MinReplicasMaxLag })},
 	{"cluster-enabled", "no", "cluster mode: route keys by hash slot (MOVED, CROSSSLOT) over a topology set with CELLCLUSTER CONFIG; only database 0", setBool(func(c *server.Config) *bool { return &c.ClusterEnabled })},
 	{"cluster-config-file", "", "with --cluster-enabled: load the topology (DFLYCLUSTER CONFIG JSON) from this file at start and keep the last one installed in it; the node id is kept in FILE.myid", setString(func(c *server.Config) *string { return &c.ClusterConfigFile })},
 	{"cluster-node-id", "", "with --cluster-enabled: this node's id in the topology (default: the one in FILE.myid, else a random 40-hex id)", setString(func(c *server.Config) *string { return &c.ClusterNodeID })},
-	{"log-format", "text", "log format: text or json", setString(func(c *server.Config) *string { return &c.LogFormat })},
-	{"log-level", "info", "log level: debug, info, warn or error", setString(func(c *server.Config) *string { return &c.LogLevel })},
+	{"log-format", server.DefaultLogFormat, "log format: text or json", setString(func(c *server.Config) *string { return &c.LogFormat })},
+	{"log-level", server.DefaultLogLevel, "log level: debug, info, warn or error", setString(func(c *server.Config) *string { return &c.LogLevel })},
 	{"policies", "", "read CL.APPLY's named policies from this YAML file (an invalid file stops the start, listing every problem); CL.POLICY RELOAD and SIGHUP read it again", setString(func(c *server.Config) *string { return &c.Policies })},
 	{"rls-addr", "", "serve Envoy's rate limit service (gRPC envoy.service.ratelimit.v3) on this address, with the RESP port's TLS and, with --requirepass, a token check (off when empty)", setString(func(c *server.Config) *string { return &c.RLSAddr })},
 	{"rls-config", "", "with --rls-addr: envoyproxy/ratelimit configuration, a YAML file or a directory of them (one domain each)", setString(func(c *server.Config) *string { return &c.RLSConfig })},
@@ -212,12 +239,13 @@ var options = []option{
 // loadConfig builds the configuration from defaults, an optional config
 // file, the environment and the command line, in increasing precedence. It
 // reports every problem at once. done means exit with code (help, version,
-// errors).
-func loadConfig(args []string, env func(string) string, stdout, stderr io.Writer) (cfg server.Config, code int, done bool) {
+// errors). health means --healthcheck: the caller probes the server cfg
+// describes instead of running one; loadConfig itself never dials.
+func loadConfig(args []string, env func(string) string, stdout, stderr io.Writer) (cfg server.Config, code int, done, health bool) {
 	fs := flag.NewFlagSet("cellserver", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	showVersion := fs.Bool("version", false, "print the version and exit")
-	health := fs.Bool("healthcheck", false, "check that the configured server answers PING, then exit")
+	healthFlag := fs.Bool("healthcheck", false, "check that the configured server answers PING, then exit")
 	configPath := fs.String("config", "", "read settings from this file (lines of \"name value\")")
 	vals := map[string]*string{}
 	for _, o := range options {
@@ -243,19 +271,19 @@ func loadConfig(args []string, env func(string) string, stdout, stderr io.Writer
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			usage(stdout)
-			return cfg, 0, true
+			return cfg, 0, true, false
 		}
 		fmt.Fprintf(stderr, "cellserver: %v\n\n", err)
 		usage(stderr)
-		return cfg, 2, true
+		return cfg, 2, true, false
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "cellserver: unexpected argument %q (options start with --)\n", fs.Arg(0))
-		return cfg, 2, true
+		return cfg, 2, true, false
 	}
 	if *showVersion {
 		fmt.Fprintf(stdout, "cellserver %s\n", version)
-		return cfg, 0, true
+		return cfg, 0, true, false
 	}
 
 	// Layer the sources: default < file < environment < flag.
@@ -309,25 +337,18 @@ func loadConfig(args []string, env func(string) string, stdout, stderr io.Writer
 		for _, e := range errs {
 			fmt.Fprintf(stderr, "  - %s\n", e)
 		}
-		return cfg, 2, true
+		return cfg, 2, true, false
 	}
 	cfg.Logger = server.NewLogger(cfg, stderr)
 	if path != "" {
 		rw, err := newConfigRewriter(path, source, cfg.Logger)
 		if err != nil {
 			fmt.Fprintf(stderr, "cellserver: config file: %v\n", err)
-			return cfg, 2, true
+			return cfg, 2, true, false
 		}
 		cfg.ConfigRewrite = rw.rewrite
 	}
-	if *health {
-		if err := healthcheck(cfg, stdout); err != nil {
-			fmt.Fprintf(stderr, "cellserver: healthcheck failed: %v\n", err)
-			return cfg, 1, true
-		}
-		return cfg, 0, true
-	}
-	return cfg, 0, false
+	return cfg, 0, false, *healthFlag
 }
 
 // readConfigFile reads "name value" lines; blank lines and lines starting

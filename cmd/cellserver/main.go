@@ -47,9 +47,16 @@ func main() {
 // run parses args, starts the server and blocks until SIGINT/SIGTERM. It
 // returns the process exit code. See handleSignals for the other signals.
 func run(args []string, stdout, stderr io.Writer) int {
-	cfg, code, done := loadConfig(args, os.Getenv, stdout, stderr)
+	cfg, code, done, health := loadConfig(args, os.Getenv, stdout, stderr)
 	if done {
 		return code
+	}
+	if health {
+		if err := healthcheck(cfg, stdout); err != nil {
+			fmt.Fprintf(stderr, "cellserver: healthcheck failed: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	logger := cfg.Logger // loadConfig's, also used by CONFIG REWRITE
 	if logger == nil {

@@ -75,7 +75,7 @@ func TestPrecedence(t *testing.T) {
 		"CELLSERVER_MAXCLIENTS": "200",
 		"CELLSERVER_TIMEOUT":    "1m",
 	})
-	cfg, code, done := loadConfig([]string{"--maxclients", "100"}, env, io.Discard, io.Discard)
+	cfg, code, done, _ := loadConfig([]string{"--maxclients", "100"}, env, io.Discard, io.Discard)
 	if done {
 		t.Fatalf("loadConfig stopped with code %d", code)
 	}
@@ -99,7 +99,7 @@ func TestPrecedence(t *testing.T) {
 	// --config on the command line beats CELLSERVER_CONFIG.
 	other := filepath.Join(dir, "other.conf")
 	os.WriteFile(other, []byte("databases 4\n"), 0o600)
-	cfg, _, done = loadConfig([]string{"--config", other}, env, io.Discard, io.Discard)
+	cfg, _, done, _ = loadConfig([]string{"--config", other}, env, io.Discard, io.Discard)
 	if done || cfg.Databases != 4 || cfg.Addr != server.DefaultAddr {
 		t.Errorf("--config %s: databases %d addr %s", other, cfg.Databases, cfg.Addr)
 	}
@@ -113,7 +113,7 @@ func TestInvalidConfigReportsEveryProblem(t *testing.T) {
 	os.WriteFile(file, []byte("no-such-option 1\nshards many\n"), 0o600)
 	env := envFrom(map[string]string{"CELLSERVER_LOG_FORMAT": "xml", "CELLSERVER_TIMEOUT": "soon"})
 	var errb bytes.Buffer
-	_, code, done := loadConfig([]string{"--config", file, "--addr", "nonsense", "--maxclients", "-1", "--databases", "-3", "--proto-max-bulk-len", "lots"}, env, io.Discard, &errb)
+	_, code, done, _ := loadConfig([]string{"--config", file, "--addr", "nonsense", "--maxclients", "-1", "--databases", "-3", "--proto-max-bulk-len", "lots"}, env, io.Discard, &errb)
 	if !done || code == 0 {
 		t.Fatalf("invalid configuration accepted (code %d)", code)
 	}
@@ -361,13 +361,13 @@ func TestLoadDamagedWALOption(t *testing.T) {
 		{"file", []string{"--config", file}, nil, true},
 		{"flag beats file", []string{"--config", file, "--load-damaged-wal", "no"}, nil, false},
 	} {
-		cfg, code, done := loadConfig(c.args, envFrom(c.env), io.Discard, io.Discard)
+		cfg, code, done, _ := loadConfig(c.args, envFrom(c.env), io.Discard, io.Discard)
 		if done || cfg.LoadDamagedWAL != c.want {
 			t.Errorf("%s: LoadDamagedWAL %v (stopped %v, code %d), want %v", c.name, cfg.LoadDamagedWAL, done, code, c.want)
 		}
 	}
 	var stderr strings.Builder
-	if _, code, done := loadConfig([]string{"--load-damaged-wal", "maybe"}, envFrom(nil), io.Discard, &stderr); !done || code == 0 || !strings.Contains(stderr.String(), "load-damaged-wal") {
+	if _, code, done, _ := loadConfig([]string{"--load-damaged-wal", "maybe"}, envFrom(nil), io.Discard, &stderr); !done || code == 0 || !strings.Contains(stderr.String(), "load-damaged-wal") {
 		t.Errorf("--load-damaged-wal maybe: code %d, stderr %q", code, stderr.String())
 	}
 }

@@ -145,7 +145,7 @@ func TestTLSClientCertOptions(t *testing.T) {
 			"client certificate"},
 	} {
 		var errb bytes.Buffer
-		_, code, done := loadConfig(c.args, func(string) string { return "" }, io.Discard, &errb)
+		_, code, done, _ := loadConfig(c.args, func(string) string { return "" }, io.Discard, &errb)
 		if !done || code != 2 || !strings.Contains(errb.String(), c.want) {
 			t.Errorf("%q: code %d done %v, stderr %q, want %q", c.args, code, done, errb.String(), c.want)
 		}

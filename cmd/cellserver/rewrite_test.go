@@ -103,7 +103,7 @@ func TestRewriteConfigFile(t *testing.T) {
 	if len(entries) != 2 {
 		t.Errorf("directory holds %d entries after the rewrite, want 2 (a temporary file left?)", len(entries))
 	}
-	cfg, code, done := loadConfig([]string{"--config", link}, envFrom(nil), io.Discard, io.Discard)
+	cfg, code, done, _ := loadConfig([]string{"--config", link}, envFrom(nil), io.Discard, io.Discard)
 	if done || cfg.Password != "two words" || cfg.MaxClients != 7 {
 		t.Errorf("rewritten file reloads as password %q maxclients %d (code %d)", cfg.Password, cfg.MaxClients, code)
 	}
@@ -128,7 +128,7 @@ func TestConfigRewriteCommand(t *testing.T) {
 	if err := os.WriteFile(file, []byte("# a replica\nreplicaof "+host+" "+port+"\nmaxclients 50\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, code, done := loadConfig([]string{"--config", file}, envFrom(nil), io.Discard, io.Discard)
+	cfg, code, done, _ := loadConfig([]string{"--config", file}, envFrom(nil), io.Discard, io.Discard)
 	if done {
 		t.Fatalf("loadConfig: code %d", code)
 	}
@@ -160,7 +160,7 @@ func TestConfigRewriteCommand(t *testing.T) {
 		t.Errorf("file after REPLICAOF and CONFIG REWRITE: %q", got)
 	}
 	// The rewritten file starts a replica of the same primary.
-	if cfg2, _, done := loadConfig([]string{"--config", file}, envFrom(nil), io.Discard, io.Discard); done || cfg2.ReplicaOf != host+" "+port {
+	if cfg2, _, done, _ := loadConfig([]string{"--config", file}, envFrom(nil), io.Discard, io.Discard); done || cfg2.ReplicaOf != host+" "+port {
 		t.Errorf("the rewritten file loads replicaof %q, want %q", cfg2.ReplicaOf, host+" "+port)
 	}
 
@@ -173,7 +173,7 @@ func TestConfigRewriteCommand(t *testing.T) {
 		t.Errorf("PING after a failed rewrite: %v", err)
 	}
 
-	cfg, _, _ = loadConfig(nil, envFrom(nil), io.Discard, io.Discard)
+	cfg, _, _, _ = loadConfig(nil, envFrom(nil), io.Discard, io.Discard)
 	_, addr = servertest.Start(t, cfg)
 	c2 := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
 	defer c2.Close()
