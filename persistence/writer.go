@@ -158,6 +158,11 @@ type Writer struct {
 	syncWG   sync.WaitGroup // the running everysec sync
 	notify   func()         // OnDurable's function, nil: none
 	stopOnce sync.Once
+	// runMu guards runState: whether Run started, so that Close of a
+	// Writer whose Run never ran does the final round itself instead of
+	// waiting for it.
+	runMu    sync.Mutex
+	runState uint8 // runNotStarted, runRunning or runClosedFirst
 	stop     chan struct{}
 	done     chan struct{}
 }
@@ -370,6 +375,13 @@ func (w *Writer) notified() {
 // Run writes queued changes until ctx ends or Close is called, then writes
 // and syncs what is left.
 func (w *Writer) Run(ctx context.Context) {
+	w.runMu.Lock()
+	if w.runState == runClosedFirst { // Close did the final round
+		w.runMu.Unlock()
+		return
+	}
+	w.runState = runRunning
+	w.runMu.Unlock()
 	defer close(w.done)
 	tick := time.NewTicker(flushInterval)
 	defer tick.Stop()
@@ -411,10 +423,27 @@ func (w *Writer) final() {
 	}
 }
 
+// The states of Writer.runState.
+const (
+	runNotStarted = iota
+	runRunning
+	runClosedFirst // Closed before Run started: Run returns at once
+)
+
 // Close writes and syncs every queued change and stops Run; it waits for
-// Run to finish if it is running.
+// Run to finish if it is running. Closing a Writer whose Run never started
+// does Run's final round itself.
 func (w *Writer) Close() {
 	w.stopOnce.Do(func() { close(w.stop) })
+	w.runMu.Lock()
+	if w.runState == runNotStarted {
+		w.runState = runClosedFirst
+		w.runMu.Unlock()
+		w.final()
+		close(w.done)
+		return
+	}
+	w.runMu.Unlock()
 	<-w.done
 }
 

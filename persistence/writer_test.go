@@ -275,6 +275,40 @@ func TestWriterConcurrentEnqueueKeepsEveryChange(t *testing.T) {
 // TestWriterEnqueuePanicReleasesTheQueue: a value EncodeValue cannot encode
 // (a bug in the caller) panics in the caller's goroutine, and the queue's
 // mutex is released: other writers go on.
+// TestWriterCloseWithoutRun: Close of a Writer whose Run never started
+// writes what was queued and returns (it used to wait for Run forever);
+// a Run started afterwards returns at once, and so does a second Close.
+func TestWriterCloseWithoutRun(t *testing.T) {
+	st := NewMemory()
+	w := NewWriter(st, FsyncEverySec, quietLog)
+	v := strValue(3, 'c')
+	w.Put(0, []byte("queued"), &v)
+	done := make(chan struct{})
+	go func() {
+		w.Close()
+		w.Run(context.Background())
+		w.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(waitTimeout):
+		t.Fatalf("Close without Run still blocks after %v", waitTimeout)
+	}
+	n := 0
+	if err := st.Load(func(db int, key, value []byte) error {
+		if string(key) == "queued" {
+			n++
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Fatalf("the queued change reached the store %d times, want once", n)
+	}
+}
+
 func TestWriterEnqueuePanicReleasesTheQueue(t *testing.T) {
 	w := NewWriter(NewMemory(), FsyncEverySec, quietLog)
 	func() {
