@@ -162,6 +162,13 @@ func (s *Server) serveLocked(qk leaseQKey, now int64) {
 		}
 		keep = append(keep, lw)
 	}
+	w.keep(qk, q, keep)
+}
+
+// keep makes keep, the waiters of q (qk's queue) still waiting, in order
+// and in q's array, the queue: the others' slots are cleared and counted
+// out, and an empty queue is removed. w.mu must be held.
+func (w *leaseWaits) keep(qk leaseQKey, q, keep []*leaseWaiter) {
 	for i := len(keep); i < len(q); i++ {
 		q[i] = nil
 	}
@@ -188,15 +195,7 @@ func (s *Server) dropLeaseWaiters(cl *client) {
 				keep = append(keep, lw)
 			}
 		}
-		for i := len(keep); i < len(q); i++ {
-			q[i] = nil
-		}
-		w.n.Add(int64(len(keep) - len(q)))
-		if len(keep) == 0 {
-			delete(w.q, qk)
-		} else {
-			w.q[qk] = keep
-		}
+		w.keep(qk, q, keep)
 	}
 }
 
