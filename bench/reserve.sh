@@ -25,24 +25,9 @@ ROUNDS=${ROUNDS:-3}
 TTL=${TTL:-30s}
 if [ -n "${QUICK:-}" ]; then PAIRS=20000; ROUNDS=1; fi
 tmp=$(mktemp -d /tmp/cellbench-res.XXXXXX)
-pids=()
-cleanup() { for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT INT TERM
+. bench/serverlib.sh # pids, cleanup, srvpin/clipin, freeport, start, stop, median
 go build -o "$tmp/cellserver" ./cmd/cellserver
 go build -o "$tmp/reservepairs" ./bench/reservepairs
-srvpin=(); clipin=()
-if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then srvpin=(taskset -c 0); clipin=(taskset -c 1); echo "pinned: server on CPU 0, client on CPU 1"; fi
-
-freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
-start() {
-  port=$(freeport)
-  "${srvpin[@]}" "$tmp/cellserver" --addr "127.0.0.1:$port" 2>"$tmp/server.$port.log" &
-  pids+=($!); pid=$!
-  for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && return 0; sleep 0.1; done
-  echo "server did not start" >&2; exit 1
-}
-stop() { kill "$pid"; wait "$pid" 2>/dev/null || true; }
-median() { tr ' ' '\n' | grep . | sort -g | awk '{v[NR]=$1} END {print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 field() { tr ' ' '\n' | awk -F= -v k="$1" '$1 == k {print $2}'; }
 
 declare -A pps p50 p99
