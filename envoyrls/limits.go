@@ -24,8 +24,10 @@ const (
 	MaxRequestBytes = 64 << 10
 	// MaxStreamsPerConn is the calls one connection has under way at once
 	// (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): the next stream is refused
-	// with REFUSED_STREAM. Envoy opens another connection, a gRPC-Go
-	// client queues the call. 100 is the minimum RFC 9113 recommends.
+	// with REFUSED_STREAM. Clients that read the setting queue the call
+	// (gRPC-Go; Envoy, unless its cluster's max_concurrent_streams makes
+	// it open another connection). 100 is the minimum RFC 9113
+	// recommends.
 	MaxStreamsPerConn = 100
 	// MaxHeaderListBytes bounds one call's header list, uncompressed
 	// (SETTINGS_MAX_HEADER_LIST_SIZE); a larger one resets the stream.
