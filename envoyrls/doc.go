@@ -74,6 +74,14 @@
 // cellserver_rls_rule_descriptors_total{domain,rule,result}, and as INFO
 // rls. near_limit is not counted.
 //
+// # Limits
+//
+// The gRPC port's limits are constants (MaxRequestBytes,
+// MaxStreamsPerConn, ...), set as grpc.ServerOptions; the front door
+// serves at most server.RLSSources.MaxClients connections at once. With a
+// password, ShouldRateLimit checks the token on the call's headers before
+// it reads the request.
+//
 // # Extensions
 //
 // A rate_limit may say algorithm: fixed (the default), sliding,

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"log/slog"
 	"net"
 	"strings"
 
@@ -29,17 +30,20 @@ const TokenMetadata = "authorization"
 // FrontDoor is the gRPC server of the Envoy rate limit service, wired to a
 // cellserver through its own RESP port. It implements server.RLSServer.
 type FrontDoor struct {
-	grpc    *grpc.Server
-	client  redis.UniversalClient
-	service *Service
-	health  *health.Server
+	grpc     *grpc.Server
+	client   redis.UniversalClient
+	service  *Service
+	health   *health.Server
+	maxConns int          // src.MaxClients; 0: no cap
+	logger   *slog.Logger // may be nil
 }
 
 // New builds the front door for server.Config.RLS: it loads src.ConfigPath
 // (an invalid configuration is an error listing every problem), connects a
 // go-redis client (a cluster client in cluster mode) to src.RESPAddr with
-// the server's password, and serves gRPC with src.TLS and, when a password
-// is set, the token check.
+// the server's password, and serves gRPC with src.TLS, the limits of
+// limits.go (at most src.MaxClients connections) and, when a password is
+// set, the token check.
 func New(src server.RLSSources) (server.RLSServer, error) {
 	fd, err := NewFrontDoor(src)
 	if err != nil {
@@ -69,21 +73,25 @@ func NewFrontDoor(src server.RLSSources) (*FrontDoor, error) {
 		client.Close()
 		return nil, err
 	}
-	var opts []grpc.ServerOption
+	opts := serverLimits()
 	if src.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(src.TLS.Clone())))
 	}
+	var token *tokenCheck
 	if src.Password != "" {
-		opts = append(opts, grpc.UnaryInterceptor(tokenCheck(src.Password)))
+		token = newTokenCheck(src.Password)
+		// ShouldRateLimit checks the token itself (rateLimitService); this
+		// guards any other unary method but the health service's.
+		opts = append(opts, grpc.UnaryInterceptor(token.unary))
 	}
 	g := grpc.NewServer(opts...)
-	pb.RegisterRateLimitServiceServer(g, svc)
+	g.RegisterService(rateLimitService(token), svc)
 	hs := health.NewServer() // grpc.health.v1, without a token (probes)
 	healthpb.RegisterHealthServer(g, hs)
 	if src.Logger != nil {
 		src.Logger.Info("envoy rate limit service configuration loaded", "path", src.ConfigPath, "domains", strings.Join(cfg.Domains(), ","))
 	}
-	return &FrontDoor{grpc: g, client: client, service: svc, health: hs}, nil
+	return &FrontDoor{grpc: g, client: client, service: svc, health: hs, maxConns: src.MaxClients, logger: src.Logger}, nil
 }
 
 // Service returns the service the front door answers with.
@@ -96,8 +104,12 @@ func (f *FrontDoor) RLSStats() server.RLSStats {
 		Domains: st.Domains, Rules: st.Rules, UnknownDomain: st.UnknownDomain}
 }
 
-// Serve implements server.RLSServer.
+// Serve implements server.RLSServer: at most RLSSources.MaxClients
+// connections at once, the next closed as it is accepted.
 func (f *FrontDoor) Serve(ln net.Listener) error {
+	if f.maxConns > 0 {
+		ln = newConnCap(ln, f.maxConns, f.logger)
+	}
 	err := f.grpc.Serve(ln)
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
@@ -132,25 +144,70 @@ var errToken = status.Error(codes.Unauthenticated, "missing or wrong token: send
 
 // tokenCheck refuses calls without "authorization: Bearer <password>",
 // comparing SHA-256 digests in constant time (as AUTH on the RESP port).
-func tokenCheck(password string) grpc.UnaryServerInterceptor {
-	want := sha256.Sum256([]byte("Bearer " + password))
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if strings.HasPrefix(info.FullMethod, "/grpc.health.v1.Health/") {
-			return h(ctx, req)
-		}
-		md, _ := metadata.FromIncomingContext(ctx)
-		ok := false
-		for _, v := range md.Get(TokenMetadata) {
-			got := sha256.Sum256([]byte(v))
-			if subtle.ConstantTimeCompare(got[:], want[:]) == 1 {
-				ok = true
-			}
-		}
-		if !ok {
-			return nil, errToken
-		}
+// The health service needs no token (probes).
+type tokenCheck struct {
+	want [sha256.Size]byte
+}
+
+func newTokenCheck(password string) *tokenCheck {
+	return &tokenCheck{want: sha256.Sum256([]byte("Bearer " + password))}
+}
+
+// check is nil when the call's metadata carries the token, else errToken.
+func (t *tokenCheck) check(ctx context.Context) error {
+	md, _ := metadata.FromIncomingContext(ctx)
+	ok := 0
+	for _, v := range md.Get(TokenMetadata) {
+		got := sha256.Sum256([]byte(v))
+		ok |= subtle.ConstantTimeCompare(got[:], t.want[:])
+	}
+	if ok != 1 {
+		return errToken
+	}
+	return nil
+}
+
+// unary is the check as a unary interceptor: it runs after gRPC has read
+// and decoded the request, hence not the one ShouldRateLimit relies on.
+func (t *tokenCheck) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if strings.HasPrefix(info.FullMethod, "/grpc.health.v1.Health/") {
 		return h(ctx, req)
 	}
+	if err := t.check(ctx); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+// rateLimitService is pb.RateLimitService_ServiceDesc with ShouldRateLimit
+// registered as a stream handler of a unary call (the same call on the
+// wire, and gRPC checks it carries exactly one request): the handler
+// checks token (nil: no token needed) on the headers before it reads the
+// request, so a call without the token is refused before its message is
+// read, let alone decoded. (A unary handler reads the request before any
+// interceptor runs; a grpc.InTapHandle that refuses a call never cancels
+// the call's context, which keeps the timer of its grpc-timeout, about
+// 300 bytes, until the deadline: hours, for a caller who says so.)
+func rateLimitService(token *tokenCheck) *grpc.ServiceDesc {
+	d := pb.RateLimitService_ServiceDesc
+	d.Methods = nil
+	d.Streams = []grpc.StreamDesc{{StreamName: "ShouldRateLimit", Handler: func(srv any, ss grpc.ServerStream) error {
+		if token != nil {
+			if err := token.check(ss.Context()); err != nil {
+				return err
+			}
+		}
+		req := new(pb.RateLimitRequest)
+		if err := ss.RecvMsg(req); err != nil {
+			return err
+		}
+		resp, err := srv.(pb.RateLimitServiceServer).ShouldRateLimit(ss.Context(), req)
+		if err != nil {
+			return err
+		}
+		return ss.SendMsg(resp)
+	}}}
+	return &d
 }
 
 // Reload reads the configuration again from path (server.RLSSources's

@@ -31,6 +31,10 @@ type RLSSources struct {
 	ClientTLS *tls.Config
 	// Cluster is Config.ClusterEnabled: keys are routed to their owners.
 	Cluster bool
+	// MaxClients is Config.MaxClients: the gRPC port serves at most this
+	// many connections at once (counted apart from the RESP port's); the
+	// next one is closed as it is accepted.
+	MaxClients int
 	// ConfigPath is Config.RLSConfig; ResponseHeaders Config.RLSResponseHeaders.
 	ConfigPath      string
 	ResponseHeaders bool
@@ -102,7 +106,7 @@ func (s *Server) listenRLS(respAddr net.Addr) error {
 		host = "127.0.0.1"
 	}
 	srv, err := s.cfg.RLS(RLSSources{RESPAddr: net.JoinHostPort(host, port), Password: s.cfg.Password, TLS: s.tls,
-		ClientTLS: s.clientTLS, Cluster: s.cfg.ClusterEnabled, ConfigPath: s.cfg.RLSConfig,
+		ClientTLS: s.clientTLS, Cluster: s.cfg.ClusterEnabled, MaxClients: s.cfg.MaxClients, ConfigPath: s.cfg.RLSConfig,
 		ResponseHeaders: s.cfg.RLSResponseHeaders, Clock: s.cfg.Clock, Logger: s.cfg.Logger})
 	if err != nil {
 		return fmt.Errorf("rls: %w", err)
