@@ -409,11 +409,12 @@ func (ks *Keyspace) LockAll() {
 	}
 }
 
-// UnlockAll releases what LockAll took.
+// UnlockAll releases what LockAll took (forgetting each view's object,
+// as Unlock does).
 func (ks *Keyspace) UnlockAll() {
 	for _, db := range ks.dbs {
 		for i := range db.shards {
-			db.shards[i].mu.Unlock()
+			db.shards[i].Unlock()
 		}
 	}
 }
@@ -546,8 +547,24 @@ func older(a, b uint32) bool { return a != b && (b-a)&atimeMask < 1<<23 }
 // Lock takes the shard lock.
 func (s *Shard) Lock() { s.mu.Lock() }
 
-// Unlock releases the shard lock.
-func (s *Shard) Unlock() { s.mu.Unlock() }
+// Unlock releases the shard lock. It drops the view's reference to the
+// object it last showed (forget), so that a value evicted, deleted or
+// replaced since is not kept alive by the view.
+func (s *Shard) Unlock() {
+	s.forget()
+	s.mu.Unlock()
+}
+
+// forget drops the view's object: a view outlives its lock only as a
+// pointer nobody may use (see Lookup), and otherwise it would hold up to
+// one object per shard (one evicted 1 MiB string each, say) beyond what
+// MaxMemory counts. The scalars stay; ref is checked before use (holds).
+// s.mu must be held.
+func (s *Shard) forget() {
+	if s.view.Obj != nil {
+		s.view.Obj = nil
+	}
+}
 
 // Order returns the shard's position in the global lock order.
 func (s *Shard) Order() (db, index int) { return s.db, s.index }
@@ -679,6 +696,7 @@ func (s *Shard) ReplaceHash(key []byte, h uint64, cur *Value, nv Value) {
 	if s.journal != nil {
 		s.jv = nv
 		s.journal.Put(s.db, key, &s.jv)
+		s.jv.Obj = nil // only valid during Put: keep no object alive
 		if s.chg != nil {
 			s.chg.mark(idx)
 		}
