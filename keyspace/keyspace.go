@@ -770,6 +770,31 @@ func (s *Shard) Range(now int64, fn func(key string, v *Value) bool) {
 	}
 }
 
+// Scan calls fn for the live entries at now (ms) in table order from
+// position pos on, looking at no more than max positions (free and
+// expired entries count, and the entry fn stops at), until fn returns
+// false. It returns the position after the last one looked at, and end
+// true when none is left after it. An entry keeps its position while it
+// exists (entries never move, and positions start again from 0 only once
+// the shard is empty), so calls that each start where the last stopped
+// visit every entry that exists throughout exactly once (SCAN's
+// guarantee). v is the shard's view (see Lookup); fn must not modify the
+// shard. s.mu must be held.
+func (s *Shard) Scan(now int64, pos uint32, max int, fn func(key string, v *Value) bool) (next uint32, end bool) {
+	i := pos
+	for looked := 0; i < s.t.next && looked < max; looked++ {
+		e := s.t.at(i)
+		i++
+		if e.meta == 0 || (e.exp != 0 && now > e.exp) {
+			continue
+		}
+		if !fn(string(s.t.key(e)), s.load(i-1)) {
+			break
+		}
+	}
+	return i, i >= s.t.next
+}
+
 // clear drops every entry of the shard; the caller zeroes the
 // database's slot counts once every shard is cleared. s.mu must be held.
 func (s *Shard) clear() {
