@@ -93,8 +93,9 @@ type block struct {
 // answers later (Redis's blocked clients: WAIT). Call it only from
 // ServeRESP, for its own connection. The connection runs no further
 // command: the commands pipelined behind this one, and any input read
-// meanwhile, stay buffered until resume is called; its event loop
-// meanwhile serves its other clients.
+// meanwhile (none on an event loop, up to blockedReadMax on a goroutine),
+// stay buffered until resume is called; its event loop meanwhile serves
+// its other clients.
 //
 // resume may be called from any goroutine, once (later calls do nothing).
 // reply, one or more complete RESP frames (copied), is written after every
@@ -179,14 +180,18 @@ func (c *Conn) waitResume(b *block) bool {
 	return true
 }
 
+// blockedReadMax bounds the input a blocked connection on a goroutine
+// buffers while it waits (readBlocked); an event loop reads none.
+const blockedReadMax = 64 << 10
+
 // readBlocked reads the client's input while c is blocked, until b is
-// woken (resume, Kill, Shutdown), as an event loop watches a blocked
-// client: the input is buffered for the commands behind the blocked one
-// (up to MaxQueryBuffer; past it the reading stops until the wake), and a
-// hang-up is seen at once, so that the client leaves (Handler.Close)
-// rather than staying counted, with whatever it waits for, until its
-// resume. It returns false when the client hung up or the connection
-// failed. IdleTimeout does not apply (see Block).
+// woken (resume, Kill, Shutdown), so that a hang-up is seen at once, as
+// an event loop watching a blocked client sees it: the client leaves
+// (Handler.Close) rather than staying counted, with whatever it waits
+// for, until its resume. What it reads is buffered for the commands
+// behind the blocked one, up to blockedReadMax: past it the reading
+// stops until the wake. It returns false when the client hung up or the
+// connection failed. IdleTimeout does not apply (see Block).
 func (c *Conn) readBlocked(b *block) bool {
 	c.nc.SetReadDeadline(time.Time{})
 	for {
@@ -195,7 +200,7 @@ func (c *Conn) readBlocked(b *block) bool {
 			return true
 		default:
 		}
-		if c.rd.buffered() >= c.rd.maxQuery {
+		if c.rd.buffered() >= blockedReadMax {
 			<-b.ch
 			return true
 		}

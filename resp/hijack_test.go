@@ -475,6 +475,46 @@ func TestBlockTLS(t *testing.T) {
 	blk.resume([]byte(":6\r\n"))
 }
 
+// TestBlockReadBounded: a blocked client on a goroutine that sends while
+// it waits gets at most about blockedReadMax bytes read into its buffer
+// (the rest stays with the kernel and the client), and once resumed every
+// command it sent runs, in order.
+func TestBlockReadBounded(t *testing.T) {
+	h := newHBHandler()
+	srv, addr := startServer(t, Config{EventLoops: -1}, h)
+	a := dial(t, addr)
+	write(t, a, "WAITB\r\n")
+	blk := h.nextBlock(t)
+	const n = 100000 // 1.4 MB of pipelined ECHOs
+	var req, want strings.Builder
+	for i := range n {
+		arg := strconv.Itoa(i % 10)
+		req.WriteString("ECHO " + arg + "\r\n")
+		want.WriteString("$1\r\n" + arg + "\r\n")
+	}
+	sent := make(chan error, 1)
+	go func() { _, err := io.WriteString(a, req.String()); sent <- err }()
+	buffered := func() (q int) {
+		srv.Range(func(c *Conn) bool { q = c.QueryBufLen(); return true })
+		return q
+	}
+	deadline := time.Now().Add(testTimeout)
+	for buffered() < blockedReadMax { // then the reading stops until resume
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d bytes read while blocked, want %d", buffered(), blockedReadMax)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if q := buffered(); q > 2*blockedReadMax {
+		t.Fatalf("%d bytes buffered while blocked, want at most about %d", q, blockedReadMax)
+	}
+	blk.resume([]byte("+done\r\n"))
+	expectRead(t, a, "+done\r\n"+want.String())
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestBlockNotIdle: IdleTimeout does not close a blocked client. An idle
 // client connected after it blocked is the witness that the timeout has
 // passed for the blocked one too.
