@@ -98,6 +98,9 @@ type client struct {
 	redirID     atomic.Int64
 	redirBroken atomic.Bool
 	closed      atomic.Bool
+	// blocked is the client's block counted in blocked_clients (nil:
+	// none; blocked.go).
+	blocked atomic.Pointer[blockedCall]
 	// killed: CLIENT KILL closed the connection, which CLIENT LIST and
 	// CLIENT KILL no longer count while it ends.
 	killed atomic.Bool

@@ -380,12 +380,31 @@ func cmdKeys(x *ctx) {
 	}
 }
 
+const (
+	// scanMaxCount caps SCAN's COUNT: one call looks at no more keys, so
+	// that a huge COUNT cannot make one call walk a large keyspace and
+	// build a reply of all of it (KEYS is the command that does that).
+	scanMaxCount = 100000
+	// scanWorkPerCount bounds, per COUNT, the table positions one SCAN
+	// call looks at when they hold few live keys (free positions left by
+	// deletions, expired keys), as Redis's scan stops after 10*COUNT
+	// empty buckets. Shards cost a lock each and are not counted: a call
+	// goes through at most every shard of the database once.
+	scanWorkPerCount = 10
+)
+
 // SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
 //
-// The cursor is the index of the next shard to visit. Each call returns
-// whole shards until at least COUNT keys were looked at, so every key that
-// exists for the whole iteration is returned exactly once, and keys added or
-// removed meanwhile at most once, which is stronger than Redis promises.
+// The cursor names a shard and a position in its table (position *
+// NumShards + shard; 0 is the start, and the shard's index alone the
+// start of that shard). A call goes through the shards in order from the
+// cursor and stops once it has looked at COUNT keys (at most
+// scanMaxCount, whatever COUNT says), or at scanWorkPerCount*COUNT table
+// positions, free ones included, so one call's work and reply are bounded
+// as Redis's are. A key keeps its position while it
+// exists, so every key that exists for the whole iteration is returned
+// exactly once; a key added or removed meanwhile may be returned or not
+// (twice if it is removed and added again), as Redis promises.
 func cmdScan(x *ctx) {
 	cursor, ok := parseUintCursor(x.args[1])
 	if !ok {
@@ -427,28 +446,34 @@ func cmdScan(x *ctx) {
 	}
 	db := x.db()
 	now := x.clockMS()
+	count = min(count, scanMaxCount)
+	work := count * scanWorkPerCount
+	n := uint64(db.NumShards())
+	shard, pos := cursor%n, cursor/n
 	var keys []string
-	seen := int64(0)
-	next := cursor
-	for next < uint64(db.NumShards()) && seen < count {
-		sh := db.ShardAt(int(next))
+	seen, spent := int64(0), int64(0)
+	for shard < n && seen < count && spent < work {
+		sh := db.ShardAt(int(shard))
 		x.lock(sh)
-		sh.Range(now, func(k string, v *keyspace.Value) bool {
+		from := uint32(min(pos, math.MaxUint32)) // a position past the table's end: none left
+		next, end := sh.Scan(now, from, int(work-spent), func(k string, v *keyspace.Value) bool {
 			seen++
-			if pat != nil && !globMatch(pat, []byte(k), false) {
-				return true
+			if (pat == nil || globMatch(pat, []byte(k), false)) && (typ == nil || eqFold(typ, typeName(v.Kind))) {
+				keys = append(keys, k)
 			}
-			if typ != nil && !eqFold(typ, typeName(v.Kind)) {
-				return true
-			}
-			keys = append(keys, k)
-			return true
+			return seen < count
 		})
 		x.unlock(sh)
-		next++
+		spent += int64(next - from)
+		if !end {
+			pos = uint64(next)
+			break
+		}
+		shard, pos = shard+1, 0
 	}
-	if next >= uint64(db.NumShards()) {
-		next = 0
+	next := uint64(0) // the iteration is over
+	if shard < n {
+		next = pos*n + shard // not 0: pos > 0 or shard > 0
 	}
 	x.array(2)
 	var b [20]byte

@@ -111,8 +111,8 @@ func cmdWait(x *ctx) {
 		x.int(int64(c))
 		return
 	}
-	resume := x.c.Block()
-	s.repl.Wait(off, int(min(n, 1<<30)), time.Duration(ms)*time.Millisecond, func(c int) {
+	resume, b := x.block()
+	b.leave = s.repl.Wait(off, int(min(n, 1<<30)), time.Duration(ms)*time.Millisecond, func(c int) {
 		resume(redcon.AppendInt(nil, int64(c)))
 	})
 }

@@ -341,7 +341,7 @@ func (c *infoCall) clients() []string {
 		"maxclients:" + s.setting("maxclients"),
 		fmt.Sprintf("client_recent_max_input_buffer:%d", maxIn),
 		fmt.Sprintf("client_recent_max_output_buffer:%d", maxOut),
-		"blocked_clients:0",
+		fmt.Sprintf("blocked_clients:%d", s.blocked.Load()),
 		fmt.Sprintf("tracking_clients:%d", s.track.clients.Load()),
 		"clients_in_timeout_table:0",
 		fmt.Sprintf("lease_wait_queues:%d", lq),

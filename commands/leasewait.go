@@ -303,7 +303,7 @@ func cmdAcquire(x *ctx) {
 		// Block before the waiter can be served: resume may run as soon
 		// as the shard lock is released.
 		if x.s.lwaitRoom(lw, queue) {
-			lw.resume = x.c.Block()
+			lw.resume, _ = x.block() // Server.Close drops the waiter
 			x.s.enqueueLease(lw, queue)
 			return
 		}

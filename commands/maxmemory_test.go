@@ -200,3 +200,50 @@ func TestMaxmemoryAccountingInvariant(t *testing.T) {
 		})
 	}
 }
+
+// infoInt returns the integer field name of INFO section.
+func infoInt(t *testing.T, c *resptest.Conn, section, name string) int64 {
+	t.Helper()
+	secs, _ := parseInfo(t, c.MustDo(t, "INFO", section).Str)
+	for _, sec := range secs {
+		if v, ok := sec.values[name]; ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("INFO %s: %s:%s", section, name, v)
+			}
+			return n
+		}
+	}
+	t.Fatalf("INFO %s has no %s", section, name)
+	return 0
+}
+
+// TestMaxmemoryEvictedValuesFreed is issue 26's scenario scaled down: 300
+// keys' strings grown to 128 KiB under a 2 MiB maxmemory leave a few keys,
+// and the heap found live after a collection (MEMORY PURGE, then INFO's
+// go_heap_live) grows by about maxmemory, not by one evicted value per
+// keyspace shard (about 20 MiB here before the fix).
+func TestMaxmemoryEvictedValuesFreed(t *testing.T) {
+	const limit = 2 << 20
+	ks, c, _ := startCapped(t, limit, "allkeys-lru")
+	c.MustDo(t, "MEMORY", "PURGE")
+	base := infoInt(t, c, "memory", "go_heap_live")
+	for size := 1 << 10; size <= 128<<10; size *= 2 {
+		val := strings.Repeat("v", size)
+		cmds := make([][]string, 300)
+		for i := range cmds {
+			cmds[i] = []string{"SET", "key:" + strconv.Itoa(i), val}
+		}
+		pipeline(t, c, cmds)
+	}
+	c.MustDo(t, "MEMORY", "PURGE")
+	live := infoInt(t, c, "memory", "go_heap_live")
+	mem := ks.Memory()
+	if mem.Used > limit || mem.Evicted == 0 {
+		t.Fatalf("memory %+v: want evictions and at most %d bytes", mem, limit)
+	}
+	if grown := live - base; grown > 3*limit {
+		t.Errorf("live heap after a collection grew by %d bytes (%d keys, %d bytes accounted): evicted values are kept", grown, ks.DB(0).Size(false), mem.Used)
+	}
+	t.Logf("live heap %d -> %d bytes; %d keys, %d bytes accounted", base, live, ks.DB(0).Size(false), mem.Used)
+}

@@ -175,3 +175,67 @@ func TestClientListShowsCurrentCommand(t *testing.T) {
 		t.Errorf("CLIENT INFO does not show itself: %q", info)
 	}
 }
+
+// scanMaxCount is commands.scanMaxCount: the most keys one SCAN call looks
+// at, whatever COUNT says.
+const scanMaxCount = 100000
+
+// TestScanCountCapped: SCAN's COUNT is capped, so one call with a huge
+// COUNT looks at no more than scanMaxCount keys of a larger keyspace and
+// returns a cursor to go on from (issue 26: SCAN 0 COUNT 1000000000 walked
+// and returned the whole keyspace in one call). An iteration with such a
+// COUNT still returns every key exactly once, with keys removed and added
+// between its calls.
+func TestScanCountCapped(t *testing.T) {
+	_, addr := servertest.Start(t, server.Config{Clock: servertest.NewClock(goldenT0).Now})
+	c := resptest.MustDial(t, addr)
+	const nKeys = 3*scanMaxCount + 12345
+	for i := 0; i < nKeys; i += 10000 {
+		cmds := make([][]string, 0, 10000)
+		for j := i; j < min(i+10000, nKeys); j++ {
+			cmds = append(cmds, []string{"SET", "k:" + strconv.Itoa(j), "v"})
+		}
+		pipeline(t, c, cmds)
+	}
+	// Keys that come and go between the calls, taking free positions.
+	pipeline(t, c, [][]string{{"SET", "tmp:0", "v"}, {"SET", "tmp:1", "v"}})
+
+	v := c.MustDo(t, "SCAN", "0", "COUNT", "1000000000")
+	if len(v.Elems) != 2 || v.Elems[0].Str == "0" || len(v.Elems[1].Elems) == 0 || len(v.Elems[1].Elems) > scanMaxCount {
+		t.Fatalf("SCAN 0 COUNT 1000000000 over %d keys: cursor %q and %d keys, want a cursor other than 0 and 1 to %d keys",
+			nKeys, v.Elems[0].Str, len(v.Elems[1].Elems), scanMaxCount)
+	}
+
+	seen := map[string]int{}
+	cursor := "0"
+	calls := 0
+	for {
+		calls++
+		if calls > 100 {
+			t.Fatalf("SCAN COUNT 1000000000: no end after %d calls", calls)
+		}
+		v := c.MustDo(t, "SCAN", cursor, "COUNT", "1000000000")
+		if len(v.Elems[1].Elems) > scanMaxCount {
+			t.Fatalf("call %d returned %d keys, more than %d", calls, len(v.Elems[1].Elems), scanMaxCount)
+		}
+		for _, k := range v.Elems[1].Elems {
+			seen[k.Str]++
+		}
+		cursor = v.Elems[0].Str
+		if cursor == "0" {
+			break
+		}
+		// Churn: a key removed, two added (one reusing its position).
+		pipeline(t, c, [][]string{{"DEL", "tmp:" + strconv.Itoa(calls-1)},
+			{"SET", "tmp:" + strconv.Itoa(calls+1), "v"}, {"SET", "new:" + strconv.Itoa(calls), "v"}})
+	}
+	for i := 0; i < nKeys; i++ {
+		if k := "k:" + strconv.Itoa(i); seen[k] != 1 {
+			t.Fatalf("%s returned %d times, want once", k, seen[k])
+		}
+	}
+	if calls < nKeys/scanMaxCount+1 {
+		t.Errorf("%d calls for %d keys: COUNT not capped at %d", calls, nKeys, scanMaxCount)
+	}
+	t.Logf("%d keys (and %d churned ones) in %d calls", nKeys, len(seen)-nKeys, calls)
+}

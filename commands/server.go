@@ -210,7 +210,8 @@ type Server struct {
 	// clock from the monotonic one (client.wallNS).
 	realClock bool
 
-	lwait leaseWaits // CL.ACQUIRE ... WAIT's queues (leasewait.go)
+	lwait   leaseWaits   // CL.ACQUIRE ... WAIT's queues (leasewait.go)
+	blocked atomic.Int64 // clients blocked in WAIT or CL.ACQUIRE ... WAIT (blocked.go)
 
 	table map[string]*Spec // lower-case name -> spec
 	specs []*Spec          // every spec, subcommands included, by id
@@ -587,6 +588,7 @@ func (s *Server) Close(c *resp.Conn) {
 		s.track.disable(cl)
 		s.pubsub.drop(cl)
 		s.dropLeaseWaiters(cl)
+		s.dropBlocked(cl)
 	}
 }
 

@@ -121,7 +121,7 @@ func (ks *Keyspace) CollectChanges(sink ChangeSink) {
 			if s.t.live > 0 || len(s.chg.list) > 0 || s.chg.ndels > 0 {
 				s.collect(all, sink)
 			}
-			s.mu.Unlock()
+			s.Unlock() // forgets the view collect loaded
 			sink.ShardDone()
 		}
 	}

@@ -15,7 +15,9 @@
 //
 // Lookup and Peek return a pointer to the shard's view of one entry, a copy
 // of its fields: it is valid until the next Lookup, Peek or Range on the
-// same shard, and a change to it is kept only through Changed or Replace.
+// same shard or the Unlock (which drops its object, so that a view keeps
+// no removed value alive past maxmemory), and a change to it is kept only
+// through Changed or Replace.
 //
 // Every Value carries its Kind (a plain string, a CL.THROTTLE TAT, ...), its
 // scalar state and its absolute expiry in milliseconds since the Unix epoch

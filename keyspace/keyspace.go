@@ -409,11 +409,12 @@ func (ks *Keyspace) LockAll() {
 	}
 }
 
-// UnlockAll releases what LockAll took.
+// UnlockAll releases what LockAll took (forgetting each view's object,
+// as Unlock does).
 func (ks *Keyspace) UnlockAll() {
 	for _, db := range ks.dbs {
 		for i := range db.shards {
-			db.shards[i].mu.Unlock()
+			db.shards[i].Unlock()
 		}
 	}
 }
@@ -546,8 +547,24 @@ func older(a, b uint32) bool { return a != b && (b-a)&atimeMask < 1<<23 }
 // Lock takes the shard lock.
 func (s *Shard) Lock() { s.mu.Lock() }
 
-// Unlock releases the shard lock.
-func (s *Shard) Unlock() { s.mu.Unlock() }
+// Unlock releases the shard lock. It drops the view's reference to the
+// object it last showed (forget), so that a value evicted, deleted or
+// replaced since is not kept alive by the view.
+func (s *Shard) Unlock() {
+	s.forget()
+	s.mu.Unlock()
+}
+
+// forget drops the view's object: a view outlives its lock only as a
+// pointer nobody may use (see Lookup), and otherwise it would hold up to
+// one object per shard (one evicted 1 MiB string each, say) beyond what
+// MaxMemory counts. The scalars stay; ref is checked before use (holds).
+// s.mu must be held.
+func (s *Shard) forget() {
+	if s.view.Obj != nil {
+		s.view.Obj = nil
+	}
+}
 
 // Order returns the shard's position in the global lock order.
 func (s *Shard) Order() (db, index int) { return s.db, s.index }
@@ -679,6 +696,7 @@ func (s *Shard) ReplaceHash(key []byte, h uint64, cur *Value, nv Value) {
 	if s.journal != nil {
 		s.jv = nv
 		s.journal.Put(s.db, key, &s.jv)
+		s.jv.Obj = nil // only valid during Put: keep no object alive
 		if s.chg != nil {
 			s.chg.mark(idx)
 		}
@@ -750,6 +768,31 @@ func (s *Shard) Range(now int64, fn func(key string, v *Value) bool) {
 			return
 		}
 	}
+}
+
+// Scan calls fn for the live entries at now (ms) in table order from
+// position pos on, looking at no more than max positions (free and
+// expired entries count, and the entry fn stops at), until fn returns
+// false. It returns the position after the last one looked at, and end
+// true when none is left after it. An entry keeps its position while it
+// exists (entries never move, and positions start again from 0 only once
+// the shard is empty), so calls that each start where the last stopped
+// visit every entry that exists throughout exactly once (SCAN's
+// guarantee). v is the shard's view (see Lookup); fn must not modify the
+// shard. s.mu must be held.
+func (s *Shard) Scan(now int64, pos uint32, max int, fn func(key string, v *Value) bool) (next uint32, end bool) {
+	i := pos
+	for looked := 0; i < s.t.next && looked < max; looked++ {
+		e := s.t.at(i)
+		i++
+		if e.meta == 0 || (e.exp != 0 && now > e.exp) {
+			continue
+		}
+		if !fn(string(s.t.key(e)), s.load(i-1)) {
+			break
+		}
+	}
+	return i, i >= s.t.next
 }
 
 // clear drops every entry of the shard; the caller zeroes the

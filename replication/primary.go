@@ -348,14 +348,17 @@ func (r *Replication) ackedLocked(off int64) int {
 
 // Wait calls done, once, with the number of replicas that acknowledged
 // offset off: as soon as n have, when timeout passes (0: never), or when
-// the node stops being a primary. done runs on another goroutine.
-func (r *Replication) Wait(off int64, n int, timeout time.Duration, done func(int)) {
+// the node stops being a primary. done runs on another goroutine. cancel
+// forgets the wait without calling done, for a client that left (a WAIT
+// without a timeout would otherwise be kept until replicas acknowledge);
+// after done it does nothing.
+func (r *Replication) Wait(off int64, n int, timeout time.Duration, done func(int)) (cancel func()) {
 	w := &waiter{off: off, n: n, done: done}
 	r.mu.Lock()
 	if c := r.ackedLocked(off); c >= n || r.link != nil || r.stopping.Load() {
 		r.mu.Unlock()
 		go done(c)
-		return
+		return func() {}
 	}
 	r.waiters = append(r.waiters, w)
 	r.nWaiters.Add(1)
@@ -374,7 +377,22 @@ func (r *Replication) Wait(off int64, n int, timeout time.Duration, done func(in
 	// Ask for acks now rather than at the next keepalive: a keepalive
 	// makes every replica acknowledge what it has.
 	r.cron()
+	return func() {
+		r.mu.Lock()
+		removed := r.removeWaiter(w)
+		r.mu.Unlock()
+		if removed {
+			w.once.Do(func() {
+				if w.timer != nil {
+					w.timer.Stop()
+				}
+			})
+		}
+	}
 }
+
+// Waiting returns the number of WAITs waiting.
+func (r *Replication) Waiting() int { return int(r.nWaiters.Load()) }
 
 // removeWaiter removes w and reports whether it was there. r.mu held.
 func (r *Replication) removeWaiter(w *waiter) bool {

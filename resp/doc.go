@@ -146,9 +146,10 @@
 // buffered) and its loop goes on serving the others; the resume function
 // Block returns may be called from any goroutine, once, with the reply,
 // and the connection carries on with its buffered commands. Kill, Close
-// and Shutdown close a blocked connection (Shutdown as an idle one),
-// IdleTimeout does not, pushes reach it, and a resume that comes after it
-// closed does nothing.
+// and Shutdown close a blocked connection (Shutdown as an idle one), so
+// does the client hanging up (event loop or goroutine), IdleTimeout does
+// not, pushes reach it, and a resume that comes after it closed does
+// nothing.
 //
 // [Conn.Hijack] hands a connection over to the handler (a replication
 // link): once the replies so far are written, the connection leaves the

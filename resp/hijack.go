@@ -1,7 +1,9 @@
 package resp
 
 import (
+	"errors"
 	"net"
+	"os"
 	"sync/atomic"
 	"time"
 )
@@ -90,17 +92,18 @@ type block struct {
 // Block holds back the reply of the command being run, for a command that
 // answers later (Redis's blocked clients: WAIT). Call it only from
 // ServeRESP, for its own connection. The connection runs no further
-// command: the commands pipelined behind this one stay buffered, and it
-// reads no more input, until resume is called; its event loop meanwhile
-// serves its other clients.
+// command: the commands pipelined behind this one, and any input read
+// meanwhile (none on an event loop, up to blockedReadMax on a goroutine),
+// stay buffered until resume is called; its event loop meanwhile serves
+// its other clients.
 //
 // resume may be called from any goroutine, once (later calls do nothing).
 // reply, one or more complete RESP frames (copied), is written after every
 // reply before it; then the connection runs the commands buffered behind
 // the blocked one and reads again. A blocked connection is closed by
 // Kill, Close and Shutdown (which treats it as idle: its command has no
-// reply yet) and, on an event loop, when the client hangs up; resume after
-// that does nothing. IdleTimeout does not close a blocked connection, as
+// reply yet) and when the client hangs up; resume after that does
+// nothing. IdleTimeout does not close a blocked connection, as
 // in Redis. Pushes (Conn.Push) are delivered while it is blocked.
 //
 // Block after Hijack or CloseAfterReply in the same command does nothing
@@ -135,9 +138,15 @@ func (b *block) resume(reply []byte) {
 	b.wake()
 }
 
-// wake ends the wait of a connection without a loop.
+// wake ends the wait of a connection without a loop: it interrupts the
+// read waitResume may be in (a deadline in the past), then closes b.ch,
+// in that order, so that once waitResume sees b.ch closed no deadline of
+// wake's is still to come.
 func (b *block) wake() {
 	if b.woke.CompareAndSwap(false, true) {
+		if nc := b.c.nc; nc != nil { // nil only in a bare Conn (tests)
+			nc.SetReadDeadline(time.Unix(1, 0))
+		}
 		close(b.ch)
 	}
 }
@@ -155,7 +164,10 @@ func (c *Conn) waitResume(b *block) bool {
 	if c.hasPush.Load() {
 		c.kickPush()
 	}
-	<-b.ch
+	if !c.readBlocked(b) {
+		return false // the client hung up
+	}
+	c.nc.SetReadDeadline(time.Time{}) // wake's; read sets IdleTimeout's again
 	if !c.state.CompareAndSwap(connIdle, connActive) || c.killed.Load() {
 		return false // woken by Kill or Shutdown
 	}
@@ -166,4 +178,40 @@ func (c *Conn) waitResume(b *block) bool {
 	c.Out = append(c.Out, b.reply...)
 	c.reads++ // the commands behind waited
 	return true
+}
+
+// blockedReadMax bounds the input a blocked connection on a goroutine
+// buffers while it waits (readBlocked); an event loop reads none.
+const blockedReadMax = 64 << 10
+
+// readBlocked reads the client's input while c is blocked, until b is
+// woken (resume, Kill, Shutdown), so that a hang-up is seen at once, as
+// an event loop watching a blocked client sees it: the client leaves
+// (Handler.Close) rather than staying counted, with whatever it waits
+// for, until its resume. What it reads is buffered for the commands
+// behind the blocked one, up to blockedReadMax: past it the reading
+// stops until the wake. It returns false when the client hung up or the
+// connection failed. IdleTimeout does not apply (see Block).
+func (c *Conn) readBlocked(b *block) bool {
+	c.nc.SetReadDeadline(time.Time{})
+	for {
+		select {
+		case <-b.ch:
+			return true
+		default:
+		}
+		if c.rd.buffered() >= blockedReadMax {
+			<-b.ch
+			return true
+		}
+		n, err := c.rd.fill(c.nc)
+		if n > 0 {
+			c.netIn.Add(int64(n))
+			c.lastActive.Store(time.Now().UnixNano())
+			c.noteQueryBuf()
+		}
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return false
+		}
+	}
 }

@@ -417,17 +417,102 @@ func TestBlockKill(t *testing.T) {
 	})
 }
 
-// TestBlockClientHangsUp: an event loop closes a blocked client that hangs
-// up.
+// TestBlockClientHangsUp: the server closes a blocked client that hangs
+// up (Handler.Close runs) without waiting for its resume, on an event
+// loop and on a goroutine of its own, after input that arrived while it
+// was blocked too.
 func TestBlockClientHangsUp(t *testing.T) {
+	serveModes(t, func(t *testing.T, loops int) {
+		h := newHBHandler()
+		srv, addr := startServer(t, Config{EventLoops: loops}, h)
+		a := dial(t, addr)
+		write(t, a, "WAITB\r\n")
+		blk := h.nextBlock(t)
+		write(t, a, "PING\r\n")
+		a.Close()
+		waitClosed(t, h.testHandler, blk.id)
+		if n := srv.Stats().ConnectedClients; n != 0 {
+			t.Errorf("ConnectedClients %d after the blocked client left, want 0", n)
+		}
+		blk.resume([]byte(":1\r\n"))
+	})
+}
+
+// TestBlockTLS: a TLS client (served on a goroutine of its own) that
+// blocks gets its reply and then the replies of what it sent while it was
+// blocked, and the server sees it hang up while blocked.
+func TestBlockTLS(t *testing.T) {
 	h := newHBHandler()
-	_, addr := startServer(t, Config{EventLoops: 1}, h)
+	cert := selfSigned(t)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(Config{Logger: discardLogger(), EventLoops: testEventLoops}, h)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-served; !errors.Is(err, ErrServerClosed) {
+			t.Errorf("Serve returned %v", err)
+		}
+	})
+	a, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	a.SetDeadline(time.Now().Add(testTimeout))
+	write(t, a, "WAITB\r\n")
+	blk := h.nextBlock(t)
+	write(t, a, "PING x\r\n")
+	blk.resume([]byte(":5\r\n"))
+	expectRead(t, a, ":5\r\n$1\r\nx\r\n")
+	write(t, a, "WAITB\r\n")
+	blk = h.nextBlock(t)
+	a.Close()
+	waitClosed(t, h.testHandler, blk.id)
+	blk.resume([]byte(":6\r\n"))
+}
+
+// TestBlockReadBounded: a blocked client on a goroutine that sends while
+// it waits gets at most about blockedReadMax bytes read into its buffer
+// (the rest stays with the kernel and the client), and once resumed every
+// command it sent runs, in order.
+func TestBlockReadBounded(t *testing.T) {
+	h := newHBHandler()
+	srv, addr := startServer(t, Config{EventLoops: -1}, h)
 	a := dial(t, addr)
 	write(t, a, "WAITB\r\n")
 	blk := h.nextBlock(t)
-	a.Close()
-	waitClosed(t, h.testHandler, blk.id)
-	blk.resume([]byte(":1\r\n"))
+	const n = 100000 // 1.4 MB of pipelined ECHOs
+	var req, want strings.Builder
+	for i := range n {
+		arg := strconv.Itoa(i % 10)
+		req.WriteString("ECHO " + arg + "\r\n")
+		want.WriteString("$1\r\n" + arg + "\r\n")
+	}
+	sent := make(chan error, 1)
+	go func() { _, err := io.WriteString(a, req.String()); sent <- err }()
+	buffered := func() (q int) {
+		srv.Range(func(c *Conn) bool { q = c.QueryBufLen(); return true })
+		return q
+	}
+	deadline := time.Now().Add(testTimeout)
+	for buffered() < blockedReadMax { // then the reading stops until resume
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d bytes read while blocked, want %d", buffered(), blockedReadMax)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if q := buffered(); q > 2*blockedReadMax {
+		t.Fatalf("%d bytes buffered while blocked, want at most about %d", q, blockedReadMax)
+	}
+	blk.resume([]byte("+done\r\n"))
+	expectRead(t, a, "+done\r\n"+want.String())
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestBlockNotIdle: IdleTimeout does not close a blocked client. An idle
