@@ -29,6 +29,73 @@ func one(id string, port int) string {
 	return fmt.Sprintf(`[{"slot_ranges":[{"start":0,"end":16383}],"master":{"id":%q,"ip":"127.0.0.1","port":%d},"replicas":[]}]`, id, port)
 }
 
+// wide returns a topology of shards shards of one master and replicas
+// replicas each, the 16384 slots dealt to them one at a time in turn (so
+// every range is one slot), node ids padded to idLen bytes (at least 6),
+// every node at ip.
+func wide(shards, replicas, idLen int, ip string) string {
+	var b strings.Builder
+	port := 1
+	node := func() {
+		id := fmt.Sprintf("n%05d", port)
+		id += strings.Repeat("x", max(idLen-len(id), 0))
+		fmt.Fprintf(&b, `{"id":%q,"ip":%q,"port":%d}`, id, ip, port)
+		port++
+	}
+	b.WriteByte('[')
+	for s := range shards {
+		if s > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"slot_ranges":[`)
+		for slot := s; slot < keyslot.Slots; slot += shards {
+			if slot > s {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"start":%d,"end":%d}`, slot, slot)
+		}
+		b.WriteString(`],"master":`)
+		node()
+		b.WriteString(`,"replicas":[`)
+		for r := range replicas {
+			if r > 0 {
+				b.WriteByte(',')
+			}
+			node()
+		}
+		b.WriteString(`]}`)
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+// TestParseLimits: a topology at MaxReplicas replicas per shard, MaxNodes
+// nodes and ids of MaxIDLen bytes is accepted; one more of any is refused
+// with its reason.
+func TestParseLimits(t *testing.T) {
+	shards := cluster.MaxNodes / (1 + cluster.MaxReplicas) // 90 shards of 11: 990 nodes
+	for _, c := range []struct {
+		json, want string
+	}{
+		{wide(2, cluster.MaxReplicas, 40, "127.0.0.1"), ""},
+		{wide(shards, cluster.MaxReplicas, cluster.MaxIDLen, "0000:0000:0000:0000:0000:ffff:255.255.255.255"), ""},
+		{wide(cluster.MaxNodes, 0, 40, "127.0.0.1"), ""},
+		{wide(2, cluster.MaxReplicas+1, 40, "127.0.0.1"), fmt.Sprintf("shard 0 has %d replicas, more than the limit of %d", cluster.MaxReplicas+1, cluster.MaxReplicas)},
+		{wide(2, 1000, 6, "127.0.0.1"), "shard 0 has 1000 replicas, more than the limit of 10"},
+		{wide(cluster.MaxNodes+1, 0, 40, "127.0.0.1"), "1001 nodes (masters and replicas), more than the limit of 1000"},
+		{wide(shards+1, cluster.MaxReplicas, 40, "127.0.0.1"), "1001 nodes (masters and replicas), more than the limit of 1000"},
+		{wide(2, 1, cluster.MaxIDLen+1, "127.0.0.1"), "shard 0 master: id longer than 256 bytes"},
+	} {
+		_, err := cluster.Parse([]byte(c.json))
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("Parse(%.80s...): %v, want it accepted", c.json, err)
+		case c.want != "" && (err == nil || !errors.Is(err, cluster.ErrInvalid) || !strings.HasSuffix(err.Error(), ": "+c.want)):
+			t.Errorf("Parse(%.80s...) = %v, want an ErrInvalid ending %q", c.json, err, c.want)
+		}
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	m := func(ranges string, nodes string) string {
 		return `[{"slot_ranges":[` + ranges + `],` + nodes + `}]`
@@ -153,6 +220,80 @@ func TestNodesInfo(t *testing.T) {
 		if !strings.Contains(info, l) {
 			t.Errorf("Info lacks %q:\n%s", l, info)
 		}
+	}
+}
+
+// TestReplyBuiltOnce: View.Reply builds a reply once per view, kind and
+// protocol, however many clients ask at once, and keeps it; a topology
+// installed (or a new node id) gives a view that builds its own, and the
+// old view's reply is left as it was.
+func TestReplyBuiltOnce(t *testing.T) {
+	s, _ := cluster.New(cluster.Config{NodeID: "m1"})
+	top, err := cluster.Parse([]byte(three()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Install(top); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	build := func(v *cluster.View, tag string) func() []byte {
+		return func() []byte {
+			calls.Add(1)
+			return []byte(fmt.Sprintf("%s %d shards", tag, len(v.T.Shards)))
+		}
+	}
+	v := s.View()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				if got := string(v.Reply(cluster.ReplySlots, false, build(v, "slots2"))); got != "slots2 3 shards" {
+					t.Errorf("Reply = %q", got)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("80 Reply calls on one view built %d times, want 1", n)
+	}
+	v.Reply(cluster.ReplySlots, true, build(v, "slots3"))
+	v.Reply(cluster.ReplyShards, false, build(v, "shards2"))
+	v.Reply(cluster.ReplySlots, true, build(v, "slots3"))
+	if n, m := calls.Load(), s.RepliesBuilt(); n != 3 || m != 3 {
+		t.Fatalf("built %d times (RepliesBuilt %d), want 3: one per kind and protocol", n, m)
+	}
+
+	top1, _ := cluster.Parse([]byte(one("m1", 7001)))
+	if err := s.Install(top1); err != nil {
+		t.Fatal(err)
+	}
+	nv := s.View()
+	if got := string(nv.Reply(cluster.ReplySlots, false, build(nv, "slots2"))); got != "slots2 1 shards" {
+		t.Fatalf("after Install: %q, want the new topology's reply", got)
+	}
+	if got := string(v.Reply(cluster.ReplySlots, false, build(v, "slots2"))); got != "slots2 3 shards" {
+		t.Fatalf("old view after Install: %q", got)
+	}
+	if err := s.SetMyID("other"); err != nil {
+		t.Fatal(err)
+	}
+	s.View().Reply(cluster.ReplySlots, false, build(s.View(), "slots2"))
+	if n, m := calls.Load(), s.RepliesBuilt(); n != 5 || m != 5 {
+		t.Fatalf("built %d times (RepliesBuilt %d), want 5", n, m)
+	}
+
+	// A build that panics keeps nothing: the next call builds again.
+	pv := s.View()
+	func() {
+		defer func() { recover() }()
+		pv.Reply(cluster.ReplyNodes, false, func() []byte { panic("build") })
+	}()
+	if got := string(pv.Reply(cluster.ReplyNodes, false, func() []byte { return []byte("nodes") })); got != "nodes" {
+		t.Fatalf("after a panicking build: %q", got)
 	}
 }
 

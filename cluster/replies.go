@@ -55,12 +55,13 @@ func (v *View) Nodes() string {
 		return b.String()
 	}
 	ep := v.T.epochs()
+	ranges := v.T.RangesByShard()
 	for _, sh := range v.T.OrderedShards() {
 		flags := "master"
 		if sh.Master.ID == v.ID {
 			flags = "myself,master"
 		}
-		line(sh.Master, flags, "-", ep[sh], v.T.ShardRanges(sh))
+		line(sh.Master, flags, "-", ep[sh], ranges[sh])
 		for _, r := range sh.Replicas {
 			flags := "slave"
 			if r.ID == v.ID {

@@ -18,7 +18,8 @@ import (
 )
 
 // View is what a command routes by: one installed topology and where this
-// node stands in it. Views are immutable; State swaps them atomically.
+// node stands in it. Views are immutable, apart from the replies they keep
+// (Reply); State swaps them atomically.
 type View struct {
 	T  *Topology // nil until a topology is installed
 	ID string    // this node's id
@@ -29,6 +30,53 @@ type View struct {
 	// Addr is this node's own listening address, shown for a node the
 	// topology does not list (CLUSTER NODES, SHARDS).
 	Addr Node
+
+	// replies are the encoded replies built for this view (Reply), per
+	// kind and protocol (0: RESP2, 1: RESP3).
+	replies [numReplyKinds][2]atomic.Pointer[[]byte]
+	buildMu sync.Mutex    // held while one of replies is built
+	builds  *atomic.Int64 // the State's count of replies built; nil: none
+}
+
+// ReplyKind names a reply a View keeps once built (View.Reply).
+type ReplyKind int
+
+// The replies kept per view: those whose size grows with the topology.
+const (
+	ReplySlots  ReplyKind = iota // CLUSTER SLOTS
+	ReplyShards                  // CLUSTER SHARDS
+	ReplyNodes                   // CLUSTER NODES
+	numReplyKinds
+)
+
+// Reply returns the encoded reply of kind for this view, in RESP3 when
+// resp3 is set, else RESP2. The first call for a kind and protocol builds
+// it with build and keeps it; every later call, from any client, returns
+// the same bytes, until a new view replaces this one (CELLCLUSTER CONFIG,
+// CELLCLUSTER MYID): a new view starts with none, so a reply never shows
+// an older topology. Concurrent first calls build it once (the others wait
+// for it). The caller must not modify the bytes returned. A build that
+// panics keeps nothing.
+func (v *View) Reply(kind ReplyKind, resp3 bool, build func() []byte) []byte {
+	p := 0
+	if resp3 {
+		p = 1
+	}
+	slot := &v.replies[kind][p]
+	if b := slot.Load(); b != nil {
+		return *b
+	}
+	v.buildMu.Lock()
+	defer v.buildMu.Unlock()
+	if b := slot.Load(); b != nil {
+		return *b
+	}
+	b := build()
+	slot.Store(&b)
+	if v.builds != nil {
+		v.builds.Add(1)
+	}
+	return b
 }
 
 // Route says who serves slot for a command: ok when this node does (its
@@ -93,6 +141,8 @@ type State struct {
 	running bool
 	idle    chan struct{} // closed while the deleter is not running
 	deleted atomic.Int64  // keys deleted by slot moves
+
+	builds atomic.Int64 // replies built by its views (View.Reply)
 }
 
 // ErrInvalidID wraps the reason SetMyID refuses an id.
@@ -170,20 +220,24 @@ func New(cfg Config) (*State, error) {
 			return nil, fmt.Errorf("cluster config file: %w", err)
 		}
 	}
-	s.view.Store(newView(t, id, Node{}))
+	s.view.Store(s.newView(t, id, Node{}))
 	return s, nil
 }
 
 func (s *State) idFile() string { return s.file + ".myid" }
 
-func newView(t *Topology, id string, addr Node) *View {
-	v := &View{T: t, ID: id, Addr: addr}
+func (s *State) newView(t *Topology, id string, addr Node) *View {
+	v := &View{T: t, ID: id, Addr: addr, builds: &s.builds}
 	v.Me, v.Master = t.Find(id)
 	return v
 }
 
 // View returns the current view.
 func (s *State) View() *View { return s.view.Load() }
+
+// RepliesBuilt returns how many replies this state's views have built
+// (View.Reply): one per reply kind and protocol asked for, per view.
+func (s *State) RepliesBuilt() int64 { return s.builds.Load() }
 
 // MyID returns this node's id.
 func (s *State) MyID() string { return s.view.Load().ID }
@@ -194,7 +248,7 @@ func (s *State) SetAddr(ip string, port int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.view.Load()
-	s.view.Store(newView(old.T, old.ID, Node{ID: old.ID, IP: ip, Port: port}))
+	s.view.Store(s.newView(old.T, old.ID, Node{ID: old.ID, IP: ip, Port: port}))
 }
 
 // SetMyID changes this node's id (CELLCLUSTER MYID id). The node then
@@ -212,7 +266,7 @@ func (s *State) SetMyID(id string) error {
 		}
 	}
 	old := s.view.Load()
-	nv := newView(old.T, id, old.Addr)
+	nv := s.newView(old.T, id, old.Addr)
 	s.view.Store(nv)
 	s.dropLost(old, nv)
 	return nil
@@ -231,7 +285,7 @@ func (s *State) Install(t *Topology) error {
 		}
 	}
 	old := s.view.Load()
-	nv := newView(t, old.ID, old.Addr)
+	nv := s.newView(t, old.ID, old.Addr)
 	s.view.Store(nv)
 	s.dropLost(old, nv)
 	return nil

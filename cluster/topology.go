@@ -25,6 +25,21 @@
 // with --cluster-config-file it keeps that across restarts, so redis-cli
 // -c works from then on without MOVED.
 //
+// # Limits
+//
+// A topology lists at most MaxNodes nodes (masters and replicas), at most
+// MaxReplicas replicas per shard, and node ids of at most MaxIDLen bytes;
+// Parse refuses a larger one before building anything, so the node keeps
+// the topology it had. CLUSTER SLOTS lists a shard's nodes once per slot
+// range it serves, so its size is ranges × nodes per shard: with 16384
+// one-slot ranges and shards of 1 + MaxReplicas nodes, ids of MaxIDLen
+// bytes and 45-byte IPv6 addresses it is 60,156,220 bytes (RESP2 or RESP3;
+// commands' TestClusterReplySizeBound), under the default client output
+// buffer limit of 64 MiB; with 40-hex ids and IPv4 addresses about 16 MB.
+// CLUSTER SHARDS and CLUSTER NODES list each node once and each range
+// once: under 1 MB. Each reply is built once per view, so per installed
+// topology, and protocol (View.Reply).
+//
 // When a new topology (or a new node id) takes slots away from this node,
 // their keys are deleted in the background (State.Install); a node given
 // slots starts them empty: rate-limit state is soft, so a moved key's
@@ -50,6 +65,18 @@ import (
 // ErrInvalid wraps every reason Parse rejects a topology for; the wire
 // error is "ERR Invalid cluster configuration: <reason>".
 var ErrInvalid = errors.New("cluster: invalid configuration")
+
+const (
+	// MaxNodes bounds the nodes of a topology, masters and replicas
+	// together: Redis Cluster's documented practical limit is 1000 nodes.
+	MaxNodes = 1000
+	// MaxReplicas bounds the replicas of one shard. CLUSTER SLOTS repeats
+	// a shard's nodes for every range it serves, so this bound (with
+	// MaxNodes and MaxIDLen) is what keeps that reply under the default
+	// client output buffer limit (64 MiB) for every topology accepted.
+	// Managed Redis Cluster services allow fewer (AWS ElastiCache: 5).
+	MaxReplicas = 10
+)
 
 // Node is one cellserver node of the topology.
 type Node struct {
@@ -123,9 +150,11 @@ func (t *Topology) Find(id string) (sh *Shard, master bool) {
 }
 
 // Parse validates a topology in DFLYCLUSTER CONFIG's JSON format: an array
-// of at least one shard, every slot 0..16383 owned exactly once, node ids
-// unique and non-empty, ips valid IPv4 or IPv6 addresses, ports in
-// 1..65535. Unknown fields are refused, so that a typo is not ignored.
+// of at least one shard, every slot 0..16383 owned exactly once, at most
+// MaxNodes nodes and MaxReplicas replicas per shard, node ids unique,
+// non-empty and at most MaxIDLen bytes, ips valid IPv4 or IPv6 addresses,
+// ports in 1..65535. Unknown fields are refused, so that a typo is not
+// ignored. The sizes are checked first, before anything is built.
 func Parse(data []byte) (*Topology, error) {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
@@ -142,6 +171,16 @@ func Parse(data []byte) (*Topology, error) {
 	if len(shards) == 0 {
 		return nil, bad("no shards")
 	}
+	nodes := 0
+	for si, sh := range shards {
+		if len(sh.Replicas) > MaxReplicas {
+			return nil, bad("shard %d has %d replicas, more than the limit of %d", si, len(sh.Replicas), MaxReplicas)
+		}
+		nodes += 1 + len(sh.Replicas)
+	}
+	if nodes > MaxNodes {
+		return nil, bad("%d nodes (masters and replicas), more than the limit of %d", nodes, MaxNodes)
+	}
 	t := &Topology{Shards: shards, raw: append([]byte(nil), bytes.TrimSpace(data)...)}
 	for i := range t.owner {
 		t.owner[i] = noShard
@@ -152,6 +191,9 @@ func Parse(data []byte) (*Topology, error) {
 		where := fmt.Sprintf("shard %d %s", si, role)
 		if n.ID == "" {
 			return bad("%s: missing id", where)
+		}
+		if len(n.ID) > MaxIDLen {
+			return bad("%s: id longer than %d bytes", where, MaxIDLen)
 		}
 		if strings.ContainsAny(n.ID, " \t\r\n") {
 			return bad("%s: id %q contains whitespace", where, n.ID)
@@ -234,12 +276,23 @@ func (t *Topology) Ranges() []Range {
 }
 
 // ShardRanges returns the merged slot ranges of shard sh in slot order.
+// It walks every slot: to list every shard's ranges, use RangesByShard.
 func (t *Topology) ShardRanges(sh *Shard) [][2]int {
 	var out [][2]int
 	for _, r := range t.Ranges() {
 		if r.Shard == sh {
 			out = append(out, [2]int{r.Start, r.End})
 		}
+	}
+	return out
+}
+
+// RangesByShard returns every shard's merged slot ranges in slot order
+// (ShardRanges of each shard), from one walk of the slots.
+func (t *Topology) RangesByShard() map[*Shard][][2]int {
+	out := map[*Shard][][2]int{}
+	for _, r := range t.Ranges() {
+		out[r.Shard] = append(out[r.Shard], [2]int{r.Start, r.End})
 	}
 	return out
 }

@@ -121,13 +121,63 @@ func cmdAsking(x *ctx) {
 	}
 }
 
+// clusterReply writes the reply of kind for the current view: built by
+// build the first time a client of this protocol asks for it, then the
+// same bytes for every client until a new topology (or node id) replaces
+// the view (cluster.View.Reply). The reply is built into a buffer of its
+// own (of size bound, when given: CLUSTER SLOTS, tens of MB at most, is
+// then built without the copies a growing buffer leaves), with this
+// client's protocol, and handed to the connection to write without a copy,
+// unless it would pass the output buffer limit: then the client is
+// disconnected (resp.Conn.AppendShared).
+func (x *ctx) clusterReply(kind cluster.ReplyKind, build func(x *ctx, v *cluster.View), bound func(v *cluster.View) int) {
+	v := x.s.cluster.View()
+	b := v.Reply(kind, x.cl.resp3.Load(), func() []byte {
+		out := x.c.Out
+		x.c.Out = nil
+		if bound != nil {
+			x.c.Out = make([]byte, 0, bound(v))
+		}
+		defer func() { x.c.Out = out }()
+		build(x, v)
+		if cap(x.c.Out)-len(x.c.Out) <= len(x.c.Out)/8 {
+			return x.c.Out
+		}
+		// Kept for the topology's life: without append's spare capacity.
+		return append(make([]byte, 0, len(x.c.Out)), x.c.Out...)
+	})
+	x.c.AppendShared(b)
+}
+
 // CLUSTER SLOTS: [start, end, master, replicas...] per range, each node
 // [ip, port, id, {}].
 func cmdClusterSlots(x *ctx) {
-	if !clusterOn(x) {
-		return
+	if clusterOn(x) {
+		x.clusterReply(cluster.ReplySlots, clusterSlots, clusterSlotsBound)
 	}
-	ranges := x.s.cluster.View().T.Ranges()
+}
+
+// clusterSlotsBound bounds the size of CLUSTER SLOTS (either protocol):
+// per range at most 24 bytes of header, start and end, and per node of its
+// shard its ip and id and at most 32 bytes around them.
+func clusterSlotsBound(v *cluster.View) int {
+	n := 16
+	nodes := map[*cluster.Shard]int{}
+	for _, r := range v.T.Ranges() {
+		sz, ok := nodes[r.Shard]
+		if !ok {
+			for _, nd := range append([]cluster.Node{r.Shard.Master}, r.Shard.Replicas...) {
+				sz += len(nd.IP) + len(nd.ID) + 32
+			}
+			nodes[r.Shard] = sz
+		}
+		n += 24 + sz
+	}
+	return n
+}
+
+func clusterSlots(x *ctx, v *cluster.View) {
+	ranges := v.T.Ranges()
 	x.array(len(ranges))
 	for _, r := range ranges {
 		x.array(3 + len(r.Shard.Replicas))
@@ -146,10 +196,12 @@ func cmdClusterSlots(x *ctx) {
 // CLUSTER SHARDS: per shard {slots: [start, end, ...], nodes: [{id, port,
 // ip, endpoint, role, replication-offset, health}, ...]}.
 func cmdClusterShards(x *ctx) {
-	if !clusterOn(x) {
-		return
+	if clusterOn(x) {
+		x.clusterReply(cluster.ReplyShards, clusterShards, nil)
 	}
-	v := x.s.cluster.View()
+}
+
+func clusterShards(x *ctx, v *cluster.View) {
 	node := func(n cluster.Node, role string) {
 		x.mapLen(7)
 		x.bulkStr("id")
@@ -180,10 +232,11 @@ func cmdClusterShards(x *ctx) {
 	} else {
 		x.array(len(shards))
 	}
+	ranges := v.T.RangesByShard()
 	for _, sh := range shards {
 		x.mapLen(2)
 		x.bulkStr("slots")
-		rs := v.T.ShardRanges(sh)
+		rs := ranges[sh]
 		x.array(2 * len(rs))
 		for _, r := range rs {
 			x.int(int64(r[0]))
@@ -200,7 +253,7 @@ func cmdClusterShards(x *ctx) {
 
 func cmdClusterNodes(x *ctx) {
 	if clusterOn(x) {
-		x.verbatim(x.s.cluster.View().Nodes())
+		x.clusterReply(cluster.ReplyNodes, func(x *ctx, v *cluster.View) { x.verbatim(v.Nodes()) }, nil)
 	}
 }
 

@@ -48,6 +48,14 @@ type Conn struct {
 
 	closeAfter bool   // set by CloseAfterReply
 	reads      uint64 // reads of input that returned data (Batch)
+	// shared is a reply AppendShared took without copying it: it is
+	// written after Out[:sharedAt] and before Out[sharedAt:] (the replies
+	// appended after it). outOver is the size the replies would have had
+	// when AppendShared refused one over MaxOutputBuffer: the connection
+	// closes after the command.
+	shared   []byte
+	sharedAt int
+	outOver  int64
 
 	// Hijack and Block; owned by the connection's loop or goroutine.
 	hijack     func(nc net.Conn, rest []byte) // set by Hijack
@@ -149,6 +157,64 @@ func (c *Conn) Context() any {
 		return *p
 	}
 	return nil
+}
+
+// AppendShared adds reply, a complete reply built once and shared by every
+// client asking (such as a cached CLUSTER SLOTS), after the replies in Out,
+// unless the replies pending would then pass MaxOutputBuffer: then nothing
+// is added, it returns false, and the connection is closed once the
+// command returns, without writing its replies, as when replies in Out
+// pass the limit (Stats.OutputLimitDrops counts it). The limit is checked
+// before anything is copied.
+//
+// A reply larger than 64 KiB is not copied: the connection writes it from
+// reply itself, after the replies in Out and before those appended to Out
+// later, so reply must not be modified until no connection may still write
+// it (in practice: never). Call it only from the Handler methods of this
+// connection. A Conn without a Server (a test's zero Conn) copies reply to
+// Out.
+func (c *Conn) AppendShared(reply []byte) bool {
+	if c.srv == nil {
+		c.Out = append(c.Out, reply...)
+		return true
+	}
+	if n := int64(c.outTotal()) + int64(len(reply)); n > c.srv.cfg.MaxOutputBuffer {
+		c.outOver = n
+		return false
+	}
+	if len(reply) <= maxPendingOut || c.shared != nil {
+		c.Out = append(c.Out, reply...)
+		return true
+	}
+	// Past maxPendingOut, execute has the replies written before the next
+	// command runs: one shared reply at a time (but for EXEC's).
+	c.shared, c.sharedAt = reply, len(c.Out)
+	return true
+}
+
+// outTotal is the size of the replies pending: Out and the shared reply.
+func (c *Conn) outTotal() int { return len(c.Out) + len(c.shared) }
+
+// outFrom returns the pending replies from offset off (of Out with the
+// shared reply at sharedAt) up to the next seam between Out and the shared
+// reply.
+func (c *Conn) outFrom(off int) []byte {
+	switch at := c.sharedAt; {
+	case c.shared == nil:
+		return c.Out[off:]
+	case off < at:
+		return c.Out[off:at]
+	case off < at+len(c.shared):
+		return c.shared[off-at:]
+	default:
+		return c.Out[off-len(c.shared):]
+	}
+}
+
+// resetOut empties the replies pending, keeping Out's memory.
+func (c *Conn) resetOut() {
+	c.Out = c.Out[:0]
+	c.shared, c.sharedAt = nil, 0
 }
 
 // CloseAfterReply makes the connection write the replies appended so far
@@ -275,14 +341,15 @@ func (c *Conn) execute() batchResult {
 		if c.hasPush.Load() {
 			c.takePush() // after the reply of the command that queued it
 		}
-		if int64(len(c.Out)) > s.cfg.MaxOutputBuffer {
+		if n := max(int64(c.outTotal()), c.outOver); n > s.cfg.MaxOutputBuffer {
 			s.outputDrops.Add(1)
 			s.logger.Warn("resp: closing client over the output buffer limit", "id", c.id, "addr", c.remote,
-				"bytes", len(c.Out), "limit", s.cfg.MaxOutputBuffer)
-			c.Out = c.Out[:0]
+				"bytes", n, "limit", s.cfg.MaxOutputBuffer)
+			c.resetOut()
+			c.outOver = 0
 			return batchClose
 		}
-		if len(c.Out) > maxPendingOut {
+		if c.outTotal() > maxPendingOut {
 			return batchFlush
 		}
 	}
@@ -314,7 +381,7 @@ func (c *Conn) serve() (hijacked bool) {
 		// so that a CLIENT LIST the client's next move triggers never sees
 		// it still buffered.
 		c.noteQueryBuf()
-		if len(c.Out) > 0 {
+		if c.outTotal() > 0 {
 			if c.write() != nil {
 				return false
 			}
@@ -383,14 +450,15 @@ func (c *Conn) noteQueryBuf() {
 func (c *Conn) beforeWrite() error {
 	if b := c.srv.before; b != nil {
 		if err := b.BeforeWrite(c); err != nil {
-			c.Out = c.Out[:0]
+			c.resetOut()
 			return err
 		}
 	}
 	return nil
 }
 
-// write writes c.Out to the client and empties it.
+// write writes the replies pending (Out, and the shared reply) to the
+// client and empties them.
 func (c *Conn) write() error {
 	if err := c.beforeWrite(); err != nil {
 		return err
@@ -400,17 +468,29 @@ func (c *Conn) write() error {
 	if c.hasPush.Load() {
 		c.takePush()
 	}
-	c.outLen.Store(int64(len(c.Out)))
-	out := c.Out
+	total := c.outTotal()
+	c.outLen.Store(int64(total))
+	var err error
+	for off := 0; off < total && err == nil; {
+		var n int
+		n, err = c.writeOut(c.outFrom(off))
+		off += n
+	}
+	c.outLen.Store(0)
+	c.resetOut()
+	return err
+}
+
+// writeOut writes out to the client and returns how much of it it wrote.
+func (c *Conn) writeOut(out []byte) (int, error) {
+	written := 0
 	if c.raw != nil {
 		n, err := c.raw.tryWrite(out)
 		c.netOut.Add(int64(n))
+		written += n
 		out = out[n:]
 		if err != nil {
-			out = nil
-			c.Out = c.Out[:0]
-			c.outLen.Store(0)
-			return err
+			return written, err
 		}
 	}
 	var err error
@@ -430,6 +510,7 @@ func (c *Conn) write() error {
 			var n int
 			n, err = c.nc.Write(out)
 			c.netOut.Add(int64(n))
+			written += n
 			out = out[n:]
 			if err == nil || n == 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
 				break
@@ -442,9 +523,7 @@ func (c *Conn) write() error {
 			c.nc.SetWriteDeadline(time.Time{})
 		}
 	}
-	c.outLen.Store(0)
-	c.Out = c.Out[:0]
-	return err
+	return written, err
 }
 
 // protocolError answers a malformed request with "-ERR <text>" after the

@@ -15,7 +15,10 @@
 // (redcon.AppendInt, AppendBulk, AppendArray, AppendError, ...). If c.Out
 // passes 64 KiB within a batch it is written out early, so a long pipeline
 // does not buffer all its replies; a reply buffer grown past 1 MiB is
-// dropped after the batch.
+// dropped after the batch. A reply built once for many clients (a cached
+// CLUSTER SLOTS) is added with [Conn.AppendShared]: checked against the
+// output buffer limit before any copy, and, past 64 KiB, written from the
+// shared bytes themselves.
 //
 // # Event loops
 //
@@ -135,9 +138,10 @@
 // OutLen, Context, SetContext, Kill and Push. QueryBufLen and OutLen are
 // snapshots updated once per read or write.
 //
-// Conn.Out, CloseAfterReply, SetAuthenticated, SetMaxMultiBulkLen,
-// SetMaxBulkLen, Hijack and Block belong to the connection's goroutine:
-// use them only inside the Handler methods called for that connection.
+// Conn.Out, AppendShared, CloseAfterReply, SetAuthenticated,
+// SetMaxMultiBulkLen, SetMaxBulkLen, Hijack and Block belong to the
+// connection's goroutine: use them only inside the Handler methods called
+// for that connection.
 // The arguments given to ServeRESP are valid only until it returns.
 //
 // A command that answers later (WAIT) calls [Conn.Block] instead of

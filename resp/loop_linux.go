@@ -496,10 +496,10 @@ func (l *loop) deliverPush(c *Conn) {
 		// The client is not reading (or its replies are not yet out):
 		// what it has not taken counts against the output limit, as
 		// replies do in execute.
-		if int64(len(c.Out)) > l.srv.cfg.MaxOutputBuffer {
+		if int64(c.outTotal()) > l.srv.cfg.MaxOutputBuffer {
 			l.srv.outputDrops.Add(1)
 			l.srv.logger.Warn("resp: closing client over the output buffer limit", "id", c.id, "addr", c.remote,
-				"bytes", len(c.Out), "limit", l.srv.cfg.MaxOutputBuffer)
+				"bytes", c.outTotal(), "limit", l.srv.cfg.MaxOutputBuffer)
 			l.close(c)
 		}
 		return
@@ -611,7 +611,7 @@ func (l *loop) serve(c *Conn) {
 		l.close(c)
 		return
 	}
-	if len(c.Out) > 0 {
+	if c.outTotal() > 0 {
 		if !c.queued {
 			c.queued = true
 			l.writes = append(l.writes, c)
@@ -654,8 +654,9 @@ func (l *loop) flushOne(c *Conn) (ok bool) {
 	return l.write(c)
 }
 
-// write writes c.Out. It returns true once all of it is written; false when
-// the socket is full (c then waits for EPOLLOUT) or c was closed.
+// write writes the replies pending (Out, and the shared reply). It returns
+// true once all of them are written; false when the socket is full (c then
+// waits for EPOLLOUT) or c was closed.
 func (l *loop) write(c *Conn) bool {
 	if !c.before {
 		if c.beforeWrite() != nil {
@@ -665,8 +666,8 @@ func (l *loop) write(c *Conn) bool {
 		c.before = true
 	}
 	progress := false
-	for c.outOff < len(c.Out) {
-		n, err := rawWrite(c.fd, c.Out[c.outOff:])
+	for c.outOff < c.outTotal() {
+		n, err := rawWrite(c.fd, c.outFrom(c.outOff))
 		if n > 0 {
 			c.outOff += n
 			c.netOut.Add(int64(n))
@@ -675,7 +676,7 @@ func (l *loop) write(c *Conn) bool {
 		switch err {
 		case nil, unix.EINTR:
 		case unix.EAGAIN:
-			c.outLen.Store(int64(len(c.Out) - c.outOff))
+			c.outLen.Store(int64(c.outTotal() - c.outOff))
 			if progress || !c.waitOut {
 				// Bytes left, or the wait begins, now: not at the start
 				// of the round, which a long command may have made
@@ -699,7 +700,7 @@ func (l *loop) write(c *Conn) bool {
 		c.outLen.Store(0)
 		l.watch(c, inEvents(c))
 	}
-	c.Out = c.Out[:0]
+	c.resetOut()
 	c.outOff = 0
 	c.before = false
 	return true
@@ -824,7 +825,7 @@ func (l *loop) close(c *Conn) {
 	l.conns[c.fd] = nil
 	l.live--
 	l.closeFD(c)
-	c.Out = nil
+	c.Out, c.shared = nil, nil
 	c.outLen.Store(0)
 	l.srv.finish(c, c.opened)
 }
@@ -846,7 +847,7 @@ func (l *loop) hijack(c *Conn) {
 	nc, err := net.FileConn(f) // a duplicate of fd
 	f.Close()
 	rest := c.hijackRest()
-	c.Out = nil
+	c.Out, c.shared = nil, nil
 	l.srv.finish(c, c.opened)
 	if err != nil {
 		l.srv.logger.Error("resp: cannot hand over hijacked client; closing it", "id", c.id, "addr", c.remote, "err", err)

@@ -34,7 +34,16 @@ type testHandler struct {
 	blocked       chan struct{}
 	release       chan struct{}
 	maxOutAtEntry atomic.Int64
+
+	// SHARED: what the last AppendShared returned, and Out's capacity
+	// after it.
+	sharedOK     atomic.Bool
+	sharedOutCap atomic.Int64
 }
+
+// sharedReply is the reply SHARED appends with AppendShared: one bulk
+// string of 1 MiB, built once, as a cached reply is.
+var sharedReply = redcon.AppendBulk(nil, bytes.Repeat([]byte("s"), 1<<20))
 
 func newTestHandler() *testHandler {
 	return &testHandler{
@@ -95,6 +104,16 @@ func (h *testHandler) ServeRESP(c *Conn, args [][]byte) {
 	case "BIG":
 		n, _ := strconv.Atoi(string(args[1]))
 		c.Out = redcon.AppendBulk(c.Out, bytes.Repeat([]byte("b"), n))
+	case "SHARED":
+		h.sharedOK.Store(c.AppendShared(sharedReply))
+		h.sharedOutCap.Store(int64(cap(c.Out)))
+	case "SHAREDMIX": // as EXEC would: replies around two shared ones
+		c.Out = redcon.AppendString(c.Out, "A")
+		ok := c.AppendShared(sharedReply)
+		c.Out = redcon.AppendString(c.Out, "B")
+		ok = c.AppendShared(sharedReply) && ok
+		c.Out = redcon.AppendString(c.Out, "C")
+		h.sharedOK.Store(ok)
 	case "OUTCAP":
 		c.Out = redcon.AppendInt(c.Out, int64(cap(c.Out)))
 	case "QBUF":
@@ -543,6 +562,49 @@ func TestServerLargeReplies(t *testing.T) {
 	big := 2 << 20
 	roundTrip(t, c, fmt.Sprintf("BIG %d\r\n", big), fmt.Sprintf("$%d\r\n%s\r\n", big, strings.Repeat("b", big)))
 	roundTrip(t, c, "OUTCAP\r\n", ":0\r\n")
+}
+
+// TestServerAppendShared: a shared reply (AppendShared) reaches the client
+// in its place among the replies, without being copied to Out; past the
+// output buffer limit the client is disconnected without its replies and
+// without the reply being copied, counted in OutputLimitDrops as a reply
+// over the limit in Out is. Other clients are served.
+func TestServerAppendShared(t *testing.T) {
+	h := newTestHandler()
+	s, addr := startServer(t, Config{MaxOutputBuffer: 4 << 20}, h)
+	c := dial(t, addr)
+	shared := string(sharedReply)
+	roundTrip(t, c, "PING\r\nSHARED\r\nPING\r\n", "+PONG\r\n"+shared+"+PONG\r\n")
+	if !h.sharedOK.Load() {
+		t.Fatal("AppendShared under the limit returned false")
+	}
+	if n := h.sharedOutCap.Load(); n >= int64(len(sharedReply)) {
+		t.Errorf("Out grew to %d bytes for a shared reply of %d: copied", n, len(sharedReply))
+	}
+	roundTrip(t, c, "PING\r\nSHAREDMIX\r\nPING\r\n", "+PONG\r\n+A\r\n"+shared+"+B\r\n"+shared+"+C\r\n+PONG\r\n")
+	roundTrip(t, c, strings.Repeat("SHARED\r\n", 3), strings.Repeat(shared, 3))
+
+	s2, addr2 := startServer(t, Config{MaxOutputBuffer: 64 << 10}, h)
+	c2 := dial(t, addr2)
+	if _, err := io.WriteString(c2, "PING\r\nSHARED\r\nPING\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if got := readToEOF(t, c2); got != "" {
+		t.Fatalf("client over the limit read %d bytes (%.40q), want the connection closed without its replies", len(got), got)
+	}
+	if h.sharedOK.Load() {
+		t.Error("AppendShared over the limit returned true")
+	}
+	if n := h.sharedOutCap.Load(); n >= int64(len(sharedReply)) {
+		t.Errorf("Out grew to %d bytes for a refused shared reply of %d", n, len(sharedReply))
+	}
+	if got := s2.Stats().OutputLimitDrops; got != 1 {
+		t.Errorf("OutputLimitDrops = %d, want 1", got)
+	}
+	if got := s.Stats().OutputLimitDrops; got != 0 {
+		t.Errorf("OutputLimitDrops of the server under the limit = %d, want 0", got)
+	}
+	roundTrip(t, dial(t, addr2), "PING\r\n", "+PONG\r\n")
 }
 
 func TestServerQueryBufLen(t *testing.T) {
