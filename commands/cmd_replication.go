@@ -14,7 +14,7 @@ import (
 type replState struct {
 	port int    // listening-port
 	ip   string // ip-address
-	capa bool   // a cellserver replica (capa cellserver-values-1)
+	capa bool   // a cellserver replica of the current stream version (capa replication.Capability)
 }
 
 // replCheck refuses a command the node's replication role forbids, as

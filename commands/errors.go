@@ -91,7 +91,7 @@ const (
 	msgTimeoutNotInt        = "ERR timeout is not an integer or out of range"
 	msgTimeoutNegative      = "ERR timeout is negative"
 	msgNoMasterLink         = "NOMASTERLINK Can't SYNC while not connected with my master"
-	msgNotCellserverReplica = "ERR cellserver replicates only to cellserver replicas (REPLCONF capa " + replicationCapability + " first)"
+	msgNotCellserverReplica = "ERR cellserver replicates only to cellserver replicas (REPLCONF capa " + replicationCapability + " first; a replica must run a cellserver as new as its primary)"
 	// MODULE LOAD, LOADEX and UNLOAD: %s is the subcommand, upper-cased.
 	msgModuleBuiltIn = "ERR MODULE %s is not supported: cellserver loads no modules; redis-cell's commands are built in (MODULE LIST)"
 

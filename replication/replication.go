@@ -67,6 +67,13 @@ type Config struct {
 	// write queue is over its cap (persistence.Writer.WaitRoom), so the
 	// replica stops reading the stream and TCP holds the primary back.
 	WaitRoom func()
+	// MaxFrame bounds, with FrameOverhead, the payload of one frame a
+	// replica accepts from its primary (the server's proto-max-bulk-len;
+	// the default value, zero, is DefaultMaxFrame). A larger frame is
+	// refused before it is read: the replica drops the link and syncs
+	// again in full. A primary splits its frames at 64 KiB, so only a
+	// primary of the first stream version, or a broken one, sends more.
+	MaxFrame int64
 }
 
 // Replication is one node's replication state: its role, its backlog,
@@ -78,6 +85,7 @@ type Replication struct {
 	clock    func() time.Time
 	cfg      Config
 	size     int64
+	maxFrame uint64 // Config.MaxFrame + FrameOverhead
 	dialer   func(addr string) (net.Conn, error)
 	stopping atomic.Bool
 
@@ -126,8 +134,15 @@ func New(cfg Config) (*Replication, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
+	if cfg.MaxFrame == 0 {
+		cfg.MaxFrame = DefaultMaxFrame
+	}
+	if cfg.MaxFrame < 0 {
+		return nil, errors.New("replication: MaxFrame must not be negative")
+	}
 	r := &Replication{ks: cfg.Keyspace, log: cfg.Logger, clock: cfg.Clock, cfg: cfg, size: cfg.BacklogSize,
-		replID: newID(), replID2: zeroID, secondOffset: -1}
+		maxFrame: uint64(min(cfg.MaxFrame, 1<<50)) + FrameOverhead,
+		replID:   newID(), replID2: zeroID, secondOffset: -1}
 	r.port.Store(int32(cfg.Port))
 	r.dialer = r.dial
 	cfg.Keyspace.WrapJournal(func(j keyspace.Journal) keyspace.Journal { return &journal{r: r, next: j} })

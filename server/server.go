@@ -732,7 +732,8 @@ func New(cfg Config) (_ *Server, err error) {
 	repl, err := replication.New(replication.Config{Keyspace: ks, BacklogSize: cfg.ReplBacklogSize, TLS: rtls,
 		AnnounceIP: cfg.ReplicaAnnounceIP, AnnouncePort: cfg.ReplicaAnnouncePort,
 		MasterUser: cfg.MasterUser, MasterAuth: cfg.MasterAuth, Logger: cfg.Logger, Clock: cfg.Clock,
-		WaitRoom: waitRoom})
+		WaitRoom: waitRoom,
+		MaxFrame: cfg.MaxBulkLen}) // a frame from the primary: proto-max-bulk-len (+ replication.FrameOverhead)
 	if err != nil {
 		return nil, err
 	}
