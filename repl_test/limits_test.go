@@ -124,6 +124,16 @@ func readCommand(br *bufio.Reader) ([]string, error) {
 	return args, nil
 }
 
+// writeCommand sends args as a RESP array.
+func writeCommand(w io.Writer, args ...string) error {
+	b := fmt.Appendf(nil, "*%d\r\n", len(args))
+	for _, a := range args {
+		b = fmt.Appendf(b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	_, err := w.Write(b)
+	return err
+}
+
 // frame appends a replication frame: type, uvarint payload length,
 // payload.
 func frame(dst []byte, t byte, payload []byte) []byte {
@@ -240,6 +250,95 @@ func TestReplicaRefusesHugeFrame(t *testing.T) {
 	}
 	if !replica.logs.has("frame larger than this replica accepts") {
 		t.Errorf("the replica did not log the refused frame")
+	}
+}
+
+// fakeReplica links to a primary as a cellserver replica would, up to the
+// end of its full copy.
+type fakeReplica struct {
+	nc   net.Conn
+	br   *bufio.Reader
+	from int64 // the offset of +FULLRESYNC
+}
+
+// dialReplica asks addr for a full sync and returns the first reply line.
+func dialReplica(t *testing.T, addr string) (*fakeReplica, string) {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	f := &fakeReplica{nc: nc, br: bufio.NewReader(nc)}
+	// Both stream versions' capabilities: the test runs on either.
+	writeCommand(nc, "REPLCONF", "capa", "cellserver-values-1", "capa", "cellserver-values-2")
+	writeCommand(nc, "PSYNC", "?", "-1")
+	line, _ := f.br.ReadString('\n')
+	if strings.HasPrefix(line, "+OK") {
+		line, _ = f.br.ReadString('\n')
+	}
+	line = strings.TrimSpace(line)
+	if fields := strings.Fields(line); len(fields) == 3 && fields[0] == "+FULLRESYNC" {
+		f.from, _ = strconv.ParseInt(fields[2], 10, 64)
+	}
+	return f, line
+}
+
+// untilFrame reads frames until one of type want.
+func (f *fakeReplica) untilFrame(t *testing.T, want byte) {
+	t.Helper()
+	for {
+		tp, _, err := readFrame(f.br)
+		if err != nil {
+			t.Fatalf("reading the stream: %v", err)
+		}
+		if tp == want {
+			return
+		}
+	}
+}
+
+// TestAckBeyondSentIsCapped (issue #26, item 6a): a replica acknowledging
+// an offset beyond what its primary sent it is counted at the offset sent:
+// INFO shows no more, and WAIT does not count it for a write it was never
+// sent.
+func TestAckBeyondSentIsCapped(t *testing.T) {
+	primary := startInproc(t, server.Config{})
+	ctx := context.Background()
+	f, line := dialReplica(t, primary.addr)
+	if !strings.HasPrefix(line, "+FULLRESYNC") {
+		t.Fatalf("PSYNC: %q", line)
+	}
+	f.untilFrame(t, 'E')
+	f.untilFrame(t, 'K') // a keepalive: the primary has sent beyond the copy's offset
+	f.nc.Write(frame(nil, 'a', binary.AppendUvarint(nil, 1<<62)))
+	var slave0 string
+	waitFor(t, 20*time.Second, "the ack counted", func() (bool, string) {
+		slave0 = primary.replInfo(t)["slave0"]
+		_, off, _ := strings.Cut(slave0, "offset=")
+		off, _, _ = strings.Cut(off, ",")
+		n, _ := strconv.ParseInt(off, 10, 64)
+		return n > f.from, slave0
+	})
+	m := primary.replInfo(t)
+	_, off, _ := strings.Cut(m["slave0"], "offset=")
+	off, _, _ = strings.Cut(off, ",")
+	acked, _ := strconv.ParseInt(off, 10, 64)
+	master, _ := strconv.ParseInt(m["master_repl_offset"], 10, 64)
+	if acked > master {
+		t.Errorf("INFO shows the replica at offset %d, beyond the primary's %d (%s)", acked, master, m["slave0"])
+	}
+	if err := primary.rdb.Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The replica acknowledges nothing more: WAIT must not count it.
+	n, err := primary.rdb.Wait(ctx, 1, 100*time.Millisecond).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("WAIT 1 counted %d replica(s) for a write the replica never acknowledged (its ack of 2^62 was beyond what it was sent)", n)
 	}
 }
 

@@ -21,9 +21,10 @@ import (
 type replicaConn struct {
 	r       *Replication
 	nc      net.Conn
-	ip      string // the address INFO lists (REPLCONF ip-address, or the peer's)
-	port    int    // its client port (REPLCONF listening-port)
-	ack     atomic.Int64
+	ip      string       // the address INFO lists (REPLCONF ip-address, or the peer's)
+	port    int          // its client port (REPLCONF listening-port)
+	ack     atomic.Int64 // the offset acknowledged, at most sent
+	sent    atomic.Int64 // the offset up to which the stream was written to it
 	ackTime atomic.Int64 // unix ns of the last ack (or of the link's start)
 	online  atomic.Bool  // its full copy is complete (or it continued)
 	sending atomic.Bool  // a full copy is being sent
@@ -111,6 +112,7 @@ func (sy *Sync) Serve(nc net.Conn, rest []byte) {
 	r := sy.r
 	rc := &replicaConn{r: r, nc: nc, ip: sy.ip, port: sy.port, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	rc.ack.Store(sy.from)
+	rc.sent.Store(sy.from)
 	rc.ackTime.Store(r.clock().UnixNano())
 	r.mu.Lock()
 	if r.stopping.Load() {
@@ -173,7 +175,10 @@ func (rc *replicaConn) readAcks(src io.Reader) {
 		if n <= 0 {
 			return
 		}
-		rc.ack.Store(int64(off))
+		// A replica cannot have applied what it was not sent: an ack
+		// beyond counts as the offset sent, or WAIT and INFO would count
+		// data the replica does not have.
+		rc.ack.Store(int64(min(off, uint64(rc.sent.Load()))))
 		rc.ackTime.Store(rc.r.clock().UnixNano())
 		if rc.r.nWaiters.Load() > 0 {
 			rc.r.checkWaiters()
@@ -202,6 +207,9 @@ func (rc *replicaConn) send(full bool, pos int64) error {
 		if len(buf) == 0 {
 			return nil
 		}
+		// buf holds the stream up to pos: sent before the write, which
+		// the replica may acknowledge before Write returns.
+		rc.sent.Store(pos)
 		rc.nc.SetWriteDeadline(time.Now().Add(linkTimeout))
 		_, err := rc.nc.Write(buf)
 		buf = buf[:0]
