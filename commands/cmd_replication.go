@@ -178,7 +178,14 @@ func cmdPsync(x *ctx) {
 	if ip == "" {
 		ip, _, _ = net.SplitHostPort(x.c.RemoteAddr())
 	}
-	sy := s.repl.Psync(replid, off, ip, st.port)
+	sy, err := s.repl.Psync(replid, off, ip, st.port)
+	if err != nil {
+		// Replicas are clients (Redis): past maxclients, refused as a
+		// client past it is, and closed.
+		x.errorReply(msgMaxClients)
+		x.c.CloseAfterReply()
+		return
+	}
 	x.c.Out = append(x.c.Out, sy.Reply...)
 	x.c.Hijack(func(nc net.Conn, rest []byte) { sy.Serve(nc, rest) })
 }

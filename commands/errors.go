@@ -92,6 +92,9 @@ const (
 	msgTimeoutNegative      = "ERR timeout is negative"
 	msgNoMasterLink         = "NOMASTERLINK Can't SYNC while not connected with my master"
 	msgNotCellserverReplica = "ERR cellserver replicates only to cellserver replicas (REPLCONF capa " + replicationCapability + " first; a replica must run a cellserver as new as its primary)"
+	// msgMaxClients is Redis's refusal past maxclients, which replica
+	// links count towards.
+	msgMaxClients = "ERR max number of clients reached"
 	// MODULE LOAD, LOADEX and UNLOAD: %s is the subcommand, upper-cased.
 	msgModuleBuiltIn = "ERR MODULE %s is not supported: cellserver loads no modules; redis-cell's commands are built in (MODULE LIST)"
 

@@ -342,6 +342,59 @@ func TestAckBeyondSentIsCapped(t *testing.T) {
 	}
 }
 
+// TestReplicaLinksCountTowardsMaxClients (issue #26, item 6b): replicas are
+// clients: with maxclients 20, the 21st replica is refused with Redis's
+// error, a client past the limit too, and a slot freed by a replica that
+// leaves serves the next.
+func TestReplicaLinksCountTowardsMaxClients(t *testing.T) {
+	const maxClients, tries = 20, 100
+	primary := startInproc(t, server.Config{MaxClients: maxClients})
+	repl := primary.srv.Commands().Replication()
+	accepted, refused := 0, map[string]int{}
+	var links []*fakeReplica
+	for i := 0; i < tries; i++ {
+		f, line := dialReplica(t, primary.addr)
+		if !strings.HasPrefix(line, "+FULLRESYNC") {
+			refused[line]++
+			f.nc.Close()
+			continue
+		}
+		accepted++
+		links = append(links, f)
+		// The link has left the connection layer once the primary lists it.
+		waitFor(t, 20*time.Second, "the replica listed", func() (bool, string) {
+			n := repl.Stats().ConnectedReplicas
+			return n == accepted, fmt.Sprintf("%d replicas", n)
+		})
+	}
+	t.Logf("maxclients %d: %d of %d replicas accepted; refused: %v", maxClients, accepted, tries, refused)
+	if accepted != maxClients {
+		t.Fatalf("%d replicas accepted with maxclients %d", accepted, maxClients)
+	}
+	if want := "-ERR max number of clients reached"; refused[want] != tries-maxClients {
+		t.Errorf("refusals %v, want %d of %q", refused, tries-maxClients, want)
+	}
+	// A client: refused as it connects (read before writing anything).
+	nc, err := net.DialTimeout("tcp", primary.addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	got, _ := io.ReadAll(nc)
+	nc.Close()
+	if string(got) != "-ERR max number of clients reached\r\n" {
+		t.Errorf("a client with %d replicas and maxclients %d got %q, want the maxclients error", maxClients, maxClients, got)
+	}
+	links[0].nc.Close()
+	waitFor(t, 20*time.Second, "the closed link gone", func() (bool, string) {
+		n := repl.Stats().ConnectedReplicas
+		return n == maxClients-1, fmt.Sprintf("%d replicas", n)
+	})
+	if _, line := dialReplica(t, primary.addr); !strings.HasPrefix(line, "+FULLRESYNC") {
+		t.Errorf("a replica in the freed slot: %q", line)
+	}
+}
+
 // TestLargeValuesReplicateInSplitFrames: values far larger than a frame a
 // replica accepts (here its proto-max-bulk-len is 128 KiB, so 192 KiB a
 // frame) reach it and, through its backlog, its own replica: the primary

@@ -66,25 +66,46 @@ func (r *Replication) publishSenders() {
 // then, once the connection is handed over (resp.Conn.Hijack), Serve
 // streams to it.
 type Sync struct {
-	Reply string // "+FULLRESYNC <replid> <offset>\r\n" or "+CONTINUE <replid>\r\n"
-	r     *Replication
-	full  bool
-	from  int64
-	ip    string
-	port  int
+	Reply    string // "+FULLRESYNC <replid> <offset>\r\n" or "+CONTINUE <replid>\r\n"
+	r        *Replication
+	full     bool
+	from     int64
+	ip       string
+	port     int
+	deadline time.Time // until then it counts as a link being handed over
 }
+
+// ErrMaxReplicas reports a PSYNC refused because Config.MaxReplicas
+// replicas are linked already.
+var ErrMaxReplicas = errors.New("replication: too many replicas")
+
+// handoverTimeout is how long an answered PSYNC counts as a link before
+// its connection reaches Serve: the connection layer hands it over at
+// once once the reply is written; one that never arrives (its client
+// left first) stops counting then.
+const handoverTimeout = 10 * time.Second
 
 // Psync decides how a replica that asks for replid at offset (Redis's
 // PSYNC arguments: "?" and -1 for a first sync) resumes: from the backlog
 // when it holds the replica's history ("+CONTINUE"), else with a full copy
-// ("+FULLRESYNC"). ip and port are the replica's announced address.
-func (r *Replication) Psync(replid string, offset int64, ip string, port int) *Sync {
+// ("+FULLRESYNC"). ip and port are the replica's announced address. It
+// refuses a replica past Config.MaxReplicas (ErrMaxReplicas).
+func (r *Replication) Psync(replid string, offset int64, ip string, port int) (*Sync, error) {
+	sy := &Sync{r: r, ip: ip, port: port}
 	r.mu.Lock()
+	r.pruneHandoverLocked()
+	if max := r.cfg.MaxReplicas; max > 0 && len(r.replicas)+len(r.handover) >= max {
+		r.mu.Unlock()
+		r.log.Warn("replication: refused a replica: maxclients replica links already", "replica", net.JoinHostPort(ip, strconv.Itoa(port)), "maxclients", max)
+		return nil, ErrMaxReplicas
+	}
+	sy.deadline = time.Now().Add(handoverTimeout) // not Config.Clock: tests move that one by hours
+	r.handover = append(r.handover, sy)
+	r.countLinksLocked()
 	r.activateBacklog()
 	r.mu.Unlock()
 	r.blMu.Lock()
 	defer r.blMu.Unlock()
-	sy := &Sync{r: r, ip: ip, port: port}
 	// Redis's masterTryPartialResynchronization: the ID must be ours, or
 	// our previous one up to the offset where it ended; the offset must be
 	// in the backlog.
@@ -93,7 +114,7 @@ func (r *Replication) Psync(replid string, offset int64, ip string, port int) *S
 		sy.from = offset - 1
 		sy.Reply = "+CONTINUE " + r.replID + "\r\n"
 		r.syncPartialOK.Add(1)
-		return sy
+		return sy, nil
 	}
 	if replid != "?" {
 		r.syncPartialErr.Add(1)
@@ -102,7 +123,23 @@ func (r *Replication) Psync(replid string, offset int64, ip string, port int) *S
 	sy.full = true
 	sy.from = r.bl.end
 	sy.Reply = "+FULLRESYNC " + r.replID + " " + strconv.FormatInt(r.bl.end, 10) + "\r\n"
-	return sy
+	return sy, nil
+}
+
+// pruneHandoverLocked forgets the syncs whose connection never came.
+// r.mu held.
+func (r *Replication) pruneHandoverLocked() {
+	if len(r.handover) == 0 {
+		return
+	}
+	now := time.Now()
+	r.handover = slices.DeleteFunc(r.handover, func(sy *Sync) bool { return now.After(sy.deadline) })
+	r.countLinksLocked()
+}
+
+// countLinksLocked refreshes nLinks. r.mu held.
+func (r *Replication) countLinksLocked() {
+	r.nLinks.Store(int32(len(r.replicas) + len(r.handover)))
 }
 
 // Serve streams to the replica on nc until the link fails or is closed;
@@ -115,18 +152,22 @@ func (sy *Sync) Serve(nc net.Conn, rest []byte) {
 	rc.sent.Store(sy.from)
 	rc.ackTime.Store(r.clock().UnixNano())
 	r.mu.Lock()
+	r.handover = slices.DeleteFunc(r.handover, func(x *Sync) bool { return x == sy })
 	if r.stopping.Load() {
+		r.countLinksLocked()
 		r.mu.Unlock()
 		nc.Close()
 		return
 	}
 	r.replicas = append(r.replicas, rc)
+	r.countLinksLocked()
 	r.publishSenders()
 	r.mu.Unlock()
 	defer func() {
 		rc.close()
 		r.mu.Lock()
 		r.replicas = slices.DeleteFunc(r.replicas, func(x *replicaConn) bool { return x == rc })
+		r.countLinksLocked()
 		r.publishSenders()
 		r.mu.Unlock()
 		r.checkWaiters()

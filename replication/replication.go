@@ -74,6 +74,10 @@ type Config struct {
 	// again in full. A primary splits its frames at 64 KiB, so only a
 	// primary of the first stream version, or a broken one, sends more.
 	MaxFrame int64
+	// MaxReplicas caps the replicas' links at once (the server's
+	// maxclients: replicas are clients, as in Redis); PSYNC past it is
+	// refused with ErrMaxReplicas. Zero means no cap.
+	MaxReplicas int
 }
 
 // Replication is one node's replication state: its role, its backlog,
@@ -95,9 +99,15 @@ type Replication struct {
 	secondOffset int64 // -1: none
 	link         *link // non-nil while a replica
 	replicas     []*replicaConn
-	waiters      []*waiter
-	nWaiters     atomic.Int32
+	// handover are the syncs answered and not yet served (their
+	// connection being handed over by the connection layer), each until
+	// its deadline: they count as links, so that replicas arriving
+	// together cannot pass MaxReplicas.
+	handover []*Sync
+	waiters  []*waiter
+	nWaiters atomic.Int32
 
+	nLinks  atomic.Int32                   // len(replicas) + len(handover), readable without mu
 	port    atomic.Int32                   // Config.Port, or SetPort's
 	replica atomic.Bool                    // link != nil, readable without mu
 	senders atomic.Pointer[[]*replicaConn] // replicas, readable without mu
@@ -137,8 +147,8 @@ func New(cfg Config) (*Replication, error) {
 	if cfg.MaxFrame == 0 {
 		cfg.MaxFrame = DefaultMaxFrame
 	}
-	if cfg.MaxFrame < 0 {
-		return nil, errors.New("replication: MaxFrame must not be negative")
+	if cfg.MaxFrame < 0 || cfg.MaxReplicas < 0 {
+		return nil, errors.New("replication: MaxFrame and MaxReplicas must not be negative")
 	}
 	r := &Replication{ks: cfg.Keyspace, log: cfg.Logger, clock: cfg.Clock, cfg: cfg, size: cfg.BacklogSize,
 		maxFrame: uint64(min(cfg.MaxFrame, 1<<50)) + FrameOverhead,
@@ -289,6 +299,18 @@ func (r *Replication) shrinkScratch() {
 	if cap(r.scratch) > 1<<20 {
 		r.scratch = nil
 	}
+}
+
+// Links returns the replicas' links, those being handed over included:
+// they count towards maxclients.
+func (r *Replication) Links() int {
+	if r.nLinks.Load() == 0 {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pruneHandoverLocked()
+	return len(r.replicas) + len(r.handover)
 }
 
 // SetPort sets the client port a replica reports to its primary (when

@@ -733,7 +733,10 @@ func New(cfg Config) (_ *Server, err error) {
 		AnnounceIP: cfg.ReplicaAnnounceIP, AnnouncePort: cfg.ReplicaAnnouncePort,
 		MasterUser: cfg.MasterUser, MasterAuth: cfg.MasterAuth, Logger: cfg.Logger, Clock: cfg.Clock,
 		WaitRoom: waitRoom,
-		MaxFrame: cfg.MaxBulkLen}) // a frame from the primary: proto-max-bulk-len (+ replication.FrameOverhead)
+		MaxFrame: cfg.MaxBulkLen, // a frame from the primary: proto-max-bulk-len (+ replication.FrameOverhead)
+		// Replicas are clients (Redis): their links count towards
+		// maxclients (commands.Server.Refuse counts them with the others).
+		MaxReplicas: cfg.MaxClients})
 	if err != nil {
 		return nil, err
 	}
