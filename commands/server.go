@@ -361,7 +361,6 @@ func New(cfg Config) (*Server, error) {
 		errStats:    make(map[string]int64),
 		multiMax:    cfg.MultiMaxCommands,
 		multiBytes:  cfg.MultiMaxBytes,
-		runID:       newRunID(),
 		replID:      newRunID(),
 		configFile:  absPath(cfg.ConfigFile),
 
@@ -403,6 +402,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.repl = r
 	}
+	s.runID = s.repl.NodeID() // the identity replicas exchange (REPLCONF node-id)
 	if s.killRepl == nil {
 		s.killRepl = s.repl.KillLinks
 	}

@@ -395,6 +395,43 @@ func TestReplicaLinksCountTowardsMaxClients(t *testing.T) {
 	}
 }
 
+// TestReplicationLoopRefused (issue #26, item 6c): B replicates from A;
+// then A is told REPLICAOF B. B refuses A (A is its primary), A logs the
+// loop and stays unsynced, and B keeps following A.
+func TestReplicationLoopRefused(t *testing.T) {
+	ctx := context.Background()
+	a := startInproc(t, server.Config{})
+	b := startInproc(t, server.Config{})
+	if err := b.rdb.Do(ctx, "REPLICAOF", strings.Fields(a.hostPort())[0], strings.Fields(a.hostPort())[1]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "B in sync with A", func() (bool, string) {
+		m := b.replInfo(t)
+		return m["master_link_status"] == "up", "master_link_status:" + m["master_link_status"]
+	})
+	h, p, _ := net.SplitHostPort(b.addr)
+	if err := a.rdb.Do(ctx, "REPLICAOF", h, p).Err(); err != nil {
+		t.Fatal(err)
+	}
+	loop := func() bool { return a.logs.has("would make a loop") || a.logs.has("replication loop") }
+	waitFor(t, 20*time.Second, "A refused as a loop, or linked", func() (bool, string) {
+		up := a.replInfo(t)["master_link_status"] == "up"
+		return up || loop(), fmt.Sprintf("A master_link_status up %v", up)
+	})
+	if m := a.replInfo(t); m["master_link_status"] != "down" {
+		t.Errorf("A, made a replica of its own replica, has its link %s (a loop)", m["master_link_status"])
+	}
+	if !loop() {
+		t.Errorf("A did not log the loop")
+	}
+	if !b.logs.has("refused a replica that this node replicates from") {
+		t.Errorf("B did not log refusing A")
+	}
+	if m := b.replInfo(t); m["role"] != "slave" || m["master_link_status"] != "up" {
+		t.Errorf("B: role %s, link %s; want B still following A", m["role"], m["master_link_status"])
+	}
+}
+
 // TestLargeValuesReplicateInSplitFrames: values far larger than a frame a
 // replica accepts (here its proto-max-bulk-len is 128 KiB, so 192 KiB a
 // frame) reach it and, through its backlog, its own replica: the primary

@@ -88,11 +88,17 @@ const handoverTimeout = 10 * time.Second
 // Psync decides how a replica that asks for replid at offset (Redis's
 // PSYNC arguments: "?" and -1 for a first sync) resumes: from the backlog
 // when it holds the replica's history ("+CONTINUE"), else with a full copy
-// ("+FULLRESYNC"). ip and port are the replica's announced address. It
-// refuses a replica past Config.MaxReplicas (ErrMaxReplicas).
-func (r *Replication) Psync(replid string, offset int64, ip string, port int) (*Sync, error) {
+// ("+FULLRESYNC"). ip and port are the replica's announced address, node
+// the node ID it gave with REPLCONF node-id ("" for none). It refuses a
+// replica past Config.MaxReplicas (ErrMaxReplicas) and one that this node
+// replicates from (ErrLoop).
+func (r *Replication) Psync(replid string, offset int64, ip string, port int, node string) (*Sync, error) {
 	sy := &Sync{r: r, ip: ip, port: port}
 	r.mu.Lock()
+	if err := r.checkLoopLocked(node); err != nil {
+		r.mu.Unlock()
+		return nil, err
+	}
 	r.pruneHandoverLocked()
 	if max := r.cfg.MaxReplicas; max > 0 && len(r.replicas)+len(r.handover) >= max {
 		r.mu.Unlock()

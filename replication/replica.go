@@ -203,6 +203,31 @@ func (l *link) syncOnce() error {
 	if _, err := cmd("REPLCONF", "capa", capabilityV1, "capa", Capability); err != nil {
 		return err
 	}
+	// Tell the primary who this node is: it refuses a node it replicates
+	// from itself (a loop), and answers the nodes it replicates from.
+	line, err := cmd("REPLCONF", "node-id", r.nodeID)
+	var chain []string
+	switch {
+	case err != nil && strings.Contains(line, "Unrecognized REPLCONF option"):
+		// A primary of stream version 1: it tells nothing.
+	case err != nil:
+		if strings.Contains(line, "replication loop") {
+			r.log.Error("replication: the primary refuses this node: it replicates from this node (directly or through other replicas), so following it would make a loop; this node stays unsynced until REPLICAOF names another primary",
+				"primary", l.addr(), "node_id", r.nodeID)
+			return fmt.Errorf("%w: %w", ErrLoop, err)
+		}
+		return err
+	default:
+		chain, err = parseChain(line)
+		if err != nil {
+			return err
+		}
+		if slices.Contains(chain, r.nodeID) {
+			r.log.Error("replication: the primary replicates from this node (directly or through other replicas): following it would make a loop; this node stays unsynced until REPLICAOF names another primary",
+				"primary", l.addr(), "node_id", r.nodeID)
+			return ErrLoop
+		}
+	}
 	r.blMu.Lock()
 	id, off := r.replID, r.bl.end
 	if !r.blActive || l.fullNext {
@@ -213,7 +238,7 @@ func (l *link) syncOnce() error {
 	if id == "?" {
 		psyncOff = "-1"
 	}
-	line, err := cmd("PSYNC", id, psyncOff)
+	line, err = cmd("PSYNC", id, psyncOff)
 	if err != nil {
 		return err
 	}
@@ -224,12 +249,12 @@ func (l *link) syncOnce() error {
 		if err != nil || newOff < 0 || len(fields[1]) != 40 {
 			return fmt.Errorf("bad PSYNC reply %q", line)
 		}
-		if err := l.beginFull(fields[1], newOff); err != nil {
+		if err := l.beginFull(fields[1], newOff, chain); err != nil {
 			return err
 		}
 		l.fullNext = false
 	case len(fields) == 2 && fields[0] == "+CONTINUE" && len(fields[1]) == 40 && !l.fullNext:
-		if err := l.beginPartial(fields[1]); err != nil {
+		if err := l.beginPartial(fields[1], chain); err != nil {
 			return err
 		}
 	default:
@@ -252,14 +277,52 @@ const Capability = "cellserver-values-2"
 // replica also announces so that it can follow an older primary.
 const capabilityV1 = "cellserver-values-1"
 
-// beginFull drops every key and resets the backlog for a full copy.
-func (l *link) beginFull(id string, off int64) error {
+// ErrLoop reports a replication loop: a node asked to replicate from a
+// node that replicates from it (directly or through other replicas), or
+// from itself.
+var ErrLoop = errors.New("replication: replication loop")
+
+// maxChain bounds the node IDs a primary lists as its own primaries.
+const maxChain = 32
+
+// parseChain reads a primary's answer to REPLCONF node-id: "+OK" and the
+// node IDs of the primary and of the primaries above it.
+func parseChain(line string) ([]string, error) {
+	f := strings.Fields(line)
+	if len(f) == 0 || f[0] != "+OK" || len(f) > 1+maxChain {
+		return nil, fmt.Errorf("bad REPLCONF node-id reply %q", line)
+	}
+	for _, id := range f[1:] {
+		if !validID(id) {
+			return nil, fmt.Errorf("bad REPLCONF node-id reply %q", line)
+		}
+	}
+	return f[1:], nil
+}
+
+// validID reports whether id has the form of a node ID: 40 hex digits.
+func validID(id string) bool {
+	if len(id) != 40 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// beginFull drops every key and resets the backlog for a full copy;
+// chain is the primary's answer to REPLCONF node-id.
+func (l *link) beginFull(id string, off int64, chain []string) error {
 	r := l.r
 	r.mu.Lock()
 	if r.link != l {
 		r.mu.Unlock()
 		return errStopped
 	}
+	r.setUpstream(chain)
 	reps := slices.Clone(r.replicas)
 	r.mu.Unlock()
 	for _, rc := range reps {
@@ -283,9 +346,17 @@ func (l *link) beginFull(id string, off int64) error {
 }
 
 // beginPartial continues from the local offset; a new replication ID
-// (the primary was promoted) becomes ours, the old one our second.
-func (l *link) beginPartial(id string) error {
+// (the primary was promoted) becomes ours, the old one our second. chain
+// is the primary's answer to REPLCONF node-id.
+func (l *link) beginPartial(id string, chain []string) error {
 	r := l.r
+	r.mu.Lock()
+	if r.link != l {
+		r.mu.Unlock()
+		return errStopped
+	}
+	newChain := r.setUpstream(chain)
+	r.mu.Unlock()
 	r.blMu.Lock()
 	if l.dead {
 		r.blMu.Unlock()
@@ -296,7 +367,9 @@ func (l *link) beginPartial(id string) error {
 		r.replID2, r.secondOffset, r.replID = r.replID, r.bl.end+1, id
 	}
 	r.blMu.Unlock()
-	if changed {
+	// This node's replicas must learn its new primaries too (they
+	// reconnect and ask again).
+	if changed || newChain {
 		r.mu.Lock()
 		reps := slices.Clone(r.replicas)
 		r.mu.Unlock()

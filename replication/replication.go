@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,6 +91,7 @@ type Replication struct {
 	cfg      Config
 	size     int64
 	maxFrame uint64 // Config.MaxFrame + FrameOverhead
+	nodeID   string // this node's identity in REPLCONF node-id
 	dialer   func(addr string) (net.Conn, error)
 	stopping atomic.Bool
 
@@ -104,6 +106,10 @@ type Replication struct {
 	// its deadline: they count as links, so that replicas arriving
 	// together cannot pass MaxReplicas.
 	handover []*Sync
+	// upstream is what this node's primary answered to REPLCONF node-id
+	// at the last sync: its node ID and those of the primaries above
+	// it. A replica with one of these IDs is refused (ErrLoop).
+	upstream []string
 	waiters  []*waiter
 	nWaiters atomic.Int32
 
@@ -151,8 +157,8 @@ func New(cfg Config) (*Replication, error) {
 		return nil, errors.New("replication: MaxFrame and MaxReplicas must not be negative")
 	}
 	r := &Replication{ks: cfg.Keyspace, log: cfg.Logger, clock: cfg.Clock, cfg: cfg, size: cfg.BacklogSize,
-		maxFrame: uint64(min(cfg.MaxFrame, 1<<50)) + FrameOverhead,
-		replID:   newID(), replID2: zeroID, secondOffset: -1}
+		maxFrame: uint64(min(cfg.MaxFrame, 1<<50)) + FrameOverhead, nodeID: newID(),
+		replID: newID(), replID2: zeroID, secondOffset: -1}
 	r.port.Store(int32(cfg.Port))
 	r.dialer = r.dial
 	cfg.Keyspace.WrapJournal(func(j keyspace.Journal) keyspace.Journal { return &journal{r: r, next: j} })
@@ -301,6 +307,50 @@ func (r *Replication) shrinkScratch() {
 	}
 }
 
+// NodeID returns this node's identity in the handshake of a replica
+// with its primary (REPLCONF node-id): 40 hex digits, random for each
+// process.
+func (r *Replication) NodeID() string { return r.nodeID }
+
+// Hello answers a replica that names itself node (REPLCONF node-id): with
+// this node's ID and those of the primaries above it ("+OK" then IDs, for
+// the replica to check and to pass on to its own replicas), or ErrLoop
+// when node is this node or one of its primaries: replicating from it
+// would make a loop.
+func (r *Replication) Hello(node string) (ids string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkLoopLocked(node); err != nil {
+		return "", err
+	}
+	chain := append([]string{r.nodeID}, r.upstream[:min(len(r.upstream), maxChain-1)]...)
+	return strings.Join(chain, " "), nil
+}
+
+// checkLoopLocked refuses node as a replica when it is this node or one of
+// its primaries. r.mu held.
+func (r *Replication) checkLoopLocked(node string) error {
+	if node == "" {
+		return nil
+	}
+	if node == r.nodeID || slices.Contains(r.upstream, node) {
+		r.log.Warn("replication: refused a replica that this node replicates from (directly or through other replicas), or this node itself: it would make a loop",
+			"replica_node_id", node)
+		return ErrLoop
+	}
+	return nil
+}
+
+// setUpstream records the primaries a sync's handshake named and reports
+// whether they changed. r.mu held.
+func (r *Replication) setUpstream(chain []string) bool {
+	if slices.Equal(chain, r.upstream) {
+		return false
+	}
+	r.upstream = slices.Clone(chain)
+	return true
+}
+
 // Links returns the replicas' links, those being handed over included:
 // they count towards maxclients.
 func (r *Replication) Links() int {
@@ -360,6 +410,7 @@ func (r *Replication) ReplicaOf(host string, port int) (already bool) {
 	r.blMu.Unlock()
 	r.ks.SetReplica(true)
 	r.link = l
+	r.upstream = nil // until the new primary answers
 	r.replica.Store(true)
 	r.mu.Unlock()
 	if old != nil {
@@ -387,6 +438,7 @@ func (r *Replication) NoOne() {
 		return
 	}
 	r.link = nil
+	r.upstream = nil
 	r.replica.Store(false)
 	r.blMu.Lock()
 	l.kill()
