@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"errors"
 	"net"
 	"strconv"
 	"strings"
@@ -14,7 +15,8 @@ import (
 type replState struct {
 	port int    // listening-port
 	ip   string // ip-address
-	capa bool   // a cellserver replica (capa cellserver-values-1)
+	capa bool   // a cellserver replica of the current stream version (capa replication.Capability)
+	node string // node-id: the replica's node ID, checked for loops
 }
 
 // replCheck refuses a command the node's replication role forbids, as
@@ -124,6 +126,7 @@ func cmdReplconf(x *ctx) {
 		return
 	}
 	st := &x.cl.repl
+	reply := "OK"
 	for i := 1; i+1 < len(x.args); i += 2 {
 		opt, val := strings.ToLower(string(x.args[i])), string(x.args[i+1])
 		switch opt {
@@ -140,6 +143,17 @@ func cmdReplconf(x *ctx) {
 			if val == replication.Capability {
 				st.capa = true
 			}
+		case "node-id":
+			// A cellserver replica names itself: refused if this node
+			// replicates from it; else told which nodes this one
+			// replicates from, to refuse them in turn.
+			ids, err := x.s.repl.Hello(val)
+			if err != nil {
+				x.errorReply(msgReplicationLoop)
+				return
+			}
+			st.node = val
+			reply = "OK " + ids
 		case "ack", "getack", "rdb-only", "rdb-filter-only":
 			// Redis's own stream options: cellserver's stream acknowledges
 			// in its own frames.
@@ -148,7 +162,7 @@ func cmdReplconf(x *ctx) {
 			return
 		}
 	}
-	x.ok()
+	x.status(reply)
 }
 
 // PSYNC replid offset (and SYNC): the connection becomes a replication
@@ -178,7 +192,18 @@ func cmdPsync(x *ctx) {
 	if ip == "" {
 		ip, _, _ = net.SplitHostPort(x.c.RemoteAddr())
 	}
-	sy := s.repl.Psync(replid, off, ip, st.port)
+	sy, err := s.repl.Psync(replid, off, ip, st.port, st.node)
+	switch {
+	case errors.Is(err, replication.ErrMaxReplicas):
+		// Replicas are clients (Redis): past maxclients, refused as a
+		// client past it is, and closed.
+		x.errorReply(msgMaxClients)
+		x.c.CloseAfterReply()
+		return
+	case err != nil:
+		x.errorReply(msgReplicationLoop)
+		return
+	}
 	x.c.Out = append(x.c.Out, sy.Reply...)
 	x.c.Hijack(func(nc net.Conn, rest []byte) { sy.Serve(nc, rest) })
 }

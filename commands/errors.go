@@ -91,7 +91,14 @@ const (
 	msgTimeoutNotInt        = "ERR timeout is not an integer or out of range"
 	msgTimeoutNegative      = "ERR timeout is negative"
 	msgNoMasterLink         = "NOMASTERLINK Can't SYNC while not connected with my master"
-	msgNotCellserverReplica = "ERR cellserver replicates only to cellserver replicas (REPLCONF capa " + replicationCapability + " first)"
+	msgNotCellserverReplica = "ERR cellserver replicates only to cellserver replicas (REPLCONF capa " + replicationCapability + " first; a replica must run a cellserver as new as its primary)"
+	// msgReplicationLoop answers REPLCONF node-id and PSYNC from a node
+	// this one replicates from (directly or through other replicas), or
+	// from itself.
+	msgReplicationLoop = "ERR replication loop: the connecting node is this node or one it replicates from"
+	// msgMaxClients is Redis's refusal past maxclients, which replica
+	// links count towards.
+	msgMaxClients = "ERR max number of clients reached"
 	// MODULE LOAD, LOADEX and UNLOAD: %s is the subcommand, upper-cased.
 	msgModuleBuiltIn = "ERR MODULE %s is not supported: cellserver loads no modules; redis-cell's commands are built in (MODULE LIST)"
 

@@ -217,6 +217,9 @@ type Server struct {
 	specs []*Spec          // every spec, subcommands included, by id
 
 	net atomic.Pointer[netHolder]
+	// maxClients is the maxclients setting (0: unknown), which Refuse
+	// applies to clients and replica links together.
+	maxClients int
 
 	prefixes    *prefixTracker // most-limited key prefixes
 	slowlog     slowlog
@@ -359,7 +362,6 @@ func New(cfg Config) (*Server, error) {
 		errStats:    make(map[string]int64),
 		multiMax:    cfg.MultiMaxCommands,
 		multiBytes:  cfg.MultiMaxBytes,
-		runID:       newRunID(),
 		replID:      newRunID(),
 		configFile:  absPath(cfg.ConfigFile),
 
@@ -392,6 +394,7 @@ func New(cfg Config) (*Server, error) {
 	s.cmdsTotal = counter{newShards(statShards()), 0}
 	s.buildTable(commandSpecs())
 	s.installWatch(cfg.TrackingTableMaxKeys)
+	s.maxClients, _ = strconv.Atoi(s.setting("maxclients"))
 	s.repl = cfg.Replication
 	if s.repl == nil {
 		r, err := replication.New(replication.Config{Keyspace: cfg.Keyspace, Logger: cfg.Logger, Clock: cfg.Clock})
@@ -400,6 +403,7 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.repl = r
 	}
+	s.runID = s.repl.NodeID() // the identity replicas exchange (REPLCONF node-id)
 	if s.killRepl == nil {
 		s.killRepl = s.repl.KillLinks
 	}
@@ -520,8 +524,15 @@ func (s *Server) Open(c *resp.Conn) {
 // client from a non-loopback address receives the DENIED error and is
 // closed as it is accepted, before it counts towards maxclients (Redis
 // refuses it in its accept handler too), so idle remote connections cannot
-// take the slots of local clients. It returns nil for a client to serve.
+// take the slots of local clients. The replicas' links, which have left
+// the connection layer, count towards maxclients here: a client past it
+// gets Redis's error. It returns nil for a client to serve.
 func (s *Server) Refuse(remote net.Addr) []byte {
+	if links := s.repl.Links(); links > 0 && s.maxClients > 0 {
+		if h := s.net.Load(); h != nil && int(h.Stats().ConnectedClients)+links >= s.maxClients {
+			return rawMaxClients
+		}
+	}
 	if !s.protected {
 		return nil
 	}
@@ -537,6 +548,9 @@ func (s *Server) Refuse(remote net.Addr) []byte {
 
 // rawDenied is msgDenied as the error reply Refuse sends.
 var rawDenied = []byte("-" + msgDenied + "\r\n")
+
+// rawMaxClients is msgMaxClients as the error reply Refuse sends.
+var rawMaxClients = []byte("-" + msgMaxClients + "\r\n")
 
 // BeforeWrite implements resp.BeforeWriter: with fsync "always", replies
 // wait until the changes of this client's write commands are durable; many

@@ -220,7 +220,15 @@ func (r *reader) reservations() (*limiter.Reservations, error) {
 // DecodeValue decodes an encoding made by EncodeValue. The result does not
 // share memory with b. It never panics: a malformed input gives an error
 // wrapping ErrCorrupt (and also ErrFormat when the version byte is not 1).
-func DecodeValue(b []byte) (keyspace.Value, error) {
+func DecodeValue(b []byte) (keyspace.Value, error) { return decodeValue(b, false) }
+
+// DecodeValueOwned is DecodeValue for an input the caller gives up: a
+// string value's bytes are b's own (capped at their length) instead of a
+// copy, so that decoding a large string does not hold it twice. b must not
+// be modified or reused afterwards.
+func DecodeValueOwned(b []byte) (keyspace.Value, error) { return decodeValue(b, true) }
+
+func decodeValue(b []byte, owned bool) (keyspace.Value, error) {
 	var v keyspace.Value
 	if len(b) == 0 {
 		return v, corruptf("empty value")
@@ -239,7 +247,11 @@ func DecodeValue(b []byte) (keyspace.Value, error) {
 	switch v.Kind {
 	case keyspace.KindGCRA, keyspace.KindFixed, keyspace.KindSliding:
 	case keyspace.KindString:
-		v.Obj = append([]byte{}, r.b...)
+		if owned {
+			v.Obj = r.b[:len(r.b):len(r.b)]
+		} else {
+			v.Obj = append([]byte{}, r.b...)
+		}
 		r.b = nil
 	case keyspace.KindLog:
 		n, err := r.count(logEntrySize)

@@ -25,12 +25,14 @@ func (r *ring) write(p []byte) {
 		return
 	}
 	if int64(len(p)) >= size {
+		// Only the last size bytes stay: put each where its offset goes
+		// (buf[off % size] holds offset off), in two copies.
 		r.end += int64(len(p))
-		p = p[int64(len(p))-size:]
-		copy(r.buf, p)
-		// Keep the invariant buf[(off) % size] holds offset off.
-		r.rotate(r.end - size)
 		r.start = r.end - size
+		p = p[int64(len(p))-size:]
+		at := r.start % size
+		n := copy(r.buf[at:], p)
+		copy(r.buf, p[n:])
 		return
 	}
 	at := r.end % size
@@ -40,21 +42,6 @@ func (r *ring) write(p []byte) {
 	if r.end-r.start > size {
 		r.start = r.end - size
 	}
-}
-
-// rotate moves buf (which holds the size bytes starting at from, starting
-// at index 0) so that offset from sits at from % size.
-func (r *ring) rotate(from int64) {
-	size := int64(len(r.buf))
-	k := from % size
-	if k == 0 {
-		return
-	}
-	tmp := make([]byte, size)
-	for i := int64(0); i < size; i++ {
-		tmp[(k+i)%size] = r.buf[i]
-	}
-	copy(r.buf, tmp)
 }
 
 // read copies bytes from offset off into dst and returns how many; ok is

@@ -21,9 +21,10 @@ import (
 type replicaConn struct {
 	r       *Replication
 	nc      net.Conn
-	ip      string // the address INFO lists (REPLCONF ip-address, or the peer's)
-	port    int    // its client port (REPLCONF listening-port)
-	ack     atomic.Int64
+	ip      string       // the address INFO lists (REPLCONF ip-address, or the peer's)
+	port    int          // its client port (REPLCONF listening-port)
+	ack     atomic.Int64 // the offset acknowledged, at most sent
+	sent    atomic.Int64 // the offset up to which the stream was written to it
 	ackTime atomic.Int64 // unix ns of the last ack (or of the link's start)
 	online  atomic.Bool  // its full copy is complete (or it continued)
 	sending atomic.Bool  // a full copy is being sent
@@ -65,25 +66,52 @@ func (r *Replication) publishSenders() {
 // then, once the connection is handed over (resp.Conn.Hijack), Serve
 // streams to it.
 type Sync struct {
-	Reply string // "+FULLRESYNC <replid> <offset>\r\n" or "+CONTINUE <replid>\r\n"
-	r     *Replication
-	full  bool
-	from  int64
-	ip    string
-	port  int
+	Reply    string // "+FULLRESYNC <replid> <offset>\r\n" or "+CONTINUE <replid>\r\n"
+	r        *Replication
+	full     bool
+	from     int64
+	ip       string
+	port     int
+	deadline time.Time // until then it counts as a link being handed over
 }
+
+// ErrMaxReplicas reports a PSYNC refused because Config.MaxReplicas
+// replicas are linked already.
+var ErrMaxReplicas = errors.New("replication: too many replicas")
+
+// handoverTimeout is how long an answered PSYNC counts as a link before
+// its connection reaches Serve: the connection layer hands it over at
+// once once the reply is written; one that never arrives (its client
+// left first) stops counting then.
+const handoverTimeout = 10 * time.Second
 
 // Psync decides how a replica that asks for replid at offset (Redis's
 // PSYNC arguments: "?" and -1 for a first sync) resumes: from the backlog
 // when it holds the replica's history ("+CONTINUE"), else with a full copy
-// ("+FULLRESYNC"). ip and port are the replica's announced address.
-func (r *Replication) Psync(replid string, offset int64, ip string, port int) *Sync {
+// ("+FULLRESYNC"). ip and port are the replica's announced address, node
+// the node ID it gave with REPLCONF node-id ("" for none). It refuses a
+// replica past Config.MaxReplicas (ErrMaxReplicas) and one that this node
+// replicates from (ErrLoop).
+func (r *Replication) Psync(replid string, offset int64, ip string, port int, node string) (*Sync, error) {
+	sy := &Sync{r: r, ip: ip, port: port}
 	r.mu.Lock()
+	if err := r.checkLoopLocked(node); err != nil {
+		r.mu.Unlock()
+		return nil, err
+	}
+	r.pruneHandoverLocked()
+	if max := r.cfg.MaxReplicas; max > 0 && len(r.replicas)+len(r.handover) >= max {
+		r.mu.Unlock()
+		r.log.Warn("replication: refused a replica: maxclients replica links already", "replica", net.JoinHostPort(ip, strconv.Itoa(port)), "maxclients", max)
+		return nil, ErrMaxReplicas
+	}
+	sy.deadline = time.Now().Add(handoverTimeout) // not Config.Clock: tests move that one by hours
+	r.handover = append(r.handover, sy)
+	r.countLinksLocked()
 	r.activateBacklog()
 	r.mu.Unlock()
 	r.blMu.Lock()
 	defer r.blMu.Unlock()
-	sy := &Sync{r: r, ip: ip, port: port}
 	// Redis's masterTryPartialResynchronization: the ID must be ours, or
 	// our previous one up to the offset where it ended; the offset must be
 	// in the backlog.
@@ -92,7 +120,7 @@ func (r *Replication) Psync(replid string, offset int64, ip string, port int) *S
 		sy.from = offset - 1
 		sy.Reply = "+CONTINUE " + r.replID + "\r\n"
 		r.syncPartialOK.Add(1)
-		return sy
+		return sy, nil
 	}
 	if replid != "?" {
 		r.syncPartialErr.Add(1)
@@ -101,7 +129,23 @@ func (r *Replication) Psync(replid string, offset int64, ip string, port int) *S
 	sy.full = true
 	sy.from = r.bl.end
 	sy.Reply = "+FULLRESYNC " + r.replID + " " + strconv.FormatInt(r.bl.end, 10) + "\r\n"
-	return sy
+	return sy, nil
+}
+
+// pruneHandoverLocked forgets the syncs whose connection never came.
+// r.mu held.
+func (r *Replication) pruneHandoverLocked() {
+	if len(r.handover) == 0 {
+		return
+	}
+	now := time.Now()
+	r.handover = slices.DeleteFunc(r.handover, func(sy *Sync) bool { return now.After(sy.deadline) })
+	r.countLinksLocked()
+}
+
+// countLinksLocked refreshes nLinks. r.mu held.
+func (r *Replication) countLinksLocked() {
+	r.nLinks.Store(int32(len(r.replicas) + len(r.handover)))
 }
 
 // Serve streams to the replica on nc until the link fails or is closed;
@@ -111,20 +155,25 @@ func (sy *Sync) Serve(nc net.Conn, rest []byte) {
 	r := sy.r
 	rc := &replicaConn{r: r, nc: nc, ip: sy.ip, port: sy.port, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	rc.ack.Store(sy.from)
+	rc.sent.Store(sy.from)
 	rc.ackTime.Store(r.clock().UnixNano())
 	r.mu.Lock()
+	r.handover = slices.DeleteFunc(r.handover, func(x *Sync) bool { return x == sy })
 	if r.stopping.Load() {
+		r.countLinksLocked()
 		r.mu.Unlock()
 		nc.Close()
 		return
 	}
 	r.replicas = append(r.replicas, rc)
+	r.countLinksLocked()
 	r.publishSenders()
 	r.mu.Unlock()
 	defer func() {
 		rc.close()
 		r.mu.Lock()
 		r.replicas = slices.DeleteFunc(r.replicas, func(x *replicaConn) bool { return x == rc })
+		r.countLinksLocked()
 		r.publishSenders()
 		r.mu.Unlock()
 		r.checkWaiters()
@@ -173,7 +222,10 @@ func (rc *replicaConn) readAcks(src io.Reader) {
 		if n <= 0 {
 			return
 		}
-		rc.ack.Store(int64(off))
+		// A replica cannot have applied what it was not sent: an ack
+		// beyond counts as the offset sent, or WAIT and INFO would count
+		// data the replica does not have.
+		rc.ack.Store(int64(min(off, uint64(rc.sent.Load()))))
 		rc.ackTime.Store(rc.r.clock().UnixNano())
 		if rc.r.nWaiters.Load() > 0 {
 			rc.r.checkWaiters()
@@ -202,6 +254,9 @@ func (rc *replicaConn) send(full bool, pos int64) error {
 		if len(buf) == 0 {
 			return nil
 		}
+		// buf holds the stream up to pos: sent before the write, which
+		// the replica may acknowledge before Write returns.
+		rc.sent.Store(pos)
 		rc.nc.SetWriteDeadline(time.Now().Add(linkTimeout))
 		_, err := rc.nc.Write(buf)
 		buf = buf[:0]

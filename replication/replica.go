@@ -42,6 +42,11 @@ type link struct {
 	// each change either applied and in the backlog, or neither.
 	dead bool
 
+	// fullNext makes the next sync a full one (PSYNC ? -1): the stream
+	// held a frame this replica refused, so continuing it would refuse
+	// the same frame again. Used by the link's goroutine only.
+	fullNext bool
+
 	mu      sync.Mutex
 	nc      net.Conn
 	stopped bool
@@ -144,7 +149,7 @@ func (l *link) syncOnce() error {
 	defer nc.Close()
 	l.state.Store(stateHandshake)
 	nc.SetDeadline(time.Now().Add(linkTimeout))
-	br := bufio.NewReaderSize(nc, 64<<10)
+	br := bufio.NewReaderSize(nc, handshakeLine)
 	cmd := func(args ...string) (string, error) {
 		var b []byte
 		b = fmt.Appendf(b, "*%d\r\n", len(args))
@@ -154,11 +159,16 @@ func (l *link) syncOnce() error {
 		if _, err := nc.Write(b); err != nil {
 			return "", err
 		}
-		line, err := br.ReadString('\n')
+		// One line, at most the reader's buffer: a reply that does not
+		// end costs no more than that.
+		raw, err := br.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			return "", fmt.Errorf("%w: a reply line to %s longer than %d bytes", errStream, strings.ToUpper(args[0]), handshakeLine)
+		}
 		if err != nil {
 			return "", err
 		}
-		line = strings.TrimRight(line, "\r\n")
+		line := strings.TrimRight(string(raw), "\r\n")
 		if strings.HasPrefix(line, "-") {
 			return line, fmt.Errorf("primary replied %q to %s", line[1:], strings.ToUpper(args[0]))
 		}
@@ -188,12 +198,39 @@ func (l *link) syncOnce() error {
 			return err
 		}
 	}
-	if _, err := cmd("REPLCONF", "capa", Capability); err != nil {
+	// Both stream versions: a primary of version 1 knows only the first
+	// (and sends it), one of version 2 requires the second.
+	if _, err := cmd("REPLCONF", "capa", capabilityV1, "capa", Capability); err != nil {
 		return err
+	}
+	// Tell the primary who this node is: it refuses a node it replicates
+	// from itself (a loop), and answers the nodes it replicates from.
+	line, err := cmd("REPLCONF", "node-id", r.nodeID)
+	var chain []string
+	switch {
+	case err != nil && strings.Contains(line, "Unrecognized REPLCONF option"):
+		// A primary of stream version 1: it tells nothing.
+	case err != nil:
+		if strings.Contains(line, "replication loop") {
+			r.log.Error("replication: the primary refuses this node: it replicates from this node (directly or through other replicas), so following it would make a loop; this node stays unsynced until REPLICAOF names another primary",
+				"primary", l.addr(), "node_id", r.nodeID)
+			return fmt.Errorf("%w: %w", ErrLoop, err)
+		}
+		return err
+	default:
+		chain, err = parseChain(line)
+		if err != nil {
+			return err
+		}
+		if slices.Contains(chain, r.nodeID) {
+			r.log.Error("replication: the primary replicates from this node (directly or through other replicas): following it would make a loop; this node stays unsynced until REPLICAOF names another primary",
+				"primary", l.addr(), "node_id", r.nodeID)
+			return ErrLoop
+		}
 	}
 	r.blMu.Lock()
 	id, off := r.replID, r.bl.end
-	if !r.blActive {
+	if !r.blActive || l.fullNext {
 		id = "?"
 	}
 	r.blMu.Unlock()
@@ -201,7 +238,7 @@ func (l *link) syncOnce() error {
 	if id == "?" {
 		psyncOff = "-1"
 	}
-	line, err := cmd("PSYNC", id, psyncOff)
+	line, err = cmd("PSYNC", id, psyncOff)
 	if err != nil {
 		return err
 	}
@@ -212,11 +249,12 @@ func (l *link) syncOnce() error {
 		if err != nil || newOff < 0 || len(fields[1]) != 40 {
 			return fmt.Errorf("bad PSYNC reply %q", line)
 		}
-		if err := l.beginFull(fields[1], newOff); err != nil {
+		if err := l.beginFull(fields[1], newOff, chain); err != nil {
 			return err
 		}
-	case len(fields) == 2 && fields[0] == "+CONTINUE" && len(fields[1]) == 40:
-		if err := l.beginPartial(fields[1]); err != nil {
+		l.fullNext = false
+	case len(fields) == 2 && fields[0] == "+CONTINUE" && len(fields[1]) == 40 && !l.fullNext:
+		if err := l.beginPartial(fields[1], chain); err != nil {
 			return err
 		}
 	default:
@@ -225,18 +263,66 @@ func (l *link) syncOnce() error {
 	return l.apply(nc, br)
 }
 
-// Capability is the capability a replica announces: a primary that
-// does not know it is not a cellserver primary.
-const Capability = "cellserver-values-1"
+// handshakeLine bounds a line the primary replies during the handshake.
+const handshakeLine = 64 << 10
 
-// beginFull drops every key and resets the backlog for a full copy.
-func (l *link) beginFull(id string, off int64) error {
+// Capability is the capability a replica announces, and a primary
+// requires: the stream's version 2, whose changes longer than 64 KiB are
+// split into frames of at most 64 KiB. A primary that does not know it
+// is not a cellserver primary, or an older one (which knows
+// capabilityV1).
+const Capability = "cellserver-values-2"
+
+// capabilityV1 is the first stream version's capability, which a
+// replica also announces so that it can follow an older primary.
+const capabilityV1 = "cellserver-values-1"
+
+// ErrLoop reports a replication loop: a node asked to replicate from a
+// node that replicates from it (directly or through other replicas), or
+// from itself.
+var ErrLoop = errors.New("replication: replication loop")
+
+// maxChain bounds the node IDs a primary lists as its own primaries.
+const maxChain = 32
+
+// parseChain reads a primary's answer to REPLCONF node-id: "+OK" and the
+// node IDs of the primary and of the primaries above it.
+func parseChain(line string) ([]string, error) {
+	f := strings.Fields(line)
+	if len(f) == 0 || f[0] != "+OK" || len(f) > 1+maxChain {
+		return nil, fmt.Errorf("bad REPLCONF node-id reply %q", line)
+	}
+	for _, id := range f[1:] {
+		if !validID(id) {
+			return nil, fmt.Errorf("bad REPLCONF node-id reply %q", line)
+		}
+	}
+	return f[1:], nil
+}
+
+// validID reports whether id has the form of a node ID: 40 hex digits.
+func validID(id string) bool {
+	if len(id) != 40 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// beginFull drops every key and resets the backlog for a full copy;
+// chain is the primary's answer to REPLCONF node-id.
+func (l *link) beginFull(id string, off int64, chain []string) error {
 	r := l.r
 	r.mu.Lock()
 	if r.link != l {
 		r.mu.Unlock()
 		return errStopped
 	}
+	r.setUpstream(chain)
 	reps := slices.Clone(r.replicas)
 	r.mu.Unlock()
 	for _, rc := range reps {
@@ -260,9 +346,17 @@ func (l *link) beginFull(id string, off int64) error {
 }
 
 // beginPartial continues from the local offset; a new replication ID
-// (the primary was promoted) becomes ours, the old one our second.
-func (l *link) beginPartial(id string) error {
+// (the primary was promoted) becomes ours, the old one our second. chain
+// is the primary's answer to REPLCONF node-id.
+func (l *link) beginPartial(id string, chain []string) error {
 	r := l.r
+	r.mu.Lock()
+	if r.link != l {
+		r.mu.Unlock()
+		return errStopped
+	}
+	newChain := r.setUpstream(chain)
+	r.mu.Unlock()
 	r.blMu.Lock()
 	if l.dead {
 		r.blMu.Unlock()
@@ -273,7 +367,9 @@ func (l *link) beginPartial(id string) error {
 		r.replID2, r.secondOffset, r.replID = r.replID, r.bl.end+1, id
 	}
 	r.blMu.Unlock()
-	if changed {
+	// This node's replicas must learn its new primaries too (they
+	// reconnect and ask again).
+	if changed || newChain {
 		r.mu.Lock()
 		reps := slices.Clone(r.replicas)
 		r.mu.Unlock()
@@ -291,7 +387,7 @@ func (l *link) beginPartial(id string) error {
 // goroutine acknowledges the offset (see acker).
 func (l *link) apply(nc net.Conn, br *bufio.Reader) error {
 	r := l.r
-	fr := frameReader{br: br}
+	fr := frameReader{br: br, max: r.maxFrame}
 	ackc := make(chan struct{}, 1)
 	stop := make(chan struct{})
 	defer close(stop)
@@ -306,6 +402,13 @@ func (l *link) apply(nc net.Conn, br *bufio.Reader) error {
 			nc.SetReadDeadline(time.Now().Add(linkTimeout))
 		}
 		t, p, raw, err := fr.next()
+		if errors.Is(err, ErrFrameTooLarge) {
+			// Continuing the stream would meet the same frame again: drop
+			// the link and start over with a full copy.
+			l.fullNext = true
+			r.log.Error("replication: the primary sent a frame larger than this replica accepts; dropping the link, the next sync is a full one (raise --proto-max-bulk-len to at least the primary's if it is legitimate)",
+				"primary", l.addr(), "err", err, "max_frame", r.maxFrame)
+		}
 		if err != nil {
 			return err
 		}
@@ -322,20 +425,26 @@ func (l *link) apply(nc net.Conn, br *bufio.Reader) error {
 			r.fullSyncsDone.Add(1)
 			r.log.Info("replication: full sync from primary finished", "primary", l.addr(), "offset", r.Offset())
 		case t == frameSnap || frameIsChange(t):
-			c, err := decodeChange(t, p, numDB)
+			c, kept, err := decodeChangeOwned(t, p, numDB, true)
 			if err != nil {
 				return err
 			}
+			fr.given = kept // the value holds the buffer: read on into a new one
+			split := raw == nil
 			if t == frameSnap {
-				raw = nil
+				raw, split = nil, false
 			}
 			if r.cfg.WaitRoom != nil {
 				r.cfg.WaitRoom()
 			}
-			if !l.applyChange(&c, raw) {
+			var payload []byte
+			if split {
+				payload = p
+			}
+			if !l.applyChange(&c, raw, payload) {
 				return errStopped
 			}
-			if raw != nil {
+			if raw != nil || split {
 				r.wakeSenders()
 			}
 		default:
@@ -389,11 +498,12 @@ func (l *link) acker(nc net.Conn, ackc <-chan struct{}, stop <-chan struct{}) {
 
 // applyChange applies one change to the keyspace (whose journal passes it
 // on to persistence, WATCH and client-side caching, but not to the
-// backlog) and appends raw, its frame, to the backlog (nil: a full-copy
-// entry, not appended), unless the link is dead: then it does neither and
-// returns false. The shard locks are taken before blMu, as the journal
-// takes them.
-func (l *link) applyChange(c *change, raw []byte) bool {
+// backlog) and appends its frames to the backlog: raw as they arrived, or
+// for a change that arrived split, split (its payload) split again the
+// same way; neither for a full-copy entry. If the link is dead it does
+// nothing and returns false. The shard locks are taken before blMu, as
+// the journal takes them.
+func (l *link) applyChange(c *change, raw, split []byte) bool {
 	r := l.r
 	var unlock func()
 	switch c.t {
@@ -425,8 +535,12 @@ func (l *link) applyChange(c *change, raw []byte) bool {
 	case frameFlushAll:
 		r.ks.FlushAll(true)
 	}
-	if raw != nil {
+	switch {
+	case raw != nil:
 		r.appendLocked(raw)
+	case split != nil:
+		writeFrame(r.bl.write, c.t, split)
+		r.offset.Store(r.bl.end)
 	}
 	return true
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,17 @@ type Config struct {
 	// write queue is over its cap (persistence.Writer.WaitRoom), so the
 	// replica stops reading the stream and TCP holds the primary back.
 	WaitRoom func()
+	// MaxFrame bounds, with FrameOverhead, the payload of one frame a
+	// replica accepts from its primary (the server's proto-max-bulk-len;
+	// the default value, zero, is DefaultMaxFrame). A larger frame is
+	// refused before it is read: the replica drops the link and syncs
+	// again in full. A primary splits its frames at 64 KiB, so only a
+	// primary of the first stream version, or a broken one, sends more.
+	MaxFrame int64
+	// MaxReplicas caps the replicas' links at once (the server's
+	// maxclients: replicas are clients, as in Redis); PSYNC past it is
+	// refused with ErrMaxReplicas. Zero means no cap.
+	MaxReplicas int
 }
 
 // Replication is one node's replication state: its role, its backlog,
@@ -78,6 +90,8 @@ type Replication struct {
 	clock    func() time.Time
 	cfg      Config
 	size     int64
+	maxFrame uint64 // Config.MaxFrame + FrameOverhead
+	nodeID   string // this node's identity in REPLCONF node-id
 	dialer   func(addr string) (net.Conn, error)
 	stopping atomic.Bool
 
@@ -87,9 +101,19 @@ type Replication struct {
 	secondOffset int64 // -1: none
 	link         *link // non-nil while a replica
 	replicas     []*replicaConn
-	waiters      []*waiter
-	nWaiters     atomic.Int32
+	// handover are the syncs answered and not yet served (their
+	// connection being handed over by the connection layer), each until
+	// its deadline: they count as links, so that replicas arriving
+	// together cannot pass MaxReplicas.
+	handover []*Sync
+	// upstream is what this node's primary answered to REPLCONF node-id
+	// at the last sync: its node ID and those of the primaries above
+	// it. A replica with one of these IDs is refused (ErrLoop).
+	upstream []string
+	waiters  []*waiter
+	nWaiters atomic.Int32
 
+	nLinks  atomic.Int32                   // len(replicas) + len(handover), readable without mu
 	port    atomic.Int32                   // Config.Port, or SetPort's
 	replica atomic.Bool                    // link != nil, readable without mu
 	senders atomic.Pointer[[]*replicaConn] // replicas, readable without mu
@@ -126,7 +150,14 @@ func New(cfg Config) (*Replication, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
+	if cfg.MaxFrame == 0 {
+		cfg.MaxFrame = DefaultMaxFrame
+	}
+	if cfg.MaxFrame < 0 || cfg.MaxReplicas < 0 {
+		return nil, errors.New("replication: MaxFrame and MaxReplicas must not be negative")
+	}
 	r := &Replication{ks: cfg.Keyspace, log: cfg.Logger, clock: cfg.Clock, cfg: cfg, size: cfg.BacklogSize,
+		maxFrame: uint64(min(cfg.MaxFrame, 1<<50)) + FrameOverhead, nodeID: newID(),
 		replID: newID(), replID2: zeroID, secondOffset: -1}
 	r.port.Store(int32(cfg.Port))
 	r.dialer = r.dial
@@ -276,6 +307,62 @@ func (r *Replication) shrinkScratch() {
 	}
 }
 
+// NodeID returns this node's identity in the handshake of a replica
+// with its primary (REPLCONF node-id): 40 hex digits, random for each
+// process.
+func (r *Replication) NodeID() string { return r.nodeID }
+
+// Hello answers a replica that names itself node (REPLCONF node-id): with
+// this node's ID and those of the primaries above it ("+OK" then IDs, for
+// the replica to check and to pass on to its own replicas), or ErrLoop
+// when node is this node or one of its primaries: replicating from it
+// would make a loop.
+func (r *Replication) Hello(node string) (ids string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.checkLoopLocked(node); err != nil {
+		return "", err
+	}
+	chain := append([]string{r.nodeID}, r.upstream[:min(len(r.upstream), maxChain-1)]...)
+	return strings.Join(chain, " "), nil
+}
+
+// checkLoopLocked refuses node as a replica when it is this node or one of
+// its primaries. r.mu held.
+func (r *Replication) checkLoopLocked(node string) error {
+	if node == "" {
+		return nil
+	}
+	if node == r.nodeID || slices.Contains(r.upstream, node) {
+		r.log.Warn("replication: refused a replica that this node replicates from (directly or through other replicas), or this node itself: it would make a loop",
+			"replica_node_id", node)
+		return ErrLoop
+	}
+	return nil
+}
+
+// setUpstream records the primaries a sync's handshake named and reports
+// whether they changed. r.mu held.
+func (r *Replication) setUpstream(chain []string) bool {
+	if slices.Equal(chain, r.upstream) {
+		return false
+	}
+	r.upstream = slices.Clone(chain)
+	return true
+}
+
+// Links returns the replicas' links, those being handed over included:
+// they count towards maxclients.
+func (r *Replication) Links() int {
+	if r.nLinks.Load() == 0 {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pruneHandoverLocked()
+	return len(r.replicas) + len(r.handover)
+}
+
 // SetPort sets the client port a replica reports to its primary (when
 // the node listens on a port chosen at run time).
 func (r *Replication) SetPort(p int) { r.port.Store(int32(p)) }
@@ -323,6 +410,7 @@ func (r *Replication) ReplicaOf(host string, port int) (already bool) {
 	r.blMu.Unlock()
 	r.ks.SetReplica(true)
 	r.link = l
+	r.upstream = nil // until the new primary answers
 	r.replica.Store(true)
 	r.mu.Unlock()
 	if old != nil {
@@ -350,6 +438,7 @@ func (r *Replication) NoOne() {
 		return
 	}
 	r.link = nil
+	r.upstream = nil
 	r.replica.Store(false)
 	r.blMu.Lock()
 	l.kill()

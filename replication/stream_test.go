@@ -3,12 +3,14 @@ package replication
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"testing"
 
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/limiter"
+	"github.com/cellserver/cellserver/persistence"
 )
 
 // TestFramesRoundTrip encodes every kind of change and reads it back.
@@ -31,7 +33,7 @@ func TestFramesRoundTrip(t *testing.T) {
 	b = appendFlushDB(b, 15)
 	b = appendEmpty(b, frameFlushAll)
 	b = appendEmpty(b, framePing)
-	fr := frameReader{br: bufio.NewReader(bytes.NewReader(b))}
+	fr := frameReader{br: bufio.NewReader(bytes.NewReader(b)), max: 1 << 20}
 	total := 0
 	for i := range values {
 		tp, p, raw, err := fr.next()
@@ -77,7 +79,7 @@ func TestFramesRoundTrip(t *testing.T) {
 func TestFramesRejectBadInput(t *testing.T) {
 	v := keyspace.Value{Kind: keyspace.KindGCRA, N: 1}
 	good := appendPut(nil, framePut, 20, []byte("k"), &v)
-	fr := frameReader{br: bufio.NewReader(bytes.NewReader(good))}
+	fr := frameReader{br: bufio.NewReader(bytes.NewReader(good)), max: 1 << 20}
 	tp, p, _, err := fr.next()
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +87,7 @@ func TestFramesRejectBadInput(t *testing.T) {
 	if _, err := decodeChange(tp, p, 16); !errors.Is(err, errStream) {
 		t.Fatalf("db 20 of 16: %v, want errStream", err)
 	}
-	fr = frameReader{br: bufio.NewReader(bytes.NewReader(good[:len(good)-3]))}
+	fr = frameReader{br: bufio.NewReader(bytes.NewReader(good[:len(good)-3])), max: 1 << 20}
 	if _, _, _, err := fr.next(); err != io.ErrUnexpectedEOF {
 		t.Fatalf("truncated: %v", err)
 	}
@@ -106,11 +108,153 @@ func TestFrameReaderBoundsMemory(t *testing.T) {
 	if _, _, _, err := fr.next(); !errors.Is(err, errStream) {
 		t.Fatalf("ack frame of 512 MiB: %v, want errStream", err)
 	}
-	fr = frameReader{br: bufio.NewReader(bytes.NewReader(append(hdr, "only this"...)))}
+	fr = frameReader{br: bufio.NewReader(bytes.NewReader(append(hdr, "only this"...))), max: 1 << 30}
 	if _, _, _, err := fr.next(); err != io.ErrUnexpectedEOF {
 		t.Fatalf("truncated 512 MiB frame: %v", err)
 	}
 	if c := cap(fr.buf); c > 2<<20 {
 		t.Fatalf("a 512 MiB frame with 9 bytes behind it grew the buffer to %d bytes", c)
+	}
+}
+
+// TestSplitFrames: a change longer than frameChunk leaves the primary as
+// 'C' frames of exactly frameChunk bytes and a last frame; the reader
+// joins them, and splitting the joined payload again gives the very bytes
+// that arrived (a replica's backlog holds its primary's stream).
+func TestSplitFrames(t *testing.T) {
+	big := keyspace.Value{Kind: keyspace.KindString, Obj: bytes.Repeat([]byte("v"), 3*frameChunk+100)}
+	key := bytes.Repeat([]byte("k"), frameChunk+1)
+	var b []byte
+	b = appendPut(b, framePut, 3, []byte("big"), &big)
+	b = appendPut(b, frameSnap, 0, []byte("big"), &big)
+	b = appendDelete(b, 1, key)
+	b = appendEmpty(b, framePing)
+	// Every frame of the stream is at most frameChunk bytes of payload.
+	for rest := b; len(rest) > 0; {
+		n, k := binary.Uvarint(rest[1:])
+		if n > frameChunk {
+			t.Fatalf("a %q frame of %d bytes", rest[0], n)
+		}
+		rest = rest[1+k+int(n):]
+	}
+	fr := frameReader{br: bufio.NewReader(bytes.NewReader(b)), max: frameChunk}
+	var again []byte
+	for _, want := range []byte{framePut, frameSnap, frameDelete, framePing} {
+		tp, p, raw, err := fr.next()
+		if err != nil || tp != want {
+			t.Fatalf("got %q %v, want %q", tp, err, want)
+		}
+		if want == framePing {
+			again = append(again, raw...)
+			break
+		}
+		if raw != nil {
+			t.Fatalf("%q: a split change returned raw bytes", tp)
+		}
+		c, err := decodeChange(tp, p, 16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch tp {
+		case framePut, frameSnap:
+			if string(c.key) != "big" || !bytes.Equal(c.v.Obj.([]byte), big.Obj.([]byte)) {
+				t.Fatalf("%q: the value did not survive the split", tp)
+			}
+		case frameDelete:
+			if c.db != 1 || !bytes.Equal(c.key, key) {
+				t.Fatalf("delete: db %d, key of %d bytes", c.db, len(c.key))
+			}
+		}
+		var viaWrite []byte
+		writeFrame(func(p []byte) { viaWrite = append(viaWrite, p...) }, tp, p)
+		if !bytes.Equal(viaWrite, appendFrame(nil, tp, p)) {
+			t.Fatalf("%q: writeFrame and appendFrame differ", tp)
+		}
+		again = appendFrame(again, tp, p)
+	}
+	if !bytes.Equal(again, b) {
+		t.Fatalf("re-split stream of %d bytes differs from the %d that arrived", len(again), len(b))
+	}
+}
+
+// TestSplitFramesRefuseOtherSplits: a split other than the canonical one
+// (a short 'C', an empty last frame, a frame type that is never split)
+// is a malformed stream: re-splitting it would not give its bytes back.
+func TestSplitFramesRefuseOtherSplits(t *testing.T) {
+	piece := bytes.Repeat([]byte("x"), frameChunk)
+	cases := map[string][]byte{
+		"short C":     append(appendFrameHeader(nil, frameCont, 10), piece[:10]...),
+		"empty last":  appendFrameHeader(append(appendFrameHeader(nil, frameCont, frameChunk), piece...), framePut, 0),
+		"C then ping": appendEmpty(append(appendFrameHeader(nil, frameCont, frameChunk), piece...), framePing),
+		"padded C":    append([]byte{frameCont, 0x80, 0x80, 0x84, 0x00}, piece...),
+	}
+	for name, b := range cases {
+		b = append(b, appendEmpty(nil, framePing)...)
+		fr := frameReader{br: bufio.NewReader(bytes.NewReader(b)), max: 1 << 20}
+		if _, _, _, err := fr.next(); !errors.Is(err, errStream) {
+			t.Errorf("%s: %v, want errStream", name, err)
+		}
+	}
+}
+
+// TestFrameReaderRefusesLargeFrames: a frame declaring more than the
+// reader's bound is refused (ErrFrameTooLarge) before a byte of its
+// payload is read or allocated.
+func TestFrameReaderRefusesLargeFrames(t *testing.T) {
+	stream := append(appendFrameHeader(nil, framePut, 1<<30), bytes.Repeat([]byte{0}, 4096)...)
+	allocs := testing.AllocsPerRun(10, func() {
+		fr := frameReader{br: bufio.NewReaderSize(bytes.NewReader(stream), 16), max: 16<<20 + FrameOverhead}
+		if _, _, _, err := fr.next(); !errors.Is(err, ErrFrameTooLarge) {
+			t.Fatalf("a 1 GiB frame: %v, want ErrFrameTooLarge", err)
+		}
+	})
+	if allocs > 10 {
+		t.Fatalf("refusing a 1 GiB frame took %v allocations", allocs)
+	}
+}
+
+// TestDecodeKeepsLargeStrings: a large string value is decoded in place
+// when the caller gives the buffer up, copied otherwise.
+func TestDecodeKeepsLargeStrings(t *testing.T) {
+	v := keyspace.Value{Kind: keyspace.KindString, Obj: bytes.Repeat([]byte("v"), 2*ownMin)}
+	for _, own := range []bool{false, true} {
+		b := appendPut(nil, framePut, 0, []byte("k"), &v)
+		fr := frameReader{br: bufio.NewReader(bytes.NewReader(b)), max: 1 << 20}
+		tp, p, _, err := fr.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, kept, err := decodeChangeOwned(tp, p, 16, own)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := c.v.Obj.([]byte)
+		inPlace := &got[0] == &p[len(p)-len(got)]
+		if kept != own || inPlace != own || !bytes.Equal(got, v.Obj.([]byte)) || cap(got) != len(got) {
+			t.Fatalf("own %v: kept %v, in place %v", own, kept, inPlace)
+		}
+	}
+}
+
+// TestSplitInPlaceAtBoundaries: appendPut's split, done in place, gives
+// appendFrame's bytes for payloads around multiples of frameChunk.
+func TestSplitInPlaceAtBoundaries(t *testing.T) {
+	key := []byte("key")
+	overhead := len(appendPut(nil, framePut, 0, key, &keyspace.Value{Kind: keyspace.KindString, Obj: []byte{}})) - 2
+	for _, payload := range []int{frameChunk - 1, frameChunk, frameChunk + 1, 2 * frameChunk, 2*frameChunk + 1, 5*frameChunk + 127, 5*frameChunk + 128} {
+		v := keyspace.Value{Kind: keyspace.KindString, Obj: bytes.Repeat([]byte{'x'}, payload-overhead)}
+		enc := binary.AppendUvarint(nil, 0)
+		enc = binary.AppendUvarint(enc, uint64(len(key)))
+		enc = append(enc, key...)
+		enc = persistence.EncodeValue(enc, v)
+		if len(enc) != payload {
+			t.Fatalf("payload of %d bytes, want %d", len(enc), payload)
+		}
+		prefix := []byte("before")
+		got := appendPut(append([]byte(nil), prefix...), framePut, 0, key, &v)
+		want := appendFrame(append([]byte(nil), prefix...), framePut, enc)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("payload %d: appendPut gives %d bytes, appendFrame %d, or they differ", payload, len(got), len(want))
+		}
 	}
 }

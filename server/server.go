@@ -732,7 +732,11 @@ func New(cfg Config) (_ *Server, err error) {
 	repl, err := replication.New(replication.Config{Keyspace: ks, BacklogSize: cfg.ReplBacklogSize, TLS: rtls,
 		AnnounceIP: cfg.ReplicaAnnounceIP, AnnouncePort: cfg.ReplicaAnnouncePort,
 		MasterUser: cfg.MasterUser, MasterAuth: cfg.MasterAuth, Logger: cfg.Logger, Clock: cfg.Clock,
-		WaitRoom: waitRoom})
+		WaitRoom: waitRoom,
+		MaxFrame: cfg.MaxBulkLen, // a frame from the primary: proto-max-bulk-len (+ replication.FrameOverhead)
+		// Replicas are clients (Redis): their links count towards
+		// maxclients (commands.Server.Refuse counts them with the others).
+		MaxReplicas: cfg.MaxClients})
 	if err != nil {
 		return nil, err
 	}
