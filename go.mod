@@ -3,6 +3,7 @@ module github.com/cellserver/cellserver
 go 1.26.0
 
 require (
+	github.com/armon/go-radix v1.0.0
 	github.com/cellserver/cellserver/client v0.0.0-00010101000000-000000000000
 	github.com/cellserver/cellserver/gcra v0.0.0-00010101000000-000000000000
 	github.com/cellserver/cellserver/limiter v0.0.0-00010101000000-000000000000

@@ -2,11 +2,13 @@ package commands_test
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cellserver/cellserver/commands"
 	"github.com/cellserver/cellserver/resp"
@@ -172,6 +174,97 @@ func benchParallel(b *testing.B, cmd func(client string) []string) {
 		}
 		if !limiterReply(conn.Out) {
 			b.Errorf("last reply %q", conn.Out)
+		}
+	})
+}
+
+// BenchmarkThrottleTrackingPrefixes measures CL.THROTTLE (allowed, so
+// every call stores and its change is looked up among the BCAST
+// prefixes) over 1024 keys "tenant%04d-user:%d":
+//   - prefixes=0: no tracking client; a change costs one atomic load.
+//   - prefixes=1000: a BCAST client holds 1,000 prefixes "session%04d:",
+//     of other keys: the lookup stops at the tree's root.
+//   - prefixes=1000-nearmiss: its 1,000 prefixes are "tenant%04d:", each
+//     key's but for the last byte: the lookup walks as deep as a key that
+//     matches nothing can (five nodes; the scan this replaced compared
+//     every prefix).
+//   - interleaved: the three servers in turns of 1024 commands (each
+//     first in turn), so that a shared machine's noise falls on each
+//     alike; reports each one's ns/op as a metric.
+//
+// README "Client-side caching" cites the comparison, from
+//
+//	go test -run '^$' -bench ThrottleTrackingPrefixes -count 6 ./commands
+func BenchmarkThrottleTrackingPrefixes(b *testing.B) {
+	cmds := make([][]string, 1024)
+	for i := range cmds {
+		key := fmt.Sprintf("tenant%04d-user:%d", i%1000, i)
+		cmds[i] = []string{"CL.THROTTLE", key, "1000000000000", "1000000", "1"}
+	}
+	variants := []struct {
+		name   string
+		format string // of the prefixes, "": none
+	}{
+		{"prefixes=0", ""},
+		{"prefixes=1000", "session%04d:"},
+		{"prefixes=1000-nearmiss", "tenant%04d:"},
+	}
+	setup := func(format string) func(srv *commands.Server) {
+		return func(srv *commands.Server) {
+			if format == "" {
+				return
+			}
+			tracker := new(resp.Conn)
+			srv.Open(tracker)
+			args := [][]byte{[]byte("CLIENT"), []byte("TRACKING"), []byte("on"), []byte("BCAST")}
+			for i := range 1000 {
+				args = append(args, []byte("PREFIX"), []byte(fmt.Sprintf(format, i)))
+			}
+			srv.ServeRESP(tracker, args)
+			if string(tracker.Out) != "+OK\r\n" {
+				b.Fatalf("CLIENT TRACKING: %q", tracker.Out)
+			}
+		}
+	}
+	for _, v := range variants {
+		b.Run(v.name, func(b *testing.B) { benchDispatchWith(b, setup(v.format), cmds) })
+	}
+	b.Run("interleaved", func(b *testing.B) {
+		args := make([][][]byte, len(cmds))
+		for i, c := range cmds {
+			for _, a := range c {
+				args[i] = append(args[i], []byte(a))
+			}
+		}
+		srvs := make([]*commands.Server, len(variants))
+		conns := make([]*resp.Conn, len(variants))
+		for k, v := range variants {
+			srv, err := commands.New(commands.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				b.Fatal(err)
+			}
+			setup(v.format)(srv)
+			srvs[k], conns[k] = srv, new(resp.Conn)
+			srv.Open(conns[k])
+		}
+		took := make([]time.Duration, len(variants))
+		for j := 0; b.Loop(); j++ {
+			for r := range srvs {
+				k := (j + r) % len(srvs) // each goes first in turn
+				srv, c := srvs[k], conns[k]
+				t0 := time.Now()
+				for _, a := range args {
+					c.Out = c.Out[:0]
+					srv.ServeRESP(c, a)
+				}
+				took[k] += time.Since(t0)
+			}
+		}
+		for k, v := range variants {
+			if !limiterReply(conns[k].Out) {
+				b.Fatalf("%s: last reply %q", v.name, conns[k].Out)
+			}
+			b.ReportMetric(float64(took[k].Nanoseconds())/float64(b.N*len(args)), v.name+"-ns/op")
 		}
 	})
 }

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/armon/go-radix"
+
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/limiter"
 	"github.com/cellserver/cellserver/policy"
@@ -69,10 +71,11 @@ type client struct {
 
 	// trk holds the tracking flags (trkOn, ...); written by this client
 	// (under Server.track.mu for on/off), read by whichever client
-	// changes a key it tracks. trkPrefixes are its BCAST prefixes
-	// (guarded by Server.track.mu; read by CLIENT TRACKINGINFO).
+	// changes a key it tracks. trkPrefixes are its BCAST prefixes (keys
+	// of a radix tree, nil before any; guarded by Server.track.mu; read
+	// by this client's CLIENT TRACKING and TRACKINGINFO).
 	trk         atomic.Uint32
-	trkPrefixes []string
+	trkPrefixes *radix.Tree
 	// noloop mirrors trkNoloop for ctx.lockShards; held, heldMore and
 	// heldAll say which shard locks (or every one, in EXEC) this NOLOOP
 	// client holds, so that a change under one is known as its own

@@ -1,11 +1,12 @@
 package commands
 
 import (
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/armon/go-radix"
 
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/resp"
@@ -24,6 +25,17 @@ import (
 // invalidation for the client's own changes. BCAST: no table; every change
 // of a key that starts with one of the client's prefixes (any key without
 // PREFIX) is sent to it.
+//
+// BCAST prefixes live in radix trees (github.com/armon/go-radix): the
+// server's, prefix -> clients, where a changed key finds the prefixes it
+// starts with by walking its own bytes (WalkPath: at most len(key)+1
+// nodes, however many prefixes are registered); and each client's, where
+// a new prefix is checked for overlap with the client's others the same
+// way (a stored prefix of it on its path, WalkPath; a stored key that
+// starts with it, the first of WalkPrefix). Redis has no bound on them;
+// cellserver caps them (TrackingMaxPrefixesPerClient, TrackingMaxPrefixes,
+// TrackingMaxPrefixLen) and refuses a command that would pass a cap
+// before building anything.
 //
 // Invalidations are RESP3 push frames, so they reach RESP3 clients (HELLO
 // 3): the tracking client itself, or its REDIRECT target. A RESP2 client
@@ -51,6 +63,38 @@ const (
 // clients told to invalidate them, until it holds this many.
 const DefaultTrackingTableMaxKeys = 1000000
 
+// Caps on BCAST prefixes, which Redis does not bound. A CLIENT TRACKING
+// command that would pass one is refused whole, before anything is built
+// or registered (CONFIG GET shows them, under the names in
+// trackingSettings).
+//
+//   - TrackingMaxPrefixesPerClient: prefixes of one connection (PREFIX
+//     arguments; BCAST without PREFIX counts as one, ""). Clients register
+//     a handful (one per kind of key they cache: "user:", "lim:"); ten
+//     thousand leaves room for a prefix per tenant and bounds the work of
+//     one command (10000 prefixes checked and registered: about 15 ms of
+//     its event loop).
+//   - TrackingMaxPrefixes: prefixes of every connection together (each
+//     connection's counted; two with the same prefix count two). With
+//     TrackingMaxPrefixLen it bounds their memory: about 430 bytes plus
+//     the prefix each (two tree entries and a client set), so about 45 MB
+//     at the cap with 8-byte prefixes and 145 MB with 1 KiB ones (live
+//     heap after a GC).
+//   - TrackingMaxPrefixLen: bytes of one prefix. A prefix is the start of
+//     a key; a kilobyte is longer than any key a rate limiter needs.
+const (
+	TrackingMaxPrefixesPerClient = 10000
+	TrackingMaxPrefixes          = 100000
+	TrackingMaxPrefixLen         = 1024
+)
+
+// trackingSettings are the caps as CONFIG GET shows them.
+var trackingSettings = []Setting{
+	{Name: "tracking-max-prefixes-per-client", Value: strconv.Itoa(TrackingMaxPrefixesPerClient)},
+	{Name: "tracking-max-prefixes", Value: strconv.Itoa(TrackingMaxPrefixes)},
+	{Name: "tracking-max-prefix-len", Value: strconv.Itoa(TrackingMaxPrefixLen)},
+}
+
 // trackTable is the server's tracking state. It is safe for concurrent
 // use.
 type trackTable struct {
@@ -60,17 +104,30 @@ type trackTable struct {
 	clients atomic.Int64 // clients with tracking on (INFO tracking_clients)
 	maxKeys atomic.Int64 // 0: unbounded
 
-	mu       sync.Mutex
-	keys     map[string]map[*client]struct{} // key -> clients that read it
-	items    int64                           // sum of len(keys[k])
-	prefixes map[string]map[*client]struct{} // BCAST prefix -> clients
-	all      map[*client]struct{}            // clients with tracking on
+	// checked counts the work of checking new BCAST prefixes for
+	// overlap (prefixCollision's tree lookups plus pairs compared), which
+	// tests bound.
+	checked atomic.Int64
+
+	mu    sync.Mutex
+	keys  map[string]map[*client]struct{} // key -> clients that read it
+	items int64                           // sum of len(keys[k])
+	// prefixes maps each BCAST prefix to its clients
+	// (map[*client]struct{}); nprefix counts the pairs (the sum of the
+	// sets' sizes), against TrackingMaxPrefixes.
+	prefixes *radix.Tree
+	nprefix  int64
+	// examined counts the prefixes a changed key was compared with (the
+	// ones on its path in prefixes): the work of touch, which tests
+	// bound.
+	examined int64
+	all      map[*client]struct{} // clients with tracking on
 }
 
 func newTrackTable(maxKeys int64) *trackTable {
 	t := &trackTable{
 		keys:     make(map[string]map[*client]struct{}),
-		prefixes: make(map[string]map[*client]struct{}),
+		prefixes: radix.New(),
 		all:      make(map[*client]struct{}),
 	}
 	t.maxKeys.Store(maxKeys)
@@ -166,22 +223,21 @@ func (t *trackTable) touch(ks *keyspace.Keyspace, db int, key []byte) {
 		return sh
 	}
 	var frame []byte
+	var targets map[*client]struct{}
+	var buf [4]*client
 	t.mu.Lock()
-	targets := t.keys[string(key)]
-	if targets != nil {
-		delete(t.keys, string(key))
-		t.items -= int64(len(targets))
-		t.active.Add(-1)
-	}
-	var bcast []*client
-	for p, cls := range t.prefixes {
-		if strings.HasPrefix(string(key), p) {
-			for cl := range cls {
-				bcast = append(bcast, cl)
-			}
+	if len(t.keys) > 0 {
+		if targets = t.keys[string(key)]; targets != nil {
+			delete(t.keys, string(key))
+			t.items -= int64(len(targets))
+			t.active.Add(-1)
 		}
 	}
+	bcast := t.bcastLocked(string(key), buf[:0])
 	t.mu.Unlock()
+	if len(targets) == 0 && len(bcast) == 0 {
+		return
+	}
 	for cl := range targets {
 		if cl.trk.Load()&(trkBcast|trkNoloop) == trkNoloop && cl.writer(shard()) {
 			continue
@@ -194,12 +250,17 @@ func (t *trackTable) touch(ks *keyspace.Keyspace, db int, key []byte) {
 		}
 		cl.sendInvalidation(frame)
 	}
-	seen := map[*client]bool{}
+	var seen map[*client]bool
+	if len(bcast) > 1 {
+		seen = make(map[*client]bool, len(bcast))
+	}
 	for _, cl := range bcast {
-		if seen[cl] {
-			continue // two of its prefixes match: one message
+		if seen != nil {
+			if seen[cl] {
+				continue // two of its prefixes match: one message
+			}
+			seen[cl] = true
 		}
-		seen[cl] = true
 		if cl.trk.Load()&trkNoloop != 0 && cl.writer(shard()) {
 			continue
 		}
@@ -208,6 +269,25 @@ func (t *trackTable) touch(ks *keyspace.Keyspace, db int, key []byte) {
 		}
 		cl.sendInvalidation(frame)
 	}
+}
+
+// bcastLocked appends to bcast the clients with a BCAST prefix that key
+// starts with (a client twice if two of its prefixes match). The
+// prefixes key starts with are on its path in t.prefixes: at most
+// len(key)+1 nodes are visited, however many prefixes are registered.
+// t.mu must be held.
+func (t *trackTable) bcastLocked(key string, bcast []*client) []*client {
+	if t.nprefix == 0 {
+		return bcast
+	}
+	t.prefixes.WalkPath(key, func(_ string, v any) bool {
+		t.examined++
+		for cl := range v.(map[*client]struct{}) {
+			bcast = append(bcast, cl)
+		}
+		return false
+	})
+	return bcast
 }
 
 // flush is FLUSHDB or FLUSHALL: every tracking client is told to drop
@@ -271,30 +351,55 @@ type evictedKey struct {
 	cls map[*client]struct{}
 }
 
-// enable turns tracking on for cl with flags (trkOn and the options) and,
-// for BCAST, prefixes ("" when none was given).
-func (t *trackTable) enable(cl *client, flags uint32, prefixes []string) {
+// trackingOn is what CLIENT TRACKING ON sets: the flags (trkOn and the
+// options), for BCAST the prefixes ("" when none was given), and the
+// REDIRECT target (nil, 0: none).
+type trackingOn struct {
+	flags    uint32
+	prefixes []string
+	noloop   bool
+	redir    *client
+	redirID  int64
+}
+
+// enable turns tracking on for cl as o says. It refuses, changing
+// nothing, prefixes that would take the server past TrackingMaxPrefixes
+// (the caller has checked the other caps and the overlaps).
+func (t *trackTable) enable(cl *client, o trackingOn) wireErr {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if o.flags&trkBcast != 0 && t.nprefix+int64(len(o.prefixes)) > TrackingMaxPrefixes {
+		return msgTrackingPrefixesServer
+	}
+	cl.noloop = o.noloop
+	cl.redir.Store(o.redir)
+	cl.redirID.Store(o.redirID)
+	cl.redirBroken.Store(false)
 	if cl.trk.Load()&trkOn == 0 {
 		t.clients.Add(1)
 		t.all[cl] = struct{}{}
 	}
-	if flags&trkBcast != 0 {
-		for _, p := range prefixes {
-			cls := t.prefixes[p]
-			if cls == nil {
-				cls = make(map[*client]struct{})
-				t.prefixes[p] = cls
+	if o.flags&trkBcast != 0 {
+		if cl.trkPrefixes == nil {
+			cl.trkPrefixes = radix.New()
+		}
+		for _, p := range o.prefixes {
+			v, ok := t.prefixes.Get(p)
+			if !ok {
+				v = make(map[*client]struct{}, 1)
+				t.prefixes.Insert(p, v)
 			}
+			cls := v.(map[*client]struct{})
 			if _, ok := cls[cl]; !ok {
 				cls[cl] = struct{}{}
-				cl.trkPrefixes = append(cl.trkPrefixes, p)
+				cl.trkPrefixes.Insert(p, nil)
+				t.nprefix++
 				t.active.Add(1)
 			}
 		}
 	}
-	cl.trk.Store(flags)
+	cl.trk.Store(o.flags)
+	return noErr
 }
 
 // disable turns tracking off for cl. The keys it read stay in the table
@@ -305,13 +410,19 @@ func (t *trackTable) disable(cl *client) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, p := range cl.trkPrefixes {
-		cls := t.prefixes[p]
-		delete(cls, cl)
-		if len(cls) == 0 {
-			delete(t.prefixes, p)
-		}
-		t.active.Add(-1)
+	if cl.trkPrefixes != nil {
+		cl.trkPrefixes.Walk(func(p string, _ any) bool {
+			if v, ok := t.prefixes.Get(p); ok {
+				cls := v.(map[*client]struct{})
+				delete(cls, cl)
+				if len(cls) == 0 {
+					t.prefixes.Delete(p)
+				}
+			}
+			t.nprefix--
+			t.active.Add(-1)
+			return false
+		})
 	}
 	cl.trkPrefixes = nil
 	delete(t.all, cl)
@@ -324,7 +435,7 @@ func (t *trackTable) disable(cl *client) {
 func (t *trackTable) stats() (keys, items, prefixes int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return int64(len(t.keys)), t.items, int64(len(t.prefixes))
+	return int64(len(t.keys)), t.items, int64(t.prefixes.Len())
 }
 
 // trackRead remembers the keys of a read-only command cl ran, unless the
@@ -364,7 +475,10 @@ func (cl *client) afterCommand(sp *Spec) {
 func cmdClientTracking(x *ctx) {
 	cl := x.cl
 	var opts uint32
-	var prefixes []string
+	// The PREFIX arguments, kept (not copied) up to the per-client cap;
+	// nprefix counts them all.
+	var prefixArgs [][]byte
+	nprefix := 0
 	var redir *client
 	var redirID int64
 	for j := 3; j < len(x.args); j++ {
@@ -396,7 +510,9 @@ func cmdClientTracking(x *ctx) {
 			opts |= trkNoloop
 		case a == "prefix" && more > 0:
 			j++
-			prefixes = append(prefixes, string(x.args[j]))
+			if nprefix++; nprefix <= TrackingMaxPrefixesPerClient {
+				prefixArgs = append(prefixArgs, x.args[j])
+			}
 		default:
 			x.errorReply(msgSyntax)
 			return
@@ -414,7 +530,7 @@ func cmdClientTracking(x *ctx) {
 	}
 	cur := cl.trk.Load()
 	switch {
-	case opts&trkBcast == 0 && len(prefixes) > 0:
+	case opts&trkBcast == 0 && nprefix > 0:
 		x.errorReply(msgTrackingPrefixBcast)
 		return
 	case cur&trkOn != 0 && (cur&trkBcast != 0) != (opts&trkBcast != 0):
@@ -430,31 +546,124 @@ func cmdClientTracking(x *ctx) {
 		x.errorReply(msgTrackingSwitchOpt)
 		return
 	}
+	var prefixes []string
 	if opts&trkBcast != 0 {
-		if len(prefixes) == 0 {
-			prefixes = []string{""}
+		// The caps first, before anything is built.
+		have := 0
+		if cl.trkPrefixes != nil {
+			have = cl.trkPrefixes.Len()
 		}
-		for i, p := range prefixes {
-			for _, q := range cl.trkPrefixes {
-				if prefixesOverlap(p, q) {
-					x.errorReply(errTrackingPrefixExisting(p, q))
-					return
-				}
+		if nprefix == 0 {
+			nprefix = 1 // ""
+		}
+		if have+nprefix > TrackingMaxPrefixesPerClient {
+			x.errorReply(msgTrackingPrefixesClient)
+			return
+		}
+		for _, p := range prefixArgs {
+			if len(p) > TrackingMaxPrefixLen {
+				x.errorReply(msgTrackingPrefixLen)
+				return
 			}
-			for _, q := range prefixes[i+1:] {
+		}
+		if x.s.track.prefixCount()+int64(nprefix) > TrackingMaxPrefixes {
+			x.errorReply(msgTrackingPrefixesServer)
+			return
+		}
+		prefixes = make([]string, len(prefixArgs), max(len(prefixArgs), 1))
+		for i, p := range prefixArgs {
+			prefixes[i] = string(p)
+		}
+		if len(prefixes) == 0 {
+			prefixes = append(prefixes, "")
+		}
+		e, work := prefixCollision(cl.trkPrefixes, prefixes)
+		x.s.track.checked.Add(int64(work))
+		if e != noErr {
+			x.errorReply(e)
+			return
+		}
+	}
+	if e := x.s.track.enable(cl, trackingOn{
+		flags:    trkOn | opts | cur&trkCaching,
+		prefixes: prefixes,
+		noloop:   opts&trkNoloop != 0,
+		redir:    redir,
+		redirID:  redirID,
+	}); e != noErr {
+		x.errorReply(e)
+		return
+	}
+	x.ok()
+}
+
+// prefixCount is the number of BCAST prefixes registered, every client's.
+func (t *trackTable) prefixCount() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.nprefix
+}
+
+// prefixCollision is Redis 7.0's checkPrefixCollisionsOrReply for ps, the
+// prefixes of one CLIENT TRACKING command, against existing, the client's
+// (nil: none): the error for the first prefix ps[i] that overlaps (one
+// starts with the other) an existing prefix, the first in byte order as
+// Redis iterates its rax, or a later ps[j], the first such j. work counts
+// tree lookups plus pairs compared: at most 3*len(ps), each lookup
+// visiting at most len(p)+1 nodes down to p (then one path down to the
+// first key below), where Redis compares every pair.
+func prefixCollision(existing *radix.Tree, ps []string) (e wireErr, work int) {
+	// first is the first i with a later ps[j] that overlaps it: walking
+	// backwards, ps[i] is looked up in a tree of ps[i+1:].
+	first := len(ps)
+	if len(ps) > 1 {
+		later := radix.New()
+		for i := len(ps) - 1; i >= 0; i-- {
+			work++
+			if _, ok := firstOverlap(later, ps[i]); ok {
+				first = i
+			}
+			later.Insert(ps[i], nil)
+		}
+	}
+	for i, p := range ps {
+		if i > first {
+			break
+		}
+		if existing != nil {
+			work++
+			if q, ok := firstOverlap(existing, p); ok {
+				return errTrackingPrefixExisting(p, q), work
+			}
+		}
+		if i == first {
+			for _, q := range ps[i+1:] {
+				work++
 				if prefixesOverlap(p, q) {
-					x.errorReply(errTrackingPrefixProvided(p, q))
-					return
+					return errTrackingPrefixProvided(p, q), work
 				}
 			}
 		}
 	}
-	cl.noloop = opts&trkNoloop != 0
-	cl.redir.Store(redir)
-	cl.redirID.Store(redirID)
-	cl.redirBroken.Store(false)
-	x.s.track.enable(cl, trkOn|opts|cur&trkCaching, prefixes)
-	x.ok()
+	return noErr, work
+}
+
+// firstOverlap returns the first key of t in byte order that overlaps p:
+// the shortest stored prefix of p (on p's path; they sort before p and
+// its extensions), else the first stored key that starts with p.
+func firstOverlap(t *radix.Tree, p string) (q string, ok bool) {
+	t.WalkPath(p, func(k string, _ any) bool {
+		q, ok = k, true
+		return true
+	})
+	if ok {
+		return q, ok
+	}
+	t.WalkPrefix(p, func(k string, _ any) bool {
+		q, ok = k, true
+		return true
+	})
+	return q, ok
 }
 
 // prefixesOverlap reports whether one of two BCAST prefixes starts with
@@ -543,7 +752,15 @@ func cmdClientTrackingInfo(x *ctx) {
 		x.int(-1)
 	}
 	x.bulkStr("prefixes")
-	ps := slices.Sorted(slices.Values(x.cl.trkPrefixes))
+	// In byte order, as the tree walks them (and Redis lists them).
+	var ps []string
+	if x.cl.trkPrefixes != nil {
+		ps = make([]string, 0, x.cl.trkPrefixes.Len())
+		x.cl.trkPrefixes.Walk(func(p string, _ any) bool {
+			ps = append(ps, p)
+			return false
+		})
+	}
 	x.array(len(ps))
 	for _, p := range ps {
 		x.bulkStr(p)

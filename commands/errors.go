@@ -334,6 +334,15 @@ func errTrackingPrefixProvided(p, q string) wireErr {
 	return wireErr(sprintf2(msgTrackingPrefixNew, p, q))
 }
 
+// cellserver's caps on BCAST prefixes (Redis has none); the numbers are
+// TrackingMaxPrefixesPerClient, TrackingMaxPrefixes and
+// TrackingMaxPrefixLen (TestTrackingPrefixCaps checks them).
+const (
+	msgTrackingPrefixesClient = "ERR too many tracking prefixes: at most 10000 per client"
+	msgTrackingPrefixesServer = "ERR too many tracking prefixes: at most 100000 on the server"
+	msgTrackingPrefixLen      = "ERR tracking prefix too long: at most 1024 bytes"
+)
+
 // sprintf2 fills the two %s of msg.
 func sprintf2(msg, a, b string) string {
 	msg = strings.Replace(msg, "%s", a, 1)

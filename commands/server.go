@@ -386,6 +386,11 @@ func New(cfg Config) (*Server, error) {
 		s.settings = append(slices.Clip(s.settings), Setting{Name: "tracking-table-max-keys",
 			Value: strconv.FormatInt(max(cfg.TrackingTableMaxKeys, 0), 10)})
 	}
+	for _, st := range trackingSettings {
+		if !slices.ContainsFunc(s.settings, func(have Setting) bool { return have.Name == st.Name }) {
+			s.settings = append(slices.Clip(s.settings), st)
+		}
+	}
 	s.inst.startupMemory = heapObjects()
 	s.notePeak(s.inst.startupMemory)
 	s.passDigest = sha256.Sum256([]byte(cfg.Password))
