@@ -41,7 +41,7 @@ type client struct {
 	polBuf     []byte               // CL.APPLY's derived keys (applyKeys)
 	lastCmd    atomic.Pointer[Spec] // read by CLIENT LIST
 
-	// Clock readings (see ctx.clockNS and Server.call), in ns: the wall
+	// Clock readings (see ctx.clockNS and Service.call), in ns: the wall
 	// clock's offset from the monotonic one, as of baseMono; and the end
 	// of the last command, with the input read it came from.
 	baseWall, baseMono int64
@@ -63,16 +63,16 @@ type client struct {
 	multiMem   atomic.Int64 // queueBytes, read by CLIENT LIST
 	multiSeen  atomic.Int32 // queued commands, -1 outside MULTI; read by CLIENT LIST
 
-	watched    []*watchedKey // WATCHed keys, registered in Server.watch
+	watched    []*watchedKey // WATCHed keys, registered in Service.watch
 	watchBytes int64         // their cost against Config.MultiMaxBytes
 	// dirty: a watched key changed, EXEC will abort (Redis's
 	// CLIENT_DIRTY_CAS). Set by whichever client changes the key.
 	dirty atomic.Bool
 
 	// trk holds the tracking flags (trkOn, ...); written by this client
-	// (under Server.track.mu for on/off), read by whichever client
+	// (under Service.track.mu for on/off), read by whichever client
 	// changes a key it tracks. trkPrefixes are its BCAST prefixes (keys
-	// of a radix tree, nil before any; guarded by Server.track.mu; read
+	// of a radix tree, nil before any; guarded by Service.track.mu; read
 	// by this client's CLIENT TRACKING and TRACKINGINFO).
 	trk         atomic.Uint32
 	trkPrefixes *radix.Tree
@@ -96,7 +96,7 @@ type client struct {
 	bigKeys  bool // one of these was used by the command (ctx.doneKeys)
 	// redir is the REDIRECT target (redirID its id, 0: none);
 	// redirBroken: it had gone at an invalidation. closed: the
-	// connection has ended (Server.Close), for clients redirecting to it.
+	// connection has ended (Service.Close), for clients redirecting to it.
 	redir       atomic.Pointer[client]
 	redirID     atomic.Int64
 	redirBroken atomic.Bool
@@ -139,7 +139,7 @@ func (cl *client) resetMulti() {
 // ctx is the execution context of one command. Reply helpers append to the
 // connection's output buffer with redcon's appenders.
 type ctx struct {
-	s    *Server
+	s    *Service
 	c    *resp.Conn
 	cl   *client
 	spec *Spec

@@ -144,7 +144,7 @@ func cmdClientKill(x *ctx) {
 // killClients closes the clients f matches and returns how many it
 // matched; self reports that the caller is among them (it is closed
 // after its reply, by the caller).
-func (s *Server) killClients(x *ctx, f killFilter) (killed int64, self bool) {
+func (s *Service) killClients(x *ctx, f killFilter) (killed int64, self bool) {
 	if f.hasType && (f.typ == clientMaster || f.typ == clientReplica) {
 		if f.id != 0 || f.hasAddr || f.hasLaddr || f.maxAge != 0 || s.killRepl == nil {
 			return 0, false
@@ -190,7 +190,7 @@ func (s *Server) killClients(x *ctx, f killFilter) (killed int64, self bool) {
 		killed++
 		c.Kill()
 		// As Redis frees the client at once, its subscriptions end now,
-		// not when its connection's goroutine gets to Server.Close.
+		// not when its connection's goroutine gets to Service.Close.
 		s.pubsub.drop(cl)
 	}
 	if self {

@@ -17,7 +17,7 @@ import (
 // as Redis's getNodeByQuery: noErr when this node serves the command's keys
 // (or it has none), else the MOVED, CROSSSLOT or CLUSTERDOWN error. EXEC
 // checks its queued commands together: their keys must share one slot.
-func (s *Server) clusterCheck(x *ctx, sp *Spec) wireErr {
+func (s *Service) clusterCheck(x *ctx, sp *Spec) wireErr {
 	if s.cluster == nil {
 		return noErr
 	}
@@ -78,7 +78,7 @@ func (s *Server) clusterCheck(x *ctx, sp *Spec) wireErr {
 // clusterReject answers a command clusterCheck refused, as Redis's
 // clusterRedirectClient: the error as it is (EXEC too, which discards the
 // transaction), and inside MULTI the transaction is flagged to abort.
-func (s *Server) clusterReject(x *ctx, sp *Spec, msg wireErr) {
+func (s *Service) clusterReject(x *ctx, sp *Spec, msg wireErr) {
 	cl := x.cl
 	sp.stats.rejected.Add(cl.shard, 1)
 	if sp.Name == "exec" {
@@ -419,7 +419,7 @@ func cmdCellClusterHelp(x *ctx) {
 }
 
 // redisMode is INFO's redis_mode and HELLO's mode.
-func (s *Server) redisMode() string {
+func (s *Service) redisMode() string {
 	if s.cluster != nil {
 		return "cluster"
 	}

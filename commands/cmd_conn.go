@@ -75,7 +75,7 @@ func cmdReset(x *ctx) {
 // SHA-256 digests, in constant time: the time taken depends on neither
 // the password's length nor how much of it pass gets right (comparing the
 // strings themselves would return at once on a length mismatch).
-func (s *Server) checkPassword(user, pass []byte) bool {
+func (s *Service) checkPassword(user, pass []byte) bool {
 	if user != nil && string(user) != "default" {
 		return false
 	}
@@ -521,7 +521,7 @@ func queuedSize(args [][]byte) int64 {
 // refuses it when the queue would pass its limits. Once the transaction
 // is bound to abort (multiBad), commands are answered QUEUED but not kept,
 // as Redis does: EXEC will not run them.
-func (s *Server) enqueue(cl *client, sp *Spec, args [][]byte) wireErr {
+func (s *Service) enqueue(cl *client, sp *Spec, args [][]byte) wireErr {
 	if cl.multiBad {
 		return noErr
 	}
@@ -546,7 +546,7 @@ func (s *Server) enqueue(cl *client, sp *Spec, args [][]byte) wireErr {
 // keys (WholeKeyspace) holds every shard lock. EXEC answers a null array
 // instead when a watched key changed (see cmd_watch.go); either way the
 // client's watched keys are forgotten. Each queued command runs through
-// Server.call, as a command outside MULTI does, with its keys resolved
+// Service.call, as a command outside MULTI does, with its keys resolved
 // once.
 func cmdExec(x *ctx) {
 	cl := x.cl

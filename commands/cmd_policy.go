@@ -47,7 +47,7 @@ type policyState struct {
 }
 
 // Policies returns the policies in force (nil when none were loaded).
-func (s *Server) Policies() *policy.Set { return s.pol.set.Load() }
+func (s *Service) Policies() *policy.Set { return s.pol.set.Load() }
 
 // ErrNoPolicyFile is ReloadPolicies' error when the server was started
 // without a policy file.
@@ -58,7 +58,7 @@ var ErrNoPolicyFile = errors.New("commands: no policy file (start cellserver wit
 // name). An invalid file changes nothing: the error lists every problem
 // (a *policy.Error). The outcome is logged either way, with the names
 // added, removed and changed. CL.POLICY RELOAD and SIGHUP call it.
-func (s *Server) ReloadPolicies() (policy.Changes, error) {
+func (s *Service) ReloadPolicies() (policy.Changes, error) {
 	s.pol.mu.Lock()
 	defer s.pol.mu.Unlock()
 	if s.pol.file == "" {
@@ -445,7 +445,7 @@ func cmdPolicyHelp(x *ctx) {
 // policies are in force, when they were loaded (Unix seconds) and whether
 // the last reload was refused, then one line per policy, as Redis's
 // cmdstat lines.
-func (s *Server) policyInfo() []string {
+func (s *Service) policyInfo() []string {
 	set := s.pol.set.Load()
 	lines := make([]string, 0, 4+set.Len())
 	if set != nil {
@@ -467,7 +467,7 @@ type PolicyStats struct {
 	Allowed, Limited, ShadowLimited int64
 }
 
-func (s *Server) policyStats() []PolicyStats { return policyStatsOf(s.pol.set.Load()) }
+func (s *Service) policyStats() []PolicyStats { return policyStatsOf(s.pol.set.Load()) }
 
 // policyStatsOf reads the counts of set's policies, by name.
 func policyStatsOf(set *policy.Set) []PolicyStats {

@@ -21,7 +21,7 @@ import (
 // UNSUBSCRIBE removed the channel.
 //
 // In RESP2 a subscribed client may only run (P)SUBSCRIBE, (P)UNSUBSCRIBE,
-// PING, QUIT and RESET (Server.dispatch); in RESP3 messages are push
+// PING, QUIT and RESET (Service.dispatch); in RESP3 messages are push
 // frames and every command is allowed, as in Redis.
 
 // pubsubTable is the server's subscription registry. It is safe for

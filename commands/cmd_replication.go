@@ -24,7 +24,7 @@ type replState struct {
 // attached (min-replicas-to-write), writes on a read-only replica, and
 // commands without the stale flag while a replica that must not serve
 // stale data has no link. It returns the error, or noErr.
-func (s *Server) replCheck(cl *client, sp *Spec) wireErr {
+func (s *Service) replCheck(cl *client, sp *Spec) wireErr {
 	write := sp.Flags&Write != 0 || sp.Name == "exec" && queuedWrite(cl.queue)
 	replica := s.repl.IsReplica()
 	if write && !replica && s.minReplicas > 0 && s.repl.GoodReplicas(s.minReplicasLag) < s.minReplicas {
@@ -40,7 +40,7 @@ func (s *Server) replCheck(cl *client, sp *Spec) wireErr {
 }
 
 // Replication returns the node's replication state.
-func (s *Server) Replication() *replication.Replication { return s.repl }
+func (s *Service) Replication() *replication.Replication { return s.repl }
 
 // REPLICAOF host port | NO ONE (and SLAVEOF).
 func cmdReplicaOf(x *ctx) {

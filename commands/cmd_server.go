@@ -16,7 +16,7 @@ func cmdCommand(x *ctx) {
 	}
 }
 
-func (s *Server) topNames() []string {
+func (s *Service) topNames() []string {
 	names := make([]string, 0, len(s.table))
 	for n := range s.table {
 		names = append(names, n)
@@ -45,7 +45,7 @@ func cmdCommandInfo(x *ctx) {
 }
 
 // findSpec resolves "name" or "container|sub", ignoring case.
-func (s *Server) findSpec(name []byte) *Spec {
+func (s *Service) findSpec(name []byte) *Spec {
 	n := strings.ToLower(string(name))
 	if i := strings.IndexByte(n, '|'); i >= 0 {
 		parent := s.table[n[:i]]
@@ -490,7 +490,7 @@ func cmdInfo(x *ctx) {
 	x.verbatim(b.String())
 }
 
-func (s *Server) totalErrors() int64 {
+func (s *Service) totalErrors() int64 {
 	var n int64
 	for _, e := range s.errorStats() {
 		n += e.count
@@ -498,7 +498,7 @@ func (s *Server) totalErrors() int64 {
 	return n
 }
 
-func (s *Server) setting(name string) string {
+func (s *Service) setting(name string) string {
 	for _, st := range s.settings {
 		if st.Name == name {
 			return st.Value

@@ -195,7 +195,7 @@ func (cl *client) sendInvalidation(frame []byte) {
 }
 
 // clientByID returns the client of connection id, or nil.
-func (s *Server) clientByID(id int64) *client {
+func (s *Service) clientByID(id int64) *client {
 	n := s.net.Load()
 	if n == nil {
 		return nil
@@ -440,7 +440,7 @@ func (t *trackTable) stats() (keys, items, prefixes int64) {
 
 // trackRead remembers the keys of a read-only command cl ran, unless the
 // client broadcasts, or OPTIN/OPTOUT and CLIENT CACHING say not to.
-func (s *Server) trackRead(x *ctx, sp *Spec) {
+func (s *Service) trackRead(x *ctx, sp *Spec) {
 	f := x.cl.trk.Load()
 	if f&trkBcast != 0 {
 		return

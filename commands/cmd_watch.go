@@ -171,7 +171,7 @@ func (w *watchTable) flush(db int) {
 	}
 }
 
-// watchJournal is the keyspace's Journal while a Server uses it: it tells
+// watchJournal is the keyspace's Journal while a Service uses it: it tells
 // the watch table and the tracking table (cmd_tracking.go) about every
 // change, then passes it on to next (the persistence journal, or nil).
 type watchJournal struct {
@@ -230,9 +230,9 @@ func (j *watchJournal) DeleteAll() {
 }
 
 // installWatch makes the keyspace report its changes to s.watch and
-// s.track. A keyspace that served another Server before keeps one such
-// layer: that Server's is replaced.
-func (s *Server) installWatch(trackMaxKeys int64) {
+// s.track. A keyspace that served another Service before keeps one such
+// layer: that Service's is replaced.
+func (s *Service) installWatch(trackMaxKeys int64) {
 	s.watch = newWatchTable()
 	s.track = newTrackTable(trackMaxKeys)
 	s.ks.WrapJournal(func(j keyspace.Journal) keyspace.Journal {
@@ -244,7 +244,7 @@ func (s *Server) installWatch(trackMaxKeys int64) {
 }
 
 // unwatchAll forgets every key cl watches and clears its dirty flag.
-func (s *Server) unwatchAll(cl *client) {
+func (s *Service) unwatchAll(cl *client) {
 	if len(cl.watched) == 0 {
 		return
 	}

@@ -7,7 +7,7 @@
 //
 // # Model
 //
-// A Server implements resp.Handler. Each connection's commands run one at
+// A Service implements resp.Handler. Each connection's commands run one at
 // a time on the goroutine serving it (its event loop, or its own
 // goroutine: see resp.Handler) with a reused execution context (ctx). The
 // dispatcher resolves a command's keys from its spec (keys.go: each hashed

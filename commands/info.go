@@ -43,7 +43,7 @@ func absPath(p string) string {
 
 // RunID returns the server's run_id: 40 hex characters, random for each
 // process and stable for its life. INFO server reports it.
-func (s *Server) RunID() string { return s.runID }
+func (s *Service) RunID() string { return s.runID }
 
 // bytesToHuman is Redis's bytesToHuman (used_memory_human and friends):
 // "123B" under 1 KiB, then two decimals and K, M, G, T, P or E.
@@ -110,7 +110,7 @@ type instStats struct {
 
 // sample takes one sample of the instantaneous metrics and of the peak
 // memory. It runs every sweep interval.
-func (s *Server) sample() {
+func (s *Service) sample() {
 	now := time.Since(s.monoBase)
 	var in, out int64
 	if n := s.net.Load(); n != nil {
@@ -126,7 +126,7 @@ func (s *Server) sample() {
 }
 
 // notePeak raises used_memory_peak to used if it is higher.
-func (s *Server) notePeak(used int64) {
+func (s *Service) notePeak(used int64) {
 	for {
 		p := s.inst.peakMemory.Load()
 		if used <= p || s.inst.peakMemory.CompareAndSwap(p, used) {
@@ -274,7 +274,7 @@ var infoSections = []infoSection{
 // the server's clock and of the connection layer's counters.
 type infoCall struct {
 	x   *ctx
-	s   *Server
+	s   *Service
 	now time.Time // on the clock started was read from
 	net netStats
 }

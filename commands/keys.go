@@ -16,7 +16,7 @@ import (
 // each once, in the global order (keyspace.Shard.Order), and releases them
 // after it: handlers read and write x.keys without a lock prologue. EXEC
 // locks the shards of every queued command at once and runs the commands
-// through the same call path (Server.call) with the locks held.
+// through the same call path (Service.call) with the locks held.
 
 // rkey is one key argument of a command as the dispatcher resolved it.
 type rkey struct {

@@ -57,7 +57,7 @@ type leaseWaits struct {
 }
 
 // nowNS reads the server's clock outside a command.
-func (s *Server) nowNS() int64 {
+func (s *Service) nowNS() int64 {
 	if s.realClock {
 		return time.Now().UnixNano()
 	}
@@ -65,7 +65,7 @@ func (s *Server) nowNS() int64 {
 }
 
 // leaseWaitCounts returns how many queues and waiters exist.
-func (s *Server) leaseWaitCounts() (queues, waiters int) {
+func (s *Service) leaseWaitCounts() (queues, waiters int) {
 	w := &s.lwait
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -77,7 +77,7 @@ func (s *Server) leaseWaitCounts() (queues, waiters int) {
 
 // enqueueLease adds lw to its key's queue unless it holds max waiters
 // (then it returns false). The key's shard lock is held.
-func (s *Server) enqueueLease(lw *leaseWaiter, max int) bool {
+func (s *Service) enqueueLease(lw *leaseWaiter, max int) bool {
 	w := &s.lwait
 	qk := leaseQKey{lw.k.sh, string(lw.k.key)}
 	w.mu.Lock()
@@ -98,7 +98,7 @@ func (s *Server) enqueueLease(lw *leaseWaiter, max int) bool {
 }
 
 // serveLeaseQueue serves the queue of k (its shard locked) at now.
-func (s *Server) serveLeaseQueue(k *rkey, now int64) {
+func (s *Service) serveLeaseQueue(k *rkey, now int64) {
 	w := &s.lwait
 	if w.n.Load() == 0 {
 		return
@@ -111,7 +111,7 @@ func (s *Server) serveLeaseQueue(k *rkey, now int64) {
 // serveLocked grants leases to the head waiters of queue qk while leases
 // are free, then answers and removes the waiters whose timeout passed or
 // whose client left. The shard lock and w.mu are held.
-func (s *Server) serveLocked(qk leaseQKey, now int64) {
+func (s *Service) serveLocked(qk leaseQKey, now int64) {
 	w := &s.lwait
 	q := w.q[qk]
 	if len(q) == 0 {
@@ -181,7 +181,7 @@ func (w *leaseWaits) keep(qk leaseQKey, q, keep []*leaseWaiter) {
 }
 
 // dropLeaseWaiters removes the waiters of cl, which left.
-func (s *Server) dropLeaseWaiters(cl *client) {
+func (s *Service) dropLeaseWaiters(cl *client) {
 	w := &s.lwait
 	if w.n.Load() == 0 {
 		return
@@ -201,7 +201,7 @@ func (s *Server) dropLeaseWaiters(cl *client) {
 
 // leaseTicker serves every queue each leaseWaitTick, and ends once no
 // waiter is left.
-func (s *Server) leaseTicker() {
+func (s *Service) leaseTicker() {
 	t := time.NewTicker(leaseWaitTick)
 	defer t.Stop()
 	for range t.C {
@@ -213,7 +213,7 @@ func (s *Server) leaseTicker() {
 
 // serveLeaseQueues serves every queue once. It returns false, and marks
 // the ticker stopped, when no queue exists.
-func (s *Server) serveLeaseQueues() bool {
+func (s *Service) serveLeaseQueues() bool {
 	w := &s.lwait
 	w.mu.Lock()
 	if len(w.q) == 0 {
@@ -303,7 +303,7 @@ func cmdAcquire(x *ctx) {
 		// Block before the waiter can be served: resume may run as soon
 		// as the shard lock is released.
 		if x.s.lwaitRoom(lw, queue) {
-			lw.resume, _ = x.block() // Server.Close drops the waiter
+			lw.resume, _ = x.block() // Service.Close drops the waiter
 			x.s.enqueueLease(lw, queue)
 			return
 		}
@@ -318,7 +318,7 @@ func cmdAcquire(x *ctx) {
 }
 
 // lwaitRoom reports whether lw's queue holds fewer than max waiters.
-func (s *Server) lwaitRoom(lw *leaseWaiter, max int) bool {
+func (s *Service) lwaitRoom(lw *leaseWaiter, max int) bool {
 	w := &s.lwait
 	w.mu.Lock()
 	defer w.mu.Unlock()

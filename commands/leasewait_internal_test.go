@@ -13,7 +13,7 @@ import (
 
 // checkLeaseQueues checks the queues' invariants: no queue is kept empty
 // or holds more than max waiters, and the counter agrees with them.
-func checkLeaseQueues(t *testing.T, s *Server, max int) int {
+func checkLeaseQueues(t *testing.T, s *Service, max int) int {
 	t.Helper()
 	w := &s.lwait
 	w.mu.Lock()

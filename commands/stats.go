@@ -147,7 +147,7 @@ type Stats struct {
 }
 
 // Stats returns a snapshot of the counters.
-func (s *Server) Stats() Stats {
+func (s *Service) Stats() Stats {
 	mem := s.ks.Memory()
 	st := Stats{Errors: map[string]int64{}, ExpiredKeys: s.expired.Load(), OOMRefusals: s.oomRefusals.Load(),
 		EvictedKeys: mem.Evicted, StateMemory: mem.Used, MaxMemory: mem.MaxMemory}
@@ -318,4 +318,27 @@ func (x *ctx) decided(limited bool, key []byte) {
 func (x *ctx) oom() {
 	x.s.oomRefusals.Add(1)
 	x.errorReply(msgOOM)
+}
+
+func (s *Service) countError(msg string) {
+	code := errorCode(msg)
+	s.errMu.Lock()
+	s.errStats[code]++
+	s.errMu.Unlock()
+}
+
+func (s *Service) errorStats() []errStat {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	out := make([]errStat, 0, len(s.errStats))
+	for k, v := range s.errStats {
+		out = append(out, errStat{k, v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].code < out[j].code })
+	return out
+}
+
+type errStat struct {
+	code  string
+	count int64
 }

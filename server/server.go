@@ -263,7 +263,7 @@ type Config struct {
 // MetricsSources is what Config.Metrics reads from a Server, at scrape
 // time: nothing is computed on the request path.
 type MetricsSources struct {
-	Commands    *commands.Server
+	Commands    *commands.Service
 	Network     *resp.Server
 	Replication *replication.Replication
 	// Writer and Store are nil without DataDir.
@@ -616,7 +616,7 @@ type Server struct {
 	// clientTLS is how the Envoy front door dials the RESP port; nil
 	// without TLS.
 	clientTLS *tls.Config
-	cmds      *commands.Server
+	cmds      *commands.Service
 	net       *resp.Server
 
 	mu        sync.Mutex // guards ln, metricsLn, httpSrv
@@ -735,7 +735,7 @@ func New(cfg Config) (_ *Server, err error) {
 		WaitRoom: waitRoom,
 		MaxFrame: cfg.MaxBulkLen, // a frame from the primary: proto-max-bulk-len (+ replication.FrameOverhead)
 		// Replicas are clients (Redis): their links count towards
-		// maxclients (commands.Server.Refuse counts them with the others).
+		// maxclients (commands.Service.Refuse counts them with the others).
 		MaxReplicas: cfg.MaxClients})
 	if err != nil {
 		return nil, err
@@ -827,7 +827,7 @@ func configRewrite(rewrite func([]commands.Setting) error, replicaOf func() stri
 func (s *Server) Cluster() *cluster.State { return s.cluster }
 
 // Commands returns the command executor (for in-process tests).
-func (s *Server) Commands() *commands.Server { return s.cmds }
+func (s *Server) Commands() *commands.Service { return s.cmds }
 
 // Listen opens the configured address; Addr then reports the real port.
 func (s *Server) Listen() error {

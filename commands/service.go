@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"slices"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -40,7 +39,7 @@ const (
 	DefaultMinReplicasMaxLag  = 10 * time.Second
 )
 
-// Config configures a Server. The zero value is valid except for Keyspace,
+// Config configures a Service. The zero value is valid except for Keyspace,
 // which New creates when nil.
 type Config struct {
 	// Keyspace is the store commands operate on. If nil, New creates one
@@ -192,11 +191,11 @@ type Network interface {
 	Range(fn func(c *resp.Conn) bool)
 }
 
-// Server executes commands against a keyspace. It implements resp.Handler
+// Service executes commands against a keyspace. It implements resp.Handler
 // and is safe for concurrent use: each connection's commands run one at a
 // time on the goroutine serving it (its event loop, or its own goroutine),
 // and keyspace access goes through shard locks.
-type Server struct {
+type Service struct {
 	ks       *keyspace.Keyspace
 	clock    func() time.Time
 	version  string
@@ -277,8 +276,8 @@ type Server struct {
 
 type netHolder struct{ Network }
 
-// New returns a Server for cfg.
-func New(cfg Config) (*Server, error) {
+// New returns a Service for cfg.
+func New(cfg Config) (*Service, error) {
 	if cfg.Keyspace == nil {
 		ks, err := keyspace.New(keyspace.Config{})
 		if err != nil {
@@ -341,7 +340,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MultiMaxCommands < 0 || cfg.MultiMaxBytes < 0 {
 		return nil, errors.New("commands: MULTI queue limits must not be negative")
 	}
-	s := &Server{
+	s := &Service{
 		monoBase:    time.Now(),
 		durability:  cfg.Durability,
 		persistInfo: cfg.PersistenceInfo,
@@ -423,7 +422,7 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-func (s *Server) buildTable(rows []*Spec) {
+func (s *Service) buildTable(rows []*Spec) {
 	s.table = make(map[string]*Spec, len(rows))
 	add := func(sp *Spec) {
 		sp.id = len(s.specs)
@@ -452,13 +451,13 @@ func (s *Server) buildTable(rows []*Spec) {
 
 // SetNetwork tells the server about its connection layer. Until it is
 // called, CLIENT LIST shows no clients and INFO shows zero connections.
-func (s *Server) SetNetwork(n Network) { s.net.Store(&netHolder{n}) }
+func (s *Service) SetNetwork(n Network) { s.net.Store(&netHolder{n}) }
 
 // Keyspace returns the store the server operates on.
-func (s *Server) Keyspace() *keyspace.Keyspace { return s.ks }
+func (s *Service) Keyspace() *keyspace.Keyspace { return s.ks }
 
 // Run performs background work (active expiry) until ctx is done.
-func (s *Server) Run(ctx context.Context) {
+func (s *Service) Run(ctx context.Context) {
 	replDone := make(chan struct{})
 	go func() {
 		defer close(replDone)
@@ -480,7 +479,7 @@ func (s *Server) Run(ctx context.Context) {
 
 // SweepOnce runs one bounded active-expiry pass and returns the number of
 // keys it removed.
-func (s *Server) SweepOnce() int {
+func (s *Service) SweepOnce() int {
 	start := time.Now()
 	n := s.ks.Sweep(unixMilli(s.clock()), keyspace.SweepConfig{PerShard: 10, Rounds: 4})
 	s.expireNS.Add(int64(time.Since(start)))
@@ -492,7 +491,7 @@ func (s *Server) SweepOnce() int {
 // keyspace_misses (Redis counts them in lookupKeyRead: GET, EXISTS, TYPE,
 // TTL and the like; writes such as CL.THROTTLE count neither, as a module
 // that opens its key for writing counts neither in Redis).
-func (s *Server) lookedUp(found bool) {
+func (s *Service) lookedUp(found bool) {
 	if found {
 		s.keyspaceHits.Add(1)
 	} else {
@@ -501,7 +500,7 @@ func (s *Server) lookedUp(found bool) {
 }
 
 // Open implements resp.Handler.
-func (s *Server) Open(c *resp.Conn) {
+func (s *Service) Open(c *resp.Conn) {
 	cl := &client{conn: c}
 	// Before the first read, so the connection's limits for clients that
 	// have not authenticated apply from the first byte.
@@ -532,7 +531,7 @@ func (s *Server) Open(c *resp.Conn) {
 // take the slots of local clients. The replicas' links, which have left
 // the connection layer, count towards maxclients here: a client past it
 // gets Redis's error. It returns nil for a client to serve.
-func (s *Server) Refuse(remote net.Addr) []byte {
+func (s *Service) Refuse(remote net.Addr) []byte {
 	if links := s.repl.Links(); links > 0 && s.maxClients > 0 {
 		if h := s.net.Load(); h != nil && int(h.Stats().ConnectedClients)+links >= s.maxClients {
 			return rawMaxClients
@@ -560,7 +559,7 @@ var rawMaxClients = []byte("-" + msgMaxClients + "\r\n")
 // BeforeWrite implements resp.BeforeWriter: with fsync "always", replies
 // wait until the changes of this client's write commands are durable; many
 // clients wait on the same batch (group commit).
-func (s *Server) BeforeWrite(c *resp.Conn) error {
+func (s *Service) BeforeWrite(c *resp.Conn) error {
 	cl, _ := c.Context().(*client)
 	if cl == nil || cl.pendingSeq == 0 || s.durability == nil {
 		return nil
@@ -572,7 +571,7 @@ func (s *Server) BeforeWrite(c *resp.Conn) error {
 
 // Ready implements resp.Deferrer: whether c's replies may leave without
 // waiting in BeforeWrite.
-func (s *Server) Ready(c *resp.Conn) bool {
+func (s *Service) Ready(c *resp.Conn) bool {
 	cl, _ := c.Context().(*client)
 	if cl == nil || cl.pendingSeq == 0 || s.durability == nil {
 		return true
@@ -581,7 +580,7 @@ func (s *Server) Ready(c *resp.Conn) bool {
 }
 
 // SetNotify implements resp.Deferrer.
-func (s *Server) SetNotify(fn func()) {
+func (s *Service) SetNotify(fn func()) {
 	if s.durability != nil {
 		s.durability.OnDurable(fn)
 	}
@@ -600,7 +599,7 @@ func isLoopback(addr string) bool {
 
 // Close implements resp.Handler: it forgets the client's watched keys
 // and subscriptions, and turns its tracking off.
-func (s *Server) Close(c *resp.Conn) {
+func (s *Service) Close(c *resp.Conn) {
 	if cl, _ := c.Context().(*client); cl != nil {
 		cl.closed.Store(true)
 		s.unwatchAll(cl)
@@ -609,236 +608,6 @@ func (s *Server) Close(c *resp.Conn) {
 		s.dropLeaseWaiters(cl)
 		s.dropBlocked(cl)
 	}
-}
-
-// ServeRESP implements resp.Handler: it finds the command, checks arity,
-// queues it inside MULTI, or runs it.
-func (s *Server) ServeRESP(c *resp.Conn, args [][]byte) {
-	cl := c.Context().(*client)
-	x := &cl.x
-	x.args = args
-	x.haveNow = false
-	x.locked = false
-	x.polSet = nil
-	s.dispatch(x)
-	if cl.trk.Load()&trkCaching != 0 {
-		cl.afterCommand(cl.lastCmd.Load())
-	}
-	if cl.bigKeys {
-		x.doneBigKeys()
-	}
-	x.keys = nil // as ctx.doneKeys, inlined
-	x.args = nil
-}
-
-func (s *Server) lookup(cl *client, name []byte) *Spec {
-	return s.table[string(lowerInto(cl.lower[:0], name))]
-}
-
-func (s *Server) dispatch(x *ctx) {
-	cl := x.cl
-	if cl.denied {
-		x.errorReply(msgDenied)
-		x.c.CloseAfterReply()
-		return
-	}
-	sp := s.lookup(cl, x.args[0])
-	cl.lastCmd.Store(sp) // as Redis's c->lastcmd: nil for an unknown command
-	if sp == nil {
-		s.reject(x, nil, errUnknownCommand(x.args))
-		return
-	}
-	if !sp.arityOK(len(x.args)) {
-		s.reject(x, sp, errWrongArity(sp.Name))
-		return
-	}
-	if sp.subs != nil && (len(x.args) >= 2 || sp.Run == nil) {
-		sub := sp.subs[string(lowerInto(cl.lower[:0], x.args[1]))]
-		cl.lastCmd.Store(sub)
-		if sub == nil {
-			s.reject(x, sp, errUnknownSubcommand(cstr(x.args[1]), sp.Name))
-			return
-		}
-		if !sub.arityOK(len(x.args)) {
-			s.reject(x, sub, errWrongArity(sub.Name))
-			return
-		}
-		sp = sub
-	}
-	if !cl.authed && sp.Flags&NoAuth == 0 {
-		s.reject(x, sp, msgNoAuth)
-		return
-	}
-	// The keys are resolved (hashed, and their slots computed in cluster
-	// mode) before the cluster check and queueing; call locks their shards.
-	x.resolveKeys(sp, x.db())
-	if msg := s.clusterCheck(x, sp); msg != noErr {
-		s.clusterReject(x, sp, msg)
-		return
-	}
-	if s.admitWrite != nil && (sp.Flags&Write != 0 || sp.Name == "exec" && queuedWrite(cl.queue)) {
-		if err := s.admitWrite(); err != nil {
-			s.reject(x, sp, errMisconf(err))
-			return
-		}
-	}
-	if msg := s.replCheck(cl, sp); msg != noErr {
-		s.reject(x, sp, msg)
-		return
-	}
-	// A RESP2 client in subscribed mode reads messages on its connection:
-	// only the commands that change subscriptions, PING, QUIT and RESET.
-	if !cl.resp3.Load() && cl.subscribed() && !allowedSubscribed(sp) {
-		s.reject(x, sp, errPubsubContext(sp.Name))
-		return
-	}
-	if cl.inMulti && sp.Flags&RunsInMulti == 0 {
-		if sp.Flags&NoMulti != 0 {
-			s.reject(x, sp, msgNotInMulti)
-			return
-		}
-		if msg := s.enqueue(cl, sp, x.args); msg != noErr {
-			s.reject(x, sp, msg)
-			return
-		}
-		x.status("QUEUED")
-		return
-	}
-	s.call(x, sp)
-}
-
-// queuedWrite reports whether a transaction holds a command flagged Write
-// (Redis: c->mstate.cmd_flags & CMD_WRITE).
-func queuedWrite(q []queued) bool {
-	for _, c := range q {
-		if c.spec.Flags&Write != 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// reject answers a command that can neither run nor be queued, as Redis's
-// rejectCommand does: inside MULTI it makes EXEC abort, and a rejected EXEC
-// (bad arity, no AUTH) discards the transaction and says why.
-func (s *Server) reject(x *ctx, sp *Spec, msg wireErr) {
-	cl := x.cl
-	cl.multiFailed()
-	if sp != nil {
-		sp.stats.rejected.Add(cl.shard, 1)
-		if sp.Name == "exec" { // Redis: c->cmd->proc == execCommand
-			cl.resetMulti()
-			cl.multiSeen.Store(-1)
-			s.unwatchAll(cl)
-			msg = errExecAbort(msg)
-		}
-	}
-	x.errorReply(msg)
-}
-
-// call runs sp with statistics. x.args must be set.
-func (s *Server) call(x *ctx, sp *Spec) {
-	x.spec = sp
-	x.failed = false
-	x.haveNow = false
-	// Latency is measured on the monotonic clock alone (time.Since of a
-	// fixed instant reads it once; time.Now would read the wall clock
-	// too). A command pipelined behind another starts where that one
-	// ended, so a batch of commands reads the clock once per command. The
-	// command reads the wall clock itself, once, under its shard lock:
-	// reading it here, before the lock, could let a command decide with a
-	// time older than the state another client just wrote.
-	cl := x.cl
-	var start time.Duration
-	if b := x.c.Batch(); b == cl.lastBatch && cl.lastEnd != 0 {
-		start = cl.lastEnd
-	} else {
-		start = time.Since(s.monoBase)
-		cl.lastBatch = b
-	}
-	if x.inExec || len(x.keys) == 0 {
-		sp.Run(x) // EXEC holds the locks, or there are none to take
-	} else {
-		x.runLocked(sp)
-	}
-	if sp.Flags&ReadOnly != 0 && cl.trk.Load()&trkOn != 0 {
-		s.trackRead(x, sp)
-	}
-	if !x.inExec {
-		// maxmemory with allkeys-lru: evict what this command (or, after
-		// EXEC, the transaction) added or grew beyond the cap.
-		s.ks.Evict()
-	}
-	end := time.Since(s.monoBase)
-	cl.lastEnd = end
-	d := end - start
-	sp.stats.observe(cl.shard, d.Nanoseconds())
-	s.slowlog.maybeAdd(x, d)
-	sp.stats.calls.Add(cl.shard, 1)
-	if x.failed {
-		sp.stats.failed.Add(cl.shard, 1)
-	}
-	s.cmdsTotal.Add(cl.shard, 1)
-	if sp.Flags&Write != 0 {
-		// What WAIT waits for: the stream up to this write's changes.
-		cl.replOff = s.repl.Offset()
-	}
-	if s.durability != nil && sp.Flags&Write != 0 {
-		// fsync always: this client's replies wait for the changes
-		// queued so far (its own among them) to be on disk.
-		x.cl.pendingSeq = s.durability.Seq()
-	}
-}
-
-func (s *Server) countError(msg string) {
-	code := errorCode(msg)
-	s.errMu.Lock()
-	s.errStats[code]++
-	s.errMu.Unlock()
-}
-
-func (s *Server) errorStats() []errStat {
-	s.errMu.Lock()
-	defer s.errMu.Unlock()
-	out := make([]errStat, 0, len(s.errStats))
-	for k, v := range s.errStats {
-		out = append(out, errStat{k, v})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].code < out[j].code })
-	return out
-}
-
-type errStat struct {
-	code  string
-	count int64
-}
-
-func lowerInto(dst, src []byte) []byte {
-	if len(src) > cap(dst) {
-		return append(dst[:0], "\x00"...) // longer than any name: no match
-	}
-	dst = dst[:len(src)]
-	for i, ch := range src {
-		if 'A' <= ch && ch <= 'Z' {
-			ch += 'a' - 'A'
-		}
-		dst[i] = ch
-	}
-	return dst
-}
-
-func copyArgs(args [][]byte) [][]byte {
-	n := 0
-	for _, a := range args {
-		n += len(a)
-	}
-	buf := make([]byte, 0, n)
-	out := make([][]byte, len(args))
-	for i, a := range args {
-		buf = append(buf, a...)
-		out[i] = buf[len(buf)-len(a) : len(buf) : len(buf)]
-	}
-	return out
 }
 
 func unixMilli(t time.Time) int64 { return t.UnixMilli() }
