@@ -10,6 +10,120 @@ import (
 	"github.com/tidwall/redcon"
 )
 
+// Leases (CL.ACQUIRE, CL.RELEASE): at most limit concurrent leases on a
+// key, each held by a token until it is released or its lease time ends
+// (limiter.Leases, in the key's value: see leasesOf and leasesValue in
+// cl_value.go). CL.ACQUIRE ... WAIT queues a refused client (below).
+
+// parseAcquireWait parses CL.ACQUIRE's options after token: WAIT timeout
+// [QUEUE n]. wait is 0 without WAIT.
+func parseAcquireWait(opts [][]byte) (wait int64, queue int, msg wireErr) {
+	queue = defaultLeaseQueue
+	for i := 0; i < len(opts); i++ {
+		switch {
+		case eqFold(opts[i], "wait") && wait == 0 && i+1 < len(opts):
+			d, ok := parsePeriod(opts[i+1])
+			if !ok {
+				return 0, 0, msgAcquireWait
+			}
+			wait = d
+			i++
+		case eqFold(opts[i], "queue") && i+1 < len(opts):
+			n, ok := parseRedisInt(opts[i+1])
+			if !ok || n < 1 || n > maxLeaseQueue {
+				return 0, 0, msgAcquireQueue
+			}
+			queue = int(n)
+			i++
+		default:
+			return 0, 0, msgSyntax
+		}
+	}
+	if wait == 0 && len(opts) > 0 {
+		return 0, 0, msgAcquireQueueNoWait
+	}
+	return wait, queue, noErr
+}
+
+// CL.ACQUIRE key limit lease token [WAIT timeout [QUEUE n]] [MS]
+func cmdAcquire(x *ctx) {
+	args, ms := trailingMS(x.args[1:])
+	if len(args) < 4 {
+		x.errorReply(errWrongArity(x.spec.Name))
+		return
+	}
+	wait, queue, msg := parseAcquireWait(args[4:])
+	if msg != noErr {
+		x.errorReply(msg)
+		return
+	}
+	var c check
+	if msg := c.parse(x.spec.Name, args[:4]); msg != noErr {
+		x.errorReply(msg)
+		return
+	}
+	c.ms = ms
+	k := &x.keys[0] // c.key
+	now := x.clockNS()
+	// Waiters queued before come first: give them what is free.
+	x.s.serveLeaseQueue(k, now)
+	v := k.lookup(floorDiv(now, 1e6))
+	if msg := c.decide(v, now, &x.cl.leases); msg != noErr {
+		x.errorReply(msg)
+		return
+	}
+	if c.t.limited && wait > 0 && !x.inExec {
+		lw := &leaseWaiter{
+			k:     rkey{key: append([]byte(nil), k.key...), hash: k.hash, sh: k.sh, slot: k.slot},
+			limit: c.limit, per: c.per, token: append([]byte(nil), c.token...), ms: ms,
+			deadline: now + wait, cl: x.cl,
+		}
+		// Block before the waiter can be served: resume may run as soon
+		// as the shard lock is released.
+		if x.s.lwaitRoom(lw, queue) {
+			lw.resume, _ = x.block() // Service.Close drops the waiter
+			x.s.enqueueLease(lw, queue)
+			return
+		}
+	}
+	if c.needsRoom(v) && !x.s.ks.CanInsert() {
+		x.oom()
+		return
+	}
+	c.apply(k, v, now, &x.cl.leases)
+	x.decided(c.t.limited, c.key)
+	x.tuple(c.t)
+}
+
+// CL.RELEASE key token
+func cmdRelease(x *ctx) {
+	lk := x.limiterKey()
+	k, now, v := lk.k, lk.now, lk.v
+	if v == nil {
+		x.int(0)
+		return
+	}
+	if v.Kind != keyspace.KindLeases {
+		x.errorReply(msgWrongType)
+		return
+	}
+	ls := leasesOf(v, &x.cl.leases)
+	released, exp := ls.Release(now, x.args[2])
+	if ls.Held(now) == 0 {
+		k.del(lk.nowMS)
+	} else {
+		k.replace(v, leasesValue(ls, &x.cl.leases, exp))
+	}
+	x.s.serveLeaseQueue(k, now) // a waiter may take what was freed
+	if released {
+		x.int(1)
+	} else {
+		x.int(0)
+	}
+}
+
+// The WAIT queue.
+//
 // CL.ACQUIRE ... WAIT timeout [QUEUE n]: a client refused a lease waits,
 // blocked (resp.Conn.Block: no goroutine or server thread is held), in a
 // FIFO queue per key until a lease frees or its timeout passes.
@@ -235,86 +349,6 @@ func (s *Service) serveLeaseQueues() bool {
 		qk.sh.Unlock()
 	}
 	return true
-}
-
-// parseAcquireWait parses CL.ACQUIRE's options after token: WAIT timeout
-// [QUEUE n]. wait is 0 without WAIT.
-func parseAcquireWait(opts [][]byte) (wait int64, queue int, msg wireErr) {
-	queue = defaultLeaseQueue
-	for i := 0; i < len(opts); i++ {
-		switch {
-		case eqFold(opts[i], "wait") && wait == 0 && i+1 < len(opts):
-			d, ok := parsePeriod(opts[i+1])
-			if !ok {
-				return 0, 0, msgAcquireWait
-			}
-			wait = d
-			i++
-		case eqFold(opts[i], "queue") && i+1 < len(opts):
-			n, ok := parseRedisInt(opts[i+1])
-			if !ok || n < 1 || n > maxLeaseQueue {
-				return 0, 0, msgAcquireQueue
-			}
-			queue = int(n)
-			i++
-		default:
-			return 0, 0, msgSyntax
-		}
-	}
-	if wait == 0 && len(opts) > 0 {
-		return 0, 0, msgAcquireQueueNoWait
-	}
-	return wait, queue, noErr
-}
-
-// CL.ACQUIRE key limit lease token [WAIT timeout [QUEUE n]] [MS]
-func cmdAcquire(x *ctx) {
-	args, ms := trailingMS(x.args[1:])
-	if len(args) < 4 {
-		x.errorReply(errWrongArity(x.spec.Name))
-		return
-	}
-	wait, queue, msg := parseAcquireWait(args[4:])
-	if msg != noErr {
-		x.errorReply(msg)
-		return
-	}
-	var c check
-	if msg := c.parse(x.spec.Name, args[:4]); msg != noErr {
-		x.errorReply(msg)
-		return
-	}
-	c.ms = ms
-	k := &x.keys[0] // c.key
-	now := x.clockNS()
-	// Waiters queued before come first: give them what is free.
-	x.s.serveLeaseQueue(k, now)
-	v := k.lookup(floorDiv(now, 1e6))
-	if msg := c.decide(v, now, &x.cl.leases); msg != noErr {
-		x.errorReply(msg)
-		return
-	}
-	if c.t.limited && wait > 0 && !x.inExec {
-		lw := &leaseWaiter{
-			k:     rkey{key: append([]byte(nil), k.key...), hash: k.hash, sh: k.sh, slot: k.slot},
-			limit: c.limit, per: c.per, token: append([]byte(nil), c.token...), ms: ms,
-			deadline: now + wait, cl: x.cl,
-		}
-		// Block before the waiter can be served: resume may run as soon
-		// as the shard lock is released.
-		if x.s.lwaitRoom(lw, queue) {
-			lw.resume, _ = x.block() // Service.Close drops the waiter
-			x.s.enqueueLease(lw, queue)
-			return
-		}
-	}
-	if c.needsRoom(v) && !x.s.ks.CanInsert() {
-		x.oom()
-		return
-	}
-	c.apply(k, v, now, &x.cl.leases)
-	x.decided(c.t.limited, c.key)
-	x.tuple(c.t)
 }
 
 // lwaitRoom reports whether lw's queue holds fewer than max waiters.

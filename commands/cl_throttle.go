@@ -1,11 +1,9 @@
 package commands
 
 import (
-	"time"
 	"unicode/utf8"
 
 	"github.com/cellserver/cellserver/gcra"
-	"github.com/cellserver/cellserver/keyspace"
 )
 
 // CL.THROTTLE <key> <max_burst> <count per period> <period> [<quantity>]
@@ -33,32 +31,25 @@ func cmdThrottle(x *ctx) {
 		x.errorReply(msg)
 		return
 	}
-	k := &x.keys[0]
-	now := x.clockNS()
-	nowMS := floorDiv(now, 1e6)
-	v := k.lookup(nowMS)
-	sv := limiterState(v, nowMS) // v, unless only its reservations live
-	tat, msg := storedTAT(sv)
-	if msg != noErr {
-		x.errorReply(msg)
+	lk, tat, exists, ok := x.gcraKey()
+	if !ok {
 		return
 	}
-	r, err := gcra.Decide(now, tat, sv != nil, p)
+	r, err := gcra.Decide(lk.now, tat, exists, p)
 	if err != nil { // unreachable: the rate was checked above
 		x.errorReply(msgCellZeroRate)
 		return
 	}
-	if r.Store && v == nil && !x.s.ks.CanInsert() {
+	if r.Store && lk.v == nil && !x.s.ks.CanInsert() {
 		x.oom()
 		return
 	}
 	if r.Store {
-		nv := keyspace.Value{Kind: keyspace.KindGCRA, N: r.NewTAT}
+		exp := int64(0)
 		if r.TTLMillis >= 0 {
-			nv.Exp = nowMS + r.TTLMillis
+			exp = lk.nowMS + r.TTLMillis
 		}
-		keepReservations(v, &nv, now)
-		k.replace(v, nv)
+		lk.storeGCRA(r.NewTAT, exp)
 		if r.TTLMillis < -1 {
 			// redis-cell has written the value already and SetExpire fails:
 			// the key stays, without a TTL, and the client gets an error.
@@ -66,28 +57,8 @@ func cmdThrottle(x *ctx) {
 			return
 		}
 	}
-	x.decided(r.Limited, k.key)
+	x.decided(r.Limited, lk.k.key)
 	x.tuple(tuple{r.Limited, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter})
-}
-
-// storedTAT reads the TAT of a CL.THROTTLE key (0 when v is nil): a GCRA
-// value, or a string holding a u64 as redis-cell reads it. Anything else
-// gets an error text.
-func storedTAT(v *keyspace.Value) (uint64, wireErr) {
-	if v == nil {
-		return 0, noErr
-	}
-	switch v.Kind {
-	case keyspace.KindGCRA:
-		return v.N, noErr
-	case keyspace.KindString:
-		n, ok := parseRustU64(v.Obj.([]byte))
-		if !ok {
-			return 0, msgCellBadStored
-		}
-		return n, noErr
-	}
-	return 0, msgWrongType
 }
 
 // throttleParams parses max_burst, count, period and the optional quantity
@@ -95,30 +66,4 @@ func storedTAT(v *keyspace.Value) (uint64, wireErr) {
 // zero rate, as redis-cell does; it returns an error or noErr.
 func throttleParams(nums [][]byte) (gcra.Params, wireErr) {
 	return gcraParams(nums, false)
-}
-
-// gcraParams is throttleParams; with durations (CL.PEEK) the period may
-// also be a Go duration such as 250ms (Params.PeriodNS), and a bad one is
-// reported as a bad integer, as redis-cell reports its argument.
-func gcraParams(nums [][]byte, durations bool) (gcra.Params, wireErr) {
-	var v [4]int64
-	v[3] = 1
-	var periodNS int64
-	for i, a := range nums {
-		n, ok := parseRustI64(a)
-		if !ok && i == 2 && durations {
-			if d, err := time.ParseDuration(string(a)); err == nil && d > 0 {
-				periodNS, ok = int64(d), true
-			}
-		}
-		if !ok {
-			return gcra.Params{}, errCellParseInt(a)
-		}
-		v[i] = n
-	}
-	p := gcra.Params{MaxBurst: v[0], Count: v[1], Period: v[2], PeriodNS: periodNS, Quantity: v[3]}
-	if p.EmissionIntervalNS() == 0 {
-		return p, msgCellZeroRate // checked before the key is looked at
-	}
-	return p, noErr
 }
