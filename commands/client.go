@@ -116,26 +116,6 @@ type client struct {
 	libVer  string
 }
 
-type queued struct {
-	spec  *Spec
-	args  [][]byte
-	nkeys int // its keys, resolved by EXEC (resolveQueue)
-}
-
-func (cl *client) multiFailed() {
-	if cl.inMulti {
-		cl.multiBad = true
-	}
-}
-
-func (cl *client) resetMulti() {
-	cl.inMulti = false
-	cl.multiBad = false
-	cl.queue = nil
-	cl.queueBytes = 0
-	cl.multiMem.Store(0)
-}
-
 // ctx is the execution context of one command. Reply helpers append to the
 // connection's output buffer with redcon's appenders.
 type ctx struct {

@@ -3,12 +3,12 @@ package commands
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"math"
 	"strconv"
 	"strings"
 	"time"
 	"unsafe"
 
-	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/resp"
 )
 
@@ -473,228 +473,249 @@ func splitPending(n int) (obl, oll, omem int) {
 	return obl, oll, omem
 }
 
-func cmdMulti(x *ctx) {
-	if x.cl.inMulti {
-		x.errorReply(msgNoMulti)
-		return
+// clientTypeByName parses a client type, case-insensitively; ok is false
+// for an unknown one.
+func clientTypeByName(b []byte) (typ int, ok bool) {
+	switch strings.ToLower(string(b)) {
+	case "normal":
+		return clientNormal, true
+	case "slave", "replica":
+		return clientReplica, true
+	case "pubsub":
+		return clientPubsub, true
+	case "master":
+		return clientMaster, true
 	}
-	x.cl.inMulti = true
-	x.cl.multiSeen.Store(0)
-	x.ok()
+	return 0, false
 }
 
-func cmdDiscard(x *ctx) {
-	if !x.cl.inMulti {
-		x.errorReply(msgDiscardNoMult)
-		return
+// clientType is the type of a resp client: pubsub while subscribed,
+// normal otherwise. Replication links are not resp clients.
+func (cl *client) clientType() int {
+	if cl.subscribed() {
+		return clientPubsub
 	}
-	x.cl.resetMulti()
-	x.cl.multiSeen.Store(-1)
-	x.s.unwatchAll(x.cl)
-	x.ok()
+	return clientNormal
 }
 
-// The defaults of Config.MultiMaxCommands and Config.MultiMaxBytes. EXEC
-// runs its queue holding every shard lock, so these bound how long one
-// transaction keeps every other client waiting (about 4 ms for 10000
-// CL.THROTTLE: BenchmarkExecFullQueue), as well as its memory.
-const (
-	DefaultMultiMaxCommands       = 10000
-	DefaultMultiMaxBytes    int64 = 64 << 20
-)
-
-// queuedArgBytes is what a queued command costs beyond its arguments'
-// bytes, per argument: the slice header that holds it.
-const queuedArgBytes = 24
-
-// queuedSize is what queuing args counts against Config.MultiMaxBytes:
-// the arguments' bytes plus queuedArgBytes each.
-func queuedSize(args [][]byte) int64 {
-	n := int64(len(args)) * queuedArgBytes
-	for _, a := range args {
-		n += int64(len(a))
-	}
-	return n
+// killFilter is what CLIENT KILL matches; every field set must match.
+type killFilter struct {
+	addr, laddr string
+	hasAddr     bool
+	hasLaddr    bool
+	typ         int
+	hasType     bool
+	id          int64 // 0: any
+	maxAge      int64 // seconds; 0: any
+	skipMe      bool
 }
 
-// enqueue queues a command inside MULTI and returns noErr, or the error that
-// refuses it when the queue would pass its limits. Once the transaction
-// is bound to abort (multiBad), commands are answered QUEUED but not kept,
-// as Redis does: EXEC will not run them.
-func (s *Service) enqueue(cl *client, sp *Spec, args [][]byte) wireErr {
-	if cl.multiBad {
-		return noErr
-	}
-	if len(cl.queue) >= s.multiMax {
-		return msgMultiQueueCmds
-	}
-	size := queuedSize(args)
-	if size > s.multiBytes-cl.queueBytes {
-		return msgMultiQueueBytes
-	}
-	cl.queueBytes += size
-	cl.multiMem.Store(cl.queueBytes)
-	cl.queue = append(cl.queue, queued{spec: sp, args: copyArgs(args)})
-	cl.multiSeen.Store(int32(len(cl.queue)))
-	return noErr
-}
-
-// EXEC runs the queued commands with the locks of every shard they touch
-// held (and of the shards of the keys the client watches), so no other
-// client's command can interleave with them; a client on other shards is
-// not held up. A transaction with a command that needs more than its
-// keys (WholeKeyspace) holds every shard lock. EXEC answers a null array
-// instead when a watched key changed (see cmd_watch.go); either way the
-// client's watched keys are forgotten. Each queued command runs through
-// Service.call, as a command outside MULTI does, with its keys resolved
-// once.
-func cmdExec(x *ctx) {
-	cl := x.cl
-	if !cl.inMulti {
-		x.errorReply(msgExecNoMulti)
-		return
-	}
-	queue, bad := cl.queue, cl.multiBad
-	cl.resetMulti()
-	cl.multiSeen.Store(-1)
-	if bad {
-		x.s.unwatchAll(cl)
-		x.errorReply(msgExecAbort)
-		return
-	}
-	if len(queue) == 0 {
-		// Nothing runs: the check needs no lock.
-		broken := x.watchBroken()
-		x.s.unwatchAll(cl)
-		if broken {
-			x.nullArray()
-			return
+// CLIENT KILL ip:port
+// CLIENT KILL [ID id] [TYPE normal|master|replica|slave|pubsub] [ADDR
+// ip:port] [LADDR ip:port] [USER username] [SKIPME yes|no] [MAXAGE secs]
+//
+// As Redis 7.0 (networking.c clientCommand): the old form kills the
+// client at that address, the caller included, and answers +OK or "No
+// such client"; the filter form kills every client matching all its
+// filters, skipping the caller unless SKIPME no, and answers the count.
+// The caller itself, when killed, gets its reply first (CloseAfterReply),
+// so a CLIENT KILL inside MULTI still delivers the EXEC reply. MAXAGE
+// (Redis 7.4: only clients connected for more than that many seconds) is
+// accepted too. TYPE master and replica reach the replication links
+// through Config.KillReplicationLinks: those links are not resp clients,
+// so the ID, ADDR, LADDR and MAXAGE filters never match them.
+func cmdClientKill(x *ctx) {
+	f := killFilter{skipMe: true}
+	args := x.args[2:]
+	if len(args) == 1 {
+		f.addr, f.hasAddr, f.skipMe = string(args[0]), true, false
+	} else {
+		for i := 0; i < len(args); i += 2 {
+			if i+1 >= len(args) {
+				x.errorReply(msgSyntax)
+				return
+			}
+			v := args[i+1]
+			switch strings.ToLower(string(args[i])) {
+			case "id":
+				n, ok := parseRedisInt(v)
+				if !ok || n < 1 {
+					x.errorReply(msgClientKillID)
+					return
+				}
+				f.id = n
+			case "type":
+				typ, ok := clientTypeByName(v)
+				if !ok {
+					x.errorReply(errClientType(v))
+					return
+				}
+				f.typ, f.hasType = typ, true
+			case "addr":
+				f.addr, f.hasAddr = string(v), true
+			case "laddr":
+				f.laddr, f.hasLaddr = string(v), true
+			case "user":
+				if string(v) != "default" {
+					x.errorReply(errNoSuchUser(v))
+					return
+				}
+			case "skipme":
+				switch {
+				case eqFold(v, "yes"):
+					f.skipMe = true
+				case eqFold(v, "no"):
+					f.skipMe = false
+				default:
+					x.errorReply(msgSyntax)
+					return
+				}
+			case "maxage":
+				n, ok := parseRedisInt(v)
+				if !ok || n < 0 {
+					x.errorReply(msgClientKillMaxAge)
+					return
+				}
+				f.maxAge = n
+			default:
+				x.errorReply(msgSyntax)
+				return
+			}
 		}
-		x.array(0)
-		return
 	}
-	whole := false
-	for _, q := range queue {
-		if q.spec.Flags&WholeKeyspace != 0 {
-			whole = true
-			break
-		}
-	}
-	var keys []execKey // every queued command's keys, in queue order
-	if whole {
-		x.s.ks.LockAll()
-		defer x.s.ks.UnlockAll()
-		if cl.noloop {
-			cl.heldAll.Store(true)
-			defer cl.heldAll.Store(false)
+	killed, self := x.s.killClients(x, f)
+	if len(args) == 1 {
+		if killed == 0 {
+			x.errorReply(msgNoSuchClient)
+		} else {
+			x.ok()
 		}
 	} else {
-		var shards []*keyspace.Shard
-		keys, shards = x.resolveQueue(queue)
-		// Cluster mode checks the queued commands' slots (execKey.slot)
-		// again here, before the locks are taken.
-		x.lockShards(shards)
-		defer x.unlockShards()
+		x.int(killed)
 	}
-	if len(cl.watched) > 0 {
-		broken := x.watchBroken()
-		x.s.unwatchAll(cl)
-		if broken {
-			x.nullArray()
-			return
-		}
+	if self {
+		x.c.CloseAfterReply()
 	}
-	x.array(len(queue))
-	outer := *x
-	x.locked, x.inExec = whole, true
-	for _, q := range queue {
-		x.args = q.args
-		if whole {
-			// SELECT may have changed the database: resolved as it runs.
-			x.resolveKeys(q.spec, x.db())
-		} else {
-			// Their hashes (and slots) as resolveQueue found them.
-			if q.nkeys > 0 {
-				x.pre, keys = keys[:q.nkeys], keys[q.nkeys:]
-			}
-			x.resolveKeys(q.spec, x.db())
-			x.pre = nil // used up
-		}
-		x.s.call(x, q.spec)
-	}
-	x.args, x.spec, x.failed, x.locked, x.inExec = outer.args, outer.spec, false, false, false
-	x.keys, x.locks, x.heldSet = outer.keys, outer.locks, outer.heldSet
 }
 
-// execKey is a queued command's key as EXEC resolved it (resolveQueue),
-// without its bytes and shard, which the hash finds again as the command
-// runs: a buffer without pointers costs the garbage collector nothing.
-type execKey struct {
-	hash uint64
-	slot uint16
+// killClients closes the clients f matches and returns how many it
+// matched; self reports that the caller is among them (it is closed
+// after its reply, by the caller).
+func (s *Service) killClients(x *ctx, f killFilter) (killed int64, self bool) {
+	if f.hasType && (f.typ == clientMaster || f.typ == clientReplica) {
+		if f.id != 0 || f.hasAddr || f.hasLaddr || f.maxAge != 0 || s.killRepl == nil {
+			return 0, false
+		}
+		kind := "replica"
+		if f.typ == clientMaster {
+			kind = "master"
+		}
+		return int64(s.killRepl(kind)), false
+	}
+	n := s.net.Load()
+	if n == nil {
+		return 0, false
+	}
+	now := time.Now()
+	var victims []*resp.Conn
+	n.Range(func(c *resp.Conn) bool {
+		cl, _ := c.Context().(*client)
+		if cl == nil || cl.killed.Load() || cl.closed.Load() {
+			return true
+		}
+		switch {
+		case f.hasAddr && c.RemoteAddr() != f.addr,
+			f.hasLaddr && c.LocalAddr() != f.laddr,
+			f.hasType && cl.clientType() != f.typ,
+			f.id != 0 && c.ID() != f.id,
+			f.maxAge != 0 && int64(now.Sub(c.Created())/time.Second) <= f.maxAge,
+			c == x.c && f.skipMe:
+			return true
+		}
+		victims = append(victims, c)
+		return true
+	})
+	for _, c := range victims {
+		if c == x.c {
+			self = true
+			continue
+		}
+		cl := c.Context().(*client)
+		if !cl.killed.CompareAndSwap(false, true) {
+			continue // another CLIENT KILL got it first
+		}
+		killed++
+		c.Kill()
+		// As Redis frees the client at once, its subscriptions end now,
+		// not when its connection's goroutine gets to Service.Close.
+		s.pubsub.drop(cl)
+	}
+	if self {
+		killed++
+	}
+	return killed, self
 }
 
-// resolveQueue resolves the keys of a transaction's commands (none needs
-// the whole keyspace, so all run in the current database), recording
-// each command's count in its nkeys. It returns their hashes, in queue
-// order, and the shards to lock, each once, in the lock order: those of
-// the keys, and those of the keys the client watches, so that a change to
-// a watched key is either before EXEC's check or after the transaction.
-func (x *ctx) resolveQueue(queue []queued) ([]execKey, []*keyspace.Shard) {
-	cl := x.cl
-	db := x.db()
-	if cap(cl.execKeys) < len(queue) {
-		cl.execKeys = make([]execKey, 0, len(queue)) // one key a command, as a rule
-	}
-	all := cl.execKeys[:0]
-	shards := cl.lockMore[:0]
-	marks := db.NumShards() <= markedShards
-	if w := (db.NumShards() + 63) / 64; marks && len(cl.marks) < w {
-		cl.marks = make([]uint64, w)
-	}
-	args := x.args
-	for i := range queue {
-		q := &queue[i]
-		var one [1]rkey
-		keys := x.keys[:0]
-		if sp := q.spec; sp.FirstKey > 0 && sp.FirstKey == sp.LastKey && sp.Keys == nil && sp.derive == nil {
-			// One key, in short (as resolveKeys).
-			if sp.FirstKey < len(q.args) {
-				x.setKey(&one[0], db, q.args[sp.FirstKey])
-				keys = one[:]
-			}
-		} else {
-			x.args = q.args
-			x.resolveKeys(sp, db)
-			keys = x.keys
-		}
-		q.nkeys = len(keys)
-		for j := range keys {
-			k := &keys[j]
-			all = append(all, execKey{hash: k.hash, slot: k.slot})
-			if !marks {
-				shards = append(shards, k.sh)
-				continue
-			}
-			// One entry per shard, so that sorting takes at most a
-			// database's shards, however many keys.
-			_, s := k.sh.Order()
-			if bit := uint64(1) << (s % 64); cl.marks[s/64]&bit == 0 {
-				cl.marks[s/64] |= bit
-				shards = append(shards, k.sh)
-			}
-		}
-	}
-	if marks {
-		for _, sh := range shards {
-			_, s := sh.Order()
-			cl.marks[s/64] = 0
-		}
-	}
-	for _, wk := range cl.watched {
-		shards = append(shards, x.s.ks.DB(wk.db).Shard([]byte(wk.key)))
-	}
-	cl.execKeys, cl.lockMore, cl.bigKeys = all, shards, true
-	x.args, x.keys = args, nil
-	return all, orderShards(shards)
+func cmdClientHelp(x *ctx) {
+	helpReply(x,
+		"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+		"GETNAME",
+		"    Return the name of the current connection.",
+		"ID",
+		"    Return the ID of the current connection.",
+		"INFO",
+		"    Return information about the current client connection.",
+		"KILL <ip:port>",
+		"    Kill connection made from <ip:port>.",
+		"KILL <option> <value> [<option> <value> [...]]",
+		"    Kill connections. Options are:",
+		"    * ADDR (<ip:port>|<unixsocket>:0)",
+		"      Kill connections made from the specified address",
+		"    * LADDR (<ip:port>|<unixsocket>:0)",
+		"      Kill connections made to specified local address",
+		"    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+		"      Kill connections by type.",
+		"    * USER <username>",
+		"      Kill connections authenticated by <username>.",
+		"    * SKIPME (YES|NO)",
+		"      Skip killing current connection (default: yes).",
+		"LIST [TYPE (NORMAL|MASTER|REPLICA|PUBSUB)] [ID <id> [<id> ...]]",
+		"    Return information about client connections.",
+		"SETINFO <option> <value>",
+		"    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
+		"SETNAME <name>",
+		"    Assign the name <name> to the current connection.",
+		"HELP",
+		"    Prints this help.")
 }
+
+func cmdSelect(x *ctx) {
+	n, ok := parseRedisInt(x.args[1])
+	if !ok {
+		x.errorReply(msgNotInt)
+		return
+	}
+	if n < math.MinInt32 || n > math.MaxInt32 { // Redis reads an int first
+		x.errorReply(msgIntRange)
+		return
+	}
+	if x.s.cluster != nil && n != 0 {
+		x.errorReply(msgSelectCluster)
+		return
+	}
+	if n < 0 || n >= int64(x.s.ks.NumDB()) {
+		x.errorReply(msgDBIndex)
+		return
+	}
+	x.cl.db.Store(int32(n))
+	x.ok()
+}
+
+// Client types of CLIENT KILL TYPE and CLIENT LIST TYPE (Redis's
+// getClientTypeByName).
+const (
+	clientNormal = iota
+	clientReplica
+	clientPubsub
+	clientMaster
+)

@@ -430,39 +430,6 @@ func cmdConfigHelp(x *ctx) {
 		"    Prints this help.")
 }
 
-func cmdClientHelp(x *ctx) {
-	helpReply(x,
-		"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-		"GETNAME",
-		"    Return the name of the current connection.",
-		"ID",
-		"    Return the ID of the current connection.",
-		"INFO",
-		"    Return information about the current client connection.",
-		"KILL <ip:port>",
-		"    Kill connection made from <ip:port>.",
-		"KILL <option> <value> [<option> <value> [...]]",
-		"    Kill connections. Options are:",
-		"    * ADDR (<ip:port>|<unixsocket>:0)",
-		"      Kill connections made from the specified address",
-		"    * LADDR (<ip:port>|<unixsocket>:0)",
-		"      Kill connections made to specified local address",
-		"    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
-		"      Kill connections by type.",
-		"    * USER <username>",
-		"      Kill connections authenticated by <username>.",
-		"    * SKIPME (YES|NO)",
-		"      Skip killing current connection (default: yes).",
-		"LIST [TYPE (NORMAL|MASTER|REPLICA|PUBSUB)] [ID <id> [<id> ...]]",
-		"    Return information about client connections.",
-		"SETINFO <option> <value>",
-		"    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
-		"SETNAME <name>",
-		"    Assign the name <name> to the current connection.",
-		"HELP",
-		"    Prints this help.")
-}
-
 // INFO [section [section ...]]: the sections named (case-insensitive),
 // "default" (no argument: the same), "all" or "everything", in
 // infoSections' order.
@@ -513,4 +480,33 @@ func executable() string {
 		return ""
 	}
 	return p
+}
+
+func cmdDBSize(x *ctx) { x.int(int64(x.db().Size(x.locked))) }
+
+func cmdFlushDB(x *ctx) {
+	if !flushArgsOK(x) {
+		return
+	}
+	x.db().Flush(x.locked)
+	x.ok()
+}
+
+func cmdFlushAll(x *ctx) {
+	if !flushArgsOK(x) {
+		return
+	}
+	x.s.ks.FlushAll(x.locked)
+	x.ok()
+}
+
+func flushArgsOK(x *ctx) bool {
+	if len(x.args) == 2 && (eqFold(x.args[1], "async") || eqFold(x.args[1], "sync")) {
+		return true
+	}
+	if len(x.args) > 1 {
+		x.errorReply(msgSyntax)
+		return false
+	}
+	return true
 }

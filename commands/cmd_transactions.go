@@ -8,6 +8,258 @@ import (
 	"github.com/cellserver/cellserver/keyspace"
 )
 
+// MULTI, EXEC and DISCARD: transactions, with Redis 7.0's semantics
+// (src/multi.c). MULTI queues copies of the commands (Service.enqueue),
+// EXEC runs them with the locks of every shard they and the watched keys
+// are on; WATCH and UNWATCH (below) make EXEC abort when a watched key
+// changed.
+
+func cmdMulti(x *ctx) {
+	if x.cl.inMulti {
+		x.errorReply(msgNoMulti)
+		return
+	}
+	x.cl.inMulti = true
+	x.cl.multiSeen.Store(0)
+	x.ok()
+}
+
+func cmdDiscard(x *ctx) {
+	if !x.cl.inMulti {
+		x.errorReply(msgDiscardNoMult)
+		return
+	}
+	x.cl.resetMulti()
+	x.cl.multiSeen.Store(-1)
+	x.s.unwatchAll(x.cl)
+	x.ok()
+}
+
+// The defaults of Config.MultiMaxCommands and Config.MultiMaxBytes. EXEC
+// runs its queue holding every shard lock, so these bound how long one
+// transaction keeps every other client waiting (about 4 ms for 10000
+// CL.THROTTLE: BenchmarkExecFullQueue), as well as its memory.
+const (
+	DefaultMultiMaxCommands       = 10000
+	DefaultMultiMaxBytes    int64 = 64 << 20
+)
+
+// queuedArgBytes is what a queued command costs beyond its arguments'
+// bytes, per argument: the slice header that holds it.
+const queuedArgBytes = 24
+
+// queuedSize is what queuing args counts against Config.MultiMaxBytes:
+// the arguments' bytes plus queuedArgBytes each.
+func queuedSize(args [][]byte) int64 {
+	n := int64(len(args)) * queuedArgBytes
+	for _, a := range args {
+		n += int64(len(a))
+	}
+	return n
+}
+
+// enqueue queues a command inside MULTI and returns noErr, or the error that
+// refuses it when the queue would pass its limits. Once the transaction
+// is bound to abort (multiBad), commands are answered QUEUED but not kept,
+// as Redis does: EXEC will not run them.
+func (s *Service) enqueue(cl *client, sp *Spec, args [][]byte) wireErr {
+	if cl.multiBad {
+		return noErr
+	}
+	if len(cl.queue) >= s.multiMax {
+		return msgMultiQueueCmds
+	}
+	size := queuedSize(args)
+	if size > s.multiBytes-cl.queueBytes {
+		return msgMultiQueueBytes
+	}
+	cl.queueBytes += size
+	cl.multiMem.Store(cl.queueBytes)
+	cl.queue = append(cl.queue, queued{spec: sp, args: copyArgs(args)})
+	cl.multiSeen.Store(int32(len(cl.queue)))
+	return noErr
+}
+
+// EXEC runs the queued commands with the locks of every shard they touch
+// held (and of the shards of the keys the client watches), so no other
+// client's command can interleave with them; a client on other shards is
+// not held up. A transaction with a command that needs more than its
+// keys (WholeKeyspace) holds every shard lock. EXEC answers a null array
+// instead when a watched key changed (see cmd_watch.go); either way the
+// client's watched keys are forgotten. Each queued command runs through
+// Service.call, as a command outside MULTI does, with its keys resolved
+// once.
+func cmdExec(x *ctx) {
+	cl := x.cl
+	if !cl.inMulti {
+		x.errorReply(msgExecNoMulti)
+		return
+	}
+	queue, bad := cl.queue, cl.multiBad
+	cl.resetMulti()
+	cl.multiSeen.Store(-1)
+	if bad {
+		x.s.unwatchAll(cl)
+		x.errorReply(msgExecAbort)
+		return
+	}
+	if len(queue) == 0 {
+		// Nothing runs: the check needs no lock.
+		broken := x.watchBroken()
+		x.s.unwatchAll(cl)
+		if broken {
+			x.nullArray()
+			return
+		}
+		x.array(0)
+		return
+	}
+	whole := false
+	for _, q := range queue {
+		if q.spec.Flags&WholeKeyspace != 0 {
+			whole = true
+			break
+		}
+	}
+	var keys []execKey // every queued command's keys, in queue order
+	if whole {
+		x.s.ks.LockAll()
+		defer x.s.ks.UnlockAll()
+		if cl.noloop {
+			cl.heldAll.Store(true)
+			defer cl.heldAll.Store(false)
+		}
+	} else {
+		var shards []*keyspace.Shard
+		keys, shards = x.resolveQueue(queue)
+		// Cluster mode checks the queued commands' slots (execKey.slot)
+		// again here, before the locks are taken.
+		x.lockShards(shards)
+		defer x.unlockShards()
+	}
+	if len(cl.watched) > 0 {
+		broken := x.watchBroken()
+		x.s.unwatchAll(cl)
+		if broken {
+			x.nullArray()
+			return
+		}
+	}
+	x.array(len(queue))
+	outer := *x
+	x.locked, x.inExec = whole, true
+	for _, q := range queue {
+		x.args = q.args
+		if whole {
+			// SELECT may have changed the database: resolved as it runs.
+			x.resolveKeys(q.spec, x.db())
+		} else {
+			// Their hashes (and slots) as resolveQueue found them.
+			if q.nkeys > 0 {
+				x.pre, keys = keys[:q.nkeys], keys[q.nkeys:]
+			}
+			x.resolveKeys(q.spec, x.db())
+			x.pre = nil // used up
+		}
+		x.s.call(x, q.spec)
+	}
+	x.args, x.spec, x.failed, x.locked, x.inExec = outer.args, outer.spec, false, false, false
+	x.keys, x.locks, x.heldSet = outer.keys, outer.locks, outer.heldSet
+}
+
+// execKey is a queued command's key as EXEC resolved it (resolveQueue),
+// without its bytes and shard, which the hash finds again as the command
+// runs: a buffer without pointers costs the garbage collector nothing.
+type execKey struct {
+	hash uint64
+	slot uint16
+}
+
+// resolveQueue resolves the keys of a transaction's commands (none needs
+// the whole keyspace, so all run in the current database), recording
+// each command's count in its nkeys. It returns their hashes, in queue
+// order, and the shards to lock, each once, in the lock order: those of
+// the keys, and those of the keys the client watches, so that a change to
+// a watched key is either before EXEC's check or after the transaction.
+func (x *ctx) resolveQueue(queue []queued) ([]execKey, []*keyspace.Shard) {
+	cl := x.cl
+	db := x.db()
+	if cap(cl.execKeys) < len(queue) {
+		cl.execKeys = make([]execKey, 0, len(queue)) // one key a command, as a rule
+	}
+	all := cl.execKeys[:0]
+	shards := cl.lockMore[:0]
+	marks := db.NumShards() <= markedShards
+	if w := (db.NumShards() + 63) / 64; marks && len(cl.marks) < w {
+		cl.marks = make([]uint64, w)
+	}
+	args := x.args
+	for i := range queue {
+		q := &queue[i]
+		var one [1]rkey
+		keys := x.keys[:0]
+		if sp := q.spec; sp.FirstKey > 0 && sp.FirstKey == sp.LastKey && sp.Keys == nil && sp.derive == nil {
+			// One key, in short (as resolveKeys).
+			if sp.FirstKey < len(q.args) {
+				x.setKey(&one[0], db, q.args[sp.FirstKey])
+				keys = one[:]
+			}
+		} else {
+			x.args = q.args
+			x.resolveKeys(sp, db)
+			keys = x.keys
+		}
+		q.nkeys = len(keys)
+		for j := range keys {
+			k := &keys[j]
+			all = append(all, execKey{hash: k.hash, slot: k.slot})
+			if !marks {
+				shards = append(shards, k.sh)
+				continue
+			}
+			// One entry per shard, so that sorting takes at most a
+			// database's shards, however many keys.
+			_, s := k.sh.Order()
+			if bit := uint64(1) << (s % 64); cl.marks[s/64]&bit == 0 {
+				cl.marks[s/64] |= bit
+				shards = append(shards, k.sh)
+			}
+		}
+	}
+	if marks {
+		for _, sh := range shards {
+			_, s := sh.Order()
+			cl.marks[s/64] = 0
+		}
+	}
+	for _, wk := range cl.watched {
+		shards = append(shards, x.s.ks.DB(wk.db).Shard([]byte(wk.key)))
+	}
+	cl.execKeys, cl.lockMore, cl.bigKeys = all, shards, true
+	x.args, x.keys = args, nil
+	return all, orderShards(shards)
+}
+
+type queued struct {
+	spec  *Spec
+	args  [][]byte
+	nkeys int // its keys, resolved by EXEC (resolveQueue)
+}
+
+func (cl *client) multiFailed() {
+	if cl.inMulti {
+		cl.multiBad = true
+	}
+}
+
+func (cl *client) resetMulti() {
+	cl.inMulti = false
+	cl.multiBad = false
+	cl.queue = nil
+	cl.queueBytes = 0
+	cl.multiMem.Store(0)
+}
+
 // WATCH and UNWATCH: optimistic transactions, with Redis 7.0's semantics
 // (src/multi.c). EXEC answers a null array instead of running its queue
 // when a key the client watches was changed since WATCH by anyone (the
