@@ -15,7 +15,7 @@ import (
 func cmdAll(x *ctx) {
 	// The client's buffer holds up to four checks without allocating, and
 	// without zeroing four checks on every call.
-	checks, msg := parseChecks(x.cl.checks[:0], x.args[1:])
+	checks, msg := parseChecks(x.cl.scratch.checks[:0], x.args[1:])
 	if msg != noErr {
 		x.errorReply(msg)
 		return
@@ -53,7 +53,7 @@ func runAll(x *ctx, checks []check, keys []rkey) (admitted bool, limitedKey []by
 	admitted = true
 	for i := range checks {
 		vals[i] = keys[i].lookup(nowMS)
-		if msg := checks[i].decide(vals[i], now, &x.cl.leases); msg != noErr {
+		if msg := checks[i].decide(vals[i], now, &x.cl.scratch.leases); msg != noErr {
 			x.errorReply(msg)
 			return false, nil, false
 		}
@@ -82,7 +82,7 @@ func runAll(x *ctx, checks []check, keys []rkey) (admitted bool, limitedKey []by
 			if len(checks) > 1 {
 				v = keys[i].peek(nowMS)
 			}
-			checks[i].apply(&keys[i], v, now, &x.cl.leases)
+			checks[i].apply(&keys[i], v, now, &x.cl.scratch.leases)
 		}
 	}
 	return admitted, limitedKey, true

@@ -106,7 +106,7 @@ func cmdLimiterInfo(x *ctx) {
 			f = append(f, field{"oldest_ms", l.Entries[0].T / 1e6}, field{"newest_ms", l.Entries[len(l.Entries)-1].T / 1e6})
 		}
 	case keyspace.KindLeases:
-		toks := leasesOf(v, &x.cl.leases).Tokens(now)
+		toks := leasesOf(v, &x.cl.scratch.leases).Tokens(now)
 		sort.Strings(toks)
 		f = []field{{"kind", "concurrency"}, {"leases", int64(len(toks))}, {"tokens", toks}}
 	}

@@ -68,7 +68,7 @@ func cmdAcquire(x *ctx) {
 	// Waiters queued before come first: give them what is free.
 	x.s.serveLeaseQueue(k, now)
 	v := k.lookup(floorDiv(now, 1e6))
-	if msg := c.decide(v, now, &x.cl.leases); msg != noErr {
+	if msg := c.decide(v, now, &x.cl.scratch.leases); msg != noErr {
 		x.errorReply(msg)
 		return
 	}
@@ -90,7 +90,7 @@ func cmdAcquire(x *ctx) {
 		x.oom()
 		return
 	}
-	c.apply(k, v, now, &x.cl.leases)
+	c.apply(k, v, now, &x.cl.scratch.leases)
 	x.decided(c.t.limited, c.key)
 	x.tuple(c.t)
 }
@@ -107,12 +107,12 @@ func cmdRelease(x *ctx) {
 		x.errorReply(msgWrongType)
 		return
 	}
-	ls := leasesOf(v, &x.cl.leases)
+	ls := leasesOf(v, &x.cl.scratch.leases)
 	released, exp := ls.Release(now, x.args[2])
 	if ls.Held(now) == 0 {
 		k.del(lk.nowMS)
 	} else {
-		k.replace(v, leasesValue(ls, &x.cl.leases, exp))
+		k.replace(v, leasesValue(ls, &x.cl.scratch.leases, exp))
 	}
 	x.s.serveLeaseQueue(k, now) // a waiter may take what was freed
 	if released {

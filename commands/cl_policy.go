@@ -116,7 +116,7 @@ func applyKeys(x *ctx, db *keyspace.DB) {
 		return
 	}
 	cl := x.cl
-	buf := cl.polBuf[:0]
+	buf := cl.scratch.polBuf[:0]
 	var ends [policy.MaxMembers]int
 	key := x.args[1]
 	if p.Companion != nil {
@@ -129,9 +129,9 @@ func applyKeys(x *ctx, db *keyspace.DB) {
 		}
 	}
 	if cap(buf) <= maxKeptPolBuf {
-		cl.polBuf = buf
+		cl.scratch.polBuf = buf
 	} else {
-		cl.polBuf = nil // the keys of this call still point into buf
+		cl.scratch.polBuf = nil // the keys of this call still point into buf
 	}
 	x.keys = x.kbuf[:0]
 	x.growKeys(1 + n)
@@ -243,13 +243,13 @@ func companion(x *ctx, p *policy.Policy, q int64, now int64) {
 		return
 	}
 	v := k.lookup(floorDiv(now, 1e6))
-	if c.decide(v, now, &x.cl.leases) != noErr || c.expireErr {
+	if c.decide(v, now, &x.cl.scratch.leases) != noErr || c.expireErr {
 		return
 	}
 	if c.needsRoom(v) && !x.s.ks.CanInsert() {
 		return
 	}
-	c.apply(k, v, now, &x.cl.leases)
+	c.apply(k, v, now, &x.cl.scratch.leases)
 	count(cp.Counts, c.t.limited, true)
 }
 
@@ -261,7 +261,7 @@ func companion(x *ctx, p *policy.Policy, q int64, now int64) {
 // member's policy counts its own verdict (a refusal as shadow_limited for
 // a shadow member or in a shadow hierarchy).
 func applyAll(x *ctx, p *policy.Policy, q int64, ms bool) {
-	checks := x.cl.checks[:0]
+	checks := x.cl.scratch.checks[:0]
 	for i, m := range p.Members {
 		k := x.keys[1+i].key
 		checks = append(checks, check{})

@@ -392,7 +392,7 @@ func (c *check) run(x *ctx) (now int64, ok bool) {
 	lk := x.limiterKey()
 	k, v := lk.k, lk.v
 	now = lk.now
-	if msg := c.decide(v, now, &x.cl.leases); msg != noErr {
+	if msg := c.decide(v, now, &x.cl.scratch.leases); msg != noErr {
 		x.errorReply(msg)
 		return now, false
 	}
@@ -404,7 +404,7 @@ func (c *check) run(x *ctx) (now int64, ok bool) {
 		x.oom()
 		return now, false
 	}
-	c.apply(k, v, now, &x.cl.leases)
+	c.apply(k, v, now, &x.cl.scratch.leases)
 	return now, true
 }
 

@@ -32,13 +32,13 @@ func (s *Service) clusterCheck(x *ctx, sp *Spec) wireErr {
 		return true
 	}
 	if sp.Name == "exec" {
-		if !cl.inMulti {
+		if !cl.multi.on {
 			return noErr
 		}
-		for _, q := range cl.queue {
+		for _, q := range cl.multi.queue {
 			if q.spec.Keys != nil { // movable keys (CL.ALL): as COMMAND GETKEYS finds them
-				cl.pos = q.spec.Keys(cl.pos[:0], q.args)
-				for _, p := range cl.pos {
+				cl.keyBuf.pos = q.spec.Keys(cl.keyBuf.pos[:0], q.args)
+				for _, p := range cl.keyBuf.pos {
 					if !same(keyslot.Of(q.args[p])) {
 						return msgCrossSlot
 					}
@@ -83,7 +83,7 @@ func (s *Service) clusterReject(x *ctx, sp *Spec, msg wireErr) {
 	sp.stats.rejected.Add(cl.shard, 1)
 	if sp.Name == "exec" {
 		cl.resetMulti()
-		cl.multiSeen.Store(-1)
+		cl.multi.seen.Store(-1)
 		s.unwatchAll(cl)
 	} else {
 		cl.multiFailed()

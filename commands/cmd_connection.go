@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -57,15 +58,15 @@ func (cl *client) setAuthed(ok bool) {
 func cmdReset(x *ctx) {
 	cl := x.cl
 	cl.resetMulti()
-	cl.multiSeen.Store(-1)
+	cl.multi.seen.Store(-1)
 	x.s.unwatchAll(cl)
 	x.s.track.disable(cl)
 	x.s.pubsub.drop(cl)
 	cl.db.Store(0)
 	cl.readonly = false
-	cl.mu.Lock()
-	cl.name = ""
-	cl.mu.Unlock()
+	cl.meta.mu.Lock()
+	cl.meta.name = ""
+	cl.meta.mu.Unlock()
 	cl.setAuthed(x.s.password == "")
 	cl.resp3.Store(false)
 	x.status("RESET")
@@ -170,9 +171,9 @@ func cmdHello(x *ctx) {
 			x.errorReply(msgClientName)
 			return
 		}
-		x.cl.mu.Lock()
-		x.cl.name = string(name)
-		x.cl.mu.Unlock()
+		x.cl.meta.mu.Lock()
+		x.cl.meta.name = string(name)
+		x.cl.meta.mu.Unlock()
 	}
 	if v != 0 {
 		x.cl.resp3.Store(v == 3)
@@ -198,6 +199,15 @@ func cmdHello(x *ctx) {
 	x.loadedModules()
 }
 
+// clientMeta is what a client says about itself (CLIENT SETNAME, HELLO
+// SETNAME, CLIENT SETINFO), read by CLIENT LIST and INFO.
+type clientMeta struct {
+	mu      sync.Mutex // guards name, libName, libVer
+	name    string
+	libName string
+	libVer  string
+}
+
 // validClientName is Redis's rule: printable ASCII without spaces.
 func validClientName(b []byte) bool {
 	for _, c := range b {
@@ -216,16 +226,16 @@ func cmdClientSetName(x *ctx) {
 		x.errorReply(msgClientName)
 		return
 	}
-	x.cl.mu.Lock()
-	x.cl.name = string(name)
-	x.cl.mu.Unlock()
+	x.cl.meta.mu.Lock()
+	x.cl.meta.name = string(name)
+	x.cl.meta.mu.Unlock()
 	x.ok()
 }
 
 func cmdClientGetName(x *ctx) {
-	x.cl.mu.Lock()
-	name := x.cl.name
-	x.cl.mu.Unlock()
+	x.cl.meta.mu.Lock()
+	name := x.cl.meta.name
+	x.cl.meta.mu.Unlock()
 	if name == "" {
 		x.null()
 		return
@@ -239,9 +249,9 @@ func cmdClientSetInfo(x *ctx) {
 	var field *string
 	switch {
 	case eqFold(attr, "lib-name"):
-		field = &x.cl.libName
+		field = &x.cl.meta.libName
 	case eqFold(attr, "lib-ver"):
-		field = &x.cl.libVer
+		field = &x.cl.meta.libVer
 	default:
 		x.errorReply(errClientInfoOption(attr))
 		return
@@ -250,9 +260,9 @@ func cmdClientSetInfo(x *ctx) {
 		x.errorReply(errClientInfoArg(attr))
 		return
 	}
-	x.cl.mu.Lock()
+	x.cl.meta.mu.Lock()
 	*field = string(val)
-	x.cl.mu.Unlock()
+	x.cl.meta.mu.Unlock()
 	x.ok()
 }
 
@@ -376,9 +386,9 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 	if cl == nil {
 		return
 	}
-	cl.mu.Lock()
-	name, libName, libVer := cl.name, cl.libName, cl.libVer
-	cl.mu.Unlock()
+	cl.meta.mu.Lock()
+	name, libName, libVer := cl.meta.name, cl.meta.libName, cl.meta.libVer
+	cl.meta.mu.Unlock()
 	cmd := "NULL"
 	if sp := cl.lastCmd.Load(); sp != nil {
 		cmd = sp.Name
@@ -387,11 +397,11 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 	if cl.subscribed() {
 		flags += "P"
 	}
-	multi := cl.multiSeen.Load()
+	multi := cl.multi.seen.Load()
 	if multi >= 0 {
 		flags += "x"
 	}
-	if cl.dirty.Load() {
+	if cl.multi.dirty.Load() {
 		flags += "d" // a watched key changed: EXEC will fail
 	}
 	if flags == "" {
@@ -415,7 +425,7 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 		obl, rbs = len(c.Out), cap(c.Out)
 	}
 	obl, oll, omem := splitPending(obl)
-	multiMem := int(cl.multiMem.Load())
+	multiMem := int(cl.multi.mem.Load())
 	totMem := connMem + qbuf + qbufFree + argvMem + multiMem + rbs
 	events := "r"
 	if c.OutLen() > 0 {
@@ -436,8 +446,8 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 		"idle=" + strconv.FormatInt(idle, 10),
 		"flags=" + flags,
 		"db=" + strconv.Itoa(int(cl.db.Load())),
-		"sub=" + itoa(int(cl.subs.nChans.Load())),
-		"psub=" + itoa(int(cl.subs.nPats.Load())),
+		"sub=" + itoa(int(cl.pubsub.nChans.Load())),
+		"psub=" + itoa(int(cl.pubsub.nPats.Load())),
 		"ssub=0",
 		"multi=" + strconv.Itoa(int(multi)),
 		"qbuf=" + itoa(qbuf),

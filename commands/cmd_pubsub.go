@@ -59,7 +59,7 @@ func (cl *client) subscribed() bool { return cl.subCount() > 0 }
 
 // subCount is Redis's clientSubscriptionsCount: channels plus patterns.
 func (cl *client) subCount() int64 {
-	return int64(cl.subs.nChans.Load()) + int64(cl.subs.nPats.Load())
+	return int64(cl.pubsub.nChans.Load()) + int64(cl.pubsub.nPats.Load())
 }
 
 // add subscribes cl to name in m (channels or patterns); list is the
@@ -78,8 +78,8 @@ func (t *pubsubTable) add(m map[string]map[*client]struct{}, list *[]string, cl 
 	}
 	cls[cl] = struct{}{}
 	*list = append(*list, name)
-	cl.subs.nChans.Store(int32(len(cl.subs.chans)))
-	cl.subs.nPats.Store(int32(len(cl.subs.pats)))
+	cl.pubsub.nChans.Store(int32(len(cl.pubsub.chans)))
+	cl.pubsub.nPats.Store(int32(len(cl.pubsub.pats)))
 	return true
 }
 
@@ -104,8 +104,8 @@ func (t *pubsubTable) removeLocked(m map[string]map[*client]struct{}, list *[]st
 	if i := slices.Index(*list, name); i >= 0 {
 		*list = slices.Delete(*list, i, i+1)
 	}
-	cl.subs.nChans.Store(int32(len(cl.subs.chans)))
-	cl.subs.nPats.Store(int32(len(cl.subs.pats)))
+	cl.pubsub.nChans.Store(int32(len(cl.pubsub.chans)))
+	cl.pubsub.nPats.Store(int32(len(cl.pubsub.pats)))
 	return true
 }
 
@@ -114,9 +114,9 @@ func (t *pubsubTable) names(cl *client, pats bool) []string {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if pats {
-		return slices.Clone(cl.subs.pats)
+		return slices.Clone(cl.pubsub.pats)
 	}
-	return slices.Clone(cl.subs.chans)
+	return slices.Clone(cl.pubsub.chans)
 }
 
 // drop removes every subscription of cl, without replies (RESET, the
@@ -127,11 +127,11 @@ func (t *pubsubTable) drop(cl *client) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for len(cl.subs.chans) > 0 {
-		t.removeLocked(t.channels, &cl.subs.chans, cl, cl.subs.chans[0])
+	for len(cl.pubsub.chans) > 0 {
+		t.removeLocked(t.channels, &cl.pubsub.chans, cl, cl.pubsub.chans[0])
 	}
-	for len(cl.subs.pats) > 0 {
-		t.removeLocked(t.patterns, &cl.subs.pats, cl, cl.subs.pats[0])
+	for len(cl.pubsub.pats) > 0 {
+		t.removeLocked(t.patterns, &cl.pubsub.pats, cl, cl.pubsub.pats[0])
 	}
 }
 
@@ -233,7 +233,7 @@ func (x *ctx) subReply(kind string, name []byte) {
 func cmdSubscribe(x *ctx) {
 	t := x.s.pubsub
 	for _, ch := range x.args[1:] {
-		t.add(t.channels, &x.cl.subs.chans, x.cl, string(ch))
+		t.add(t.channels, &x.cl.pubsub.chans, x.cl, string(ch))
 		x.subReply("subscribe", ch)
 	}
 }
@@ -242,7 +242,7 @@ func cmdSubscribe(x *ctx) {
 func cmdPSubscribe(x *ctx) {
 	t := x.s.pubsub
 	for _, p := range x.args[1:] {
-		t.add(t.patterns, &x.cl.subs.pats, x.cl, string(p))
+		t.add(t.patterns, &x.cl.pubsub.pats, x.cl, string(p))
 		x.subReply("psubscribe", p)
 	}
 }
@@ -256,9 +256,9 @@ func cmdPUnsubscribe(x *ctx) { x.unsubscribe(true, "punsubscribe") }
 
 func (x *ctx) unsubscribe(pats bool, kind string) {
 	t := x.s.pubsub
-	m, list := t.channels, &x.cl.subs.chans
+	m, list := t.channels, &x.cl.pubsub.chans
 	if pats {
-		m, list = t.patterns, &x.cl.subs.pats
+		m, list = t.patterns, &x.cl.pubsub.pats
 	}
 	names := x.args[1:]
 	if len(names) == 0 {

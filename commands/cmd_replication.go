@@ -11,12 +11,16 @@ import (
 	"github.com/tidwall/redcon"
 )
 
-// replState is what one client told the primary with REPLCONF before PSYNC.
+// replState is what one client told the primary with REPLCONF before
+// PSYNC, and how far the stream had got after its last write.
 type replState struct {
 	port int    // listening-port
 	ip   string // ip-address
 	capa bool   // a cellserver replica of the current stream version (capa replication.Capability)
 	node string // node-id: the replica's node ID, checked for loops
+	// off is the replication offset after the client's last write command
+	// (what WAIT waits for).
+	off int64
 }
 
 // replCheck refuses a command the node's replication role forbids, as
@@ -25,7 +29,7 @@ type replState struct {
 // commands without the stale flag while a replica that must not serve
 // stale data has no link. It returns the error, or noErr.
 func (s *Service) replCheck(cl *client, sp *Spec) wireErr {
-	write := sp.Flags&Write != 0 || sp.Name == "exec" && queuedWrite(cl.queue)
+	write := sp.Flags&Write != 0 || sp.Name == "exec" && queuedWrite(cl.multi.queue)
 	replica := s.repl.IsReplica()
 	if write && !replica && s.minReplicas > 0 && s.repl.GoodReplicas(s.minReplicasLag) < s.minReplicas {
 		return msgNoReplicas
@@ -108,7 +112,7 @@ func cmdWait(x *ctx) {
 		x.errorReply(msgTimeoutNegative)
 		return
 	}
-	off := x.cl.replOff
+	off := x.cl.repl.off
 	if c := s.repl.Acked(off); int64(c) >= n || x.inExec {
 		x.int(int64(c))
 		return

@@ -248,9 +248,9 @@ func (x *ctx) argDocs(args []Arg) {
 func cmdCommandGetKeys(x *ctx) {
 	args := x.args[2:]
 	// As Redis's lookupCommand: a name, then a subcommand word; no "a|b".
-	sp := x.s.table[string(lowerInto(x.cl.lower[:0], args[0]))]
+	sp := x.s.table[string(lowerInto(x.cl.scratch.lower[:0], args[0]))]
 	if sp != nil && sp.subs != nil && len(args) >= 2 {
-		sp = sp.subs[string(lowerInto(x.cl.lower[:0], args[1]))]
+		sp = sp.subs[string(lowerInto(x.cl.scratch.lower[:0], args[1]))]
 	}
 	switch {
 	case sp == nil:
@@ -263,9 +263,9 @@ func cmdCommandGetKeys(x *ctx) {
 		x.errorReply(msgGetKeysArity)
 		return
 	}
-	pos := sp.keyPositions(x.cl.pos[:0], args)
-	x.cl.pos = pos
-	x.cl.bigKeys = true
+	pos := sp.keyPositions(x.cl.keyBuf.pos[:0], args)
+	x.cl.keyBuf.pos = pos
+	x.cl.keyBuf.used = true
 	if len(pos) == 0 {
 		x.errorReply(msgInvalidArgs)
 		return

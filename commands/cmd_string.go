@@ -49,7 +49,7 @@ func withString(x *ctx, reply func(b []byte, found bool)) {
 		reply(nil, false)
 		return
 	}
-	b, ok := stringValue(v, x.cl.num[:0])
+	b, ok := stringValue(v, x.cl.scratch.num[:0])
 	if !ok {
 		x.errorReply(msgWrongType)
 		return
@@ -81,7 +81,7 @@ func cmdSet(x *ctx) {
 			!opt.keepTTL && i+1 < len(args):
 			// As Redis: the same unit may be repeated (the last one counts),
 			// two different units are a syntax error.
-			unit := string(lowerInto(x.cl.lower[:0], a))
+			unit := string(lowerInto(x.cl.scratch.lower[:0], a))
 			if opt.expUnit != "" && opt.expUnit != unit {
 				x.errorReply(msgSyntax)
 				return

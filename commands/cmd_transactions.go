@@ -14,23 +14,40 @@ import (
 // are on; WATCH and UNWATCH (below) make EXEC abort when a watched key
 // changed.
 
+// multiState is a client's transaction: the queue between MULTI and EXEC
+// and the keys it WATCHes.
+type multiState struct {
+	on    bool // between MULTI and EXEC
+	bad   bool // a command failed to queue: EXEC aborts
+	queue []queued
+	bytes int64        // queuedSize of queue
+	mem   atomic.Int64 // bytes, read by CLIENT LIST
+	seen  atomic.Int32 // queued commands, -1 outside MULTI; read by CLIENT LIST
+
+	watched    []*watchedKey // WATCHed keys, registered in Service.watch
+	watchBytes int64         // their cost against Config.MultiMaxBytes
+	// dirty: a watched key changed, EXEC will abort (Redis's
+	// CLIENT_DIRTY_CAS). Set by whichever client changes the key.
+	dirty atomic.Bool
+}
+
 func cmdMulti(x *ctx) {
-	if x.cl.inMulti {
+	if x.cl.multi.on {
 		x.errorReply(msgNoMulti)
 		return
 	}
-	x.cl.inMulti = true
-	x.cl.multiSeen.Store(0)
+	x.cl.multi.on = true
+	x.cl.multi.seen.Store(0)
 	x.ok()
 }
 
 func cmdDiscard(x *ctx) {
-	if !x.cl.inMulti {
+	if !x.cl.multi.on {
 		x.errorReply(msgDiscardNoMult)
 		return
 	}
 	x.cl.resetMulti()
-	x.cl.multiSeen.Store(-1)
+	x.cl.multi.seen.Store(-1)
 	x.s.unwatchAll(x.cl)
 	x.ok()
 }
@@ -63,20 +80,20 @@ func queuedSize(args [][]byte) int64 {
 // is bound to abort (multiBad), commands are answered QUEUED but not kept,
 // as Redis does: EXEC will not run them.
 func (s *Service) enqueue(cl *client, sp *Spec, args [][]byte) wireErr {
-	if cl.multiBad {
+	if cl.multi.bad {
 		return noErr
 	}
-	if len(cl.queue) >= s.multiMax {
+	if len(cl.multi.queue) >= s.multiMax {
 		return msgMultiQueueCmds
 	}
 	size := queuedSize(args)
-	if size > s.multiBytes-cl.queueBytes {
+	if size > s.multiBytes-cl.multi.bytes {
 		return msgMultiQueueBytes
 	}
-	cl.queueBytes += size
-	cl.multiMem.Store(cl.queueBytes)
-	cl.queue = append(cl.queue, queued{spec: sp, args: copyArgs(args)})
-	cl.multiSeen.Store(int32(len(cl.queue)))
+	cl.multi.bytes += size
+	cl.multi.mem.Store(cl.multi.bytes)
+	cl.multi.queue = append(cl.multi.queue, queued{spec: sp, args: copyArgs(args)})
+	cl.multi.seen.Store(int32(len(cl.multi.queue)))
 	return noErr
 }
 
@@ -91,13 +108,13 @@ func (s *Service) enqueue(cl *client, sp *Spec, args [][]byte) wireErr {
 // once.
 func cmdExec(x *ctx) {
 	cl := x.cl
-	if !cl.inMulti {
+	if !cl.multi.on {
 		x.errorReply(msgExecNoMulti)
 		return
 	}
-	queue, bad := cl.queue, cl.multiBad
+	queue, bad := cl.multi.queue, cl.multi.bad
 	cl.resetMulti()
-	cl.multiSeen.Store(-1)
+	cl.multi.seen.Store(-1)
 	if bad {
 		x.s.unwatchAll(cl)
 		x.errorReply(msgExecAbort)
@@ -125,9 +142,9 @@ func cmdExec(x *ctx) {
 	if whole {
 		x.s.ks.LockAll()
 		defer x.s.ks.UnlockAll()
-		if cl.noloop {
-			cl.heldAll.Store(true)
-			defer cl.heldAll.Store(false)
+		if cl.track.noloop {
+			cl.track.heldAll.Store(true)
+			defer cl.track.heldAll.Store(false)
 		}
 	} else {
 		var shards []*keyspace.Shard
@@ -137,7 +154,7 @@ func cmdExec(x *ctx) {
 		x.lockShards(shards)
 		defer x.unlockShards()
 	}
-	if len(cl.watched) > 0 {
+	if len(cl.multi.watched) > 0 {
 		broken := x.watchBroken()
 		x.s.unwatchAll(cl)
 		if broken {
@@ -184,14 +201,14 @@ type execKey struct {
 func (x *ctx) resolveQueue(queue []queued) ([]execKey, []*keyspace.Shard) {
 	cl := x.cl
 	db := x.db()
-	if cap(cl.execKeys) < len(queue) {
-		cl.execKeys = make([]execKey, 0, len(queue)) // one key a command, as a rule
+	if cap(cl.keyBuf.exec) < len(queue) {
+		cl.keyBuf.exec = make([]execKey, 0, len(queue)) // one key a command, as a rule
 	}
-	all := cl.execKeys[:0]
-	shards := cl.lockMore[:0]
+	all := cl.keyBuf.exec[:0]
+	shards := cl.keyBuf.locks[:0]
 	marks := db.NumShards() <= markedShards
-	if w := (db.NumShards() + 63) / 64; marks && len(cl.marks) < w {
-		cl.marks = make([]uint64, w)
+	if w := (db.NumShards() + 63) / 64; marks && len(cl.keyBuf.marks) < w {
+		cl.keyBuf.marks = make([]uint64, w)
 	}
 	args := x.args
 	for i := range queue {
@@ -220,8 +237,8 @@ func (x *ctx) resolveQueue(queue []queued) ([]execKey, []*keyspace.Shard) {
 			// One entry per shard, so that sorting takes at most a
 			// database's shards, however many keys.
 			_, s := k.sh.Order()
-			if bit := uint64(1) << (s % 64); cl.marks[s/64]&bit == 0 {
-				cl.marks[s/64] |= bit
+			if bit := uint64(1) << (s % 64); cl.keyBuf.marks[s/64]&bit == 0 {
+				cl.keyBuf.marks[s/64] |= bit
 				shards = append(shards, k.sh)
 			}
 		}
@@ -229,13 +246,13 @@ func (x *ctx) resolveQueue(queue []queued) ([]execKey, []*keyspace.Shard) {
 	if marks {
 		for _, sh := range shards {
 			_, s := sh.Order()
-			cl.marks[s/64] = 0
+			cl.keyBuf.marks[s/64] = 0
 		}
 	}
-	for _, wk := range cl.watched {
+	for _, wk := range cl.multi.watched {
 		shards = append(shards, x.s.ks.DB(wk.db).Shard([]byte(wk.key)))
 	}
-	cl.execKeys, cl.lockMore, cl.bigKeys = all, shards, true
+	cl.keyBuf.exec, cl.keyBuf.locks, cl.keyBuf.used = all, shards, true
 	x.args, x.keys = args, nil
 	return all, orderShards(shards)
 }
@@ -247,17 +264,17 @@ type queued struct {
 }
 
 func (cl *client) multiFailed() {
-	if cl.inMulti {
-		cl.multiBad = true
+	if cl.multi.on {
+		cl.multi.bad = true
 	}
 }
 
 func (cl *client) resetMulti() {
-	cl.inMulti = false
-	cl.multiBad = false
-	cl.queue = nil
-	cl.queueBytes = 0
-	cl.multiMem.Store(0)
+	cl.multi.on = false
+	cl.multi.bad = false
+	cl.multi.queue = nil
+	cl.multi.bytes = 0
+	cl.multi.mem.Store(0)
 }
 
 // WATCH and UNWATCH: optimistic transactions, with Redis 7.0's semantics
@@ -399,7 +416,7 @@ func (w *watchTable) touch(db int, key []byte, del bool) {
 	st.mu.Lock()
 	for _, wk := range st.m[string(key)] {
 		if wk.db == db && (wk.live || !del) {
-			wk.cl.dirty.Store(true)
+			wk.cl.multi.dirty.Store(true)
 		}
 	}
 	st.mu.Unlock()
@@ -415,7 +432,7 @@ func (w *watchTable) flush(db int) {
 		for _, list := range st.m {
 			for _, wk := range list {
 				if wk.live && (db < 0 || wk.db == db) {
-					wk.cl.dirty.Store(true)
+					wk.cl.multi.dirty.Store(true)
 				}
 			}
 		}
@@ -497,21 +514,21 @@ func (s *Service) installWatch(trackMaxKeys int64) {
 
 // unwatchAll forgets every key cl watches and clears its dirty flag.
 func (s *Service) unwatchAll(cl *client) {
-	if len(cl.watched) == 0 {
+	if len(cl.multi.watched) == 0 {
 		return
 	}
-	for i, wk := range cl.watched {
+	for i, wk := range cl.multi.watched {
 		s.watch.remove(wk)
-		cl.watched[i] = nil
+		cl.multi.watched[i] = nil
 	}
-	cl.watched = cl.watched[:0]
-	if cap(cl.watched) > 64 {
-		cl.watched = nil // free what a long WATCH took
+	cl.multi.watched = cl.multi.watched[:0]
+	if cap(cl.multi.watched) > 64 {
+		cl.multi.watched = nil // free what a long WATCH took
 	}
-	cl.watchBytes = 0
+	cl.multi.watchBytes = 0
 	// Every touch that could set the flag held a stripe lock that
 	// remove has taken since: none can set it again.
-	cl.dirty.Store(false)
+	cl.multi.dirty.Store(false)
 }
 
 // watchBroken reports whether EXEC must abort for a watched key: one was
@@ -520,10 +537,10 @@ func (s *Service) unwatchAll(cl *client) {
 // no watched key changed, so its expiry is still what WATCH saw.
 func (x *ctx) watchBroken() bool {
 	cl := x.cl
-	if cl.dirty.Load() {
+	if cl.multi.dirty.Load() {
 		return true
 	}
-	for _, wk := range cl.watched {
+	for _, wk := range cl.multi.watched {
 		if wk.live && wk.exp != 0 && x.clockMS() > wk.exp {
 			return true
 		}
@@ -534,18 +551,18 @@ func (x *ctx) watchBroken() bool {
 // WATCH key [key ...]
 func cmdWatch(x *ctx) {
 	cl, s := x.cl, x.s
-	if cl.inMulti {
+	if cl.multi.on {
 		x.errorReply(msgWatchInMulti)
 		return
 	}
-	if cl.dirty.Load() {
+	if cl.multi.dirty.Load() {
 		x.ok() // as Redis: EXEC aborts anyway, no point in watching more
 		return
 	}
 	dbi := int(cl.db.Load())
 	// The limits are checked first, so that a refused WATCH watches
 	// nothing (a key named twice in it counts twice).
-	n, size := len(cl.watched), cl.watchBytes
+	n, size := len(cl.multi.watched), cl.multi.watchBytes
 	for _, key := range x.args[1:] {
 		if s.watch.has(cl, dbi, key) {
 			continue
@@ -570,8 +587,8 @@ func cmdWatch(x *ctx) {
 			wk.live, wk.exp = true, v.Exp
 		}
 		if s.watch.add(wk) { // else already watched
-			cl.watched = append(cl.watched, wk)
-			cl.watchBytes += int64(len(key)) + watchedKeyBytes
+			cl.multi.watched = append(cl.multi.watched, wk)
+			cl.multi.watchBytes += int64(len(key)) + watchedKeyBytes
 		}
 	}
 	x.ok()

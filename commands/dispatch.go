@@ -16,10 +16,10 @@ func (s *Service) ServeRESP(c *resp.Conn, args [][]byte) {
 	x.locked = false
 	x.polSet = nil
 	s.dispatch(x)
-	if cl.trk.Load()&trkCaching != 0 {
+	if cl.track.flags.Load()&trkCaching != 0 {
 		cl.afterCommand(cl.lastCmd.Load())
 	}
-	if cl.bigKeys {
+	if cl.keyBuf.used {
 		x.doneBigKeys()
 	}
 	x.keys = nil // as ctx.doneKeys, inlined
@@ -27,7 +27,7 @@ func (s *Service) ServeRESP(c *resp.Conn, args [][]byte) {
 }
 
 func (s *Service) lookup(cl *client, name []byte) *Spec {
-	return s.table[string(lowerInto(cl.lower[:0], name))]
+	return s.table[string(lowerInto(cl.scratch.lower[:0], name))]
 }
 
 func (s *Service) dispatch(x *ctx) {
@@ -48,7 +48,7 @@ func (s *Service) dispatch(x *ctx) {
 		return
 	}
 	if sp.subs != nil && (len(x.args) >= 2 || sp.Run == nil) {
-		sub := sp.subs[string(lowerInto(cl.lower[:0], x.args[1]))]
+		sub := sp.subs[string(lowerInto(cl.scratch.lower[:0], x.args[1]))]
 		cl.lastCmd.Store(sub)
 		if sub == nil {
 			s.reject(x, sp, errUnknownSubcommand(cstr(x.args[1]), sp.Name))
@@ -71,7 +71,7 @@ func (s *Service) dispatch(x *ctx) {
 		s.clusterReject(x, sp, msg)
 		return
 	}
-	if s.admitWrite != nil && (sp.Flags&Write != 0 || sp.Name == "exec" && queuedWrite(cl.queue)) {
+	if s.admitWrite != nil && (sp.Flags&Write != 0 || sp.Name == "exec" && queuedWrite(cl.multi.queue)) {
 		if err := s.admitWrite(); err != nil {
 			s.reject(x, sp, errMisconf(err))
 			return
@@ -87,7 +87,7 @@ func (s *Service) dispatch(x *ctx) {
 		s.reject(x, sp, errPubsubContext(sp.Name))
 		return
 	}
-	if cl.inMulti && sp.Flags&RunsInMulti == 0 {
+	if cl.multi.on && sp.Flags&RunsInMulti == 0 {
 		if sp.Flags&NoMulti != 0 {
 			s.reject(x, sp, msgNotInMulti)
 			return
@@ -123,7 +123,7 @@ func (s *Service) reject(x *ctx, sp *Spec, msg wireErr) {
 		sp.stats.rejected.Add(cl.shard, 1)
 		if sp.Name == "exec" { // Redis: c->cmd->proc == execCommand
 			cl.resetMulti()
-			cl.multiSeen.Store(-1)
+			cl.multi.seen.Store(-1)
 			s.unwatchAll(cl)
 			msg = errExecAbort(msg)
 		}
@@ -145,18 +145,18 @@ func (s *Service) call(x *ctx, sp *Spec) {
 	// time older than the state another client just wrote.
 	cl := x.cl
 	var start time.Duration
-	if b := x.c.Batch(); b == cl.lastBatch && cl.lastEnd != 0 {
-		start = cl.lastEnd
+	if b := x.c.Batch(); b == cl.clock.lastBatch && cl.clock.lastEnd != 0 {
+		start = cl.clock.lastEnd
 	} else {
 		start = time.Since(s.monoBase)
-		cl.lastBatch = b
+		cl.clock.lastBatch = b
 	}
 	if x.inExec || len(x.keys) == 0 {
 		sp.Run(x) // EXEC holds the locks, or there are none to take
 	} else {
 		x.runLocked(sp)
 	}
-	if sp.Flags&ReadOnly != 0 && cl.trk.Load()&trkOn != 0 {
+	if sp.Flags&ReadOnly != 0 && cl.track.flags.Load()&trkOn != 0 {
 		s.trackRead(x, sp)
 	}
 	if !x.inExec {
@@ -165,7 +165,7 @@ func (s *Service) call(x *ctx, sp *Spec) {
 		s.ks.Evict()
 	}
 	end := time.Since(s.monoBase)
-	cl.lastEnd = end
+	cl.clock.lastEnd = end
 	d := end - start
 	sp.stats.observe(cl.shard, d.Nanoseconds())
 	s.slowlog.maybeAdd(x, d)
@@ -176,7 +176,7 @@ func (s *Service) call(x *ctx, sp *Spec) {
 	s.cmdsTotal.Add(cl.shard, 1)
 	if sp.Flags&Write != 0 {
 		// What WAIT waits for: the stream up to this write's changes.
-		cl.replOff = s.repl.Offset()
+		cl.repl.off = s.repl.Offset()
 	}
 	if s.durability != nil && sp.Flags&Write != 0 {
 		// fsync always: this client's replies wait for the changes

@@ -505,7 +505,7 @@ func (s *Service) Open(c *resp.Conn) {
 	// Before the first read, so the connection's limits for clients that
 	// have not authenticated apply from the first byte.
 	cl.setAuthed(s.password == "")
-	cl.multiSeen.Store(-1) // not in MULTI
+	cl.multi.seen.Store(-1) // not in MULTI
 	cl.x.s = s
 	cl.x.c = c
 	cl.x.cl = cl
