@@ -180,7 +180,7 @@ func (s *Service) nowNS() int64 {
 
 // leaseWaitCounts returns how many queues and waiters exist.
 func (s *Service) leaseWaitCounts() (queues, waiters int) {
-	w := &s.lwait
+	w := &s.leases
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, q := range w.q {
@@ -192,7 +192,7 @@ func (s *Service) leaseWaitCounts() (queues, waiters int) {
 // enqueueLease adds lw to its key's queue unless it holds max waiters
 // (then it returns false). The key's shard lock is held.
 func (s *Service) enqueueLease(lw *leaseWaiter, max int) bool {
-	w := &s.lwait
+	w := &s.leases
 	qk := leaseQKey{lw.k.sh, string(lw.k.key)}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -213,7 +213,7 @@ func (s *Service) enqueueLease(lw *leaseWaiter, max int) bool {
 
 // serveLeaseQueue serves the queue of k (its shard locked) at now.
 func (s *Service) serveLeaseQueue(k *rkey, now int64) {
-	w := &s.lwait
+	w := &s.leases
 	if w.n.Load() == 0 {
 		return
 	}
@@ -226,12 +226,12 @@ func (s *Service) serveLeaseQueue(k *rkey, now int64) {
 // are free, then answers and removes the waiters whose timeout passed or
 // whose client left. The shard lock and w.mu are held.
 func (s *Service) serveLocked(qk leaseQKey, now int64) {
-	w := &s.lwait
+	w := &s.leases
 	q := w.q[qk]
 	if len(q) == 0 {
 		return
 	}
-	if s.repl.IsReplica() && !s.replicaWritable {
+	if s.repl.IsReplica() && !s.repl.writable {
 		// Became a read-only replica while they waited: no lease can be
 		// taken here any more (Redis unblocks its blocked clients so).
 		for _, lw := range q {
@@ -296,7 +296,7 @@ func (w *leaseWaits) keep(qk leaseQKey, q, keep []*leaseWaiter) {
 
 // dropLeaseWaiters removes the waiters of cl, which left.
 func (s *Service) dropLeaseWaiters(cl *client) {
-	w := &s.lwait
+	w := &s.leases
 	if w.n.Load() == 0 {
 		return
 	}
@@ -328,7 +328,7 @@ func (s *Service) leaseTicker() {
 // serveLeaseQueues serves every queue once. It returns false, and marks
 // the ticker stopped, when no queue exists.
 func (s *Service) serveLeaseQueues() bool {
-	w := &s.lwait
+	w := &s.leases
 	w.mu.Lock()
 	if len(w.q) == 0 {
 		w.running = false
@@ -353,7 +353,7 @@ func (s *Service) serveLeaseQueues() bool {
 
 // lwaitRoom reports whether lw's queue holds fewer than max waiters.
 func (s *Service) lwaitRoom(lw *leaseWaiter, max int) bool {
-	w := &s.lwait
+	w := &s.leases
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.q[leaseQKey{lw.k.sh, string(lw.k.key)}]) < max

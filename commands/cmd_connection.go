@@ -67,9 +67,18 @@ func cmdReset(x *ctx) {
 	cl.meta.mu.Lock()
 	cl.meta.name = ""
 	cl.meta.mu.Unlock()
-	cl.setAuthed(x.s.password == "")
+	cl.setAuthed(x.s.auth.password == "")
 	cl.resp3.Store(false)
 	x.status("RESET")
+}
+
+// authConfig is what AUTH and protected mode check.
+type authConfig struct {
+	password string
+	// digest is the SHA-256 of password, which AUTH compares with.
+	digest    [sha256.Size]byte
+	protected bool              // protected mode (Config.ProtectedMode)
+	loopback  func(string) bool // Config.Loopback, or isLoopback
 }
 
 // checkPassword compares pass with the configured password through their
@@ -81,7 +90,7 @@ func (s *Service) checkPassword(user, pass []byte) bool {
 		return false
 	}
 	d := sha256.Sum256(pass)
-	return subtle.ConstantTimeCompare(d[:], s.passDigest[:]) == 1
+	return subtle.ConstantTimeCompare(d[:], s.auth.digest[:]) == 1
 }
 
 // AUTH [username] password
@@ -96,7 +105,7 @@ func cmdAuth(x *ctx) {
 		x.errorReply(msgSyntax)
 		return
 	}
-	if x.s.password == "" {
+	if x.s.auth.password == "" {
 		if user == nil {
 			x.errorReply(msgNoAuthNeeded)
 			return
@@ -155,7 +164,7 @@ func cmdHello(x *ctx) {
 		}
 	}
 	if pass != nil {
-		if x.s.password == "" && string(user) != "default" || x.s.password != "" && !x.s.checkPassword(user, pass) {
+		if x.s.auth.password == "" && string(user) != "default" || x.s.auth.password != "" && !x.s.checkPassword(user, pass) {
 			x.errorReply(msgWrongPass)
 			return
 		}
@@ -613,14 +622,14 @@ func cmdClientKill(x *ctx) {
 // after its reply, by the caller).
 func (s *Service) killClients(x *ctx, f killFilter) (killed int64, self bool) {
 	if f.hasType && (f.typ == clientMaster || f.typ == clientReplica) {
-		if f.id != 0 || f.hasAddr || f.hasLaddr || f.maxAge != 0 || s.killRepl == nil {
+		if f.id != 0 || f.hasAddr || f.hasLaddr || f.maxAge != 0 || s.repl.killLinks == nil {
 			return 0, false
 		}
 		kind := "replica"
 		if f.typ == clientMaster {
 			kind = "master"
 		}
-		return int64(s.killRepl(kind)), false
+		return int64(s.repl.killLinks(kind)), false
 	}
 	n := s.net.Load()
 	if n == nil {
@@ -709,7 +718,7 @@ func cmdSelect(x *ctx) {
 		x.errorReply(msgIntRange)
 		return
 	}
-	if x.s.cluster != nil && n != 0 {
+	if x.s.cluster.state != nil && n != 0 {
 		x.errorReply(msgSelectCluster)
 		return
 	}

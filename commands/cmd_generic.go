@@ -338,7 +338,7 @@ const DumpVersion = 1
 // DumpVersion and the CRC-64 (Jones, Redis's crc64) of everything before
 // it, both little endian. There is no RESTORE.
 func cmdDump(x *ctx) {
-	if x.s.dumpValue == nil {
+	if x.s.persist.dumpValue == nil {
 		x.errorReply(msgDumpUnavailable)
 		return
 	}
@@ -349,7 +349,7 @@ func cmdDump(x *ctx) {
 		return
 	}
 	// Encoded under the shard lock: limiters update their values in place.
-	x.bulk(dumpPayload(x.s.dumpValue, *v))
+	x.bulk(dumpPayload(x.s.persist.dumpValue, *v))
 }
 
 // dumpPayload is DUMP's bulk string for v.

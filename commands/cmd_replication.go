@@ -11,6 +11,19 @@ import (
 	"github.com/tidwall/redcon"
 )
 
+// replRole is the node's replication (its methods promoted) and the
+// settings that refuse commands by role (Config.ReplicaPriority ...
+// MinReplicasMaxLag, KillReplicationLinks).
+type replRole struct {
+	*replication.Replication
+	priority    int  // INFO slave_priority
+	writable    bool // replica-read-only no
+	noStale     bool // replica-serve-stale-data no
+	minReplicas int  // min-replicas-to-write
+	minLag      time.Duration
+	killLinks   func(kind string) int // CLIENT KILL TYPE master|replica
+}
+
 // replState is what one client told the primary with REPLCONF before
 // PSYNC, and how far the stream had got after its last write.
 type replState struct {
@@ -31,20 +44,20 @@ type replState struct {
 func (s *Service) replCheck(cl *client, sp *Spec) wireErr {
 	write := sp.Flags&Write != 0 || sp.Name == "exec" && queuedWrite(cl.multi.queue)
 	replica := s.repl.IsReplica()
-	if write && !replica && s.minReplicas > 0 && s.repl.GoodReplicas(s.minReplicasLag) < s.minReplicas {
+	if write && !replica && s.repl.minReplicas > 0 && s.repl.GoodReplicas(s.repl.minLag) < s.repl.minReplicas {
 		return msgNoReplicas
 	}
-	if write && replica && !s.replicaWritable {
+	if write && replica && !s.repl.writable {
 		return msgReadOnly
 	}
-	if replica && s.replicaNoStale && sp.Flags&Stale == 0 && !s.repl.LinkUp() {
+	if replica && s.repl.noStale && sp.Flags&Stale == 0 && !s.repl.LinkUp() {
 		return msgMasterDown
 	}
 	return noErr
 }
 
 // Replication returns the node's replication state.
-func (s *Service) Replication() *replication.Replication { return s.repl }
+func (s *Service) Replication() *replication.Replication { return s.repl.Replication }
 
 // REPLICAOF host port | NO ONE (and SLAVEOF).
 func cmdReplicaOf(x *ctx) {

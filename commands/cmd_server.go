@@ -390,9 +390,9 @@ func cmdConfigResetStat(x *ctx) {
 	for _, sp := range x.s.specs {
 		sp.stats.reset()
 	}
-	x.s.errMu.Lock()
-	x.s.errStats = make(map[string]int64)
-	x.s.errMu.Unlock()
+	x.s.stats.errMu.Lock()
+	x.s.stats.errors = make(map[string]int64)
+	x.s.stats.errMu.Unlock()
 	x.ok()
 }
 

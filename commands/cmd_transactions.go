@@ -14,6 +14,13 @@ import (
 // are on; WATCH and UNWATCH (below) make EXEC abort when a watched key
 // changed.
 
+// multiLimits cap what one client queues between MULTI and EXEC and
+// watches (Config.MultiMaxCommands, MultiMaxBytes).
+type multiLimits struct {
+	maxCommands int
+	maxBytes    int64 // queuedSize, and watchedKeyBytes per watched key
+}
+
 // multiState is a client's transaction: the queue between MULTI and EXEC
 // and the keys it WATCHes.
 type multiState struct {
@@ -83,11 +90,11 @@ func (s *Service) enqueue(cl *client, sp *Spec, args [][]byte) wireErr {
 	if cl.multi.bad {
 		return noErr
 	}
-	if len(cl.multi.queue) >= s.multiMax {
+	if len(cl.multi.queue) >= s.multi.maxCommands {
 		return msgMultiQueueCmds
 	}
 	size := queuedSize(args)
-	if size > s.multiBytes-cl.multi.bytes {
+	if size > s.multi.maxBytes-cl.multi.bytes {
 		return msgMultiQueueBytes
 	}
 	cl.multi.bytes += size
@@ -571,10 +578,10 @@ func cmdWatch(x *ctx) {
 		size += int64(len(key)) + watchedKeyBytes
 	}
 	switch {
-	case n > s.multiMax:
+	case n > s.multi.maxCommands:
 		x.errorReply(msgWatchKeys)
 		return
-	case size > s.multiBytes:
+	case size > s.multi.maxBytes:
 		x.errorReply(msgWatchBytes)
 		return
 	}

@@ -71,8 +71,8 @@ func (s *Service) dispatch(x *ctx) {
 		s.clusterReject(x, sp, msg)
 		return
 	}
-	if s.admitWrite != nil && (sp.Flags&Write != 0 || sp.Name == "exec" && queuedWrite(cl.multi.queue)) {
-		if err := s.admitWrite(); err != nil {
+	if s.persist.admitWrite != nil && (sp.Flags&Write != 0 || sp.Name == "exec" && queuedWrite(cl.multi.queue)) {
+		if err := s.persist.admitWrite(); err != nil {
 			s.reject(x, sp, errMisconf(err))
 			return
 		}
@@ -173,15 +173,15 @@ func (s *Service) call(x *ctx, sp *Spec) {
 	if x.failed {
 		sp.stats.failed.Add(cl.shard, 1)
 	}
-	s.cmdsTotal.Add(cl.shard, 1)
+	s.stats.cmdsTotal.Add(cl.shard, 1)
 	if sp.Flags&Write != 0 {
 		// What WAIT waits for: the stream up to this write's changes.
 		cl.repl.off = s.repl.Offset()
 	}
-	if s.durability != nil && sp.Flags&Write != 0 {
+	if s.persist.durability != nil && sp.Flags&Write != 0 {
 		// fsync always: this client's replies wait for the changes
 		// queued so far (its own among them) to be on disk.
-		x.cl.pendingSeq = s.durability.Seq()
+		x.cl.pendingSeq = s.persist.durability.Seq()
 	}
 }
 

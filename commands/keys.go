@@ -127,7 +127,7 @@ func (x *ctx) setKey(k *rkey, db *keyspace.DB, key []byte) {
 	}
 	h := x.s.ks.Hash(key)
 	k.key, k.hash, k.sh, k.slot = key, h, db.ShardHash(h), 0
-	if x.s.clusterMode {
+	if x.s.cluster.on {
 		k.slot = keyslot.Of(key)
 	}
 }

@@ -15,7 +15,7 @@ import (
 // or holds more than max waiters, and the counter agrees with them.
 func checkLeaseQueues(t *testing.T, s *Service, max int) int {
 	t.Helper()
-	w := &s.lwait
+	w := &s.leases
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := 0

@@ -8,7 +8,6 @@ import (
 	"net"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -199,7 +198,6 @@ type Service struct {
 	ks       *keyspace.Keyspace
 	clock    func() time.Time
 	version  string
-	password string
 	settings []Setting
 	sweepInt time.Duration
 	log      *slog.Logger
@@ -209,9 +207,6 @@ type Service struct {
 	// clock from the monotonic one (client.wallNS).
 	realClock bool
 
-	lwait   leaseWaits   // CL.ACQUIRE ... WAIT's queues (leasewait.go)
-	blocked atomic.Int64 // clients blocked in WAIT or CL.ACQUIRE ... WAIT (blocked.go)
-
 	table map[string]*Spec // lower-case name -> spec
 	specs []*Spec          // every spec, subcommands included, by id
 
@@ -220,58 +215,41 @@ type Service struct {
 	// applies to clients and replica links together.
 	maxClients int
 
-	prefixes    *prefixTracker // most-limited key prefixes
-	slowlog     slowlog
-	durability  Durability
-	persistInfo func() []string
-	rlsInfo     func() []string
-	dumpValue   func(dst []byte, v keyspace.Value) []byte
-	writeErr    func() error
-	admitWrite  func() error // WriteError, or AdmitWrite when set
-	protected   bool
-	loopback    func(string) bool
-	multiMax    int   // commands one MULTI may queue
-	multiBytes  int64 // bytes one MULTI may queue (queuedSize)
-	watch       *watchTable
-	track       *trackTable
-	pubsub      *pubsubTable
-	killRepl    func(kind string) int // Config.KillReplicationLinks
-	cluster     *cluster.State        // nil: cluster mode off
-	slots       cluster.SlotStore     // Config.ClusterSlots
+	// INFO and CONFIG: run_id and master_replid (random per process),
+	// the configuration file and CONFIG REWRITE (nil without a config
+	// file), INFO rls's source.
+	runID, replID string
+	configFile    string
+	rewrite       func() error
+	rlsInfo       func() []string
 
-	errMu       sync.Mutex // guards errStats
-	errStats    map[string]int64
-	expired     atomic.Int64 // keys removed by the active sweep
-	oomRefusals atomic.Int64 // commands refused for lack of memory
-	cmdsTotal   counter      // commands run, in statShards shards
-	openSeq     atomic.Int64 // clients opened: the shard of one without an event loop
+	auth    authConfig   // AUTH, HELLO, protected mode (cmd_connection.go)
+	persist persistHooks // the persistence write path's hooks
+	stats   serviceStats // INFO's counters (stats.go, info.go)
 
-	// INFO: run_id and master_replid (random per process), read-command
-	// lookups that found their key or not (keyspace_hits, _misses), time
-	// spent in active expiry (expire_cycle_cpu_milliseconds) and the
-	// sampled instantaneous figures.
-	runID, replID  string
-	configFile     string
-	rewrite        func() error // CONFIG REWRITE; nil without a config file
-	keyspaceHits   atomic.Int64
-	keyspaceMisses atomic.Int64
-	expireNS       atomic.Int64
-	inst           instStats
+	prefixes *prefixTracker // most-limited key prefixes (stats.go)
+	slowlog  slowlog        // cmd_slowlog.go
+	multi    multiLimits    // MULTI's queue limits (cmd_transactions.go)
+	watch    *watchTable    // WATCHed keys (cmd_transactions.go)
+	track    *trackTable    // client-side caching (cmd_tracking.go)
+	pubsub   *pubsubTable   // cmd_pubsub.go
+	repl     replRole       // the node's replication and its settings (cmd_replication.go)
+	cluster  clusterMode    // cmd_cluster.go
 
-	repl            *replication.Replication
-	replPriority    int
-	replicaWritable bool
-	replicaNoStale  bool
-	minReplicas     int
-	minReplicasLag  time.Duration
+	leases  leaseWaits   // CL.ACQUIRE ... WAIT's queues (cl_leases.go)
+	blocked atomic.Int64 // clients blocked in WAIT or CL.ACQUIRE ... WAIT (blocked.go)
+	pol     policyState  // CL.APPLY's policies (cl_policy.go)
+}
 
-	// passDigest is the SHA-256 of password, which AUTH compares with.
-	passDigest [sha256.Size]byte
-
-	// clusterMode: the dispatcher computes each key's hash slot (rkey.slot).
-	clusterMode bool
-
-	pol policyState // CL.APPLY's policies (cmd_policy.go)
+// persistHooks are what the persistence write path lends the commands
+// (Config.Durability, PersistenceInfo, DumpValue, WriteError,
+// AdmitWrite); each nil without persistence.
+type persistHooks struct {
+	durability Durability
+	info       func() []string // INFO persistence (info.go)
+	dumpValue  func(dst []byte, v keyspace.Value) []byte
+	writeErr   func() error
+	admitWrite func() error // WriteError, or AdmitWrite when set (dispatch.go)
 }
 
 type netHolder struct{ Network }
@@ -341,45 +319,45 @@ func New(cfg Config) (*Service, error) {
 		return nil, errors.New("commands: MULTI queue limits must not be negative")
 	}
 	s := &Service{
-		monoBase:    time.Now(),
-		durability:  cfg.Durability,
-		persistInfo: cfg.PersistenceInfo,
-		dumpValue:   cfg.DumpValue,
-		writeErr:    cfg.WriteError,
-		admitWrite:  cfg.AdmitWrite,
-		protected:   cfg.ProtectedMode,
-		loopback:    cfg.Loopback,
-		ks:          cfg.Keyspace,
-		clock:       cfg.Clock,
-		realClock:   realClock,
-		version:     cfg.Version,
-		password:    cfg.Password,
-		settings:    cfg.Settings,
-		sweepInt:    cfg.SweepInterval,
-		log:         cfg.Logger,
-		started:     cfg.Clock(),
-		errStats:    make(map[string]int64),
-		multiMax:    cfg.MultiMaxCommands,
-		multiBytes:  cfg.MultiMaxBytes,
-		replID:      newRunID(),
-		configFile:  absPath(cfg.ConfigFile),
+		monoBase: time.Now(),
+		persist: persistHooks{
+			durability: cfg.Durability,
+			info:       cfg.PersistenceInfo,
+			dumpValue:  cfg.DumpValue,
+			writeErr:   cfg.WriteError,
+			admitWrite: cfg.AdmitWrite,
+		},
+		auth:       authConfig{password: cfg.Password, protected: cfg.ProtectedMode, loopback: cfg.Loopback},
+		ks:         cfg.Keyspace,
+		clock:      cfg.Clock,
+		realClock:  realClock,
+		version:    cfg.Version,
+		settings:   cfg.Settings,
+		sweepInt:   cfg.SweepInterval,
+		log:        cfg.Logger,
+		started:    cfg.Clock(),
+		stats:      serviceStats{errors: make(map[string]int64)},
+		multi:      multiLimits{maxCommands: cfg.MultiMaxCommands, maxBytes: cfg.MultiMaxBytes},
+		replID:     newRunID(),
+		configFile: absPath(cfg.ConfigFile),
 
-		replPriority:    max(cfg.ReplicaPriority, 0),
-		replicaWritable: cfg.ReplicaWritable,
-		replicaNoStale:  cfg.ReplicaNoStaleData,
-		minReplicas:     cfg.MinReplicasToWrite,
-		minReplicasLag:  cfg.MinReplicasMaxLag,
-		pubsub:          newPubsubTable(),
-		killRepl:        cfg.KillReplicationLinks,
-		rewrite:         cfg.ConfigRewrite,
-		cluster:         cfg.Cluster,
-		slots:           cfg.ClusterSlots,
+		repl: replRole{
+			priority:    max(cfg.ReplicaPriority, 0),
+			writable:    cfg.ReplicaWritable,
+			noStale:     cfg.ReplicaNoStaleData,
+			minReplicas: cfg.MinReplicasToWrite,
+			minLag:      cfg.MinReplicasMaxLag,
+			killLinks:   cfg.KillReplicationLinks,
+		},
+		pubsub:  newPubsubTable(),
+		rewrite: cfg.ConfigRewrite,
+		cluster: clusterMode{state: cfg.Cluster, slots: cfg.ClusterSlots},
 	}
-	if s.slots == nil {
-		s.slots = cluster.KeyspaceStore{Keyspace: cfg.Keyspace}
+	if s.cluster.slots == nil {
+		s.cluster.slots = cluster.KeyspaceStore{Keyspace: cfg.Keyspace}
 	}
-	if s.admitWrite == nil {
-		s.admitWrite = cfg.WriteError
+	if s.persist.admitWrite == nil {
+		s.persist.admitWrite = cfg.WriteError
 	}
 	if !slices.ContainsFunc(s.settings, func(st Setting) bool { return st.Name == "tracking-table-max-keys" }) {
 		s.settings = append(slices.Clip(s.settings), Setting{Name: "tracking-table-max-keys",
@@ -390,28 +368,28 @@ func New(cfg Config) (*Service, error) {
 			s.settings = append(slices.Clip(s.settings), st)
 		}
 	}
-	s.inst.startupMemory = heapObjects()
-	s.notePeak(s.inst.startupMemory)
-	s.passDigest = sha256.Sum256([]byte(cfg.Password))
+	s.stats.inst.startupMemory = heapObjects()
+	s.notePeak(s.stats.inst.startupMemory)
+	s.auth.digest = sha256.Sum256([]byte(cfg.Password))
 	s.slowlog = slowlog{slowerThan: cfg.SlowlogSlowerThan, maxLen: cfg.SlowlogMaxLen}
 	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock, statShards())
-	s.cmdsTotal = counter{newShards(statShards()), 0}
+	s.stats.cmdsTotal = counter{newShards(statShards()), 0}
 	s.buildTable(commandSpecs())
 	s.installWatch(cfg.TrackingTableMaxKeys)
 	s.maxClients, _ = strconv.Atoi(s.setting("maxclients"))
-	s.repl = cfg.Replication
-	if s.repl == nil {
+	s.repl.Replication = cfg.Replication
+	if s.repl.Replication == nil {
 		r, err := replication.New(replication.Config{Keyspace: cfg.Keyspace, Logger: cfg.Logger, Clock: cfg.Clock})
 		if err != nil {
 			return nil, err
 		}
-		s.repl = r
+		s.repl.Replication = r
 	}
 	s.runID = s.repl.NodeID() // the identity replicas exchange (REPLCONF node-id)
-	if s.killRepl == nil {
-		s.killRepl = s.repl.KillLinks
+	if s.repl.killLinks == nil {
+		s.repl.killLinks = s.repl.KillLinks
 	}
-	s.clusterMode = s.cluster != nil
+	s.cluster.on = s.cluster.state != nil
 	s.pol.file = cfg.PolicyFile
 	s.rlsInfo = cfg.RLSInfo
 	if cfg.Policies != nil {
@@ -482,8 +460,8 @@ func (s *Service) Run(ctx context.Context) {
 func (s *Service) SweepOnce() int {
 	start := time.Now()
 	n := s.ks.Sweep(unixMilli(s.clock()), keyspace.SweepConfig{PerShard: 10, Rounds: 4})
-	s.expireNS.Add(int64(time.Since(start)))
-	s.expired.Add(int64(n))
+	s.stats.expireNS.Add(int64(time.Since(start)))
+	s.stats.expired.Add(int64(n))
 	return n
 }
 
@@ -493,9 +471,9 @@ func (s *Service) SweepOnce() int {
 // that opens its key for writing counts neither in Redis).
 func (s *Service) lookedUp(found bool) {
 	if found {
-		s.keyspaceHits.Add(1)
+		s.stats.keyspaceHits.Add(1)
 	} else {
-		s.keyspaceMisses.Add(1)
+		s.stats.keyspaceMisses.Add(1)
 	}
 }
 
@@ -504,7 +482,7 @@ func (s *Service) Open(c *resp.Conn) {
 	cl := &client{conn: c}
 	// Before the first read, so the connection's limits for clients that
 	// have not authenticated apply from the first byte.
-	cl.setAuthed(s.password == "")
+	cl.setAuthed(s.auth.password == "")
 	cl.multi.seen.Store(-1) // not in MULTI
 	cl.x.s = s
 	cl.x.c = c
@@ -513,7 +491,7 @@ func (s *Service) Open(c *resp.Conn) {
 	// connection on a goroutine of its own, the shards in turn.
 	shard := c.Loop()
 	if shard < 0 {
-		shard = int(s.openSeq.Add(1) - 1)
+		shard = int(s.stats.openSeq.Add(1) - 1)
 	}
 	cl.shard = uint16(shard % statShards())
 	c.SetContext(cl)
@@ -521,7 +499,7 @@ func (s *Service) Open(c *resp.Conn) {
 	// resp.Config.Refuse). Should a connection layer without that hook
 	// serve a remote client, its first command gets the DENIED error,
 	// then the connection closes.
-	cl.denied = s.protected && !s.loopback(c.RemoteAddr())
+	cl.denied = s.auth.protected && !s.auth.loopback(c.RemoteAddr())
 }
 
 // Refuse is resp.Config.Refuse for this server: with protected mode on, a
@@ -537,14 +515,14 @@ func (s *Service) Refuse(remote net.Addr) []byte {
 			return rawMaxClients
 		}
 	}
-	if !s.protected {
+	if !s.auth.protected {
 		return nil
 	}
 	addr := ""
 	if remote != nil {
 		addr = remote.String()
 	}
-	if s.loopback(addr) {
+	if s.auth.loopback(addr) {
 		return nil
 	}
 	return rawDenied
@@ -561,28 +539,28 @@ var rawMaxClients = []byte("-" + msgMaxClients + "\r\n")
 // clients wait on the same batch (group commit).
 func (s *Service) BeforeWrite(c *resp.Conn) error {
 	cl, _ := c.Context().(*client)
-	if cl == nil || cl.pendingSeq == 0 || s.durability == nil {
+	if cl == nil || cl.pendingSeq == 0 || s.persist.durability == nil {
 		return nil
 	}
 	seq := cl.pendingSeq
 	cl.pendingSeq = 0
-	return s.durability.WaitDurable(seq)
+	return s.persist.durability.WaitDurable(seq)
 }
 
 // Ready implements resp.Deferrer: whether c's replies may leave without
 // waiting in BeforeWrite.
 func (s *Service) Ready(c *resp.Conn) bool {
 	cl, _ := c.Context().(*client)
-	if cl == nil || cl.pendingSeq == 0 || s.durability == nil {
+	if cl == nil || cl.pendingSeq == 0 || s.persist.durability == nil {
 		return true
 	}
-	return s.durability.Durable(cl.pendingSeq)
+	return s.persist.durability.Durable(cl.pendingSeq)
 }
 
 // SetNotify implements resp.Deferrer.
 func (s *Service) SetNotify(fn func()) {
-	if s.durability != nil {
-		s.durability.OnDurable(fn)
+	if s.persist.durability != nil {
+		s.persist.durability.OnDurable(fn)
 	}
 }
 
