@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/cellserver/cellserver/glob"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/policy"
 )
@@ -312,7 +313,7 @@ func applyAll(x *ctx, p *policy.Policy, q int64, ms bool) {
 }
 
 // policyGlob matches an override's glob as KEYS does (case-sensitive).
-func policyGlob(pattern, key []byte) bool { return globMatch(pattern, key, false) }
+func policyGlob(pattern, key []byte) bool { return glob.Match(pattern, key, false) }
 
 // fromPolicy sets c, which must be zero, to policy p's command on key
 // with parameters ps, quantity q (and token, for a concurrency policy).

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 
+	"github.com/cellserver/cellserver/glob"
 	"github.com/cellserver/cellserver/keyspace"
 )
 
@@ -181,7 +182,7 @@ func cmdKeys(x *ctx) {
 		sh := db.ShardAt(i)
 		x.lock(sh)
 		sh.Range(now, func(k string, _ *keyspace.Value) bool {
-			if all || globMatch(pat, []byte(k), false) {
+			if all || glob.Match(pat, []byte(k), false) {
 				keys = append(keys, k)
 			}
 			return true
@@ -272,7 +273,7 @@ func cmdScan(x *ctx) {
 		from := uint32(min(pos, math.MaxUint32)) // a position past the table's end: none left
 		next, end := sh.Scan(now, from, int(work-spent), func(k string, v *keyspace.Value) bool {
 			seen++
-			if (pat == nil || globMatch(pat, []byte(k), false)) && (typ == nil || eqFold(typ, typeName(v.Kind))) {
+			if (pat == nil || glob.Match(pat, []byte(k), false)) && (typ == nil || eqFold(typ, typeName(v.Kind))) {
 				keys = append(keys, k)
 			}
 			return seen < count

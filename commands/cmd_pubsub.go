@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/cellserver/cellserver/glob"
 )
 
 // Pub/sub, with Redis 7.0's replies (src/pubsub.c). A client subscribes to
@@ -154,7 +156,7 @@ func (t *pubsubTable) publish(channel, msg []byte) int64 {
 		n++
 	}
 	for pat, cls := range t.patterns {
-		if !globMatch([]byte(pat), channel, false) {
+		if !glob.Match([]byte(pat), channel, false) {
 			continue
 		}
 		var pframes [2][]byte
@@ -297,7 +299,7 @@ func cmdPubsubChannels(x *ctx) {
 	t.mu.RLock()
 	var out []string
 	for ch := range t.channels {
-		if pat == nil || globMatch(pat, []byte(ch), false) {
+		if pat == nil || glob.Match(pat, []byte(ch), false) {
 			out = append(out, ch)
 		}
 	}

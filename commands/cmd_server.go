@@ -5,6 +5,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/cellserver/cellserver/glob"
 )
 
 // COMMAND with no subcommand: the info of every top-level command.
@@ -300,7 +302,7 @@ func cmdCommandList(x *ctx) {
 				return false
 			}
 		case eqFold(x.args[3], "pattern"):
-			filter = func(sp *Spec) bool { return globMatch(val, []byte(sp.Name), true) }
+			filter = func(sp *Spec) bool { return glob.Match(val, []byte(sp.Name), true) }
 		default:
 			x.errorReply(msgSyntax)
 			return
@@ -371,7 +373,7 @@ func cmdConfigGet(x *ctx) {
 			continue
 		}
 		for _, st := range x.s.settings {
-			if !seen[st.Name] && globMatch(pat, []byte(st.Name), true) {
+			if !seen[st.Name] && glob.Match(pat, []byte(st.Name), true) {
 				seen[st.Name] = true
 				out = append(out, st)
 			}
