@@ -34,12 +34,8 @@ func cmdPace(x *ctx) {
 		x.errorReply(msgPaceBurst)
 		return
 	}
-	if r.Store {
-		if lk.v == nil && !x.s.ks.CanInsert() {
-			x.oom()
-			return
-		}
-		lk.storeGCRA(r.NewTAT, r.ExpireAtMillis)
+	if r.Store && !x.storeGCRA(&lk, r.NewTAT, r.ExpireAtMillis) {
+		return
 	}
 	x.decided(r.Limited, lk.k.key)
 	x.tuple(tuple{r.Limited, r.Limit, r.Remaining, units(r.Wait, ms), units(r.ResetAfter, ms)})

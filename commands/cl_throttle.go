@@ -40,16 +40,14 @@ func cmdThrottle(x *ctx) {
 		x.errorReply(msgCellZeroRate)
 		return
 	}
-	if r.Store && lk.v == nil && !x.s.ks.CanInsert() {
-		x.oom()
-		return
-	}
 	if r.Store {
 		exp := int64(0)
 		if r.TTLMillis >= 0 {
 			exp = lk.nowMS + r.TTLMillis
 		}
-		lk.storeGCRA(r.NewTAT, exp)
+		if !x.storeGCRA(&lk, r.NewTAT, exp) {
+			return
+		}
 		if r.TTLMillis < -1 {
 			// redis-cell has written the value already and SetExpire fails:
 			// the key stays, without a TTL, and the client gets an error.

@@ -442,11 +442,17 @@ func (x *ctx) gcraKey() (lk limiterKey, tat uint64, exists, ok bool) {
 }
 
 // storeGCRA stores the TAT tat at lk's key, which expires at exp (ms
-// since the Unix epoch; 0: never), carrying its reservations over.
-func (lk *limiterKey) storeGCRA(tat uint64, exp int64) {
+// since the Unix epoch; 0: never), carrying its reservations over. It
+// returns false when it replied OOM instead: a new key past maxmemory.
+func (x *ctx) storeGCRA(lk *limiterKey, tat uint64, exp int64) bool {
+	if lk.v == nil && !x.s.ks.CanInsert() {
+		x.oom()
+		return false
+	}
 	nv := keyspace.Value{Kind: keyspace.KindGCRA, N: tat, Exp: exp}
 	keepReservations(lk.v, &nv, lk.now)
 	lk.k.replace(lk.v, nv)
+	return true
 }
 
 // storedTAT reads the TAT of a CL.THROTTLE key (0 when v is nil): a GCRA

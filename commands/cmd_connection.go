@@ -175,14 +175,9 @@ func cmdHello(x *ctx) {
 	if pass != nil {
 		x.cl.setAuthed(true)
 	}
-	if name != nil {
-		if !validClientName(name) {
-			x.errorReply(msgClientName)
-			return
-		}
-		x.cl.meta.mu.Lock()
-		x.cl.meta.name = string(name)
-		x.cl.meta.mu.Unlock()
+	if name != nil && !x.cl.setName(name) {
+		x.errorReply(msgClientName)
+		return
 	}
 	if v != 0 {
 		x.cl.resp3.Store(v == 3)
@@ -230,15 +225,23 @@ func validClientName(b []byte) bool {
 func cmdClientID(x *ctx) { x.int(x.c.ID()) }
 
 func cmdClientSetName(x *ctx) {
-	name := x.args[2]
-	if !validClientName(name) {
+	if !x.cl.setName(x.args[2]) {
 		x.errorReply(msgClientName)
 		return
 	}
-	x.cl.meta.mu.Lock()
-	x.cl.meta.name = string(name)
-	x.cl.meta.mu.Unlock()
 	x.ok()
+}
+
+// setName sets the client's name (CLIENT SETNAME, HELLO SETNAME) unless
+// Redis's rule refuses it (then it returns false).
+func (cl *client) setName(name []byte) bool {
+	if !validClientName(name) {
+		return false
+	}
+	cl.meta.mu.Lock()
+	cl.meta.name = string(name)
+	cl.meta.mu.Unlock()
+	return true
 }
 
 func cmdClientGetName(x *ctx) {

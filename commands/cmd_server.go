@@ -156,31 +156,28 @@ func cmdCommandDocs(x *ctx) {
 }
 
 func (x *ctx) commandDocs(sp *Spec) {
-	n := 1 // group is always there
-	for _, present := range []bool{sp.Summary != "", sp.Since != "", sp.Complex != "", sp.Module != "",
-		len(sp.Args) > 0, len(sp.Subs) > 0} {
+	// The text fields in Redis's order, each when set (group always).
+	texts := [...]struct{ name, val string }{
+		{"summary", sp.Summary}, {"since", sp.Since}, {"group", sp.Group},
+		{"complexity", sp.Complex}, {"module", sp.Module},
+	}
+	n := 0
+	for _, present := range []bool{len(sp.Args) > 0, len(sp.Subs) > 0} {
 		if present {
 			n++
 		}
 	}
+	for _, f := range texts {
+		if f.val != "" || f.name == "group" {
+			n++
+		}
+	}
 	x.mapLen(n)
-	if sp.Summary != "" {
-		x.bulkStr("summary")
-		x.bulkStr(sp.Summary)
-	}
-	if sp.Since != "" {
-		x.bulkStr("since")
-		x.bulkStr(sp.Since)
-	}
-	x.bulkStr("group")
-	x.bulkStr(sp.Group)
-	if sp.Complex != "" {
-		x.bulkStr("complexity")
-		x.bulkStr(sp.Complex)
-	}
-	if sp.Module != "" {
-		x.bulkStr("module")
-		x.bulkStr(sp.Module)
+	for _, f := range texts {
+		if f.val != "" || f.name == "group" {
+			x.bulkStr(f.name)
+			x.bulkStr(f.val)
+		}
 	}
 	if len(sp.Args) > 0 {
 		x.bulkStr("arguments")

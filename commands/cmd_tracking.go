@@ -746,16 +746,15 @@ func cmdClientTrackingInfo(x *ctx) {
 	if f&trkBcast != 0 {
 		flags = append(flags, "bcast")
 	}
-	if f&trkOptin != 0 {
-		flags = append(flags, "optin")
-		if f&trkCaching != 0 {
-			flags = append(flags, "caching-yes")
-		}
-	}
-	if f&trkOptout != 0 {
-		flags = append(flags, "optout")
-		if f&trkCaching != 0 {
-			flags = append(flags, "caching-no")
+	for _, m := range [...]struct {
+		bit           uint32
+		mode, caching string // CLIENT CACHING yes in OPTIN, no in OPTOUT
+	}{{trkOptin, "optin", "caching-yes"}, {trkOptout, "optout", "caching-no"}} {
+		if f&m.bit != 0 {
+			flags = append(flags, m.mode)
+			if f&trkCaching != 0 {
+				flags = append(flags, m.caching)
+			}
 		}
 	}
 	if f&trkNoloop != 0 {

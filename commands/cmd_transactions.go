@@ -449,7 +449,11 @@ func (w *watchTable) flush(db int) {
 
 // watchJournal is the keyspace's Journal while a Service uses it: it tells
 // the watch table and the tracking table (cmd_tracking.go) about every
-// change, then passes it on to next (the persistence journal, or nil).
+// change, then passes it on to next, the journal the keyspace had before
+// (nil if none). In a server that is replication's journal, which passes
+// the change on to the persistence writer: server.New makes the
+// Replication before the Service. When New makes the Replication itself
+// (Config.Replication nil), replication's journal wraps this one instead.
 type watchJournal struct {
 	w    *watchTable
 	t    *trackTable

@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -267,51 +268,27 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	if cfg.Version == "" {
-		cfg.Version = DefaultVersion
-	}
-	if cfg.SweepInterval == 0 {
-		cfg.SweepInterval = DefaultSweepInterval
-	}
+	cfg.Version = cmp.Or(cfg.Version, DefaultVersion)
+	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, DefaultSweepInterval)
 	if cfg.SweepInterval < 0 {
 		return nil, errors.New("commands: sweep interval must not be negative")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.SlowlogSlowerThan == 0 {
-		cfg.SlowlogSlowerThan = DefaultSlowlogSlowerThan
-	}
-	if cfg.SlowlogMaxLen == 0 {
-		cfg.SlowlogMaxLen = DefaultSlowlogMaxLen
-	}
-	if cfg.KeyPrefixSeparator == 0 {
-		cfg.KeyPrefixSeparator = DefaultKeyPrefixSeparator
-	}
-	if cfg.TopPrefixes == 0 {
-		cfg.TopPrefixes = DefaultTopPrefixes
-	}
-	if cfg.TopPrefixInterval == 0 {
-		cfg.TopPrefixInterval = DefaultTopPrefixInterval
-	}
 	if cfg.Loopback == nil {
 		cfg.Loopback = isLoopback
 	}
-	if cfg.MultiMaxCommands == 0 {
-		cfg.MultiMaxCommands = DefaultMultiMaxCommands
-	}
-	if cfg.MultiMaxBytes == 0 {
-		cfg.MultiMaxBytes = DefaultMultiMaxBytes
-	}
-	if cfg.TrackingTableMaxKeys == 0 {
-		cfg.TrackingTableMaxKeys = DefaultTrackingTableMaxKeys
-	}
-	if cfg.ReplicaPriority == 0 {
-		cfg.ReplicaPriority = replication.DefaultPriority
-	}
-	if cfg.MinReplicasMaxLag == 0 {
-		cfg.MinReplicasMaxLag = DefaultMinReplicasMaxLag
-	}
+	cfg.SlowlogSlowerThan = cmp.Or(cfg.SlowlogSlowerThan, DefaultSlowlogSlowerThan)
+	cfg.SlowlogMaxLen = cmp.Or(cfg.SlowlogMaxLen, DefaultSlowlogMaxLen)
+	cfg.KeyPrefixSeparator = cmp.Or(cfg.KeyPrefixSeparator, DefaultKeyPrefixSeparator)
+	cfg.TopPrefixes = cmp.Or(cfg.TopPrefixes, DefaultTopPrefixes)
+	cfg.TopPrefixInterval = cmp.Or(cfg.TopPrefixInterval, DefaultTopPrefixInterval)
+	cfg.MultiMaxCommands = cmp.Or(cfg.MultiMaxCommands, DefaultMultiMaxCommands)
+	cfg.MultiMaxBytes = cmp.Or(cfg.MultiMaxBytes, DefaultMultiMaxBytes)
+	cfg.TrackingTableMaxKeys = cmp.Or(cfg.TrackingTableMaxKeys, DefaultTrackingTableMaxKeys)
+	cfg.ReplicaPriority = cmp.Or(cfg.ReplicaPriority, replication.DefaultPriority)
+	cfg.MinReplicasMaxLag = cmp.Or(cfg.MinReplicasMaxLag, DefaultMinReplicasMaxLag)
 	if cfg.MinReplicasToWrite < 0 || cfg.MinReplicasMaxLag < 0 {
 		return nil, errors.New("commands: min-replicas settings must not be negative")
 	}
