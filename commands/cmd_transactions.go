@@ -109,7 +109,7 @@ func (s *Service) enqueue(cl *client, sp *Spec, args [][]byte) wireErr {
 // client's command can interleave with them; a client on other shards is
 // not held up. A transaction with a command that needs more than its
 // keys (WholeKeyspace) holds every shard lock. EXEC answers a null array
-// instead when a watched key changed (see cmd_watch.go); either way the
+// instead when a watched key changed (see WATCH below); either way the
 // client's watched keys are forgotten. Each queued command runs through
 // Service.call, as a command outside MULTI does, with its keys resolved
 // once.
