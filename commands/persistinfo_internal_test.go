@@ -1,4 +1,4 @@
-package server
+package commands
 
 import (
 	"context"
@@ -45,7 +45,8 @@ func TestInfoPersistenceShowsWriteFailure(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go w.Run(ctx)
 	defer func() { cancel(); w.Close() }()
-	info := func() []string { return persistenceInfo(Config{DataDir: "/data"}, w, disk, persistence.LoadStats{}) }
+	p := &PersistenceInfo{DataDir: "/data", Writer: w, Store: disk}
+	info := func() []string { return p.lines() }
 	wait := func(what string, cond func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
