@@ -89,6 +89,23 @@ func parsePeriod(b []byte) (int64, bool) {
 	return ns, ok && ns > 0
 }
 
+// parseSpan accepts 0, an integer number of seconds or a Go duration with
+// a unit (250ms, 1.5s, 10m), at most limiter.MaxPeriod, and returns ns
+// (CL.PACE's MAXWAIT; parsePeriod without 0).
+func parseSpan(b []byte) (int64, bool) {
+	if n, ok := parseRustI64(b); ok {
+		if n < 0 || n > int64(limiter.MaxPeriod/time.Second) {
+			return 0, false
+		}
+		return n * int64(time.Second), true
+	}
+	d, err := time.ParseDuration(string(b))
+	if err != nil || d < 0 || d > limiter.MaxPeriod {
+		return 0, false
+	}
+	return int64(d), true
+}
+
 // check is one parsed limiter call, standalone or inside CL.ALL.
 type check struct {
 	name  string // the command, lower-case, for error texts
@@ -564,21 +581,4 @@ func (c *check) reply(x *ctx) {
 	}
 	x.c.Out = appendTupleIn(x.c.Out, 6, c.t)
 	x.int(c.id)
-}
-
-// parseSpan accepts 0, an integer number of seconds or a Go duration with
-// a unit (250ms, 1.5s, 10m), at most limiter.MaxPeriod, and returns ns
-// (CL.PACE's MAXWAIT; parsePeriod without 0).
-func parseSpan(b []byte) (int64, bool) {
-	if n, ok := parseRustI64(b); ok {
-		if n < 0 || n > int64(limiter.MaxPeriod/time.Second) {
-			return 0, false
-		}
-		return n * int64(time.Second), true
-	}
-	d, err := time.ParseDuration(string(b))
-	if err != nil || d < 0 || d > limiter.MaxPeriod {
-		return 0, false
-	}
-	return int64(d), true
 }
