@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/keyspace"
-	"github.com/cellserver/cellserver/persistence"
 	"github.com/cellserver/cellserver/replication"
 	"github.com/cellserver/cellserver/resp"
 )
@@ -434,81 +433,12 @@ func (c *infoCall) persistence() []string {
 	if s.persist.info == nil {
 		return append(lines, "persistence_mode:none")
 	}
-	return append(lines, s.persist.info.lines()...)
-}
-
-// PersistenceInfo is what INFO persistence reports on (Config.Persistence):
-// the data directory, the write queue and the store behind it, what the
-// load at startup found, and the damage found in the newest WAL then
-// (with LoadDamagedWAL).
-type PersistenceInfo struct {
-	DataDir   string
-	Writer    *persistence.Writer
-	Store     persistence.Store
-	Loaded    persistence.LoadStats
-	WALDamage persistence.WALDamage
-}
-
-// lines is INFO persistence's part about the write path, after the
-// lines every server reports (infoCall.persistence).
-func (p *PersistenceInfo) lines() []string {
-	w, st, loaded := p.Writer, p.Store, p.Loaded
-	ws := w.Stats()
-	unix := func(t time.Time) int64 {
-		if t.IsZero() {
-			return 0
+	for _, l := range s.persist.info() {
+		if !strings.HasPrefix(l, "loading:") {
+			lines = append(lines, l)
 		}
-		return t.Unix()
 	}
-	status, lastErr := "ok", ""
-	if ws.Err != nil {
-		status, lastErr = "err", strings.NewReplacer("\r", " ", "\n", " ").Replace(ws.Err.Error())
-	}
-	du := st.DiskUsage()
-	mode := "pebble"
-	if _, ok := st.(persistence.Checkpointer); ok {
-		mode = "changelog" // a change log with checkpoints into pebble
-	}
-	lines := []string{
-		// Redis's field when AOF is on: the data directory's size.
-		fmt.Sprintf("aof_current_size:%d", du),
-		"persistence_mode:" + mode,
-		"data_dir:" + p.DataDir,
-		"fsync:" + ws.Mode.String(),
-		fmt.Sprintf("pending_changes:%d", ws.Pending),
-		fmt.Sprintf("written_changes:%d", ws.Written),
-		fmt.Sprintf("pending_bytes:%d", ws.PendingBytes),
-		fmt.Sprintf("max_pending_bytes:%d", ws.MaxPending),
-		fmt.Sprintf("backpressure_waits:%d", ws.BackpressureWaits),
-		fmt.Sprintf("backpressure_wait_usec:%d", ws.BackpressureWait.Microseconds()),
-		fmt.Sprintf("last_write_time:%d", unix(ws.LastWrite)),
-		fmt.Sprintf("last_write_usec:%d", ws.LastWriteTime.Microseconds()),
-		fmt.Sprintf("last_sync_time:%d", unix(ws.LastSync)),
-		fmt.Sprintf("last_sync_usec:%d", ws.LastSyncTime.Microseconds()),
-		"last_write_status:" + status,
-		"last_write_error:" + lastErr,
-		fmt.Sprintf("writes_refused_since:%d", unix(ws.FailingSince)),
-		fmt.Sprintf("failed_write_attempts:%d", ws.Failures),
-		fmt.Sprintf("keys_loaded:%d", loaded.Keys),
-		fmt.Sprintf("expired_dropped_at_load:%d", loaded.Expired),
-		fmt.Sprintf("load_time_usec:%d", loaded.Duration.Microseconds()),
-		fmt.Sprintf("disk_usage_bytes:%d", du),
-	}
-	if r, ok := st.(persistence.InfoReporter); ok {
-		lines = append(lines, r.Info()...)
-	}
-	return append(lines, walDamageInfo(p.WALDamage)...)
-}
-
-// walDamageInfo is the part of INFO persistence about the damage found in
-// the newest WAL at startup (with LoadDamagedWAL): the changes dropped.
-func walDamageInfo(d persistence.WALDamage) []string {
-	return []string{
-		fmt.Sprintf("loaded_damaged_wal:%d", map[bool]int{false: 0, true: 1}[d.Damaged()]),
-		fmt.Sprintf("damaged_wal_dropped_records:%d", d.DroppedRecords),
-		fmt.Sprintf("damaged_wal_dropped_changes:%d", d.DroppedChanges),
-		fmt.Sprintf("damaged_wal_dropped_bytes:%d", d.DroppedBytes),
-	}
+	return lines
 }
 
 func (c *infoCall) stats() []string {

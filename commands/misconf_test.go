@@ -55,7 +55,7 @@ func startWithStore(t *testing.T, store persistence.Store) (addr string, w *pers
 		t.Fatal(err)
 	}
 	cmds, err := commands.New(commands.Config{Keyspace: ks, Logger: log, Durability: w, WriteError: w.Failing,
-		Persistence: &commands.PersistenceInfo{Writer: w, Store: store}})
+		PersistenceInfo: func() []string { return []string{"fsync:always"} }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,9 +72,9 @@ type Config struct {
 	// durable: Seq numbers the changes queued so far and WaitDurable
 	// blocks until a number of them is on disk.
 	Durability Durability
-	// Persistence is what INFO's persistence section reports on; nil
-	// means persistence is off.
-	Persistence *PersistenceInfo
+	// PersistenceInfo returns the lines of INFO's persistence section;
+	// nil means persistence is off.
+	PersistenceInfo func() []string
 	// WriteError, when set, reports why the persistence store refuses
 	// writes (nil while it accepts them). Meanwhile commands flagged Write
 	// (and EXEC of a transaction holding one) are refused with MISCONF, as
@@ -247,7 +247,7 @@ type Service struct {
 // AdmitWrite); each nil without persistence.
 type persistHooks struct {
 	durability Durability
-	info       *PersistenceInfo // INFO persistence (info.go)
+	info       func() []string // INFO persistence (info.go)
 	dumpValue  func(dst []byte, v keyspace.Value) []byte
 	writeErr   func() error
 	admitWrite func() error // WriteError, or AdmitWrite when set (dispatch.go)
@@ -299,7 +299,7 @@ func New(cfg Config) (*Service, error) {
 		monoBase: time.Now(),
 		persist: persistHooks{
 			durability: cfg.Durability,
-			info:       cfg.Persistence,
+			info:       cfg.PersistenceInfo,
 			dumpValue:  cfg.DumpValue,
 			writeErr:   cfg.WriteError,
 			admitWrite: cfg.AdmitWrite,

@@ -1,4 +1,4 @@
-package commands
+package server
 
 import (
 	"context"
@@ -45,8 +45,7 @@ func TestInfoPersistenceShowsWriteFailure(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go w.Run(ctx)
 	defer func() { cancel(); w.Close() }()
-	p := &PersistenceInfo{DataDir: "/data", Writer: w, Store: disk}
-	info := func() []string { return p.lines() }
+	info := func() []string { return persistenceInfo(Config{DataDir: "/data"}, w, disk, persistence.LoadStats{}) }
 	wait := func(what string, cond func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
