@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 .PHONY: build run test test-client-oldest vet race fuzz bench
 
 # The repository's Go modules: the server (.) and, each with its own
-# go.mod, the client side (README "Go client"). go test ./... at the root
+# go.mod, the client side (docs/client.md). go test ./... at the root
 # does not enter the nested ones, so every target runs in each.
 MODULES = . gcra limiter client
 
