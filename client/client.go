@@ -247,7 +247,7 @@ func (c *Client) Fixed(ctx context.Context, key string, limit int64, per time.Du
 }
 
 // Sliding sends CL.SLIDING key limit period quantity MS: the
-// sliding-window counter (approximate; see the README).
+// sliding-window counter (approximate; see docs/commands.md).
 func (c *Client) Sliding(ctx context.Context, key string, limit int64, per time.Duration, quantity int64) (Result, error) {
 	return c.tuple(ctx, "CL.SLIDING", time.Millisecond, "CL.SLIDING", key, limit, period(per), quantity, "MS")
 }
