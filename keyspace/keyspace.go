@@ -213,12 +213,8 @@ const (
 var ErrConfig = errors.New("keyspace: invalid config")
 
 func (c *Config) ensureDefaults() {
-	if c.Databases == 0 {
-		c.Databases = DefaultDatabases
-	}
-	if c.Shards == 0 {
-		c.Shards = DefaultShards
-	}
+	c.Databases = cmp.Or(c.Databases, DefaultDatabases)
+	c.Shards = cmp.Or(c.Shards, DefaultShards)
 }
 
 // Keyspace is the set of databases. It is safe for concurrent use.

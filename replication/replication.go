@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
@@ -138,21 +139,15 @@ func New(cfg Config) (*Replication, error) {
 	if cfg.Keyspace == nil {
 		return nil, errors.New("replication: no keyspace")
 	}
-	if cfg.BacklogSize == 0 {
-		cfg.BacklogSize = DefaultBacklogSize
-	}
+	cfg.BacklogSize = cmp.Or(cfg.BacklogSize, DefaultBacklogSize)
 	if cfg.BacklogSize < 16<<10 || cfg.BacklogSize > 1<<40 {
 		return nil, errors.New("replication: the backlog size must be between 16kb and 1tb")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	if cfg.MaxFrame == 0 {
-		cfg.MaxFrame = DefaultMaxFrame
-	}
+	cfg.MaxFrame = cmp.Or(cfg.MaxFrame, DefaultMaxFrame)
 	if cfg.MaxFrame < 0 || cfg.MaxReplicas < 0 {
 		return nil, errors.New("replication: MaxFrame and MaxReplicas must not be negative")
 	}

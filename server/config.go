@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -290,84 +291,32 @@ const (
 // withDefaults returns c with zero values replaced by defaults: what New
 // runs with, and what CONFIG GET shows.
 func (c Config) withDefaults() Config {
-	if c.Addr == "" {
-		c.Addr = DefaultAddr
-	}
-	if c.Databases == 0 {
-		c.Databases = keyspace.DefaultDatabases
-	}
-	if c.Shards == 0 {
-		c.Shards = keyspace.DefaultShards
-	}
-	if c.MaxClients == 0 {
-		c.MaxClients = resp.DefaultMaxClients
-	}
-	if c.MaxBulkLen == 0 {
-		c.MaxBulkLen = resp.DefaultMaxBulkLen
-	}
-	if c.MaxMultiBulkLen == 0 {
-		c.MaxMultiBulkLen = resp.DefaultMaxMultiBulkLen
-	}
-	if c.MaxQueryBuffer == 0 {
-		c.MaxQueryBuffer = resp.DefaultMaxQueryBuffer
-	}
-	if c.MaxOutputBuffer == 0 {
-		c.MaxOutputBuffer = resp.DefaultMaxOutputBuffer
-	}
-	if c.OutputTimeout == 0 {
-		c.OutputTimeout = resp.DefaultOutputTimeout
-	}
-	if c.MultiMaxCommands == 0 {
-		c.MultiMaxCommands = commands.DefaultMultiMaxCommands
-	}
-	if c.MultiMaxBytes == 0 {
-		c.MultiMaxBytes = commands.DefaultMultiMaxBytes
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if c.Version == "" {
-		c.Version = commands.DefaultVersion
-	}
-	if c.KeyPrefixSeparator == "" {
-		c.KeyPrefixSeparator = string(rune(commands.DefaultKeyPrefixSeparator))
-	}
-	if c.SlowlogMaxLen == 0 {
-		c.SlowlogMaxLen = commands.DefaultSlowlogMaxLen
-	}
-	if c.SlowlogSlowerThan == 0 {
-		c.SlowlogSlowerThan = commands.DefaultSlowlogSlowerThan
-	}
-	if c.TopPrefixes == 0 {
-		c.TopPrefixes = commands.DefaultTopPrefixes
-	}
-	if c.LogFormat == "" {
-		c.LogFormat = DefaultLogFormat
-	}
-	if c.LogLevel == "" {
-		c.LogLevel = DefaultLogLevel
-	}
-	if c.MaxMemoryPolicy == "" {
-		c.MaxMemoryPolicy = DefaultMaxMemoryPolicy
-	}
-	if c.Fsync == "" {
-		c.Fsync = DefaultFsync
-	}
-	if c.CheckpointBytes == 0 {
-		c.CheckpointBytes = changelog.DefaultCheckpointBytes
-	}
-	if c.PersistMaxPending == 0 {
-		c.PersistMaxPending = persistence.DefaultMaxPending
-	}
-	if c.ReplBacklogSize == 0 {
-		c.ReplBacklogSize = replication.DefaultBacklogSize
-	}
-	if c.ReplicaPriority == 0 {
-		c.ReplicaPriority = replication.DefaultPriority
-	}
-	if c.MinReplicasMaxLag == 0 {
-		c.MinReplicasMaxLag = commands.DefaultMinReplicasMaxLag
-	}
+	c.Addr = cmp.Or(c.Addr, DefaultAddr)
+	c.Databases = cmp.Or(c.Databases, keyspace.DefaultDatabases)
+	c.Shards = cmp.Or(c.Shards, keyspace.DefaultShards)
+	c.MaxClients = cmp.Or(c.MaxClients, resp.DefaultMaxClients)
+	c.MaxBulkLen = cmp.Or(c.MaxBulkLen, resp.DefaultMaxBulkLen)
+	c.MaxMultiBulkLen = cmp.Or(c.MaxMultiBulkLen, resp.DefaultMaxMultiBulkLen)
+	c.MaxQueryBuffer = cmp.Or(c.MaxQueryBuffer, resp.DefaultMaxQueryBuffer)
+	c.MaxOutputBuffer = cmp.Or(c.MaxOutputBuffer, resp.DefaultMaxOutputBuffer)
+	c.OutputTimeout = cmp.Or(c.OutputTimeout, resp.DefaultOutputTimeout)
+	c.MultiMaxCommands = cmp.Or(c.MultiMaxCommands, commands.DefaultMultiMaxCommands)
+	c.MultiMaxBytes = cmp.Or(c.MultiMaxBytes, commands.DefaultMultiMaxBytes)
+	c.ShutdownTimeout = cmp.Or(c.ShutdownTimeout, DefaultShutdownTimeout)
+	c.Version = cmp.Or(c.Version, commands.DefaultVersion)
+	c.KeyPrefixSeparator = cmp.Or(c.KeyPrefixSeparator, string(rune(commands.DefaultKeyPrefixSeparator)))
+	c.SlowlogMaxLen = cmp.Or(c.SlowlogMaxLen, commands.DefaultSlowlogMaxLen)
+	c.SlowlogSlowerThan = cmp.Or(c.SlowlogSlowerThan, commands.DefaultSlowlogSlowerThan)
+	c.TopPrefixes = cmp.Or(c.TopPrefixes, commands.DefaultTopPrefixes)
+	c.LogFormat = cmp.Or(c.LogFormat, DefaultLogFormat)
+	c.LogLevel = cmp.Or(c.LogLevel, DefaultLogLevel)
+	c.MaxMemoryPolicy = cmp.Or(c.MaxMemoryPolicy, DefaultMaxMemoryPolicy)
+	c.Fsync = cmp.Or(c.Fsync, DefaultFsync)
+	c.CheckpointBytes = cmp.Or(c.CheckpointBytes, changelog.DefaultCheckpointBytes)
+	c.PersistMaxPending = cmp.Or(c.PersistMaxPending, persistence.DefaultMaxPending)
+	c.ReplBacklogSize = cmp.Or(c.ReplBacklogSize, replication.DefaultBacklogSize)
+	c.ReplicaPriority = cmp.Or(c.ReplicaPriority, replication.DefaultPriority)
+	c.MinReplicasMaxLag = cmp.Or(c.MinReplicasMaxLag, commands.DefaultMinReplicasMaxLag)
 	return c
 }
 
