@@ -85,6 +85,8 @@ func New(cfg Config) (_ *Server, err error) {
 		loaded persistence.LoadStats
 		// walDamage is what the store found in its newest WAL.
 		walDamage persistence.WALDamage
+		// persisted is writer in the journal chain; nil without DataDir.
+		persisted keyspace.Journal
 	)
 	policy, _ := parsePolicy(cfg.MaxMemoryPolicy)
 	kcfg := keyspace.Config{Databases: cfg.Databases, Shards: cfg.Shards, MaxMemory: cfg.MaxMemory, Policy: policy,
@@ -98,7 +100,7 @@ func New(cfg Config) (_ *Server, err error) {
 		store = st
 		writer = persistence.NewWriter(store, mode, cfg.Logger)
 		writer.SetMaxPending(cfg.PersistMaxPending)
-		kcfg.Journal = writer
+		persisted = writer
 		kcfg.Room = writer // the sweep and slot deletes respect the queue's cap
 		_, kcfg.TrackChanges = st.(persistence.Checkpointer)
 	}
@@ -215,6 +217,28 @@ func New(cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The write path: the keyspace tells this chain about every change,
+	// with the changed key's shard lock held (a database's every shard lock
+	// for FLUSHDB, all for FLUSHALL), right after the change and before
+	// the command replies. Chain tells each link in turn, so all three see
+	// the changes in one order, the keyspace's:
+	//  1. cmds.Journal(): WATCH marks the clients watching the key dirty,
+	//     and client-side caching sends its invalidations. Two atomic
+	//     loads while nobody watches or tracks.
+	//  2. persisted, the Writer (nil without DataDir): queues the change,
+	//     encoded, for the store, numbered for WaitDurable (fsync always).
+	//  3. repl.Journal(): appends the change's frame to the backlog, which
+	//     gives it its replication offset, and wakes the replicas' senders
+	//     (nothing until a first replica has come).
+	// Persistence comes before replication as in Redis's propagateNow (the
+	// AOF, then the replicas). Nothing depends on the order, though: no
+	// link reads another's state (the Writer's sequence numbers and the
+	// backlog's offsets are separate counts) and every link runs under the
+	// same locks, so another client cannot see one link told and not the
+	// next. A replica applies its primary's changes through this chain too,
+	// but repl records nothing there: it appends the primary's frames to
+	// its backlog itself (replication's link.applyChange).
+	ks.SetJournal(keyspace.Chain(cmds.Journal(), persisted, repl.Journal()))
 	rcfg := cfg.respConfig()
 	if durability != nil {
 		// fsync always: one sync per round covers as many clients as
