@@ -18,7 +18,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -146,7 +145,7 @@ func New(cfg Config) (_ *Server, err error) {
 			durability = writer
 		}
 		persistInfo = func() []string {
-			return append(persistenceInfo(cfg, writer, store, loaded), walDamageInfo(walDamage)...)
+			return persistence.Info(cfg.DataDir, writer, store, loaded, walDamage)
 		}
 	}
 	rtls := cfg.replicationTLS(tm)
@@ -455,67 +454,6 @@ func (s *Server) closeStore() {
 			s.cfg.Logger.Error("persistence: close failed", "err", err)
 		}
 	})
-}
-
-// persistenceInfo is INFO's persistence section.
-func persistenceInfo(cfg Config, w *persistence.Writer, st persistence.Store, loaded persistence.LoadStats) []string {
-	ws := w.Stats()
-	unix := func(t time.Time) int64 {
-		if t.IsZero() {
-			return 0
-		}
-		return t.Unix()
-	}
-	status, lastErr := "ok", ""
-	if ws.Err != nil {
-		status, lastErr = "err", strings.NewReplacer("\r", " ", "\n", " ").Replace(ws.Err.Error())
-	}
-	du := st.DiskUsage()
-	mode := "pebble"
-	if _, ok := st.(persistence.Checkpointer); ok {
-		mode = "changelog" // a change log with checkpoints into pebble
-	}
-	lines := []string{
-		"loading:0",
-		// Redis's field when AOF is on: the data directory's size.
-		fmt.Sprintf("aof_current_size:%d", du),
-		"persistence_mode:" + mode,
-		"data_dir:" + cfg.DataDir,
-		"fsync:" + ws.Mode.String(),
-		fmt.Sprintf("pending_changes:%d", ws.Pending),
-		fmt.Sprintf("written_changes:%d", ws.Written),
-		fmt.Sprintf("pending_bytes:%d", ws.PendingBytes),
-		fmt.Sprintf("max_pending_bytes:%d", ws.MaxPending),
-		fmt.Sprintf("backpressure_waits:%d", ws.BackpressureWaits),
-		fmt.Sprintf("backpressure_wait_usec:%d", ws.BackpressureWait.Microseconds()),
-		fmt.Sprintf("last_write_time:%d", unix(ws.LastWrite)),
-		fmt.Sprintf("last_write_usec:%d", ws.LastWriteTime.Microseconds()),
-		fmt.Sprintf("last_sync_time:%d", unix(ws.LastSync)),
-		fmt.Sprintf("last_sync_usec:%d", ws.LastSyncTime.Microseconds()),
-		"last_write_status:" + status,
-		"last_write_error:" + lastErr,
-		fmt.Sprintf("writes_refused_since:%d", unix(ws.FailingSince)),
-		fmt.Sprintf("failed_write_attempts:%d", ws.Failures),
-		fmt.Sprintf("keys_loaded:%d", loaded.Keys),
-		fmt.Sprintf("expired_dropped_at_load:%d", loaded.Expired),
-		fmt.Sprintf("load_time_usec:%d", loaded.Duration.Microseconds()),
-		fmt.Sprintf("disk_usage_bytes:%d", du),
-	}
-	if r, ok := st.(persistence.InfoReporter); ok {
-		lines = append(lines, r.Info()...)
-	}
-	return lines
-}
-
-// walDamageInfo is the part of INFO persistence about the damage found in
-// the newest WAL at startup (with LoadDamagedWAL): the changes dropped.
-func walDamageInfo(d persistence.WALDamage) []string {
-	return []string{
-		fmt.Sprintf("loaded_damaged_wal:%d", map[bool]int{false: 0, true: 1}[d.Damaged()]),
-		fmt.Sprintf("damaged_wal_dropped_records:%d", d.DroppedRecords),
-		fmt.Sprintf("damaged_wal_dropped_changes:%d", d.DroppedChanges),
-		fmt.Sprintf("damaged_wal_dropped_bytes:%d", d.DroppedBytes),
-	}
 }
 
 // Run listens, serves until ctx ends, then shuts down gracefully within
