@@ -1079,15 +1079,25 @@ func (p *Store) syncTailLocked(db *pebble.DB, in *instance) error {
 
 // Load implements Store; the iterator reads a consistent snapshot.
 func (p *Store) Load(fn func(db int, key, value []byte) error) error {
+	return p.scanRecords(dbPrefix(0), nil, func(k, v []byte) error {
+		return fn(int(binary.BigEndian.Uint16(k)), k[recordPrefix:], v)
+	})
+}
+
+// scanRecords calls fn for every record from lower to upper (nil: to the
+// end), in key order, from a consistent snapshot: k is the whole record
+// key (checked by checkRecordKey), v its value, both valid during the call
+// only. An error of fn stops the scan and is returned as it is, not taken
+// for a pebble failure.
+func (p *Store) scanRecords(lower, upper []byte, fn func(k, v []byte) error) error {
 	db, in, unlock, err := p.acquire(false)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	// An error of fn is returned as it is, not taken for a pebble failure.
 	var fnErr error
 	err = p.guard(in, "read", func() error {
-		it, err := db.NewIter(&pebble.IterOptions{LowerBound: dbPrefix(0)})
+		it, err := db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 		if err != nil {
 			return p.wrap("read", err)
 		}
@@ -1101,7 +1111,7 @@ func (p *Store) Load(fn func(db int, key, value []byte) error) error {
 			if err != nil {
 				return p.wrap("read", err)
 			}
-			if fnErr = fn(int(binary.BigEndian.Uint16(k)), k[recordPrefix:], v); fnErr != nil {
+			if fnErr = fn(k, v); fnErr != nil {
 				return nil
 			}
 		}
@@ -1137,45 +1147,12 @@ func (p *Store) LoadSlot(db int, slot uint16, fn func(key, value []byte) error) 
 	if db < 0 || db > persistence.MaxDB || slot >= keyslot.Slots {
 		return fmt.Errorf("persistence: LoadSlot: db %d or slot %d out of range", db, slot)
 	}
-	pdb, in, unlock, err := p.acquire(false)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	var fnErr error
 	lower := slotPrefix(db, slot)
 	var upper []byte
 	if db < persistence.MaxDB || slot < keyslot.Slots-1 {
 		upper = binary.BigEndian.AppendUint32(nil, binary.BigEndian.Uint32(lower)+1)
 	}
-	err = p.guard(in, "read", func() error {
-		it, err := pdb.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
-		if err != nil {
-			return p.wrap("read", err)
-		}
-		defer it.Close()
-		for ok := it.First(); ok; ok = it.Next() {
-			k := it.Key()
-			if err := p.checkRecordKey(k); err != nil {
-				return err
-			}
-			v, err := it.ValueAndErr()
-			if err != nil {
-				return p.wrap("read", err)
-			}
-			if fnErr = fn(k[recordPrefix:], v); fnErr != nil {
-				return nil
-			}
-		}
-		if err := it.Error(); err != nil {
-			return p.wrap("read", err)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return fnErr
+	return p.scanRecords(lower, upper, func(k, v []byte) error { return fn(k[recordPrefix:], v) })
 }
 
 // DiskUsage implements Store with pebble's metrics (DiskSpaceUsage): WAL,
