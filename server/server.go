@@ -311,23 +311,20 @@ func (s *Server) Listen() error {
 
 // MetricsAddr returns the metrics listener's address, or nil when metrics
 // are off or before Listen.
-func (s *Server) MetricsAddr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.metricsLn == nil {
-		return nil
-	}
-	return s.metricsLn.Addr()
-}
+func (s *Server) MetricsAddr() net.Addr { return s.listenerAddr(&s.metricsLn) }
 
 // Addr returns the listening address, or nil before Listen.
-func (s *Server) Addr() net.Addr {
+func (s *Server) Addr() net.Addr { return s.listenerAddr(&s.ln) }
+
+// listenerAddr returns the address of *ln, a listener s.mu guards, or nil
+// while there is none.
+func (s *Server) listenerAddr(ln *net.Listener) net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ln == nil {
+	if *ln == nil {
 		return nil
 	}
-	return s.ln.Addr()
+	return (*ln).Addr()
 }
 
 // Serve accepts connections on the listener opened by Listen (opening it
