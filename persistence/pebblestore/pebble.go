@@ -768,14 +768,7 @@ func (p *Store) rewriteTail(db *pebble.DB, in *instance) error {
 		}
 		t = t[4+n:]
 	}
-	if err := db.LogData(nil, pebble.Sync); err != nil {
-		return p.wrap("sync", err)
-	}
-	if err := in.err(); err != nil {
-		return err
-	}
-	p.tail = p.tail[:0]
-	return nil
+	return p.syncTailLocked(db, in)
 }
 
 func writeOptions(sync bool) *pebble.WriteOptions {
