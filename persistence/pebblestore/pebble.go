@@ -637,6 +637,17 @@ func panicError(r any) error {
 	return fmt.Errorf("%v", r)
 }
 
+// use runs f on the current database, shared (acquire), under guard:
+// how a call that does not need the store to itself reaches pebble.
+func (p *Store) use(op string, f func(db *pebble.DB, in *instance) error) error {
+	db, in, unlock, err := p.acquire(false)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return p.guard(in, op, func() error { return f(db, in) })
+}
+
 // guard runs f, a call into pebble's database of instance in, and turns a
 // panic in it into an error: the instance is then broken (and wedged, as
 // pebble may have panicked holding its locks). A Fatalf that pebble logs
@@ -1045,12 +1056,7 @@ func deleteLastDB(b *pebble.Batch) error {
 // pebble.Sync, which fsyncs the WAL and with it every earlier batch. After
 // a failure it first reopens the database (see Store).
 func (p *Store) Sync() error {
-	db, in, unlock, err := p.acquire(false)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	return p.guard(in, "sync", func() error {
+	return p.use("sync", func(db *pebble.DB, in *instance) error {
 		p.tailMu.Lock()
 		defer p.tailMu.Unlock()
 		return p.syncTailLocked(db, in)
@@ -1083,13 +1089,8 @@ func (p *Store) Load(fn func(db int, key, value []byte) error) error {
 // only. An error of fn stops the scan and is returned as it is, not taken
 // for a pebble failure.
 func (p *Store) scanRecords(lower, upper []byte, fn func(k, v []byte) error) error {
-	db, in, unlock, err := p.acquire(false)
-	if err != nil {
-		return err
-	}
-	defer unlock()
 	var fnErr error
-	err = p.guard(in, "read", func() error {
+	err := p.use("read", func(db *pebble.DB, _ *instance) error {
 		it, err := db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 		if err != nil {
 			return p.wrap("read", err)
@@ -1203,12 +1204,7 @@ func (p *Store) Reopened() (reopened, abandoned int64) {
 // Flush writes pebble's memtables to tables (persistence.Flusher): the
 // next open then reads tables instead of replaying the WAL.
 func (p *Store) Flush() error {
-	db, in, unlock, err := p.acquire(false)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	return p.guard(in, "flush", func() error {
+	return p.use("flush", func(db *pebble.DB, _ *instance) error {
 		if err := db.Flush(); err != nil {
 			return p.wrap("flush", err)
 		}
