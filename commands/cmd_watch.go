@@ -171,14 +171,13 @@ func (w *watchTable) flush(db int) {
 	}
 }
 
-// watchJournal is the keyspace's Journal while a Server uses it: it tells
-// the watch table and the tracking table (cmd_tracking.go) about every
-// change, then passes it on to next (the persistence journal, or nil).
+// watchJournal is the Server's link in the keyspace's journal chain
+// (Server.Journal): it tells the watch table and the tracking table
+// (cmd_tracking.go) about every change.
 type watchJournal struct {
-	w    *watchTable
-	t    *trackTable
-	ks   *keyspace.Keyspace
-	next keyspace.Journal
+	w  *watchTable
+	t  *trackTable
+	ks *keyspace.Keyspace
 }
 
 func (j *watchJournal) Put(db int, key []byte, v *keyspace.Value) {
@@ -187,9 +186,6 @@ func (j *watchJournal) Put(db int, key []byte, v *keyspace.Value) {
 	}
 	if j.t.active.Load() != 0 {
 		j.t.touch(j.ks, db, key)
-	}
-	if j.next != nil {
-		j.next.Put(db, key, v)
 	}
 }
 
@@ -200,9 +196,6 @@ func (j *watchJournal) Delete(db int, key []byte) {
 	if j.t.active.Load() != 0 {
 		j.t.touch(j.ks, db, key)
 	}
-	if j.next != nil {
-		j.next.Delete(db, key)
-	}
 }
 
 func (j *watchJournal) DeleteDB(db int) {
@@ -211,9 +204,6 @@ func (j *watchJournal) DeleteDB(db int) {
 	}
 	if j.t.clients.Load() != 0 {
 		j.t.flush()
-	}
-	if j.next != nil {
-		j.next.DeleteDB(db)
 	}
 }
 
@@ -224,23 +214,20 @@ func (j *watchJournal) DeleteAll() {
 	if j.t.clients.Load() != 0 {
 		j.t.flush()
 	}
-	if j.next != nil {
-		j.next.DeleteAll()
-	}
 }
 
-// installWatch makes the keyspace report its changes to s.watch and
-// s.track. A keyspace that served another Server before keeps one such
-// layer: that Server's is replaced.
+// installWatch makes the watch and tracking tables; Journal feeds them.
 func (s *Server) installWatch(trackMaxKeys int64) {
 	s.watch = newWatchTable()
 	s.track = newTrackTable(trackMaxKeys)
-	s.ks.WrapJournal(func(j keyspace.Journal) keyspace.Journal {
-		if old, ok := j.(*watchJournal); ok {
-			j = old.next
-		}
-		return &watchJournal{w: s.watch, t: s.track, ks: s.ks, next: j}
-	})
+}
+
+// Journal returns the keyspace.Journal that tells WATCH and client-side
+// caching (tracking) about every change to the keyspace. Its owner puts
+// it in the keyspace's journal chain (server.New); New does so itself for
+// a keyspace it makes (Config.Keyspace nil).
+func (s *Server) Journal() keyspace.Journal {
+	return &watchJournal{w: s.watch, t: s.track, ks: s.ks}
 }
 
 // unwatchAll forgets every key cl watches and clears its dirty flag.

@@ -1,4 +1,4 @@
-package server
+package persistence_test
 
 import (
 	"context"
@@ -45,7 +45,9 @@ func TestInfoPersistenceShowsWriteFailure(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go w.Run(ctx)
 	defer func() { cancel(); w.Close() }()
-	info := func() []string { return persistenceInfo(Config{DataDir: "/data"}, w, disk, persistence.LoadStats{}) }
+	info := func() []string {
+		return persistence.Info("/data", w, disk, persistence.LoadStats{}, persistence.WALDamage{})
+	}
 	wait := func(what string, cond func() bool) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
