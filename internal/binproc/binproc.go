@@ -203,26 +203,6 @@ func (p *Proc) Kill() {
 	}
 }
 
-// WaitFor polls cond every period until it holds, failing the test with
-// cond's last explanation once timeout has passed: how multi-process
-// tests wait for another process to reach a state, without fixed sleeps.
-func WaitFor(t testing.TB, timeout, period time.Duration, what string, cond func() (ok bool, last string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(period)
-	defer tick.Stop()
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s; last: %s", timeout, what, last)
-		}
-		<-tick.C
-	}
-}
-
 // Child is a process a multi-process test started with Start (redis-server,
 // redis-sentinel, cellserver) or adopted from Launch with Adopt: its name
 // for messages, its log, and its end.

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/client"
-	"github.com/cellserver/cellserver/internal/binproc"
+	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/keyslot"
 	"github.com/redis/go-redis/v9"
 )
@@ -712,7 +712,7 @@ func nodeLoss(t *testing.T, c *cluster) {
 	reload := time.Now()
 	cl2.ReloadState(ctx) // asynchronous in go-redis
 	k2 := movedKeys[0]
-	binproc.WaitFor(t, 10*time.Second, 10*time.Millisecond, "go-redis to reload after ReloadState", func() (bool, string) {
+	testwait.For(t, 10*time.Second, "go-redis to reload after ReloadState", func() (bool, string) {
 		_, err := call(cl2, k2)
 		return err == nil, fmt.Sprint(err)
 	})

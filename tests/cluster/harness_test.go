@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/internal/binproc"
+	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/keyslot"
 	"github.com/redis/go-redis/v9"
 )
@@ -336,7 +337,7 @@ func (c *cluster) checkTopology(live []int) {
 	want := c.wantSlots()
 	for _, i := range live {
 		cl := c.nodes[i].client()
-		binproc.WaitFor(c.t, 10*time.Second, 50*time.Millisecond, c.nodes[i].name+" CLUSTER SLOTS = "+want, func() (bool, string) {
+		testwait.For(c.t, 10*time.Second, c.nodes[i].name+" CLUSTER SLOTS = "+want, func() (bool, string) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			got, err := slotsReply(ctx, cl)
@@ -704,7 +705,7 @@ func waitPing(t *testing.T, n *node) {
 	t.Helper()
 	cl := n.client()
 	defer cl.Close()
-	binproc.WaitFor(t, 20*time.Second, 20*time.Millisecond, n.name+" answers PING", func() (bool, string) {
+	testwait.For(t, 20*time.Second, n.name+" answers PING", func() (bool, string) {
 		if !n.p.Alive() {
 			t.Fatalf("%s exited: %v\n%s", n.name, n.p.Err, n.p.Logs)
 		}

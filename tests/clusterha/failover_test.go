@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/internal/binproc"
+	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/keyslot"
 	"github.com/redis/go-redis/v9"
 )
@@ -121,7 +122,7 @@ func TestPerShardSentinelFailover(t *testing.T) {
 	start := time.Now()
 	// Every wait below ends within 55 s of the start (about 6 s when all
 	// goes well).
-	setBudget(t, 55*time.Second)
+	testwait.SetBudget(t, 55*time.Second)
 	ctx := context.Background()
 	root := t.TempDir()
 	script := scriptPath(t)
@@ -158,7 +159,7 @@ func TestPerShardSentinelFailover(t *testing.T) {
 		}
 	})
 	for _, n := range nodes {
-		waitFor(t, 20*time.Second, n.name+" answers CLUSTER MYID", func() (bool, string) {
+		testwait.For(t, 20*time.Second, n.name+" answers CLUSTER MYID", func() (bool, string) {
 			if !n.p.Alive() {
 				t.Fatalf("%s exited: %v\n%s", n.name, n.p.Err, n.p.Logs)
 			}
@@ -216,7 +217,7 @@ func TestPerShardSentinelFailover(t *testing.T) {
 		sc := redis.NewSentinelClient(&redis.Options{Addr: addrOf(port), Protocol: 2, MaxRetries: -1,
 			DialTimeout: time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second})
 		t.Cleanup(func() { sc.Close() })
-		waitFor(t, 20*time.Second, p.Name+" answers PING", func() (bool, string) {
+		testwait.For(t, 20*time.Second, p.Name+" answers PING", func() (bool, string) {
 			if !p.Alive() {
 				t.Fatalf("%s exited: %v\n%s", p.Name, p.Err, p.Logs)
 			}
@@ -305,7 +306,7 @@ func TestPerShardSentinelFailover(t *testing.T) {
 		}
 	}
 	defer stop()
-	waitFor(t, 20*time.Second, "the client's load succeeds on both shards", func() (bool, string) {
+	testwait.For(t, 20*time.Second, "the client's load succeeds on both shards", func() (bool, string) {
 		return ok[0].Load() >= 100 && ok[1].Load() >= 100,
 			fmt.Sprintf("ok %d/%d errors %d/%d", ok[0].Load(), ok[1].Load(), errs[0].Load(), errs[1].Load())
 	})
@@ -320,7 +321,7 @@ func TestPerShardSentinelFailover(t *testing.T) {
 	ok1AtKill := ok[1].Load()
 	t.Logf("killed %s (%s) at %v", nodes[0].name, nodes[0].addr, killed.Sub(start).Round(time.Millisecond))
 
-	waitFor(t, 30*time.Second, "every sentinel names node-1 shard-0's master", func() (bool, string) {
+	testwait.For(t, 30*time.Second, "every sentinel names node-1 shard-0's master", func() (bool, string) {
 		var got []string
 		for _, sc := range sentinels {
 			hp, err := sc.GetMasterAddrByName(ctx, "shard-0").Result()
@@ -342,7 +343,7 @@ func TestPerShardSentinelFailover(t *testing.T) {
 	if n := ok[1].Load() - ok1AtKill; n < 100 {
 		t.Errorf("shard-1 served %d commands between the kill and the switch; want it to go on", n)
 	}
-	waitFor(t, 20*time.Second, "every live node serves the topology with node-1 as shard-0's master", func() (bool, string) {
+	testwait.For(t, 20*time.Second, "every live node serves the topology with node-1 as shard-0's master", func() (bool, string) {
 		for _, n := range nodes[1:] {
 			m, err := n.slotMaster(ctx, 0)
 			if err != nil {
@@ -355,7 +356,7 @@ func TestPerShardSentinelFailover(t *testing.T) {
 		return true, ""
 	})
 	pushed := time.Since(killed)
-	waitFor(t, 20*time.Second, "the client's shard-0 commands succeed on node-1", func() (bool, string) {
+	testwait.For(t, 20*time.Second, "the client's shard-0 commands succeed on node-1", func() (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		return recovered.Load() != 0 || !sawErr.Load() && ok[0].Load() > 0,
@@ -367,7 +368,7 @@ func TestPerShardSentinelFailover(t *testing.T) {
 	}
 	// A few more successes on both shards after the recovery.
 	o0, o1 := ok[0].Load(), ok[1].Load()
-	waitFor(t, 10*time.Second, "the load goes on on both shards", func() (bool, string) {
+	testwait.For(t, 10*time.Second, "the load goes on on both shards", func() (bool, string) {
 		return ok[0].Load() >= o0+50 && ok[1].Load() >= o1+50, fmt.Sprintf("ok %d/%d", ok[0].Load(), ok[1].Load())
 	})
 	stop()
@@ -400,7 +401,7 @@ func TestPerShardSentinelFailover(t *testing.T) {
 	// config file): it still names itself shard-0's master until
 	// cluster-reconfig.sh --sync pushes the current one.
 	launch(t, nodes[0])
-	waitFor(t, 20*time.Second, "node-0 is back", func() (bool, string) {
+	testwait.For(t, 20*time.Second, "node-0 is back", func() (bool, string) {
 		if !nodes[0].p.Alive() {
 			t.Fatalf("node-0 exited: %v\n%s", nodes[0].p.Err, nodes[0].p.Logs)
 		}
@@ -439,7 +440,7 @@ func launch(t *testing.T, n *cnode) {
 // waitReplicaOf waits until n reports role:slave of primary, link up.
 func waitReplicaOf(t *testing.T, n, primary *cnode, timeout time.Duration) {
 	t.Helper()
-	waitFor(t, timeout, fmt.Sprintf("%s replicates %s (role:slave, link up)", n.name, primary.name), func() (bool, string) {
+	testwait.For(t, timeout, fmt.Sprintf("%s replicates %s (role:slave, link up)", n.name, primary.name), func() (bool, string) {
 		m, err := n.replication(context.Background())
 		if err != nil {
 			return false, err.Error()
@@ -466,7 +467,7 @@ func sentinelDebug(t *testing.T, sentinels []*redis.SentinelClient, args ...any)
 func waitSettled(t *testing.T, sentinels []*redis.SentinelClient, name, addr string, timeout time.Duration) {
 	t.Helper()
 	ctx := context.Background()
-	waitFor(t, timeout, "the sentinels settle on "+name, func() (bool, string) {
+	testwait.For(t, timeout, "the sentinels settle on "+name, func() (bool, string) {
 		for i, sc := range sentinels {
 			m, err := sc.Master(ctx, name).Result()
 			if err != nil {

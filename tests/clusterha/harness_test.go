@@ -16,7 +16,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/cellserver/cellserver/internal/binproc"
 )
@@ -103,26 +102,6 @@ func fromBinproc(t *testing.T, name string, bp *binproc.Proc) *proc {
 	p := binproc.Adopt(name, bp)
 	t.Cleanup(p.Kill)
 	return p
-}
-
-// budgetEnd, when set, bounds every waitFor of the running test: the
-// whole test then ends in bounded time whichever wait fails.
-var budgetEnd time.Time
-
-// setBudget bounds the rest of the test's waits to d from now.
-func setBudget(t *testing.T, d time.Duration) {
-	budgetEnd = time.Now().Add(d)
-	t.Cleanup(func() { budgetEnd = time.Time{} })
-}
-
-// waitFor polls cond every 50 ms until it holds, failing the test with
-// cond's last explanation after timeout (or at the test's budget).
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	if !budgetEnd.IsZero() {
-		timeout = min(timeout, max(time.Until(budgetEnd), 0))
-	}
-	binproc.WaitFor(t, timeout, 50*time.Millisecond, what, cond)
 }
 
 // infoFields parses an INFO reply into its fields.

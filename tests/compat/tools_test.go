@@ -14,9 +14,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cellserver/cellserver/internal/testwait"
 )
 
 // What monitoring tools send: redis-cli --bigkeys, --memkeys and --stat,
@@ -198,23 +199,20 @@ func TestPrometheusRedisExporter(t *testing.T) {
 
 	// Wait (bounded) for the exporter's web server, then scrape once.
 	var body []byte
-	deadline := time.Now().Add(ioTimeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	ok, last := testwait.Poll(ioTimeout, func() (bool, string) {
 		resp, err := http.Get("http://" + web + "/metrics")
-		if err == nil {
-			body, err = io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err != nil || resp.StatusCode != http.StatusOK {
-				t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
-			}
-			break
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("exporter did not serve /metrics: %v\n%s", err, logBuf.String())
+		body, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
 		}
-		<-tick.C
+		return true, ""
+	})
+	if !ok {
+		t.Fatalf("exporter did not serve /metrics: %s\n%s", last, logBuf.String())
 	}
 	stop()
 	metrics := string(body)

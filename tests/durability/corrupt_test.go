@@ -8,13 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/internal/binproc"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/persistence"
@@ -68,7 +68,7 @@ func pristineDir(t *testing.T) (string, int) {
 				t.Fatal(err)
 			}
 			waitWritten(t, rdb2)
-			waitInfo(t, rdb2, "a checkpoint of the batch", func() bool { return infoInt(t, rdb2, "checkpoints") > before })
+			waitCheckpoint(t, rdb2, before)
 		}
 	}
 	p.kill(t)
@@ -94,20 +94,13 @@ func isCurrentManifest(t *testing.T, dir, name string) bool {
 // changes handed to pebble), so that the next changes form another batch.
 func waitWritten(t *testing.T, rdb *redis.Client) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.For(t, 10*time.Second, "an empty write-behind queue", func() (bool, string) {
 		v, err := infoField(context.Background(), rdb, "persistence", "pending_changes")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v == "0" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pending_changes still %s after 10s", v)
-		}
-		runtime.Gosched()
-	}
+		return v == "0", "pending_changes:" + v
+	})
 }
 
 // infoInt reads an integer field of INFO persistence.
@@ -124,16 +117,14 @@ func infoInt(t *testing.T, rdb *redis.Client, field string) int64 {
 	return n
 }
 
-// waitInfo polls cond for up to 10 s.
-func waitInfo(t *testing.T, rdb *redis.Client, what string, cond func() bool) {
+// waitCheckpoint waits until INFO persistence counts more checkpoints
+// than before.
+func waitCheckpoint(t *testing.T, rdb *redis.Client, before int64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after 10s", what)
-		}
-		runtime.Gosched() // a poll with a deadline, as waitWritten
-	}
+	testwait.For(t, 10*time.Second, "a checkpoint of the batch", func() (bool, string) {
+		n := infoInt(t, rdb, "checkpoints")
+		return n > before, fmt.Sprintf("checkpoints:%d, %d before", n, before)
+	})
 }
 
 func copyDir(t *testing.T, src, dst string) {
@@ -282,7 +273,7 @@ func TestCorruptDataDir(t *testing.T) {
 					t.Fatal(err)
 				}
 				waitWritten(t, rdb)
-				waitInfo(t, rdb, "a checkpoint of the batch", func() bool { return infoInt(t, rdb, "checkpoints") > before })
+				waitCheckpoint(t, rdb, before)
 			}
 		}
 		rdb.Close()

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cellserver/cellserver/client"
+	"github.com/cellserver/cellserver/internal/testwait"
 )
 
 // TestSentinelFailover is the evidence with cellserver data nodes:
@@ -197,7 +198,7 @@ func runScenario(t *testing.T, kind nodeKind) {
 		loadStart := time.Now()
 		// 2 s of load, so that a primary with fsync everysec has some on
 		// disk that it brings back when restarted.
-		waitFor(t, 20*time.Second, "2 s of load and 50 states acknowledged by WAIT 1 before the kill", func() (bool, string) {
+		testwait.For(t, 20*time.Second, "2 s of load and 50 states acknowledged by WAIT 1 before the kill", func() (bool, string) {
 			_, acked := l.counts(time.Time{})
 			return acked >= 50 && time.Since(loadStart) >= 2*time.Second, fmt.Sprintf("%d acknowledged", acked)
 		})
@@ -210,14 +211,14 @@ func runScenario(t *testing.T, kind nodeKind) {
 		addr, first, all := cl.waitSwitch(primary.addr, killAt, 30*time.Second)
 		switchedAt := time.Now()
 		var firstOK time.Time
-		waitFor(t, 20*time.Second, "the client writes again after the failover", func() (bool, string) {
+		testwait.For(t, 20*time.Second, "the client writes again after the failover", func() (bool, string) {
 			var ok bool
 			firstOK, ok = l.firstOKAfter(exitedAt)
 			l.mu.Lock()
 			defer l.mu.Unlock()
 			return ok, fmt.Sprintf("%d errors, last %v", l.errs, l.lastErr)
 		})
-		waitFor(t, 20*time.Second, "20 writes and 5 WAIT-acknowledged states after the switch", func() (bool, string) {
+		testwait.For(t, 20*time.Second, "20 writes and 5 WAIT-acknowledged states after the switch", func() (bool, string) {
 			oks, acked := l.counts(switchedAt)
 			return oks >= 20 && acked >= 5, fmt.Sprintf("%d writes, %d acknowledged", oks, acked)
 		})
@@ -306,7 +307,7 @@ func runScenario(t *testing.T, kind nodeKind) {
 		nc := newPrimary.client()
 		defer nc.Close()
 		var keys int
-		waitFor(t, 20*time.Second, "the former primary holds exactly the new primary's data", func() (bool, string) {
+		testwait.For(t, 20*time.Second, "the former primary holds exactly the new primary's data", func() (bool, string) {
 			a, err := keyValues(ctx, nc)
 			if err != nil {
 				return false, err.Error()
@@ -334,7 +335,7 @@ func runScenario(t *testing.T, kind nodeKind) {
 	t.Run("forced", func(t *testing.T) {
 		old := newPrimary
 		var forcedAt time.Time
-		waitFor(t, 20*time.Second, "SENTINEL FAILOVER accepted", func() (bool, string) {
+		testwait.For(t, 20*time.Second, "SENTINEL FAILOVER accepted", func() (bool, string) {
 			forcedAt = time.Now()
 			err := cl.sentinels[0].c.Failover(ctx, masterName).Err()
 			return err == nil, fmt.Sprint(err) // INPROG or NOGOODSLAVE: try again

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/internal/binproc"
+	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -199,7 +200,7 @@ func (n *node) start(t *testing.T) {
 	n.owner.Cleanup(n.p.Kill)
 	c := n.client()
 	defer c.Close()
-	waitFor(t, 20*time.Second, n.name+" answers PING", func() (bool, string) {
+	testwait.For(t, 20*time.Second, n.name+" answers PING", func() (bool, string) {
 		if !n.p.Alive() {
 			t.Fatalf("%s exited: %v\n%s", n.name, n.p.Err, n.p.Logs)
 		}
@@ -303,7 +304,7 @@ func newCluster(t *testing.T, kind nodeKind, replicas int) *cluster {
 	}
 	ctx := context.Background()
 	for _, s := range cl.sentinels {
-		waitFor(t, 20*time.Second, s.name+" answers PING", func() (bool, string) {
+		testwait.For(t, 20*time.Second, s.name+" answers PING", func() (bool, string) {
 			if !s.p.Alive() {
 				t.Fatalf("%s exited: %v\n%s", s.name, s.p.Err, s.p.Logs)
 			}
@@ -383,7 +384,7 @@ func agreed(addrs []string) string {
 func (cl *cluster) waitSwitch(old string, since time.Time, timeout time.Duration) (addr string, first, all time.Duration) {
 	cl.t.Helper()
 	ctx := context.Background()
-	waitFor(cl.t, timeout, "every sentinel reports a new master", func() (bool, string) {
+	testwait.For(cl.t, timeout, "every sentinel reports a new master", func() (bool, string) {
 		addrs := cl.masterAddrs(ctx)
 		for _, a := range addrs {
 			if a != "" && a != old && first == 0 {
@@ -409,7 +410,7 @@ func (cl *cluster) waitSettled(primary *node, numSlaves, okReplicas int, timeout
 		what += " on " + primary.name
 	}
 	var master string
-	waitFor(cl.t, timeout, what, func() (bool, string) {
+	testwait.For(cl.t, timeout, what, func() (bool, string) {
 		master = ""
 		for _, s := range cl.sentinels {
 			m, err := s.c.Master(ctx, masterName).Result()
@@ -463,7 +464,7 @@ func (cl *cluster) waitFollowsMaster(n *node, timeout time.Duration) *node {
 	cl.t.Helper()
 	ctx := context.Background()
 	var master string
-	waitFor(cl.t, timeout, n.name+" replicates the master the sentinels agree on (role:slave, link up)", func() (bool, string) {
+	testwait.For(cl.t, timeout, n.name+" replicates the master the sentinels agree on (role:slave, link up)", func() (bool, string) {
 		addrs := cl.masterAddrs(ctx)
 		master = agreed(addrs)
 		if master == "" {
@@ -485,7 +486,7 @@ func (cl *cluster) waitFollowsMaster(n *node, timeout time.Duration) *node {
 func (cl *cluster) waitReplicaOf(n, primary *node, timeout time.Duration) {
 	cl.t.Helper()
 	host, port, _ := net.SplitHostPort(primary.addr)
-	waitFor(cl.t, timeout, fmt.Sprintf("%s replicates %s (role:slave, link up)", n.name, primary.name), func() (bool, string) {
+	testwait.For(cl.t, timeout, fmt.Sprintf("%s replicates %s (role:slave, link up)", n.name, primary.name), func() (bool, string) {
 		m, err := n.replication(context.Background())
 		if err != nil {
 			return false, err.Error()
@@ -498,7 +499,7 @@ func (cl *cluster) waitReplicaOf(n, primary *node, timeout time.Duration) {
 // waitRole waits until n reports role:master.
 func (cl *cluster) waitMaster(n *node, timeout time.Duration) {
 	cl.t.Helper()
-	waitFor(cl.t, timeout, n.name+" reports role:master", func() (bool, string) {
+	testwait.For(cl.t, timeout, n.name+" reports role:master", func() (bool, string) {
 		m, err := n.replication(context.Background())
 		if err != nil {
 			return false, err.Error()
@@ -572,11 +573,4 @@ func configLines(t *testing.T, path, name string) []string {
 		}
 	}
 	return out
-}
-
-// waitFor polls cond every 50 ms until it holds, failing the test with
-// cond's last explanation after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	binproc.WaitFor(t, timeout, 50*time.Millisecond, what, cond)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/internal/resptest"
+	"github.com/cellserver/cellserver/internal/testwait"
 )
 
 // partial is a command cut short: the server has to hold it and wait.
@@ -79,11 +80,8 @@ func caseHalfOpenTimeout(t *testing.T) {
 	if first, last := closedAfter[0], closedAfter[n-1]; first < timeout-100*time.Millisecond || last > opened+timeout+5*time.Second {
 		t.Errorf("half-open clients closed between %v and %v after the first wrote; want about %v (the timeout)", first, last, timeout)
 	}
-	if !waitFor(10*time.Second, func() bool {
-		m, err := info(a.addr, "clients")
-		return err == nil && infoInt(m, "connected_clients") == 2 // the probe and this INFO
-	}) {
-		t.Errorf("connected_clients did not return to the probe alone")
+	if ok, last := testwait.Poll(10*time.Second, connectedClients(a.addr, nil, 2)); !ok { // the probe and this INFO
+		t.Errorf("connected_clients did not return to the probe alone (%s)", last)
 	}
 	a.end(a.base+n*64*kib+32*mib, "base + 1000 x 64 KiB + 32 MiB", false,
 		fmt.Sprintf("%d half-open clients all closed %v to %v after writing (timeout %v)", n,
@@ -103,12 +101,14 @@ func caseHalfOpenIdle(t *testing.T) {
 	before := a.p.rss()
 	conns := openPartial(t, a.addr, n)
 	want := fmt.Sprintf("qbuf=%d ", len(partial))
-	if !waitFor(20*time.Second, func() bool {
+	testwait.For(t, 20*time.Second, fmt.Sprintf("the server to read the %d partial commands", n), func() (bool, string) {
 		v, err := mon.Do("CLIENT", "LIST")
-		return err == nil && strings.Count(v.Str, want) == n
-	}) {
-		t.Fatalf("the server did not read the %d partial commands", n)
-	}
+		if err != nil {
+			return false, err.Error()
+		}
+		c := strings.Count(v.Str, want)
+		return c == n, fmt.Sprintf("CLIENT LIST shows %d clients with %s", c, want)
+	})
 	after := a.p.rss()
 	perConn := (after - before) / n
 	if perConn > 64*kib {
@@ -117,11 +117,8 @@ func caseHalfOpenIdle(t *testing.T) {
 	for _, c := range conns {
 		c.Close()
 	}
-	if !waitFor(10*time.Second, func() bool {
-		m, err := infoOn(mon, "clients")
-		return err == nil && infoInt(m, "connected_clients") == 2
-	}) {
-		t.Errorf("connected_clients did not return to 2 after the idle clients left")
+	if ok, last := testwait.Poll(10*time.Second, connectedClients("", mon, 2)); !ok {
+		t.Errorf("connected_clients did not return to 2 after the idle clients left (%s)", last)
 	}
 	mon.Close()
 	a.end(a.base+n*64*kib+32*mib, "base + 1000 x 64 KiB + 32 MiB", false,
@@ -170,11 +167,8 @@ func caseNonReading(t *testing.T) {
 	})
 	reportErrs(t, "non-reading clients", errs, cnt)
 	slices.Sort(took)
-	if !waitFor(10*time.Second, func() bool {
-		m, err := info(a.addr, "clients")
-		return err == nil && infoInt(m, "connected_clients") == 2 // the probe and this INFO
-	}) {
-		t.Errorf("connected_clients did not return to 2 after the non-reading clients were dropped")
+	if ok, last := testwait.Poll(10*time.Second, connectedClients(a.addr, nil, 2)); !ok { // the probe and this INFO
+		t.Errorf("connected_clients did not return to 2 after the non-reading clients were dropped (%s)", last)
 	}
 	a.end(a.base+64*mib, "base + 64 MiB", false, fmt.Sprintf("%d non-reading clients disconnected %v to %v after they started (all within %v)",
 		clients, took[0].Round(time.Millisecond), took[clients-1].Round(time.Millisecond), time.Since(start).Round(time.Millisecond)))
@@ -289,11 +283,8 @@ func caseMaxClients(t *testing.T) {
 	const maxClients, n = 100, 200
 	a := begin(t, "6b. --maxclients 100, 200 connections", false, "--maxclients", "100")
 	mon := resptest.MustDial(t, a.addr)
-	if !waitFor(10*time.Second, func() bool {
-		m, err := infoOn(mon, "clients")
-		return err == nil && infoInt(m, "connected_clients") == 2
-	}) {
-		t.Fatal("connected_clients is not 2 (the probe, the monitor) before the attack")
+	if ok, last := testwait.Poll(10*time.Second, connectedClients("", mon, 2)); !ok {
+		t.Fatalf("connected_clients is not 2 (the probe, the monitor) before the attack (%s)", last)
 	}
 	conns := make([]net.Conn, 0, n)
 	t.Cleanup(func() {
@@ -336,11 +327,8 @@ func caseMaxClients(t *testing.T) {
 	for _, c := range conns {
 		c.Close()
 	}
-	if !waitFor(10*time.Second, func() bool {
-		m, err := infoOn(mon, "clients")
-		return err == nil && infoInt(m, "connected_clients") == 2
-	}) {
-		t.Errorf("connected_clients did not return to 2")
+	if ok, last := testwait.Poll(10*time.Second, connectedClients("", mon, 2)); !ok {
+		t.Errorf("connected_clients did not return to 2 (%s)", last)
 	}
 	if err := ping(resptest.MustDial(t, a.addr).C, buf); err != nil {
 		t.Errorf("a new client after the flood: %v", err)

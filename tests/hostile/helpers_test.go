@@ -119,23 +119,6 @@ func (p *proc) rss() int64 { return procStatus(p.pid, "VmRSS") }
 // miss a peak.
 func (p *proc) hwm() int64 { return procStatus(p.pid, "VmHWM") }
 
-// waitFor polls cond every 10 ms until it holds or timeout passes; it
-// reports whether cond held.
-func waitFor(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		<-tick.C
-	}
-}
-
 // ---- RESP on raw connections ----
 
 // ioTimeout bounds every exchange on a raw connection.
@@ -186,6 +169,26 @@ func infoOn(rc *resptest.Conn, section string) (map[string]string, error) {
 		}
 	}
 	return m, nil
+}
+
+// connectedClients is a condition for testwait: INFO clients, on rc or
+// else on a new connection to addr (which counts itself), shows want
+// connected clients.
+func connectedClients(addr string, rc *resptest.Conn, want int64) func() (bool, string) {
+	return func() (bool, string) {
+		var m map[string]string
+		var err error
+		if rc != nil {
+			m, err = infoOn(rc, "clients")
+		} else {
+			m, err = info(addr, "clients")
+		}
+		if err != nil {
+			return false, err.Error()
+		}
+		n := infoInt(m, "connected_clients")
+		return n == want, fmt.Sprintf("connected_clients:%d", n)
+	}
 }
 
 func infoInt(m map[string]string, field string) int64 {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/metrics"
 	"github.com/cellserver/cellserver/persistence/changelog"
 	"github.com/cellserver/cellserver/persistence/pebblestore"
@@ -76,7 +77,7 @@ scrape_configs:
 		}
 	})
 	base := "http://" + addr
-	waitFor(t, 60*time.Second, "prometheus ready", func() (bool, string) {
+	testwait.For(t, 60*time.Second, "prometheus ready", func() (bool, string) {
 		select {
 		case <-exited:
 			t.Fatalf("prometheus exited: %s", log.String())
@@ -90,25 +91,6 @@ scrape_configs:
 		return resp.StatusCode == 200, resp.Status
 	})
 	return base
-}
-
-// waitFor polls cond every 100 ms until it holds, failing the test after
-// timeout with cond's last explanation.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v: %s", what, timeout, why)
-		}
-		<-tick.C
-	}
 }
 
 // api GETs a Prometheus API path and decodes its data into v.
@@ -148,7 +130,7 @@ func TestLivePrometheus(t *testing.T) {
 	base := startPrometheus(t, srv.MetricsAddr().String(), disk.MetricsAddr().String())
 
 	// A first scrape with no refusal, so that increase() has a baseline.
-	waitFor(t, 60*time.Second, "target scraped", func() (bool, string) {
+	testwait.For(t, 60*time.Second, "target scraped", func() (bool, string) {
 		var res struct {
 			Result []struct {
 				Value [2]any `json:"value"`
@@ -188,7 +170,7 @@ func TestLivePrometheus(t *testing.T) {
 		State  string            `json:"state"`
 	}
 	want := map[string]string{"CellserverOOMRefusals": "firing", "CellserverMemoryNearMaxmemory": "pending"}
-	waitFor(t, 60*time.Second, "alerts", func() (bool, string) {
+	testwait.For(t, 60*time.Second, "alerts", func() (bool, string) {
 		var res struct {
 			Alerts []alert `json:"alerts"`
 		}
@@ -221,7 +203,7 @@ func TestLivePrometheus(t *testing.T) {
 	}
 	// Every rule evaluated, none with an error (a PromQL matching error on
 	// the real label sets would show here, not in promtool's tests).
-	waitFor(t, 30*time.Second, "rules evaluated", func() (bool, string) {
+	testwait.For(t, 30*time.Second, "rules evaluated", func() (bool, string) {
 		var res struct {
 			Groups []struct {
 				Name  string `json:"name"`

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/internal/binproc"
+	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -93,7 +94,7 @@ func (f flavor) start(t *testing.T, name string, o nodeOpts) *node {
 	})
 	n.rdb = newClient(n.addr, 0)
 	t.Cleanup(func() { n.rdb.Close() })
-	waitFor(t, startTimeout, name+" answers PING", func() (bool, string) {
+	testwait.For(t, startTimeout, name+" answers PING", func() (bool, string) {
 		err := n.rdb.Ping(context.Background()).Err()
 		return err == nil, fmt.Sprint(err)
 	})
@@ -254,17 +255,10 @@ func (n *node) infoInt(t *testing.T, section, field string) int64 {
 	return i
 }
 
-// waitFor polls cond every 20 ms until it holds, failing the test with
-// cond's last explanation after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	binproc.WaitFor(t, timeout, 20*time.Millisecond, what, cond)
-}
-
 // linkUp waits until replica reports master_link_status:up.
 func linkUp(t *testing.T, timeout time.Duration, replica *node) {
 	t.Helper()
-	waitFor(t, timeout, replica.name+" master_link_status:up", func() (bool, string) {
+	testwait.For(t, timeout, replica.name+" master_link_status:up", func() (bool, string) {
 		m, err := replica.infoErr("replication")
 		if err != nil {
 			return false, err.Error()
@@ -276,7 +270,7 @@ func linkUp(t *testing.T, timeout time.Duration, replica *node) {
 // linkDown waits until replica reports master_link_status:down.
 func linkDown(t *testing.T, timeout time.Duration, replica *node) {
 	t.Helper()
-	waitFor(t, timeout, replica.name+" master_link_status:down", func() (bool, string) {
+	testwait.For(t, timeout, replica.name+" master_link_status:down", func() (bool, string) {
 		m, err := replica.infoErr("replication")
 		if err != nil {
 			return false, err.Error()
@@ -290,7 +284,7 @@ func linkDown(t *testing.T, timeout time.Duration, replica *node) {
 // primary did not move in between).
 func caughtUp(t *testing.T, timeout time.Duration, primary *node, replicas ...*node) {
 	t.Helper()
-	waitFor(t, timeout, "replicas at the primary's master_repl_offset", func() (bool, string) {
+	testwait.For(t, timeout, "replicas at the primary's master_repl_offset", func() (bool, string) {
 		off := func(n *node, field string) (string, error) {
 			m, err := n.infoErr("replication")
 			if err != nil {

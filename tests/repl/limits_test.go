@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/server"
 	"github.com/redis/go-redis/v9"
 )
@@ -314,7 +315,7 @@ func TestAckBeyondSentIsCapped(t *testing.T) {
 	f.untilFrame(t, 'K') // a keepalive: the primary has sent beyond the copy's offset
 	f.nc.Write(frame(nil, 'a', binary.AppendUvarint(nil, 1<<62)))
 	var slave0 string
-	waitFor(t, 20*time.Second, "the ack counted", func() (bool, string) {
+	testwait.For(t, 20*time.Second, "the ack counted", func() (bool, string) {
 		slave0 = primary.replInfo(t)["slave0"]
 		_, off, _ := strings.Cut(slave0, "offset=")
 		off, _, _ = strings.Cut(off, ",")
@@ -362,7 +363,7 @@ func TestReplicaLinksCountTowardsMaxClients(t *testing.T) {
 		accepted++
 		links = append(links, f)
 		// The link has left the connection layer once the primary lists it.
-		waitFor(t, 20*time.Second, "the replica listed", func() (bool, string) {
+		testwait.For(t, 20*time.Second, "the replica listed", func() (bool, string) {
 			n := repl.Stats().ConnectedReplicas
 			return n == accepted, fmt.Sprintf("%d replicas", n)
 		})
@@ -386,7 +387,7 @@ func TestReplicaLinksCountTowardsMaxClients(t *testing.T) {
 		t.Errorf("a client with %d replicas and maxclients %d got %q, want the maxclients error", maxClients, maxClients, got)
 	}
 	links[0].nc.Close()
-	waitFor(t, 20*time.Second, "the closed link gone", func() (bool, string) {
+	testwait.For(t, 20*time.Second, "the closed link gone", func() (bool, string) {
 		n := repl.Stats().ConnectedReplicas
 		return n == maxClients-1, fmt.Sprintf("%d replicas", n)
 	})
@@ -405,7 +406,7 @@ func TestReplicationLoopRefused(t *testing.T) {
 	if err := b.rdb.Do(ctx, "REPLICAOF", strings.Fields(a.hostPort())[0], strings.Fields(a.hostPort())[1]).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "B in sync with A", func() (bool, string) {
+	testwait.For(t, 20*time.Second, "B in sync with A", func() (bool, string) {
 		m := b.replInfo(t)
 		return m["master_link_status"] == "up", "master_link_status:" + m["master_link_status"]
 	})
@@ -414,7 +415,7 @@ func TestReplicationLoopRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	loop := func() bool { return a.logs.has("would make a loop") || a.logs.has("replication loop") }
-	waitFor(t, 20*time.Second, "A refused as a loop, or linked", func() (bool, string) {
+	testwait.For(t, 20*time.Second, "A refused as a loop, or linked", func() (bool, string) {
 		up := a.replInfo(t)["master_link_status"] == "up"
 		return up || loop(), fmt.Sprintf("A master_link_status up %v", up)
 	})
@@ -453,7 +454,7 @@ func TestLargeValuesReplicateInSplitFrames(t *testing.T) {
 	}
 	inSync := func(what string) {
 		t.Helper()
-		waitFor(t, 30*time.Second, what, func() (bool, string) {
+		testwait.For(t, 30*time.Second, what, func() (bool, string) {
 			p, a, b := primary.replInfo(t), r1.replInfo(t), r2.replInfo(t)
 			ok := a["master_link_status"] == "up" && b["master_link_status"] == "up" &&
 				a["slave_repl_offset"] == p["master_repl_offset"] && b["slave_repl_offset"] == p["master_repl_offset"]

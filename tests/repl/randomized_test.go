@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/cellserver/cellserver/internal/testwait"
 )
 
 // replDBs is how many databases the randomized test writes to.
@@ -377,7 +379,7 @@ func primaryOffset(t *testing.T, primary *node) int64 {
 func waitExpiredGone(t *testing.T, timeout time.Duration, primary *node) {
 	t.Helper()
 	ctx := context.Background()
-	waitFor(t, timeout, "the primary to delete its expired keys", func() (bool, string) {
+	testwait.For(t, timeout, "the primary to delete its expired keys", func() (bool, string) {
 		for db := range replDBs {
 			c := newClient(primary.addr, db)
 			keys, err := scanKeys(ctx, primary, db)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/cellserver/cellserver/internal/testwait"
 )
 
 // TestRestartedPrimaryDropsItsState: a former primary restarted from its
@@ -42,7 +44,7 @@ func TestRestartedPrimaryDropsItsState(t *testing.T) {
 	keys := compareNodes(t, 1, b, a)
 	// What the link applied is written behind, as any change is: wait
 	// for the writer (fsync always syncs each batch it writes).
-	waitFor(t, 30*time.Second, "the replica's changes written to its data directory", func() (bool, string) {
+	testwait.For(t, 30*time.Second, "the replica's changes written to its data directory", func() (bool, string) {
 		p := a.info(t, "persistence")["pending_changes"]
 		return p == "0", "pending_changes:" + p
 	})
