@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -191,6 +192,33 @@ func StartServer(t testing.TB, args ...string) (*Proc, string) {
 		t.Fatalf("cellserver %v did not report its address within %v\n%s", args, StartTimeout, p.Logs)
 	}
 	return nil, ""
+}
+
+// Alive reports whether the process has not exited.
+func (p *Proc) Alive() bool {
+	select {
+	case <-p.Exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop sends SIGTERM and fails the test unless the process then exits
+// with status 0 within d: a clean, graceful shutdown.
+func (p *Proc) Stop(t testing.TB, d time.Duration) {
+	t.Helper()
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+	select {
+	case <-p.Exited:
+		if p.Err != nil {
+			t.Fatalf("cellserver exit after SIGTERM: %v\n%s", p.Err, p.Logs)
+		}
+	case <-time.After(d):
+		t.Fatalf("cellserver did not exit within %v of SIGTERM\n%s", d, p.Logs)
+	}
 }
 
 // Kill kills the process if it is still running and waits for it.

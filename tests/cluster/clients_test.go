@@ -21,6 +21,7 @@ import (
 	"github.com/cellserver/cellserver/client"
 	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/keyslot"
+	"github.com/cellserver/cellserver/tests/internal/harness"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -35,7 +36,7 @@ const (
 // redis-server 7.0.15 nodes formed by redis-cli --cluster create. It
 // proves the harness: the same checks must hold on the reference.
 func TestRedisCluster(t *testing.T) {
-	needRedisServer(t)
+	harness.NeedProcesses(t, "redis-server", "redis-cli")
 	runScenario(t, redisFlavor)
 }
 
@@ -43,7 +44,7 @@ func TestRedisCluster(t *testing.T) {
 // in cluster mode, the topology pushed with CELLCLUSTER CONFIG. It skips
 // while the built cellserver has no --cluster-enabled.
 func TestCellserverCluster(t *testing.T) {
-	needCellserverCluster(t)
+	harness.NeedClusterMode(t)
 	runScenario(t, cellserverFlavor)
 }
 
@@ -389,28 +390,11 @@ func redisCLI(t *testing.T, c *cluster, prefix string) {
 	c.checkPlacement(allNodes())
 }
 
-// pythonWithRedis returns a Python 3 that can import redis (Debian's
-// python3-redis lives under /usr/bin/python3 even when another python3
-// comes first in PATH), or "".
-func pythonWithRedis() string {
-	var cands []string
-	if p, err := exec.LookPath("python3"); err == nil {
-		cands = append(cands, p)
-	}
-	cands = append(cands, "/usr/bin/python3")
-	for _, p := range cands {
-		if exec.Command(p, "-c", "import redis.cluster").Run() == nil {
-			return p
-		}
-	}
-	return ""
-}
-
 // redisPy runs testdata/redispy_cluster.py: RedisCluster seeded with
 // node1, one call per key with execute_command, then the other calls in
 // ClusterPipeline batches.
 func redisPy(t *testing.T, c *cluster, prefix string) {
-	py := pythonWithRedis()
+	py := harness.Python("redis.cluster")
 	if py == "" {
 		t.Skip("no python3 with redis.cluster (Debian python3-redis)")
 	}
@@ -432,68 +416,6 @@ func redisPy(t *testing.T, c *cluster, prefix string) {
 	c.checkPlacement(allNodes())
 }
 
-// nodeDir is tests/compat's npm project: package-lock.json pins ioredis,
-// and iocluster.js lives there next to tests/compat's scripts.
-const nodeDir = "../compat/testdata/node"
-
-var (
-	nodeOnce   sync.Once
-	nodeRunDir string // where to run iocluster.js
-	nodeWhy    string // why the ioredis tests skip
-)
-
-// ioredisDir returns a directory holding iocluster.js and a node_modules
-// installed from nodeDir's package-lock.json: nodeDir itself when
-// tests/compat's install there is current (its stamp file equals the lock
-// file), else a temporary copy where this test runs npm ci, so that it
-// never installs into a directory tests/compat may be installing into.
-func ioredisDir() (string, string) {
-	nodeOnce.Do(func() {
-		for _, tool := range []string{"node", "npm"} {
-			if _, err := exec.LookPath(tool); err != nil {
-				nodeWhy = tool + " not installed (Debian nodejs, npm)"
-				return
-			}
-		}
-		lock, err := os.ReadFile(filepath.Join(nodeDir, "package-lock.json"))
-		if err != nil {
-			nodeWhy = err.Error()
-			return
-		}
-		stamp, err := os.ReadFile(filepath.Join(nodeDir, "node_modules", ".cellserver-lock.json"))
-		if err == nil && bytes.Equal(stamp, lock) {
-			nodeRunDir = nodeDir
-			return
-		}
-		dir, err := os.MkdirTemp("", "cluster-node-")
-		if err != nil {
-			nodeWhy = err.Error()
-			return
-		}
-		for _, f := range []string{"package.json", "package-lock.json", "iocluster.js"} {
-			b, err := os.ReadFile(filepath.Join(nodeDir, f))
-			if err == nil {
-				err = os.WriteFile(filepath.Join(dir, f), b, 0o644)
-			}
-			if err != nil {
-				nodeWhy = err.Error()
-				return
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund", "--prefer-offline",
-			"--fetch-retries=1", "--fetch-timeout=30000")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			nodeWhy = "npm ci (tests/compat/testdata/node's lock file) failed (no registry access?): " + err.Error() + "\n" + string(out)
-			return
-		}
-		nodeRunDir = dir
-	})
-	return nodeRunDir, nodeWhy
-}
-
 // ioredisCluster runs iocluster.js: ioredis Cluster seeded with node1.
 // keyed=true names each call's key (ioredis's command table does not list
 // CL.THROTTLE, so otherwise it sends it to a random node); keyed=false
@@ -501,7 +423,7 @@ func ioredisDir() (string, string) {
 // command ioredis does not know (reported, not asserted), while limits
 // must still be exact.
 func ioredisCluster(t *testing.T, c *cluster, prefix string, keyed bool) {
-	dir, why := ioredisDir()
+	dir, why := harness.NodeModules()
 	if why != "" {
 		t.Skip(why)
 	}
@@ -799,7 +721,7 @@ func startFollowers(t *testing.T, c *cluster) []*follower {
 	args := func(prefix string) []string {
 		return []string{"127.0.0.1", fmt.Sprint(c.nodes[0].port), prefix, fmt.Sprint(followKeys), fmt.Sprint(calls), c.f.mode, fmt.Sprint(burst)}
 	}
-	if py := pythonWithRedis(); py != "" {
+	if py := harness.Python("redis.cluster"); py != "" {
 		fs = append(fs, startFollower(t, "redis-py", "lpy", "testdata", py, append(append([]string{"redispy_cluster.py"}, args("lpy")...), "follow")...))
 	} else {
 		t.Log("redis-py follower skipped: no python3 with redis.cluster")
@@ -810,7 +732,7 @@ func startFollowers(t *testing.T, c *cluster) []*follower {
 	} else {
 		t.Log("go-redis v9.17 follower skipped: ", err)
 	}
-	if dir, why := ioredisDir(); why == "" {
+	if dir, why := harness.NodeModules(); why == "" {
 		fs = append(fs, startFollower(t, "ioredis", "lio", dir, "node", append(append([]string{"iocluster.js"}, args("lio")...), "true", "follow")...))
 	} else {
 		t.Log("ioredis follower skipped: " + why)

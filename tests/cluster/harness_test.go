@@ -2,7 +2,7 @@
 // them with the Redis Cluster clients people use: go-redis ClusterClient
 // (the v9 the project pins, and v9.17.x built from testdata/goredis917),
 // redis-cli -c, redis-py RedisCluster (Debian python3-redis) and ioredis
-// Cluster (tests/compat/testdata/node). Each client runs 10,000 keys with a
+// Cluster (tests/testdata/node). Each client runs 10,000 keys with a
 // limit per key; the test checks that every key was admitted exactly its
 // limit, that every key lives on exactly one node (its slot's owner), and
 // counts MOVED replies on the servers (INFO errorstats) before and after.
@@ -19,9 +19,7 @@
 package clustertests
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"net"
@@ -37,6 +35,7 @@ import (
 	"github.com/cellserver/cellserver/internal/binproc"
 	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/keyslot"
+	"github.com/cellserver/cellserver/tests/internal/harness"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -48,13 +47,6 @@ const (
 	limit = burst + 1
 )
 
-var (
-	// gateOnce asks the built cellserver, once, whether it knows
-	// --cluster-enabled.
-	gateOnce sync.Once
-	gateWhy  string
-)
-
 func TestMain(m *testing.M) {
 	flag.Parse()
 	redis.SetLogger(clientLog)
@@ -62,9 +54,6 @@ func TestMain(m *testing.M) {
 	binproc.RemoveBinary()
 	if gr917Bin != "" {
 		os.RemoveAll(filepath.Dir(gr917Bin))
-	}
-	if nodeRunDir != "" && nodeRunDir != nodeDir {
-		os.RemoveAll(nodeRunDir)
 	}
 	os.Exit(code)
 }
@@ -102,69 +91,6 @@ func (l *countingLogger) count() (int, string) {
 	return l.n, l.first
 }
 
-// needCellserverCluster skips when the built cellserver has no cluster
-// mode yet (its --help does not list --cluster-enabled).
-func needCellserverCluster(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("runs cellserver processes")
-	}
-	binproc.Binary(t)
-	gateOnce.Do(func() {
-		out, err := exec.Command(binproc.Path(), "--help").CombinedOutput()
-		if err != nil {
-			gateWhy = fmt.Sprintf("cellserver --help: %v\n%s", err, out)
-			return
-		}
-		if !bytes.Contains(out, []byte("--cluster-enabled")) {
-			gateWhy = "this cellserver build has no cluster mode (--help does not list --cluster-enabled)"
-		}
-	})
-	if gateWhy != "" {
-		t.Skip(gateWhy)
-	}
-}
-
-func needRedisServer(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("runs redis-server processes")
-	}
-	for _, tool := range []string{"redis-server", "redis-cli"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skip(tool + " not installed (Debian redis-server, redis-tools; scripts/ensure-tools.sh installs them)")
-		}
-	}
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	ports, err := binproc.FreePorts(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ports
-}
-
-// proc is a process the test started (or adopted from binproc.Launch).
-type proc = binproc.Child
-
-// startProc starts argv with its stdout and stderr kept in its log; it is
-// killed when the test ends.
-func startProc(t *testing.T, name string, argv ...string) *proc {
-	t.Helper()
-	p, err := binproc.Start(name, nil, argv...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Kill)
-	return p
-}
-
-// fromBinproc adopts a process binproc.Launch started.
-func fromBinproc(name string, bp *binproc.Proc) *proc { return binproc.Adopt(name, bp) }
-
 // slotRange is one range of a topology and the index of its owner.
 type slotRange struct {
 	start, end int
@@ -177,7 +103,7 @@ type node struct {
 	id   string // 40 hex characters
 	addr string // 127.0.0.1:port
 	port int
-	p    *proc
+	p    *harness.Proc
 }
 
 func (n *node) client() *redis.Client {
@@ -523,7 +449,7 @@ var redisFlavor = flavor{
 	name: "redis",
 	mode: "incr",
 	start: func(t *testing.T, top []slotRange) []*node {
-		ports := freePorts(t, 2*nodes)
+		ports := harness.FreePorts(t, 2*nodes)
 		var ns []*node
 		var addrs []string
 		for i := range nodes {
@@ -539,12 +465,12 @@ var redisFlavor = flavor{
 				t.Fatal(err)
 			}
 			n := &node{name: fmt.Sprintf("node%d", i+1), port: ports[i], addr: fmt.Sprintf("127.0.0.1:%d", ports[i])}
-			n.p = startProc(t, n.name, "redis-server", conf)
+			n.p = harness.Start(t, n.name, nil, "redis-server", conf)
 			ns = append(ns, n)
 			addrs = append(addrs, n.addr)
 		}
 		for _, n := range ns {
-			waitPing(t, n)
+			harness.WaitPing(t, n.p, n.addr, 20*time.Second)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -606,36 +532,18 @@ var redisFlavor = flavor{
 // topologyJSON renders top in the CELLCLUSTER CONFIG (DFLYCLUSTER CONFIG)
 // format, listing only the nodes in live.
 func topologyJSON(c *cluster, top []slotRange, live []int) string {
-	type nodeJ struct {
-		ID   string `json:"id"`
-		IP   string `json:"ip"`
-		Port int    `json:"port"`
-	}
-	type rangeJ struct {
-		Start int `json:"start"`
-		End   int `json:"end"`
-	}
-	type shardJ struct {
-		SlotRanges []rangeJ `json:"slot_ranges"`
-		Master     nodeJ    `json:"master"`
-		Replicas   []nodeJ  `json:"replicas"`
-	}
-	var shards []shardJ
+	var shards []harness.Shard
 	for _, i := range live {
 		n := c.nodes[i]
-		s := shardJ{Master: nodeJ{n.id, "127.0.0.1", n.port}, Replicas: []nodeJ{}}
+		s := harness.Shard{Master: harness.Peer{ID: n.id, IP: "127.0.0.1", Port: n.port}}
 		for _, r := range top {
 			if r.owner == i {
-				s.SlotRanges = append(s.SlotRanges, rangeJ{r.start, r.end})
+				s.SlotRanges = append(s.SlotRanges, harness.SlotRange{Start: r.start, End: r.end})
 			}
 		}
 		shards = append(shards, s)
 	}
-	b, err := json.Marshal(shards)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return string(b)
+	return harness.TopologyJSON(shards)
 }
 
 func pushCellserver(t *testing.T, c *cluster, top []slotRange, live []int) {
@@ -663,25 +571,13 @@ var cellserverFlavor = flavor{
 		var ns []*node
 		for i := range nodes {
 			n := &node{name: fmt.Sprintf("node%d", i+1), id: nodeID(i)}
-			bp, addrc, err := binproc.Launch(binproc.Path(), "--cluster-enabled", "yes", "--cluster-node-id", n.id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			n.p = fromBinproc(n.name, bp)
-			t.Cleanup(n.p.Kill)
-			select {
-			case n.addr = <-addrc:
-			case <-bp.Exited:
-				t.Fatalf("%s exited before listening: %v\n%s", n.name, bp.Err, bp.Logs)
-			case <-time.After(20 * time.Second):
-				t.Fatalf("%s did not listen within 20 s\n%s", n.name, bp.Logs)
-			}
+			n.p, n.addr = harness.ListenCellserver(t, n.name, "--cluster-enabled", "yes", "--cluster-node-id", n.id)
 			_, port, _ := net.SplitHostPort(n.addr)
 			n.port, _ = strconv.Atoi(port)
 			ns = append(ns, n)
 		}
 		for _, n := range ns {
-			waitPing(t, n)
+			harness.WaitPing(t, n.p, n.addr, 20*time.Second)
 		}
 		c := &cluster{t: t, nodes: ns}
 		pushCellserver(t, c, top, allNodes())
@@ -698,22 +594,6 @@ var cellserverFlavor = flavor{
 		return ns
 	},
 	push: pushCellserver,
-}
-
-// waitPing waits (20 s at most) until n answers PING.
-func waitPing(t *testing.T, n *node) {
-	t.Helper()
-	cl := n.client()
-	defer cl.Close()
-	testwait.For(t, 20*time.Second, n.name+" answers PING", func() (bool, string) {
-		if !n.p.Alive() {
-			t.Fatalf("%s exited: %v\n%s", n.name, n.p.Err, n.p.Logs)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		err := cl.Ping(ctx).Err()
-		return err == nil, fmt.Sprint(err)
-	})
 }
 
 // keys returns n keys prefix:user:<i>.

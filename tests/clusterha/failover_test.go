@@ -2,9 +2,7 @@ package clusterha
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,17 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellserver/cellserver/internal/binproc"
 	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/keyslot"
+	"github.com/cellserver/cellserver/tests/internal/harness"
 	"github.com/redis/go-redis/v9"
-)
-
-// The Sentinel settings of the recipe's test (as in tests/ha).
-const (
-	quorum         = 2
-	downAfterMS    = 1000
-	failoverTimeMS = 3000
 )
 
 // shardSlots are the two shards' slot ranges.
@@ -38,13 +29,10 @@ type cnode struct {
 	dir  string
 	conf string
 	id   string
-	p    *proc
+	p    *harness.Proc
 }
 
-func (n *cnode) client() *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: n.addr, Protocol: 2, MaxRetries: -1,
-		DialTimeout: time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second})
-}
+func (n *cnode) client() *redis.Client { return harness.Client(n.addr) }
 
 // do runs one command on n.
 func (n *cnode) do(ctx context.Context, args ...any) (any, error) {
@@ -55,13 +43,7 @@ func (n *cnode) do(ctx context.Context, args ...any) (any, error) {
 
 // replication returns n's INFO replication fields.
 func (n *cnode) replication(ctx context.Context) (map[string]string, error) {
-	c := n.client()
-	defer c.Close()
-	s, err := c.Info(ctx, "replication").Result()
-	if err != nil {
-		return nil, err
-	}
-	return infoFields(s), nil
+	return harness.Info(ctx, n.addr, "replication")
 }
 
 // slotMaster returns the address CLUSTER SLOTS on n gives as slot's master.
@@ -83,30 +65,15 @@ func (n *cnode) slotMaster(ctx context.Context, slot int) (string, error) {
 // topologyJSON is the CELLCLUSTER CONFIG of the two shards, masters
 // first in each pair.
 func topologyJSON(shards [2][2]*cnode) string {
-	type node struct {
-		ID   string `json:"id"`
-		IP   string `json:"ip"`
-		Port int    `json:"port"`
-	}
-	type rng struct {
-		Start int `json:"start"`
-		End   int `json:"end"`
-	}
-	type shard struct {
-		SlotRanges []rng  `json:"slot_ranges"`
-		Master     node   `json:"master"`
-		Replicas   []node `json:"replicas"`
-	}
-	var out []shard
+	var out []harness.Shard
 	for i, sh := range shards {
-		out = append(out, shard{
-			SlotRanges: []rng{{shardSlots[i][0], shardSlots[i][1]}},
-			Master:     node{sh[0].id, "127.0.0.1", sh[0].port},
-			Replicas:   []node{{sh[1].id, "127.0.0.1", sh[1].port}},
+		out = append(out, harness.Shard{
+			SlotRanges: []harness.SlotRange{{Start: shardSlots[i][0], End: shardSlots[i][1]}},
+			Master:     harness.Peer{ID: sh[0].id, IP: "127.0.0.1", Port: sh[0].port},
+			Replicas:   []harness.Peer{{ID: sh[1].id, IP: "127.0.0.1", Port: sh[1].port}},
 		})
 	}
-	b, _ := json.Marshal(out)
-	return string(b)
+	return harness.TopologyJSON(out)
 }
 
 // TestPerShardSentinelFailover: two shards, each a primary and a replica,
@@ -117,8 +84,9 @@ func topologyJSON(shards [2][2]*cnode) string {
 // new topology to every node, the client's shard-0 commands succeed again
 // on the promoted node, and shard-1 never sees an error.
 func TestPerShardSentinelFailover(t *testing.T) {
-	needSentinel(t)
-	needClusterMode(t)
+	harness.NeedProcesses(t, "redis-sentinel")
+	needRedisCLI(t)
+	harness.NeedClusterMode(t)
 	start := time.Now()
 	// Every wait below ends within 55 s of the start (about 6 s when all
 	// goes well).
@@ -127,12 +95,12 @@ func TestPerShardSentinelFailover(t *testing.T) {
 	root := t.TempDir()
 	script := scriptPath(t)
 	reconfigLog := filepath.Join(root, "reconfig.log")
-	ports := freePorts(t, 4+3)
+	ports := harness.FreePorts(t, 4+3)
 
 	// Four nodes: shard-0 = n0 (primary), n1; shard-1 = n2 (primary), n3.
 	var nodes []*cnode
 	for i := 0; i < 4; i++ {
-		n := &cnode{name: fmt.Sprintf("node-%d", i), port: ports[i], addr: addrOf(ports[i]),
+		n := &cnode{name: fmt.Sprintf("node-%d", i), port: ports[i], addr: harness.Addr(ports[i]),
 			dir: filepath.Join(root, fmt.Sprintf("node%d", i))}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			t.Fatal(err)
@@ -179,58 +147,22 @@ func TestPerShardSentinelFailover(t *testing.T) {
 		}
 	}
 	for _, sh := range shards {
-		waitReplicaOf(t, sh[1], sh[0], 30*time.Second)
+		harness.WaitReplicaOf(t, sh[1].name, sh[1].addr, sh[0].addr, 30*time.Second)
 	}
 
 	// Three sentinels, each monitoring both shards, the script configured.
-	var sentinels []*redis.SentinelClient
-	for i := 0; i < 3; i++ {
-		port := ports[4+i]
-		dir := filepath.Join(root, fmt.Sprintf("sentinel%d", i))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		conf := fmt.Sprintf("bind 127.0.0.1\nport %d\ndir %s\nsentinel announce-ip 127.0.0.1\n", port, dir)
-		for s, sh := range shards {
-			name := fmt.Sprintf("shard-%d", s)
-			conf += fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d %d\nsentinel down-after-milliseconds %s %d\n"+
-				"sentinel failover-timeout %s %d\nsentinel client-reconfig-script %s %s\n",
-				name, sh[0].port, quorum, name, downAfterMS, name, failoverTimeMS, name, script)
-		}
-		path := filepath.Join(dir, "sentinel.conf")
-		if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		var seeds []string
-		for _, n := range nodes {
-			seeds = append(seeds, n.addr)
-		}
-		p := startProc(t, fmt.Sprintf("sentinel-%d", i), []string{
-			"CELLSERVER_SENTINEL=" + addrOf(port), "CELLSERVER_SEEDS=" + strings.Join(seeds, " "),
-			"CELLSERVER_RECONFIG_LOG=" + reconfigLog, "TMPDIR=" + dir,
-		}, "redis-sentinel", path)
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("--- %s log:\n%s", p.Name, p.Logs)
-			}
-		})
-		sc := redis.NewSentinelClient(&redis.Options{Addr: addrOf(port), Protocol: 2, MaxRetries: -1,
-			DialTimeout: time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second})
-		t.Cleanup(func() { sc.Close() })
-		testwait.For(t, 20*time.Second, p.Name+" answers PING", func() (bool, string) {
-			if !p.Alive() {
-				t.Fatalf("%s exited: %v\n%s", p.Name, p.Err, p.Logs)
-			}
-			err := sc.Ping(ctx).Err()
-			return err == nil, fmt.Sprint(err)
-		})
-		sentinels = append(sentinels, sc)
+	var seeds []string
+	for _, n := range nodes {
+		seeds = append(seeds, n.addr)
 	}
-	sentinelDebug(t, sentinels, "tilt-trigger", 10000, "publish-period", 250)
+	var monitors []harness.Monitor
 	for s, sh := range shards {
-		waitSettled(t, sentinels, fmt.Sprintf("shard-%d", s), sh[0].addr, 30*time.Second)
+		monitors = append(monitors, harness.Monitor{Name: fmt.Sprintf("shard-%d", s), Addr: sh[0].addr, Replicas: 1, ReconfigScript: script})
 	}
-	sentinelDebug(t, sentinels, "publish-period", 2000)
+	sentinels := harness.StartSentinels(t, root, ports[4:], func(s *harness.Sentinel) []string {
+		return []string{"CELLSERVER_SENTINEL=" + s.Addr, "CELLSERVER_SEEDS=" + strings.Join(seeds, " "),
+			"CELLSERVER_RECONFIG_LOG=" + reconfigLog, "TMPDIR=" + s.Dir}
+	}, monitors...)
 	t.Logf("setup done in %v", time.Since(start).Round(time.Millisecond))
 
 	// The load: a ClusterClient seeded with every node, CL.THROTTLE on 50
@@ -322,21 +254,8 @@ func TestPerShardSentinelFailover(t *testing.T) {
 	t.Logf("killed %s (%s) at %v", nodes[0].name, nodes[0].addr, killed.Sub(start).Round(time.Millisecond))
 
 	testwait.For(t, 30*time.Second, "every sentinel names node-1 shard-0's master", func() (bool, string) {
-		var got []string
-		for _, sc := range sentinels {
-			hp, err := sc.GetMasterAddrByName(ctx, "shard-0").Result()
-			if err != nil || len(hp) != 2 {
-				got = append(got, fmt.Sprint(err))
-				continue
-			}
-			got = append(got, net.JoinHostPort(hp[0], hp[1]))
-		}
-		for _, g := range got {
-			if g != nodes[1].addr {
-				return false, fmt.Sprint(got)
-			}
-		}
-		return true, ""
+		got := harness.MasterAddrs(ctx, sentinels, "shard-0")
+		return harness.Agreed(got) == nodes[1].addr, fmt.Sprint(got)
 	})
 	switched := time.Since(killed)
 	// shard-1 went on while shard-0 had no master.
@@ -380,7 +299,7 @@ func TestPerShardSentinelFailover(t *testing.T) {
 	if m, err := nodes[2].replication(ctx); err != nil || m["role"] != "master" {
 		t.Errorf("node-2: role %q (%v), want master", m["role"], err)
 	}
-	waitReplicaOf(t, nodes[3], nodes[2], 5*time.Second)
+	harness.WaitReplicaOf(t, nodes[3].name, nodes[3].addr, nodes[2].addr, 5*time.Second)
 	if m, err := nodes[1].replication(ctx); err != nil || m["role"] != "master" {
 		t.Errorf("node-1: role %q (%v), want master", m["role"], err)
 	}
@@ -410,7 +329,7 @@ func TestPerShardSentinelFailover(t *testing.T) {
 	})
 	stale, _ := nodes[0].slotMaster(ctx, 0)
 	t.Logf("node-0 restarted naming %s as slot 0's master (itself: %v)", stale, stale == nodes[0].addr)
-	code, out := runScript(t, []string{"CELLSERVER_SENTINEL=" + addrOf(ports[4])}, "--sync", "127.0.0.1", strconv.Itoa(nodes[1].port))
+	code, out := runScript(t, []string{"CELLSERVER_SENTINEL=" + harness.Addr(ports[4])}, "--sync", "127.0.0.1", strconv.Itoa(nodes[1].port))
 	if code != 0 {
 		t.Fatalf("cluster-reconfig.sh --sync: exit %d\n%s", code, out)
 	}
@@ -429,63 +348,6 @@ func TestPerShardSentinelFailover(t *testing.T) {
 // topology in its directory's cluster.json.
 func launch(t *testing.T, n *cnode) {
 	t.Helper()
-	bp, _, err := binproc.Launch(binproc.Path(), "--addr", n.addr, "--config", n.conf,
+	n.p = harness.StartCellserver(t, n.name, "--addr", n.addr, "--config", n.conf,
 		"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(n.dir, "cluster.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.p = fromBinproc(t, n.name, bp)
-}
-
-// waitReplicaOf waits until n reports role:slave of primary, link up.
-func waitReplicaOf(t *testing.T, n, primary *cnode, timeout time.Duration) {
-	t.Helper()
-	testwait.For(t, timeout, fmt.Sprintf("%s replicates %s (role:slave, link up)", n.name, primary.name), func() (bool, string) {
-		m, err := n.replication(context.Background())
-		if err != nil {
-			return false, err.Error()
-		}
-		return m["role"] == "slave" && m["master_host"] == "127.0.0.1" && m["master_port"] == strconv.Itoa(primary.port) &&
-				m["master_link_status"] == "up",
-			fmt.Sprintf("role %s master %s:%s link %s", m["role"], m["master_host"], m["master_port"], m["master_link_status"])
-	})
-}
-
-// sentinelDebug sets Sentinel's internal periods on every sentinel.
-func sentinelDebug(t *testing.T, sentinels []*redis.SentinelClient, args ...any) {
-	t.Helper()
-	ctx := context.Background()
-	for _, sc := range sentinels {
-		if err := sc.Process(ctx, redis.NewStatusCmd(ctx, append([]any{"SENTINEL", "DEBUG"}, args...)...)); err != nil {
-			t.Fatalf("SENTINEL DEBUG %v: %v", args, err)
-		}
-	}
-}
-
-// waitSettled waits until every sentinel sees name's master at addr with
-// flags "master", one linked replica, two other sentinels, CKQUORUM OK.
-func waitSettled(t *testing.T, sentinels []*redis.SentinelClient, name, addr string, timeout time.Duration) {
-	t.Helper()
-	ctx := context.Background()
-	testwait.For(t, timeout, "the sentinels settle on "+name, func() (bool, string) {
-		for i, sc := range sentinels {
-			m, err := sc.Master(ctx, name).Result()
-			if err != nil {
-				return false, fmt.Sprintf("sentinel-%d: %v", i, err)
-			}
-			if net.JoinHostPort(m["ip"], m["port"]) != addr || m["flags"] != "master" || m["num-slaves"] != "1" ||
-				m["num-other-sentinels"] != "2" {
-				return false, fmt.Sprintf("sentinel-%d: %s at %s:%s flags %q slaves %s other sentinels %s",
-					i, name, m["ip"], m["port"], m["flags"], m["num-slaves"], m["num-other-sentinels"])
-			}
-			reps, err := sc.Replicas(ctx, name).Result()
-			if err != nil || len(reps) != 1 || reps[0]["flags"] != "slave" || reps[0]["master-link-status"] != "ok" {
-				return false, fmt.Sprintf("sentinel-%d: replicas %v %v", i, reps, err)
-			}
-			if q, err := sc.CkQuorum(ctx, name).Result(); err != nil || !strings.HasPrefix(q, "OK") {
-				return false, fmt.Sprintf("sentinel-%d: CKQUORUM %q %v", i, q, err)
-			}
-		}
-		return true, ""
-	})
 }

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cellserver/cellserver/tests/internal/harness"
 )
 
 // scriptPath is scripts/cluster-reconfig.sh of this repository.
@@ -30,13 +32,10 @@ func scriptPath(t *testing.T) string {
 	return p
 }
 
+// needRedisCLI skips the test without what cluster-reconfig.sh runs.
 func needRedisCLI(t *testing.T) {
 	t.Helper()
-	for _, tool := range []string{"bash", "redis-cli", "awk", "timeout"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (redis-cli: Debian redis-tools)", tool)
-		}
-	}
+	harness.NeedTools(t, "bash", "redis-cli", "awk", "timeout")
 }
 
 // fakeNode is a RESP server standing in for a cellserver node or a

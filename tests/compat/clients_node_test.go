@@ -4,67 +4,35 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/cellserver/cellserver/tests/internal/harness"
 )
-
-// nodeDir holds the Node.js client scripts, with package.json and
-// package-lock.json pinning node-redis and ioredis. Their node_modules is
-// installed there by `npm ci` at test time and kept (git-ignored): a
-// stamp file holding the lock file it was installed from makes later runs
-// skip npm altogether.
-const nodeDir = "testdata/node"
-
-const nodeStamp = "node_modules/.cellserver-lock.json"
 
 var (
 	nodeOnce   sync.Once
+	nodeDir    string // the Node.js client scripts, node_modules installed
 	nodeReason string // why the Node tests skip, "" when they can run
 )
 
-// ensureNodeModules installs the pinned clients once per test binary, or
-// says why it cannot.
+// ensureNodeModules installs the pinned clients (harness.NodeModules)
+// once per test binary, or says why it cannot.
 func ensureNodeModules() string {
 	nodeOnce.Do(func() {
-		for _, tool := range []string{"node", "npm"} {
-			if _, err := exec.LookPath(tool); err != nil {
-				nodeReason = tool + " not installed (Debian nodejs, npm)"
+		if _, err := exec.LookPath("node"); err == nil {
+			// node-redis 6 requires Node.js 20 or later (its engines field).
+			out, err := exec.Command("node", "--version").Output()
+			v := strings.TrimPrefix(strings.TrimSpace(string(out)), "v")
+			if major, _, _ := strings.Cut(v, "."); err != nil || atoiOr0(major) < 20 {
+				nodeReason = "node-redis 6 needs Node.js 20 or later, found " + strings.TrimSpace(string(out))
 				return
 			}
 		}
-		// node-redis 6 requires Node.js 20 or later (its engines field).
-		out, err := exec.Command("node", "--version").Output()
-		v := strings.TrimPrefix(strings.TrimSpace(string(out)), "v")
-		if major, _, _ := strings.Cut(v, "."); err != nil || atoiOr0(major) < 20 {
-			nodeReason = "node-redis 6 needs Node.js 20 or later, found " + strings.TrimSpace(string(out))
-			return
-		}
-		lock, err := os.ReadFile(filepath.Join(nodeDir, "package-lock.json"))
-		if err != nil {
-			nodeReason = err.Error()
-			return
-		}
-		if stamp, err := os.ReadFile(filepath.Join(nodeDir, nodeStamp)); err == nil && bytes.Equal(stamp, lock) {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund", "--prefer-offline",
-			"--fetch-retries=1", "--fetch-timeout=30000")
-		cmd.Dir = nodeDir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			nodeReason = "npm ci in tests/compat/testdata/node failed (no registry access?): " + err.Error() + "\n" + string(out)
-			return
-		}
-		if err := os.WriteFile(filepath.Join(nodeDir, nodeStamp), lock, 0o644); err != nil {
-			nodeReason = err.Error()
-		}
+		nodeDir, nodeReason = harness.NodeModules()
 	})
 	return nodeReason
 }

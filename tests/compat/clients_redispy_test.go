@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"os/exec"
 	"testing"
+
+	"github.com/cellserver/cellserver/tests/internal/harness"
 )
 
 // redisPyMatrixScript runs the client-matrix scenario with redis-py (RESP2)
@@ -78,7 +80,7 @@ print(json.dumps({"version": redis.__version__, "steps": steps}))
 // MULTI/EXEC, transaction() with one attempt aborted by another client,
 // and a reconnect after the connection is closed under the client.
 func TestRedisPyClient(t *testing.T) {
-	py := pythonWithRedis()
+	py := harness.Python("redis")
 	if py == "" {
 		t.Skip("no python3 with the redis module (Debian python3-redis; scripts/ensure-tools.sh installs it)")
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/server"
+	"github.com/cellserver/cellserver/tests/internal/harness"
 )
 
 // redisPyScript uses redis-py's optimistic-transaction helpers against
@@ -72,30 +73,12 @@ print(json.dumps({"version": redis.__version__, "count": count, "want": THREADS 
                   "final": r.get("py:k").decode()}))
 `
 
-// pythonWithRedis returns a Python 3 interpreter that can import redis
-// (Debian's python3-redis, which scripts/ensure-tools.sh installs: it
-// lives under /usr/bin/python3 even when another python3 comes first in
-// PATH), or "".
-func pythonWithRedis() string {
-	var cands []string
-	if p, err := exec.LookPath("python3"); err == nil {
-		cands = append(cands, p)
-	}
-	cands = append(cands, "/usr/bin/python3")
-	for _, p := range cands {
-		if exec.Command(p, "-c", "import redis").Run() == nil {
-			return p
-		}
-	}
-	return ""
-}
-
 // TestRedisPyTransaction runs redis-py's transaction() and WATCH pipelines
 // against cellserver: the counter that several threads increment
 // optimistically is exact, a watched key changed by another client makes
 // execute() raise WatchError, and reset() unwatches.
 func TestRedisPyTransaction(t *testing.T) {
-	py := pythonWithRedis()
+	py := harness.Python("redis")
 	if py == "" {
 		t.Skip("no python3 with the redis module (Debian python3-redis; scripts/ensure-tools.sh installs it)")
 	}

@@ -3,7 +3,6 @@ package compat
 import (
 	"context"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -143,16 +142,12 @@ func TestReserveGoRedis(t *testing.T) {
 // TestReserveRedisCLI: the real redis-cli reserves, the id it prints is
 // fed to a second redis-cli that settles, and a third settles again.
 func TestReserveRedisCLI(t *testing.T) {
-	cli, err := exec.LookPath("redis-cli")
-	if err != nil {
-		t.Skip("redis-cli not installed")
-	}
+	cli, env := redisCLI(t)
 	_, addr := startServer(t)
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
 	run := func(args ...string) []string {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)

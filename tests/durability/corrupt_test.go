@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/internal/binproc"
+	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/persistence"
 	"github.com/cellserver/cellserver/persistence/pebblestore"

@@ -85,20 +85,10 @@ func (p *proc) kill(t *testing.T) {
 	}
 }
 
-// stop sends SIGTERM and requires a clean exit (status 0) within 30 s.
+// stop requires a clean exit (status 0) within 30 s of SIGTERM.
 func (p *proc) stop(t *testing.T) {
 	t.Helper()
-	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("SIGTERM: %v", err)
-	}
-	select {
-	case <-p.Exited:
-		if p.Err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", p.Err, p.Logs)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no exit within 30s of SIGTERM\n%s", p.Logs)
-	}
+	p.Stop(t, 30*time.Second)
 }
 
 var loadedRE = regexp.MustCompile(`loaded persisted state\b.*\bkeys=(\d+) expired_dropped=(\d+) duration=(\S+)`)

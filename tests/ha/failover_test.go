@@ -17,6 +17,7 @@ import (
 
 	"github.com/cellserver/cellserver/client"
 	"github.com/cellserver/cellserver/internal/testwait"
+	"github.com/cellserver/cellserver/tests/internal/harness"
 )
 
 // TestSentinelFailover is the issue's evidence with cellserver data nodes:
@@ -24,8 +25,8 @@ import (
 // down-after-milliseconds 1000, failover-timeout 3000). See runScenario.
 // It skips while the built cellserver has no REPLICAOF.
 func TestSentinelFailover(t *testing.T) {
-	needSentinel(t)
-	needCellserverReplication(t)
+	harness.NeedProcesses(t, "redis-sentinel")
+	harness.NeedReplication(t)
 	runScenario(t, cellserverKind)
 }
 
@@ -37,10 +38,7 @@ func TestHarnessWithRedisServer(t *testing.T) {
 	if os.Getenv("CELLSERVER_HA_REDIS") == "0" {
 		t.Skip("CELLSERVER_HA_REDIS=0")
 	}
-	needSentinel(t)
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server not installed (Debian redis-server; scripts/ensure-tools.sh installs it)")
-	}
+	harness.NeedProcesses(t, "redis-sentinel", "redis-server")
 	runScenario(t, redisKind)
 }
 
@@ -183,7 +181,7 @@ func runScenario(t *testing.T, kind nodeKind) {
 
 	fc := redis.NewFailoverClient(&redis.FailoverOptions{
 		MasterName:    masterName,
-		SentinelAddrs: cl.sentinelAddrs(),
+		SentinelAddrs: harness.Addrs(cl.sentinels),
 		DialTimeout:   time.Second,
 		ReadTimeout:   3 * time.Second,
 		WriteTimeout:  3 * time.Second,
@@ -283,7 +281,7 @@ func runScenario(t *testing.T, kind nodeKind) {
 	// returning primary into a replica only once it has reported role
 	// master for 4 publish periods and at an INFO (every 10 s): shorten
 	// both, or the rest takes a minute.
-	cl.sentinelDebug("publish-period", 250, "info-period", 1000)
+	harness.SentinelDebug(t, cl.sentinels, "publish-period", 250, "info-period", 1000)
 
 	ok = t.Run("rejoin", func(t *testing.T) {
 		restartAt := time.Now()
@@ -337,7 +335,7 @@ func runScenario(t *testing.T, kind nodeKind) {
 		var forcedAt time.Time
 		testwait.For(t, 20*time.Second, "SENTINEL FAILOVER accepted", func() (bool, string) {
 			forcedAt = time.Now()
-			err := cl.sentinels[0].c.Failover(ctx, masterName).Err()
+			err := cl.sentinels[0].C.Failover(ctx, masterName).Err()
 			return err == nil, fmt.Sprint(err) // INPROG or NOGOODSLAVE: try again
 		})
 		_, first, all := cl.waitSwitch(old.addr, forcedAt, 30*time.Second)
@@ -410,23 +408,6 @@ func diffKV(a, b map[string]string) string {
 	return strings.Join(d, "; ")
 }
 
-// pythonWithRedis returns a Python 3 that can import redis (Debian's
-// python3-redis lives under /usr/bin/python3 even when another python3
-// comes first in PATH), or "".
-func pythonWithRedis() string {
-	var cands []string
-	if p, err := exec.LookPath("python3"); err == nil {
-		cands = append(cands, p)
-	}
-	cands = append(cands, "/usr/bin/python3")
-	for _, p := range cands {
-		if exec.Command(p, "-c", "import redis").Run() == nil {
-			return p
-		}
-	}
-	return ""
-}
-
 // redisPyScript uses redis-py's Sentinel: discover_master and
 // discover_slaves, a write through master_for, WAIT 2 so that every
 // replica has it, a read through slave_for, and a write through slave_for,
@@ -466,14 +447,14 @@ print(json.dumps(out))
 `
 
 func redisPySentinel(t *testing.T, cl *cluster, primary *node) {
-	py := pythonWithRedis()
+	py := harness.Python("redis")
 	if py == "" {
 		t.Skip("no python3 with the redis module (Debian python3-redis; scripts/ensure-tools.sh installs it)")
 	}
 	cmd, _ := json.Marshal(cl.kind.write("ha:py"))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, py, "-c", redisPyScript, strings.Join(cl.sentinelAddrs(), ","), string(cmd)).CombinedOutput()
+	out, err := exec.CommandContext(ctx, py, "-c", redisPyScript, strings.Join(harness.Addrs(cl.sentinels), ","), string(cmd)).CombinedOutput()
 	if err != nil {
 		t.Fatalf("redis-py: %v\n%s", err, out)
 	}
@@ -519,7 +500,7 @@ func redisCLISentinel(t *testing.T, cl *cluster, primary *node) {
 		out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
 		return strings.TrimSpace(string(out)), err
 	}
-	_, sport, _ := net.SplitHostPort(cl.sentinels[1].addr)
+	_, sport, _ := net.SplitHostPort(cl.sentinels[1].Addr)
 	out, err := run("-p", sport, "SENTINEL", "get-master-addr-by-name", masterName)
 	hp := strings.Fields(out)
 	if err != nil || len(hp) != 2 || net.JoinHostPort(hp[0], hp[1]) != primary.addr {

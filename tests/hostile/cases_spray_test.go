@@ -131,6 +131,25 @@ func spray(addr string, conns, perConn int, done *atomic.Int64) (sprayResult, er
 	return res, <-errc
 }
 
+// sprayMonitored sprays total keys over conns connections (spray) while
+// sampling the server's memory (monitor); it returns the replies, the
+// samples and how long the spray took.
+func sprayMonitored(t *testing.T, a *attack, conns, total int) (sprayResult, []memSample, time.Duration) {
+	t.Helper()
+	var done atomic.Int64
+	stop := make(chan struct{})
+	samples := monitor(a.p, &done, stop)
+	start := time.Now()
+	res, err := spray(a.addr, conns, total/conns, &done)
+	took := time.Since(start)
+	close(stop)
+	s := <-samples
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, s, took
+}
+
 // memSample is one reading during a spray.
 type memSample struct {
 	done            int64 // replies so far
@@ -201,17 +220,7 @@ func caseSprayLRU(t *testing.T) {
 	const maxmem = 32 * mib
 	a := begin(t, fmt.Sprintf("7a. spray of %d keys, --maxmemory 32mb allkeys-lru", total), false,
 		"--maxmemory", "32mb", "--maxmemory-policy", "allkeys-lru")
-	var done atomic.Int64
-	stop := make(chan struct{})
-	samples := monitor(a.p, &done, stop)
-	start := time.Now()
-	res, err := spray(a.addr, conns, total/conns, &done)
-	took := time.Since(start)
-	close(stop)
-	s := <-samples
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, s, took := sprayMonitored(t, a, conns, total)
 	if res.ok != int64(total) || res.other != 0 {
 		t.Errorf("spray replies: %d tuples of %d, %d OOM, %d others (e.g. %v)", res.ok, total, res.oom, res.other, res.examples)
 	}
@@ -257,17 +266,7 @@ func caseSprayNoEviction(t *testing.T) {
 	const maxmem = 32 * mib
 	a := begin(t, fmt.Sprintf("7b. spray of %d keys, --maxmemory 32mb noeviction", total), true,
 		"--maxmemory", "32mb", "--maxmemory-policy", "noeviction")
-	var done atomic.Int64
-	stop := make(chan struct{})
-	samples := monitor(a.p, &done, stop)
-	start := time.Now()
-	res, err := spray(a.addr, conns, total/conns, &done)
-	took := time.Since(start)
-	close(stop)
-	s := <-samples
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, s, took := sprayMonitored(t, a, conns, total)
 	if res.oom == 0 || res.ok == 0 || res.other != 0 {
 		t.Errorf("spray replies: %d tuples, %d OOM, %d others (e.g. %v); want tuples then OOM errors only", res.ok, res.oom, res.other, res.examples)
 	}

@@ -56,40 +56,21 @@ func startServer(t testing.TB, args ...string) *proc {
 	return &proc{Proc: bp, pid: bp.Cmd.Process.Pid, args: args, addr: addr}
 }
 
-// alive reports whether the process is still running.
-func (p *proc) alive() bool {
-	select {
-	case <-p.Exited:
-		return false
-	default:
-		return true
-	}
-}
-
 // requireAlive fails the test if the server has exited (a crash).
 func (p *proc) requireAlive(t testing.TB) {
 	t.Helper()
-	if !p.alive() {
+	if !p.Alive() {
 		t.Fatalf("cellserver exited: %v\n%s", p.Err, p.Logs)
 	}
 }
 
-// stop sends SIGTERM and requires a clean exit (status 0) within 15 s:
-// after an attack the server must still shut down gracefully.
+// stop requires the server alive, then a clean exit (status 0) within
+// 15 s of SIGTERM: after an attack the server must still shut down
+// gracefully.
 func (p *proc) stop(t testing.TB) {
 	t.Helper()
 	p.requireAlive(t)
-	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.Exited:
-		if p.Err != nil {
-			t.Fatalf("cellserver exit after SIGTERM: %v\n%s", p.Err, p.Logs)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("cellserver did not stop within 15s of SIGTERM\n%s", p.Logs)
-	}
+	p.Stop(t, 15*time.Second)
 }
 
 // procStatus returns a /proc/PID/status field in bytes ("VmRSS",

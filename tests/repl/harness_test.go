@@ -14,16 +14,15 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os/exec"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/cellserver/cellserver/internal/binproc"
 	"github.com/cellserver/cellserver/internal/testwait"
+	"github.com/cellserver/cellserver/tests/internal/harness"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -48,9 +47,7 @@ func (f flavor) need(t *testing.T) {
 		t.Skip("runs server binaries")
 	}
 	if f.redis {
-		if _, err := exec.LookPath("redis-server"); err != nil {
-			t.Skip("redis-server is not installed")
-		}
+		harness.NeedTools(t, "redis-server")
 		return
 	}
 	binproc.Binary(t)
@@ -58,13 +55,10 @@ func (f flavor) need(t *testing.T) {
 
 // node is one running server process that the test started.
 type node struct {
-	name   string
-	addr   string
-	cmd    *exec.Cmd
-	logs   *binproc.Logs
-	exited chan struct{}
-	bp     *binproc.Proc // cellserver only
-	rdb    *redis.Client // db 0
+	name string
+	addr string
+	p    *harness.Proc
+	rdb  *redis.Client // db 0
 }
 
 // nodeOpts are what a node is started with.
@@ -89,15 +83,12 @@ func (f flavor) start(t *testing.T, name string, o nodeOpts) *node {
 	t.Cleanup(func() {
 		n.kill()
 		if t.Failed() {
-			t.Logf("--- log of %s (%s):\n%s", n.name, n.addr, n.logs)
+			t.Logf("--- log of %s (%s):\n%s", n.name, n.addr, n.p.Logs)
 		}
 	})
 	n.rdb = newClient(n.addr, 0)
 	t.Cleanup(func() { n.rdb.Close() })
-	testwait.For(t, startTimeout, name+" answers PING", func() (bool, string) {
-		err := n.rdb.Ping(context.Background()).Err()
-		return err == nil, fmt.Sprint(err)
-	})
+	harness.WaitPing(t, n.p, n.addr, startTimeout)
 	return n
 }
 
@@ -111,25 +102,13 @@ func (n *node) startCellserver(t *testing.T, o nodeOpts) {
 		args = append(args, "--repl-backlog-size", strconv.Itoa(o.backlog))
 	}
 	args = append(args, o.extra...)
-	bp, addrc, err := binproc.Launch(binproc.Path(), args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.bp, n.cmd, n.logs, n.exited = bp, bp.Cmd, bp.Logs, bp.Exited
-	select {
-	case n.addr = <-addrc:
-	case <-bp.Exited:
-		t.Fatalf("cellserver %s %v exited before listening: %v\n%s", n.name, args, bp.Err, bp.Logs)
-	case <-time.After(startTimeout):
-		bp.Kill()
-		t.Fatalf("cellserver %s %v did not report its address within %v\n%s", n.name, args, startTimeout, bp.Logs)
-	}
+	n.p, n.addr = harness.ListenCellserver(t, n.name, args...)
 }
 
 func (n *node) startRedis(t *testing.T, o nodeOpts) {
 	t.Helper()
-	port := freePort(t)
-	n.addr = fmt.Sprintf("127.0.0.1:%d", port)
+	port := harness.FreePorts(t, 1)[0]
+	n.addr = harness.Addr(port)
 	args := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "",
 		"--appendonly", "no", "--dir", t.TempDir(), "--repl-diskless-sync-delay", "0",
 		"--enable-debug-command", "no"}
@@ -139,64 +118,11 @@ func (n *node) startRedis(t *testing.T, o nodeOpts) {
 	if o.backlog > 0 {
 		args = append(args, "--repl-backlog-size", strconv.Itoa(o.backlog))
 	}
-	n.cmd = exec.Command("redis-server", args...)
-	n.logs = &binproc.Logs{}
-	pr, pw := io.Pipe()
-	n.cmd.Stdout, n.cmd.Stderr = pw, pw
-	if err := n.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	n.exited = make(chan struct{})
-	go func() {
-		buf := make([]byte, 32<<10)
-		var line strings.Builder
-		for {
-			k, err := pr.Read(buf)
-			for _, c := range buf[:k] {
-				if c == '\n' {
-					n.logs.Add(line.String())
-					line.Reset()
-				} else {
-					line.WriteByte(c)
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	go func() {
-		n.cmd.Wait()
-		pw.Close()
-		close(n.exited)
-	}()
-}
-
-// freePort returns a port that was free a moment ago (for redis-server,
-// which cannot report a port the kernel picked).
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	n.p = harness.Start(t, n.name, nil, append([]string{"redis-server"}, args...)...)
 }
 
 // kill sends SIGKILL to the node's process (only this PID) and waits for it.
-func (n *node) kill() {
-	select {
-	case <-n.exited:
-		return
-	default:
-	}
-	_ = n.cmd.Process.Kill()
-	select {
-	case <-n.exited:
-	case <-time.After(20 * time.Second):
-	}
-}
+func (n *node) kill() { n.p.Kill() }
 
 // hostPort is the node's address as REPLICAOF / --replicaof take it.
 func (n *node) hostPort() string {
@@ -229,14 +155,7 @@ func (n *node) infoErr(section string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := map[string]string{}
-	for _, line := range strings.Split(s, "\n") {
-		line = strings.TrimSpace(line)
-		if k, v, ok := strings.Cut(line, ":"); ok && !strings.HasPrefix(line, "#") {
-			m[k] = v
-		}
-	}
-	return m, nil
+	return harness.InfoFields(s), nil
 }
 
 // infoInt reads an integer field of INFO section; a missing or malformed

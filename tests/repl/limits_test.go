@@ -25,6 +25,7 @@ import (
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/server"
+	"github.com/cellserver/cellserver/tests/internal/harness"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -64,13 +65,7 @@ func (n *inproc) replInfo(t *testing.T) map[string]string {
 	if err != nil {
 		t.Fatalf("INFO on %s: %v", n.addr, err)
 	}
-	m := map[string]string{}
-	for _, line := range strings.Split(s, "\r\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok {
-			m[k] = v
-		}
-	}
-	return m
+	return harness.InfoFields(s)
 }
 
 // logBuffer is a goroutine-safe log sink.
