@@ -4,6 +4,10 @@ import (
 	"encoding/json"
 )
 
+// The types below spell the CELLCLUSTER CONFIG format out again rather
+// than reuse package cluster's: a change to the server's wire format must
+// fail the suites, not follow along silently.
+
 // Peer is a node as a cluster topology names it.
 type Peer struct {
 	ID   string `json:"id"` // 40 hex digits
