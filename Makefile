@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 .PHONY: build run test test-client-oldest vet race fuzz bench
 
 # The repository's Go modules: the server (.) and, each with its own
-# go.mod, the client side (README "Go client"). go test ./... at the root
+# go.mod, the client side (docs/client.md). go test ./... at the root
 # does not enter the nested ones, so every target runs in each.
 MODULES = . gcra limiter client
 
@@ -25,7 +25,7 @@ test:
 
 # The client module requires the oldest go-redis it works with
 # (client/go.mod), while the root module, which holds the client's tests
-# against an in-process server (client_test/), pins a newer one. This runs
+# against an in-process server (tests/client/), pins a newer one. This runs
 # those tests again with the client's version, from a copy of go.mod
 # (-modfile; the module proxy must be reachable for that version).
 test-client-oldest:
@@ -34,8 +34,8 @@ test-client-oldest:
 	$(GO) mod edit -modfile="$$d/go.mod" -require=github.com/redis/go-redis/v9@$$v; \
 	got=$$($(GO) list -modfile="$$d/go.mod" -mod=mod -m -f '{{.Version}}' github.com/redis/go-redis/v9); \
 	if [ "$$got" != "$$v" ]; then echo "test-client-oldest: go-redis $$got selected, not $$v"; exit 1; fi; \
-	echo "== go test ./client_test/... with go-redis $$v"; \
-	$(GO) test -modfile="$$d/go.mod" -mod=mod -race -count=1 ./client_test/...
+	echo "== go test ./tests/client/... with go-redis $$v"; \
+	$(GO) test -modfile="$$d/go.mod" -mod=mod -race -count=1 ./tests/client/...
 
 vet:
 	@set -e; for m in $(MODULES); do echo "== go vet ($$m)"; $(GO) -C $$m vet ./...; done
@@ -54,7 +54,7 @@ FUZZ_TARGETS = \
 	limiter:FuzzFixed:400000 limiter:FuzzSliding:300000 limiter:FuzzLog:300000 limiter:FuzzReservations:100000 \
 	persistence:FuzzDecodeValue:100000 \
 	envoyrls:FuzzParse:30000 \
-	hostile_test:FuzzCommands:3000 hostile_test:FuzzAll:20000
+	tests/hostile:FuzzCommands:3000 tests/hostile:FuzzAll:20000
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

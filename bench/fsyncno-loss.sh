@@ -12,7 +12,7 @@
 #   PIPELINES  commands per round trip of each client (default "1 256")
 #   MODE       --fsync policy (default no)
 #
-# Each round (durability_test/fsyncno_loss_test.go, TestFsyncNoLossWindow)
+# Each round (tests/durability/fsyncno_loss_test.go, TestFsyncNoLossWindow)
 # starts the cellserver binary on 127.0.0.1:0 with a fresh temp data
 # directory, lets 8 clients SET their own counter as fast as they can,
 # kills the process with SIGKILL after 0.5-1.5 s, restarts it and reads the
@@ -30,6 +30,6 @@ MODE=${MODE:-no}
 echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) $(go version | cut -d' ' -f3) $(nproc) CPUs; fsync $MODE, $ROUNDS rounds"
 for p in $PIPELINES; do
 	CELLSERVER_FSYNCNO_LOSS=$ROUNDS CELLSERVER_FSYNCNO_PIPELINE=$p CELLSERVER_FSYNCNO_MODE=$MODE \
-		go test -count=1 -timeout 20m -run '^TestFsyncNoLossWindow$' -v ./durability_test |
+		go test -count=1 -timeout 20m -run '^TestFsyncNoLossWindow$' -v ./tests/durability |
 		grep -E 'fsyncno_loss_test|^(ok|FAIL)' | sed -E 's/^ +fsyncno_loss_test.go:[0-9]+: //'
 done

@@ -15,8 +15,8 @@
 #   RACE=1    run the test's clients under the race detector (the server
 #             binary is built without it either way)
 #
-# It runs the Go test TestSoak in ./hostile_test with SOAK=1 (see
-# hostile_test/soak_test.go for the workload and the invariants): the test
+# It runs the Go test TestSoak in ./tests/hostile with SOAK=1 (see
+# tests/hostile/soak_test.go for the workload and the invariants): the test
 # builds ./cmd/cellserver, starts it on 127.0.0.1:0 with the real clock,
 # and runs CLIENTS clients, each looping over every limiter command
 # (CL.THROTTLE, CL.PEEK, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG,
@@ -76,4 +76,4 @@ fi
 cd "$repo"
 echo "soak: DURATION=$DURATION CLIENTS=$CLIENTS SEED=$SEED (go test -timeout $timeout)" >&2
 SOAK=1 SOAK_DURATION="$DURATION" SOAK_CLIENTS="$CLIENTS" SOAK_SEED="$SEED" \
-	go test "${race[@]}" -count=1 -run '^TestSoak$' -v -timeout "$timeout" ./hostile_test
+	go test "${race[@]}" -count=1 -run '^TestSoak$' -v -timeout "$timeout" ./tests/hostile

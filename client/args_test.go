@@ -10,7 +10,7 @@ import (
 
 // These tests need no server, so they run in the client module itself,
 // with the go-redis version its go.mod requires; the tests against a
-// server are in the root module's client_test/.
+// server are in the root module's tests/client/.
 
 const ms = time.Millisecond
 

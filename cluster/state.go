@@ -204,7 +204,7 @@ func New(cfg Config) (*State, error) {
 		id = NewID()
 	}
 	if s.file != "" {
-		if err := WriteFileAtomic(s.idFile(), []byte(id+"\n")); err != nil {
+		if err := WriteFileAtomic(s.idFile(), []byte(id+"\n"), 0o600); err != nil {
 			return nil, fmt.Errorf("cluster node id file: %w", err)
 		}
 	}
@@ -261,7 +261,7 @@ func (s *State) SetMyID(id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.file != "" {
-		if err := WriteFileAtomic(s.idFile(), []byte(id+"\n")); err != nil {
+		if err := WriteFileAtomic(s.idFile(), []byte(id+"\n"), 0o600); err != nil {
 			return err
 		}
 	}
@@ -280,7 +280,7 @@ func (s *State) Install(t *Topology) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.file != "" {
-		if err := WriteFileAtomic(s.file, append(append([]byte(nil), t.raw...), '\n')); err != nil {
+		if err := WriteFileAtomic(s.file, append(append([]byte(nil), t.raw...), '\n'), 0o600); err != nil {
 			return err
 		}
 	}
@@ -390,34 +390,38 @@ func (s *State) WaitDeletes(ctx context.Context) error {
 // DeletedKeys returns how many keys slot moves deleted so far.
 func (s *State) DeletedKeys() int64 { return s.deleted.Load() }
 
-// WriteFileAtomic replaces path with data: a temporary file in the same
-// directory is written and fsynced, renamed over path, and the directory
-// fsynced, so a crash leaves the old file or the new one, never a mix.
-func WriteFileAtomic(path string, data []byte) error {
+// WriteFileAtomic replaces path with data, with permissions perm: a
+// temporary file in the same directory is written and fsynced, renamed
+// over path, and the directory fsynced, so a crash leaves the old file or
+// the new one, never a mix. (cmd/cellserver's CONFIG REWRITE uses it too.)
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(tmp)
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(tmp)
+	if err = f.Chmod(perm); err != nil {
 		return err
 	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
+	if err = f.Sync(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	if err = f.Close(); err != nil {
 		return err
 	}
+	if err = os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	// The rename is durable once the directory is synced.
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

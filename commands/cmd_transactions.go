@@ -447,18 +447,13 @@ func (w *watchTable) flush(db int) {
 	}
 }
 
-// watchJournal is the keyspace's Journal while a Service uses it: it tells
-// the watch table and the tracking table (cmd_tracking.go) about every
-// change, then passes it on to next, the journal the keyspace had before
-// (nil if none). In a server that is replication's journal, which passes
-// the change on to the persistence writer: server.New makes the
-// Replication before the Service. When New makes the Replication itself
-// (Config.Replication nil), replication's journal wraps this one instead.
+// watchJournal is the Service's link in the keyspace's journal chain
+// (Service.Journal): it tells the watch table and the tracking table
+// (cmd_tracking.go) about every change.
 type watchJournal struct {
-	w    *watchTable
-	t    *trackTable
-	ks   *keyspace.Keyspace
-	next keyspace.Journal
+	w  *watchTable
+	t  *trackTable
+	ks *keyspace.Keyspace
 }
 
 func (j *watchJournal) Put(db int, key []byte, v *keyspace.Value) {
@@ -467,9 +462,6 @@ func (j *watchJournal) Put(db int, key []byte, v *keyspace.Value) {
 	}
 	if j.t.active.Load() != 0 {
 		j.t.touch(j.ks, db, key)
-	}
-	if j.next != nil {
-		j.next.Put(db, key, v)
 	}
 }
 
@@ -480,9 +472,6 @@ func (j *watchJournal) Delete(db int, key []byte) {
 	if j.t.active.Load() != 0 {
 		j.t.touch(j.ks, db, key)
 	}
-	if j.next != nil {
-		j.next.Delete(db, key)
-	}
 }
 
 func (j *watchJournal) DeleteDB(db int) {
@@ -491,9 +480,6 @@ func (j *watchJournal) DeleteDB(db int) {
 	}
 	if j.t.clients.Load() != 0 {
 		j.t.flush()
-	}
-	if j.next != nil {
-		j.next.DeleteDB(db)
 	}
 }
 
@@ -504,23 +490,20 @@ func (j *watchJournal) DeleteAll() {
 	if j.t.clients.Load() != 0 {
 		j.t.flush()
 	}
-	if j.next != nil {
-		j.next.DeleteAll()
-	}
 }
 
-// installWatch makes the keyspace report its changes to s.watch and
-// s.track. A keyspace that served another Service before keeps one such
-// layer: that Service's is replaced.
+// installWatch makes the watch and tracking tables; Journal feeds them.
 func (s *Service) installWatch(trackMaxKeys int64) {
 	s.watch = newWatchTable()
 	s.track = newTrackTable(trackMaxKeys)
-	s.ks.WrapJournal(func(j keyspace.Journal) keyspace.Journal {
-		if old, ok := j.(*watchJournal); ok {
-			j = old.next
-		}
-		return &watchJournal{w: s.watch, t: s.track, ks: s.ks, next: j}
-	})
+}
+
+// Journal returns the keyspace.Journal that tells WATCH and client-side
+// caching (tracking) about every change to the keyspace. Its owner puts
+// it in the keyspace's journal chain (server.New); New does so itself for
+// a keyspace it makes (Config.Keyspace nil).
+func (s *Service) Journal() keyspace.Journal {
+	return &watchJournal{w: s.watch, t: s.track, ks: s.ks}
 }
 
 // unwatchAll forgets every key cl watches and clears its dirty flag.

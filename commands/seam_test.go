@@ -101,7 +101,13 @@ func TestKeyCommandAllocs(t *testing.T) {
 	}
 	one, many := allocs(getkeys(1)...), allocs(getkeys(1000)...)
 	t.Logf("COMMAND GETKEYS CL.ALL: %.0f allocs with 1 check, %.0f with 1000", one, many)
-	if many > one {
+	// Under -race, sync.Pool drops some buffers put back, so a few
+	// allocations come and go; one per key would still be 1000.
+	slack := 0.0
+	if raceEnabled {
+		slack = 10
+	}
+	if many > one+slack {
 		t.Errorf("COMMAND GETKEYS CL.ALL: %.0f allocs with 1000 checks, %.0f with 1", many, one)
 	}
 	d.want("*", "CL.ALL", "CL.THROTTLE", "a", "15", "30", "60", "1", "CL.FIXED", "b", "30", "60", "1")

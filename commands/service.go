@@ -43,7 +43,10 @@ const (
 // which New creates when nil.
 type Config struct {
 	// Keyspace is the store commands operate on. If nil, New creates one
-	// with keyspace defaults.
+	// with keyspace defaults, and sets its journal to Service.Journal then
+	// Replication's. A keyspace given here is its owner's to wire: WATCH,
+	// tracking and replicas see its changes only through the journal chain
+	// the owner sets (server.New).
 	Keyspace *keyspace.Keyspace
 	// Clock returns the wall-clock time. It is read once per command.
 	// The default value is time.Now; tests inject their own.
@@ -257,7 +260,8 @@ type netHolder struct{ Network }
 
 // New returns a Service for cfg.
 func New(cfg Config) (*Service, error) {
-	if cfg.Keyspace == nil {
+	ownKeyspace := cfg.Keyspace == nil
+	if ownKeyspace {
 		ks, err := keyspace.New(keyspace.Config{})
 		if err != nil {
 			return nil, err
@@ -361,6 +365,9 @@ func New(cfg Config) (*Service, error) {
 			return nil, err
 		}
 		s.repl.Replication = r
+	}
+	if ownKeyspace {
+		cfg.Keyspace.SetJournal(keyspace.Chain(s.Journal(), s.repl.Journal()))
 	}
 	s.runID = s.repl.NodeID() // the identity replicas exchange (REPLCONF node-id)
 	if s.repl.killLinks == nil {

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 )
 
-// The gRPC port's limits (README, "Limits and defaults"). Each is enforced
+// The gRPC port's limits (docs/limits.md). Each is enforced
 // by gRPC or by the listener before the memory it bounds is spent: a
 // caller without the token, or with a message too large, has at most one
 // stream window of its message buffered, and only while its call is

@@ -1,6 +1,7 @@
 package envoyrls
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math"
@@ -167,15 +168,9 @@ func NewService(cfg *Config, o Options) (*Service, error) {
 	if s.clock == nil {
 		s.clock = time.Now
 	}
-	if s.headers.Limit == "" {
-		s.headers.Limit = DefaultHeaders.Limit
-	}
-	if s.headers.Remaining == "" {
-		s.headers.Remaining = DefaultHeaders.Remaining
-	}
-	if s.headers.Reset == "" {
-		s.headers.Reset = DefaultHeaders.Reset
-	}
+	s.headers.Limit = cmp.Or(s.headers.Limit, DefaultHeaders.Limit)
+	s.headers.Remaining = cmp.Or(s.headers.Remaining, DefaultHeaders.Remaining)
+	s.headers.Reset = cmp.Or(s.headers.Reset, DefaultHeaders.Reset)
 	s.SetConfig(cfg)
 	return s, nil
 }

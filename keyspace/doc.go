@@ -32,6 +32,17 @@
 // atomic load and KeysInSlot and DeleteSlot(s) touch only the slot's keys
 // (slots.go). Without it those methods scan.
 //
+// # Journal
+//
+// Everything that follows the keyspace's changes (WATCH and client-side
+// caching, persistence's write queue, the replication backlog) is told
+// about each one through a Journal, called with the changed key's shard
+// lock held right after the change (journal.go). A keyspace has one
+// Journal: its owner composes the consumers with Chain, which tells them
+// in turn, and sets the chain with SetJournal. server.New does so in one
+// statement, where the chain's order and its reasons are written. Restore
+// and the other loading methods tell no journal.
+//
 // # Concurrency
 //
 // Keyspace, DB and Shard are safe for concurrent use as long as the shard

@@ -6,79 +6,52 @@ import (
 	"testing"
 )
 
-// recJournal records the changes it is told about as text.
+// recJournal records the changes it is told about as text, in ops and,
+// when log is set, in that log too (shared by several journals, it shows
+// the order in which they were told).
 type recJournal struct {
 	name string
 	ops  []string
+	log  *[]string
+}
+
+func (r *recJournal) rec(op string) {
+	r.ops = append(r.ops, op)
+	if r.log != nil {
+		*r.log = append(*r.log, op)
+	}
 }
 
 func (r *recJournal) Put(db int, key []byte, v *Value) {
-	r.ops = append(r.ops, fmt.Sprintf("%s put %d %s", r.name, db, key))
+	r.rec(fmt.Sprintf("%s put %d %s", r.name, db, key))
 }
 func (r *recJournal) Delete(db int, key []byte) {
-	r.ops = append(r.ops, fmt.Sprintf("%s del %d %s", r.name, db, key))
+	r.rec(fmt.Sprintf("%s del %d %s", r.name, db, key))
 }
-func (r *recJournal) DeleteDB(db int) {
-	r.ops = append(r.ops, fmt.Sprintf("%s flushdb %d", r.name, db))
-}
-func (r *recJournal) DeleteAll() { r.ops = append(r.ops, r.name+" flushall") }
+func (r *recJournal) DeleteDB(db int) { r.rec(fmt.Sprintf("%s flushdb %d", r.name, db)) }
+func (r *recJournal) DeleteAll()      { r.rec(r.name + " flushall") }
 
-// teeJournal tells outer, then the journal it wraps.
-type teeJournal struct {
-	outer *recJournal
-	next  Journal
-}
-
-func (j teeJournal) Put(db int, key []byte, v *Value) {
-	j.outer.Put(db, key, v)
-	if j.next != nil {
-		j.next.Put(db, key, v)
-	}
-}
-func (j teeJournal) Delete(db int, key []byte) {
-	j.outer.Delete(db, key)
-	if j.next != nil {
-		j.next.Delete(db, key)
-	}
-}
-func (j teeJournal) DeleteDB(db int) {
-	j.outer.DeleteDB(db)
-	if j.next != nil {
-		j.next.DeleteDB(db)
-	}
-}
-func (j teeJournal) DeleteAll() {
-	j.outer.DeleteAll()
-	if j.next != nil {
-		j.next.DeleteAll()
-	}
-}
-
-// TestWrapJournal: a journal installed by WrapJournal, over the
-// configured one or over none, sees every kind of change (writes,
-// deletions, lazy and active expiry, eviction, flushes) in order, and
-// the wrapped journal still does; Restore tells neither.
-func TestWrapJournal(t *testing.T) {
-	for _, withInner := range []bool{false, true} {
-		inner := &recJournal{name: "inner"}
+// TestSetJournalChain: a chain set by SetJournal, in place of the
+// configured journal or of none, tells each of its journals about every
+// kind of change (writes, deletions, lazy and active expiry, eviction,
+// flushes), each change to every journal in the chain's order before the
+// next change; the replaced journal hears nothing more, and Restore tells
+// none.
+func TestSetJournalChain(t *testing.T) {
+	for _, withConfigured := range []bool{false, true} {
+		configured := &recJournal{name: "configured"}
 		cfg := Config{Shards: 1, Databases: 2, MaxMemory: 1 << 20}
-		if withInner {
-			cfg.Journal = inner
+		if withConfigured {
+			cfg.Journal = configured
 		}
 		ks, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ks.Restore(0, []byte("restored"), Value{Kind: KindString, Obj: []byte("r")})
-		outer := &recJournal{name: "outer"}
-		var seen Journal = &recJournal{name: "unset"}
-		ks.WrapJournal(func(j Journal) Journal {
-			seen = j
-			return teeJournal{outer: outer, next: j}
-		})
-		if withInner && seen != Journal(inner) || !withInner && seen != nil {
-			t.Fatalf("wrap got %v, want the configured journal", seen)
-		}
+		var log []string
+		first, second := &recJournal{name: "first", log: &log}, &recJournal{name: "second", log: &log}
+		ks.SetJournal(Chain(first, nil, second))
 		sh := ks.DB(0).Shard([]byte("a"))
 		sh.Lock()
 		sh.Set([]byte("a"), Value{Kind: KindString, Obj: []byte("1")})
@@ -94,26 +67,25 @@ func TestWrapJournal(t *testing.T) {
 		sh1.Unlock()
 		ks.DB(1).Flush(false)
 		ks.FlushAll(false)
-		want := []string{"outer put 0 a", "outer put 0 e", "outer del 0 e", "outer put 0 s", "outer del 0 s",
-			"outer del 0 a", "outer put 1 b", "outer flushdb 1", "outer flushall"}
-		if !slices.Equal(outer.ops, want) {
-			t.Errorf("inner %v: wrapper saw\n%q\nwant\n%q", withInner, outer.ops, want)
+		changes := []string{"put 0 a", "put 0 e", "del 0 e", "put 0 s", "del 0 s",
+			"del 0 a", "put 1 b", "flushdb 1", "flushall"}
+		var want []string
+		for _, c := range changes {
+			want = append(want, "first "+c, "second "+c)
 		}
-		if withInner {
-			for i := range want {
-				want[i] = "inner" + want[i][len("outer"):]
-			}
-			if !slices.Equal(inner.ops, want) {
-				t.Errorf("wrapped journal saw\n%q\nwant\n%q", inner.ops, want)
-			}
+		if !slices.Equal(log, want) {
+			t.Errorf("configured %v: the chain told\n%q\nwant\n%q", withConfigured, log, want)
+		}
+		if len(configured.ops) != 0 {
+			t.Errorf("the replaced journal was told %q", configured.ops)
 		}
 		// Eviction: a cap below what is stored evicts through Evict.
-		outer.ops = nil
+		log = nil
 		small, err := New(Config{Shards: 1, MaxMemory: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
-		small.WrapJournal(func(j Journal) Journal { return teeJournal{outer: outer, next: j} })
+		small.SetJournal(Chain(first, second))
 		sh = small.DB(0).Shard([]byte("x"))
 		sh.Lock()
 		sh.Set([]byte("x"), Value{Kind: KindGCRA, N: 1})
@@ -121,8 +93,39 @@ func TestWrapJournal(t *testing.T) {
 		if n := small.Evict(); n != 1 {
 			t.Fatalf("Evict removed %d keys, want 1", n)
 		}
-		if want := []string{"outer put 0 x", "outer del 0 x"}; !slices.Equal(outer.ops, want) {
-			t.Errorf("eviction: wrapper saw %q, want %q", outer.ops, want)
+		if want := []string{"first put 0 x", "second put 0 x", "first del 0 x", "second del 0 x"}; !slices.Equal(log, want) {
+			t.Errorf("eviction: the chain told %q, want %q", log, want)
 		}
+	}
+}
+
+// TestChain: Chain drops nil journals and flattens chains; with none left
+// it is nil (a keyspace then has no journal), with one that journal.
+func TestChain(t *testing.T) {
+	a, b, c := &recJournal{name: "a"}, &recJournal{name: "b"}, &recJournal{name: "c"}
+	if j := Chain(); j != nil {
+		t.Errorf("Chain() = %v, want nil", j)
+	}
+	if j := Chain(nil, nil); j != nil {
+		t.Errorf("Chain(nil, nil) = %v, want nil", j)
+	}
+	if j := Chain(nil, a); j != Journal(a) {
+		t.Errorf("Chain(nil, a) = %v, want a", j)
+	}
+	j := Chain(Chain(a, b), nil, c)
+	if got, ok := j.(chain); !ok || len(got) != 3 || got[0] != Journal(a) || got[1] != Journal(b) || got[2] != Journal(c) {
+		t.Fatalf("Chain(Chain(a, b), nil, c) = %#v, want the chain a, b, c", j)
+	}
+	ks, err := New(Config{Shards: 1, Databases: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks.SetJournal(Chain(nil))
+	sh := ks.DB(0).Shard([]byte("k"))
+	sh.Lock()
+	sh.Set([]byte("k"), Value{Kind: KindGCRA, N: 1})
+	sh.Unlock()
+	if ks.journal != nil || sh.journal != nil {
+		t.Errorf("SetJournal(Chain(nil)) left a journal: %v", ks.journal)
 	}
 }

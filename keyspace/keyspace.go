@@ -104,28 +104,6 @@ func (v *Value) SetSliding(start, prev, cur int64) {
 // Redis, a key whose expiry equals now is still alive for that millisecond.
 func (v *Value) Expired(now int64) bool { return v.Exp != 0 && now > v.Exp }
 
-// Journal receives every change to a Keyspace in the order the changes
-// happen, so that a durable copy can follow it. Its methods are called
-// with the affected shard locks held (all of a database's for DeleteDB,
-// all for DeleteAll) and must not block on other shards. key and v are
-// only valid during the call.
-type Journal interface {
-	Put(db int, key []byte, v *Value)
-	Delete(db int, key []byte)
-	DeleteDB(db int)
-	DeleteAll()
-}
-
-// Room is the backlog of the Journal's consumer (persistence's write
-// queue, with its cap).
-type Room interface {
-	// Full reports whether the backlog is over its cap.
-	Full() bool
-	// WaitRoom returns once the backlog is under its cap again, or at once
-	// when it cannot shrink (writes failing).
-	WaitRoom()
-}
-
 // Policy is what happens when MaxMemory is reached.
 type Policy uint8
 
@@ -173,7 +151,9 @@ type Config struct {
 	MaxMemory int64
 	// Policy says what happens at MaxMemory. The default is AllKeysLRU.
 	Policy Policy
-	// Journal, if not nil, is told about every change (persistence).
+	// Journal, if not nil, is told about every change. SetJournal
+	// replaces it; server.New sets its whole chain that way (WATCH and
+	// tracking, persistence, replication).
 	Journal Journal
 	// Room, if not nil, bounds the changes background work adds to the
 	// Journal's backlog: while Room.Full, an active-expiry pass (Sweep)
@@ -213,12 +193,8 @@ const (
 var ErrConfig = errors.New("keyspace: invalid config")
 
 func (c *Config) ensureDefaults() {
-	if c.Databases == 0 {
-		c.Databases = DefaultDatabases
-	}
-	if c.Shards == 0 {
-		c.Shards = DefaultShards
-	}
+	c.Databases = cmp.Or(c.Databases, DefaultDatabases)
+	c.Shards = cmp.Or(c.Shards, DefaultShards)
 }
 
 // Keyspace is the set of databases. It is safe for concurrent use.
@@ -376,20 +352,6 @@ func New(cfg Config) (*Keyspace, error) {
 		ks.dbs[i] = db
 	}
 	return ks, nil
-}
-
-// WrapJournal replaces the keyspace's Journal j (nil when there is none)
-// with wrap(j), so that something besides persistence sees every change
-// in order, under the same locks (WATCH does, see commands.New). It is not
-// safe for concurrent use: call it before the keyspace serves commands.
-func (ks *Keyspace) WrapJournal(wrap func(j Journal) Journal) {
-	j := wrap(ks.journal)
-	ks.journal = j
-	for _, db := range ks.dbs {
-		for i := range db.shards {
-			db.shards[i].journal = j
-		}
-	}
 }
 
 // NumDB returns the number of databases.

@@ -448,3 +448,24 @@ func FuzzDecodeValue(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkEncodeValue is the encoding of one value as the Writer queues
+// it and as the replication backlog frames it: a GCRA value (what
+// CL.THROTTLE stores) and a short string.
+func BenchmarkEncodeValue(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		v    keyspace.Value
+	}{
+		{"gcra", keyspace.Value{Kind: keyspace.KindGCRA, N: 1 << 40, Exp: 1 << 40}},
+		{"string16", keyspace.Value{Kind: keyspace.KindString, Obj: []byte("0123456789abcdef")}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			buf := make([]byte, 0, 64)
+			b.ReportAllocs()
+			for range b.N {
+				buf = EncodeValue(buf[:0], tc.v)
+			}
+		})
+	}
+}

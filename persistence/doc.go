@@ -34,4 +34,7 @@
 // slot's records are one range (store format 2; pebblestore/pebble.go
 // describes the layout, and how a directory of format 1 is migrated when
 // opened).
+//
+// Info reports the Writer, the store and the startup load as the lines of
+// INFO persistence.
 package persistence

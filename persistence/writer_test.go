@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/keyspace"
 )
 
@@ -339,6 +340,15 @@ type failStore struct {
 	failing atomic.Bool
 	calls   atomic.Int64 // Write calls
 	failed  atomic.Int64 // Write and Sync calls that failed
+	thirdAt atomic.Int64 // UnixNano of the third failed call, 0 before
+}
+
+// fail counts a failed call.
+func (s *failStore) fail() error {
+	if s.failed.Add(1) == 3 {
+		s.thirdAt.Store(time.Now().UnixNano())
+	}
+	return errDiskFull
 }
 
 var errDiskFull = errors.New("write /data/000004.log: no space left on device")
@@ -346,33 +356,16 @@ var errDiskFull = errors.New("write /data/000004.log: no space left on device")
 func (s *failStore) Write(ops []Op, sync bool) error {
 	s.calls.Add(1)
 	if s.failing.Load() {
-		s.failed.Add(1)
-		return errDiskFull
+		return s.fail()
 	}
 	return s.Memory.Write(ops, sync)
 }
 
 func (s *failStore) Sync() error {
 	if s.failing.Load() {
-		s.failed.Add(1)
-		return errDiskFull
+		return s.fail()
 	}
 	return s.Memory.Sync()
-}
-
-// waitFor waits until cond holds, checking whenever the writer may have
-// moved (every millisecond), for waitTimeout at most.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, waitTimeout)
-		}
-		<-tick.C
-	}
 }
 
 // TestWriterFailedWriteIsNotAcknowledged: with fsync always, a change
@@ -414,7 +407,7 @@ func TestWriterFailedWriteIsNotAcknowledged(t *testing.T) {
 	// The failure stays reported while the store fails: let empty
 	// rounds go by (the retries fail).
 	calls := st.calls.Load()
-	waitFor(t, "two retries", func() bool { return st.calls.Load() >= calls+2 })
+	testwait.Until(t, waitTimeout, "two retries", func() bool { return st.calls.Load() >= calls+2 })
 	if w.Failing() == nil || w.Stats().Err == nil {
 		t.Fatalf("while the store refuses writes, Failing() = %v and Stats().Err = %v; want the store's error", w.Failing(), w.Stats().Err)
 	}
@@ -428,7 +421,7 @@ func TestWriterFailedWriteIsNotAcknowledged(t *testing.T) {
 	}
 
 	st.failing.Store(false)
-	waitFor(t, "the failure to clear after the store recovers", func() bool { return w.Failing() == nil })
+	testwait.Until(t, waitTimeout, "the failure to clear after the store recovers", func() bool { return w.Failing() == nil })
 	if err := w.WaitDurable(refused); err == nil {
 		t.Error("after recovery, WaitDurable returns nil for a change whose batch was refused: their clients were told they failed, and must keep being told")
 	}
@@ -460,13 +453,13 @@ func TestWriterRetriesUntilTheStoreRecovers(t *testing.T) {
 			for i := range 50 {
 				m.put(w, fmt.Sprintf("k%d", i%7), strValue(i, byte(i)))
 			}
-			waitFor(t, "3 failed attempts", func() bool { return st.failed.Load() >= 3 })
-			elapsed := time.Since(start)
+			testwait.Until(t, waitTimeout, "3 failed attempts", func() bool { return st.failed.Load() >= 3 })
+			elapsed := time.Unix(0, st.thirdAt.Load()).Sub(start)
 			for i := range 50 {
 				m.put(w, fmt.Sprintf("k%d", i%5), strValue(100+i, byte(i)))
 			}
 			st.failing.Store(false)
-			waitFor(t, "recovery", func() bool { return w.Failing() == nil })
+			testwait.Until(t, waitTimeout, "recovery", func() bool { return w.Failing() == nil })
 			waitWritten(t, w)
 			m.compare(t, st)
 			// 3 attempts with backoff take at least 100 + 200 ms; with a
@@ -491,10 +484,10 @@ func TestWriterSyncFailureIsReported(t *testing.T) {
 	waitWritten(t, w)
 	// Fail only syncs: writes made before the switch already succeeded.
 	st.failing.Store(true)
-	waitFor(t, "a failed sync or write", func() bool { return st.failed.Load() > 0 })
-	waitFor(t, "the failure reported", func() bool { return w.Failing() != nil })
+	testwait.Until(t, waitTimeout, "a failed sync or write", func() bool { return st.failed.Load() > 0 })
+	testwait.Until(t, waitTimeout, "the failure reported", func() bool { return w.Failing() != nil })
 	st.failing.Store(false)
-	waitFor(t, "recovery", func() bool { return w.Failing() == nil })
+	testwait.Until(t, waitTimeout, "recovery", func() bool { return w.Failing() == nil })
 	m.put(w, "b", strValue(5, 'b'))
 	waitWritten(t, w)
 	m.compare(t, st)
@@ -510,7 +503,7 @@ func TestWriterCloseWhileFailingDoesNotHang(t *testing.T) {
 	go w.Run(context.Background())
 	v := strValue(5, 'x')
 	w.Put(0, []byte("x"), &v)
-	waitFor(t, "a failed attempt", func() bool { return st.failed.Load() > 0 })
+	testwait.Until(t, waitTimeout, "a failed attempt", func() bool { return st.failed.Load() > 0 })
 	done := make(chan struct{})
 	go func() { w.Close(); close(done) }()
 	select {
@@ -557,12 +550,12 @@ func TestWriterSurvivesAPanickingStore(t *testing.T) {
 			defer func() { cancel(); w.Close() }()
 			m := wmodel{}
 			m.put(w, "a", strValue(3, 'a'))
-			waitFor(t, "the failure reported", func() bool { return w.Failing() != nil })
+			testwait.Until(t, waitTimeout, "the failure reported", func() bool { return w.Failing() != nil })
 			if err := w.WaitDurable(w.Seq()); err == nil {
 				t.Fatal("WaitDurable returned nil for a change whose Write panicked")
 			}
 			st.broken.Store(false)
-			waitFor(t, "recovery", func() bool { return w.Failing() == nil })
+			testwait.Until(t, waitTimeout, "recovery", func() bool { return w.Failing() == nil })
 			m.put(w, "b", strValue(3, 'b'))
 			waitWritten(t, w)
 			m.compare(t, st)
@@ -625,7 +618,7 @@ func TestWriterAdmitWaitsWhileOverTheCap(t *testing.T) {
 	defer w2.Close()
 	big := strValue(500, 'c')
 	w2.Put(0, []byte("x"), &big)
-	waitFor(t, "the writer failing", func() bool { return w2.Failing() != nil })
+	testwait.Until(t, waitTimeout, "the writer failing", func() bool { return w2.Failing() != nil })
 	if err := w2.Admit(); !errors.Is(err, errDiskFull) {
 		t.Fatalf("Admit while failing: %v, want %v", err, errDiskFull)
 	}

@@ -331,30 +331,22 @@ func TestGCRAParams(t *testing.T) {
 	}
 }
 
-// TestReadmeExample: the policy file of the README's Policies section
-// parses, and the package doc's too.
+// TestReadmeExample: the policy file of docs/policies.md parses, and the
+// README tour's and the package doc's too.
 func TestReadmeExample(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	set, err := Parse(firstYAML(t, "../docs/policies.md", "# Policies\n"))
 	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(readme)
-	i := strings.Index(s, "\n## Policies\n")
-	if i < 0 {
-		t.Fatal("README has no Policies section")
-	}
-	s = s[i:]
-	start := strings.Index(s, "```yaml\n")
-	end := strings.Index(s[start+8:], "```")
-	if start < 0 || end < 0 {
-		t.Fatal("no yaml block in the Policies section")
-	}
-	set, err := Parse([]byte(s[start+8 : start+8+end]))
-	if err != nil {
-		t.Fatalf("README example: %v", err)
+		t.Fatalf("docs/policies.md example: %v", err)
 	}
 	if set.Len() != 7 || set.Lookup([]byte("checkout")) == nil || set.Lookup([]byte("api-live")).Companion == nil {
-		t.Errorf("README example: %d policies", set.Len())
+		t.Errorf("docs/policies.md example: %d policies", set.Len())
+	}
+	set, err = Parse(firstYAML(t, "../README.md", "\n### Name the limits in a policy file\n"))
+	if err != nil {
+		t.Fatalf("README tour example: %v", err)
+	}
+	if api := set.Lookup([]byte("api")); set.Len() != 2 || api == nil || len(api.Overrides) != 1 || set.Lookup([]byte("login")) == nil {
+		t.Errorf("README tour example: %d policies", set.Len())
 	}
 	doc, err := os.ReadFile("doc.go")
 	if err != nil {
@@ -376,4 +368,29 @@ func TestReadmeExample(t *testing.T) {
 	if set, err := Parse([]byte(b.String())); err != nil || set.Len() != 6 {
 		t.Errorf("doc.go example: %v (%d policies)", err, set.Len())
 	}
+}
+
+// firstYAML returns the first yaml block after heading in the markdown
+// file at path.
+func firstYAML(t *testing.T, path, heading string) []byte {
+	t.Helper()
+	page, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(page)
+	i := strings.Index(s, heading)
+	if i < 0 {
+		t.Fatalf("%s has no heading %q", path, strings.TrimSpace(heading))
+	}
+	s = s[i:]
+	start := strings.Index(s, "```yaml\n")
+	if start < 0 {
+		t.Fatalf("no yaml block after %q in %s", strings.TrimSpace(heading), path)
+	}
+	end := strings.Index(s[start+8:], "```")
+	if end < 0 {
+		t.Fatalf("unterminated yaml block after %q in %s", strings.TrimSpace(heading), path)
+	}
+	return []byte(s[start+8 : start+8+end])
 }

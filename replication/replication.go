@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"cmp"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
@@ -138,21 +139,15 @@ func New(cfg Config) (*Replication, error) {
 	if cfg.Keyspace == nil {
 		return nil, errors.New("replication: no keyspace")
 	}
-	if cfg.BacklogSize == 0 {
-		cfg.BacklogSize = DefaultBacklogSize
-	}
+	cfg.BacklogSize = cmp.Or(cfg.BacklogSize, DefaultBacklogSize)
 	if cfg.BacklogSize < 16<<10 || cfg.BacklogSize > 1<<40 {
 		return nil, errors.New("replication: the backlog size must be between 16kb and 1tb")
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.Logger = cmp.Or(cfg.Logger, slog.Default())
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	if cfg.MaxFrame == 0 {
-		cfg.MaxFrame = DefaultMaxFrame
-	}
+	cfg.MaxFrame = cmp.Or(cfg.MaxFrame, DefaultMaxFrame)
 	if cfg.MaxFrame < 0 || cfg.MaxReplicas < 0 {
 		return nil, errors.New("replication: MaxFrame and MaxReplicas must not be negative")
 	}
@@ -161,7 +156,6 @@ func New(cfg Config) (*Replication, error) {
 		replID: newID(), replID2: zeroID, secondOffset: -1}
 	r.port.Store(int32(cfg.Port))
 	r.dialer = r.dial
-	cfg.Keyspace.WrapJournal(func(j keyspace.Journal) keyspace.Journal { return &journal{r: r, next: j} })
 	return r, nil
 }
 
@@ -195,12 +189,8 @@ func (r *Replication) cron() {
 	r.mu.Lock()
 	n := len(r.replicas)
 	r.mu.Unlock()
-	if n > 0 && r.recording.Load() {
-		r.blMu.Lock()
-		r.scratch = appendEmpty(r.scratch[:0], framePing)
-		r.recordLocked()
-		r.blMu.Unlock()
-		r.wakeSenders()
+	if n > 0 {
+		r.record(framePing, 0, nil, nil)
 	}
 }
 
@@ -233,71 +223,47 @@ func (r *Replication) appendLocked(frames []byte) {
 	r.offset.Store(r.bl.end)
 }
 
-// recordLocked appends r.scratch, a change this node made, to the
-// backlog if it is a primary recording changes. blMu held.
-func (r *Replication) recordLocked() {
-	if r.recording.Load() {
+// Journal returns the keyspace.Journal that feeds the backlog: while the
+// node is a primary with an active backlog (it has had a replica), each
+// change is encoded as its frame and appended, and the replicas' senders
+// woken. The keyspace's owner puts it in the keyspace's journal chain
+// (server.New); a keyspace whose journal lacks it gives replicas nothing
+// but keepalives.
+func (r *Replication) Journal() keyspace.Journal { return journal{r} }
+
+// journal is Journal's keyspace.Journal.
+type journal struct{ r *Replication }
+
+func (j journal) Put(db int, key []byte, v *keyspace.Value) { j.r.record(framePut, db, key, v) }
+func (j journal) Delete(db int, key []byte)                 { j.r.record(frameDelete, db, key, nil) }
+func (j journal) DeleteDB(db int)                           { j.r.record(frameFlushDB, db, nil, nil) }
+func (j journal) DeleteAll()                                { j.r.record(frameFlushAll, 0, nil, nil) }
+
+// record appends the frame of one change (or a keepalive, framePing) to
+// the backlog and wakes the senders, if the node is a primary recording
+// changes. It takes blMu: callers hold the change's shard locks, which
+// come first.
+func (r *Replication) record(t byte, db int, key []byte, v *keyspace.Value) {
+	if !r.recording.Load() {
+		return
+	}
+	r.blMu.Lock()
+	switch t {
+	case framePut:
+		r.scratch = appendPut(r.scratch[:0], framePut, db, key, v)
+	case frameDelete:
+		r.scratch = appendDelete(r.scratch[:0], db, key)
+	case frameFlushDB:
+		r.scratch = appendFlushDB(r.scratch[:0], db)
+	default: // frameFlushAll, framePing
+		r.scratch = appendEmpty(r.scratch[:0], t)
+	}
+	if r.recording.Load() { // again: ReplicaOf stops it under blMu
 		r.appendLocked(r.scratch)
 	}
-}
-
-// journal is the keyspace.Journal layer that feeds the backlog.
-type journal struct {
-	r    *Replication
-	next keyspace.Journal
-}
-
-func (j *journal) Put(db int, key []byte, v *keyspace.Value) {
-	if j.next != nil {
-		j.next.Put(db, key, v)
-	}
-	if r := j.r; r.recording.Load() {
-		r.blMu.Lock()
-		r.scratch = appendPut(r.scratch[:0], framePut, db, key, v)
-		r.recordLocked()
-		r.shrinkScratch()
-		r.blMu.Unlock()
-		r.wakeSenders()
-	}
-}
-
-func (j *journal) Delete(db int, key []byte) {
-	if j.next != nil {
-		j.next.Delete(db, key)
-	}
-	if r := j.r; r.recording.Load() {
-		r.blMu.Lock()
-		r.scratch = appendDelete(r.scratch[:0], db, key)
-		r.recordLocked()
-		r.blMu.Unlock()
-		r.wakeSenders()
-	}
-}
-
-func (j *journal) DeleteDB(db int) {
-	if j.next != nil {
-		j.next.DeleteDB(db)
-	}
-	if r := j.r; r.recording.Load() {
-		r.blMu.Lock()
-		r.scratch = appendFlushDB(r.scratch[:0], db)
-		r.recordLocked()
-		r.blMu.Unlock()
-		r.wakeSenders()
-	}
-}
-
-func (j *journal) DeleteAll() {
-	if j.next != nil {
-		j.next.DeleteAll()
-	}
-	if r := j.r; r.recording.Load() {
-		r.blMu.Lock()
-		r.scratch = appendEmpty(r.scratch[:0], frameFlushAll)
-		r.recordLocked()
-		r.blMu.Unlock()
-		r.wakeSenders()
-	}
+	r.shrinkScratch()
+	r.blMu.Unlock()
+	r.wakeSenders()
 }
 
 // shrinkScratch drops an encoding buffer a huge value grew. blMu held.

@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -145,30 +146,14 @@ type Config struct {
 
 // withDefaults returns c with every zero field set to its default.
 func (c Config) withDefaults() Config {
-	if c.MaxClients == 0 {
-		c.MaxClients = DefaultMaxClients
-	}
-	if c.MaxBulkLen == 0 {
-		c.MaxBulkLen = DefaultMaxBulkLen
-	}
-	if c.MaxMultiBulkLen == 0 {
-		c.MaxMultiBulkLen = DefaultMaxMultiBulkLen
-	}
-	if c.MaxQueryBuffer == 0 {
-		c.MaxQueryBuffer = DefaultMaxQueryBuffer
-	}
-	if c.MaxInlineLen == 0 {
-		c.MaxInlineLen = DefaultMaxInlineLen
-	}
-	if c.MaxOutputBuffer == 0 {
-		c.MaxOutputBuffer = DefaultMaxOutputBuffer
-	}
-	if c.OutputTimeout == 0 {
-		c.OutputTimeout = DefaultOutputTimeout
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.MaxClients = cmp.Or(c.MaxClients, DefaultMaxClients)
+	c.MaxBulkLen = cmp.Or(c.MaxBulkLen, DefaultMaxBulkLen)
+	c.MaxMultiBulkLen = cmp.Or(c.MaxMultiBulkLen, DefaultMaxMultiBulkLen)
+	c.MaxQueryBuffer = cmp.Or(c.MaxQueryBuffer, DefaultMaxQueryBuffer)
+	c.MaxInlineLen = cmp.Or(c.MaxInlineLen, DefaultMaxInlineLen)
+	c.MaxOutputBuffer = cmp.Or(c.MaxOutputBuffer, DefaultMaxOutputBuffer)
+	c.OutputTimeout = cmp.Or(c.OutputTimeout, DefaultOutputTimeout)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	return c
 }
 

@@ -46,6 +46,8 @@ type Conn struct {
 	created time.Time
 	rd      reader
 
+	proto proto // the negotiated protocol (Protocol, SetProtocol)
+
 	closeAfter bool   // set by CloseAfterReply
 	reads      uint64 // reads of input that returned data (Batch)
 	// shared is a reply AppendShared took without copying it: it is

@@ -1,5 +1,5 @@
-// Package resp is the network side of cellserver: a Redis protocol (RESP2)
-// server. It owns the listener, the accept loop, the event loops that
+// Package resp is the network side of cellserver: a Redis protocol server
+// (RESP2, and RESP3 after HELLO 3). It owns the listener, the accept loop, the event loops that
 // serve connections, the request reader and its limits, pipelining, reply
 // buffering and graceful shutdown. It knows nothing about commands: a
 // [Handler] receives each command as a slice of arguments and appends its
@@ -11,8 +11,13 @@
 // the client has sent, runs every complete command in its buffer in order
 // (a batch: the client's pipeline, or the part of it received so far),
 // then writes all the replies with one write, and reads again. Replies are
-// encoded by the handler with redcon's allocation-free appenders
-// (redcon.AppendInt, AppendBulk, AppendArray, AppendError, ...). If c.Out
+// encoded by the handler with allocation-free appenders: redcon's for
+// what RESP2 and RESP3 write alike (redcon.AppendInt, AppendBulk,
+// AppendArray, AppendString), and this package's for what differs
+// (AppendNull, AppendNullArray, AppendMapLen, AppendSetLen,
+// AppendPushLen, AppendVerbatim), given the protocol the connection
+// negotiated ([Conn.Protocol], recorded by the handler of HELLO with
+// [Conn.SetProtocol]). If c.Out
 // passes 64 KiB within a batch it is written out early, so a long pipeline
 // does not buffer all its replies; a reply buffer grown past 1 MiB is
 // dropped after the batch. A reply built once for many clients (a cached

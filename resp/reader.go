@@ -392,20 +392,20 @@ func splitInline(line []byte, args [][]byte) ([][]byte, bool) {
 			return args, true
 		}
 		start := w
-		inDouble, inSingle := false, false
+		var quote byte // the open quote, 0 outside quotes
 	token:
 		for {
 			switch {
-			case inDouble:
+			case quote != 0:
 				if p == n {
 					return args, false
 				}
 				c := line[p]
 				switch {
-				case c == '\\' && p+3 < n && line[p+1] == 'x' && isHex(line[p+2]) && isHex(line[p+3]):
+				case quote == '"' && c == '\\' && p+3 < n && line[p+1] == 'x' && isHex(line[p+2]) && isHex(line[p+3]):
 					line[w] = unhex(line[p+2])<<4 | unhex(line[p+3])
 					p += 4
-				case c == '\\' && p+1 < n:
+				case quote == '"' && c == '\\' && p+1 < n:
 					switch c = line[p+1]; c {
 					case 'n':
 						c = '\n'
@@ -420,27 +420,10 @@ func splitInline(line []byte, args [][]byte) ([][]byte, bool) {
 					}
 					line[w] = c
 					p += 2
-				case c == '"':
-					if p+1 < n && !isSpace(line[p+1]) {
-						return args, false
-					}
-					p++
-					break token
-				default:
-					line[w] = c
-					p++
-				}
-				w++
-			case inSingle:
-				if p == n {
-					return args, false
-				}
-				c := line[p]
-				switch {
-				case c == '\\' && p+1 < n && line[p+1] == '\'':
+				case quote == '\'' && c == '\\' && p+1 < n && line[p+1] == '\'':
 					line[w] = '\''
 					p += 2
-				case c == '\'':
+				case c == quote:
 					if p+1 < n && !isSpace(line[p+1]) {
 						return args, false
 					}
@@ -459,10 +442,8 @@ func splitInline(line []byte, args [][]byte) ([][]byte, bool) {
 				case ' ', '\n', '\r', '\t':
 					p++
 					break token
-				case '"':
-					inDouble = true
-				case '\'':
-					inSingle = true
+				case '"', '\'':
+					quote = c
 				default:
 					line[w] = c
 					w++

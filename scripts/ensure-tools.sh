@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian tools the tests and benchmarks use (redis-cli,
-# redis-benchmark, redis-server; redis-sentinel for ha_test's failovers;
+# redis-benchmark, redis-server; redis-sentinel for tests/ha's failovers;
 # tmux for the redis-cli hint test;
-# prometheus-redis-exporter for compat_test's exporter scrape, about 10 MB;
+# prometheus-redis-exporter for tests/compat's exporter scrape, about 10 MB;
 # python3-redis for the redis-py tests;
-# prometheus for promtool (monitoring_test checks monitoring/ with it; about
+# prometheus for promtool (tests/monitoring checks monitoring/ with it; about
 # 100 MB, its recommends left out and its service not left running);
 # seconds to install) when they are missing. Without root or sudo
 # it only says what is missing: the redis-cli tests then skip themselves.

@@ -84,7 +84,7 @@ func grepLines(s, sub string) string {
 
 // TestPersistenceMetrics: with a data dir the persistence figures are
 // exported (their values depend on the background writer's timing, so
-// only their presence is checked here; durability_test checks behaviour).
+// only their presence is checked here; tests/durability checks behaviour).
 func TestPersistenceMetrics(t *testing.T) {
 	srv, addr := servertest.Start(t, server.Config{MetricsAddr: "127.0.0.1:0", Metrics: metrics.ServerHandler, DataDir: t.TempDir(), OpenStore: changelog.Opener(pebblestore.OpenStore, changelog.Options{})})
 	rdb := redis.NewClient(&redis.Options{Addr: addr})

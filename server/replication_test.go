@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellserver/cellserver/internal/binproc"
 	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/metrics"
 	"github.com/cellserver/cellserver/persistence"
@@ -53,19 +53,13 @@ func (n *node) info(t *testing.T, field string) string {
 	return ""
 }
 
-// waitFor polls cond until it holds or 20 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	binproc.WaitFor(t, 20*time.Second, 5*time.Millisecond, what, func() (bool, string) { return cond(), "not yet" })
-}
-
 // waitInSync waits until each replica is up and at the primary's offset.
 func waitInSync(t *testing.T, primary *node, replicas ...*node) {
 	t.Helper()
 	for _, r := range replicas {
-		waitFor(t, r.addr+" in sync with "+primary.addr, func() bool {
-			return r.info(t, "master_link_status") == "up" &&
-				r.info(t, "slave_repl_offset") == primary.info(t, "master_repl_offset")
+		testwait.For(t, 20*time.Second, r.addr+" in sync with "+primary.addr, func() (bool, string) {
+			link, at, want := r.info(t, "master_link_status"), r.info(t, "slave_repl_offset"), primary.info(t, "master_repl_offset")
+			return link == "up" && at == want, fmt.Sprintf("master_link_status:%s slave_repl_offset:%s, primary's master_repl_offset:%s", link, at, want)
 		})
 	}
 }
@@ -284,14 +278,14 @@ func TestReplicationMetrics(t *testing.T) {
 	}
 	for srv, lines := range want {
 		base := "http://" + srv.MetricsAddr().String()
-		waitFor(t, "replication metrics on "+base, func() bool {
+		testwait.For(t, 20*time.Second, "replication metrics on "+base, func() (bool, string) {
 			_, body := get(t, base+"/metrics")
 			for _, l := range lines {
 				if !strings.Contains(body, l+"\n") {
-					return false
+					return false, "no line " + l
 				}
 			}
-			return true
+			return true, ""
 		})
 	}
 }

@@ -1,6 +1,12 @@
 // Package server assembles cellserver: the keyspace, the command table and
 // the RESP listener, configured by one Config. cmd/cellserver maps flags onto
 // a Config and calls Run; tests start a Server on 127.0.0.1:0 the same way.
+//
+// config.go holds Config, its defaults, its validation and the settings
+// CONFIG GET shows; server.go holds New, which assembles the parts (the
+// keyspace's journal chain among them), and the lifecycle (Listen, Serve,
+// Run, Shutdown, Close); tls.go and rls.go the TLS material and the Envoy
+// front door.
 package server
 
 import (
@@ -8,13 +14,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,591 +26,10 @@ import (
 	"github.com/cellserver/cellserver/commands"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/persistence"
-	"github.com/cellserver/cellserver/persistence/changelog"
 	"github.com/cellserver/cellserver/policy"
 	"github.com/cellserver/cellserver/replication"
 	"github.com/cellserver/cellserver/resp"
 )
-
-// Config is cellserver's whole configuration. Zero values mean the
-// documented defaults; Validate reports every problem at once.
-type Config struct {
-	// Addr is the TCP address to listen on. The default value is
-	// DefaultAddr, "127.0.0.1:6379": cellserver is reachable only from this machine
-	// unless told otherwise.
-	Addr string
-	// Databases is the number of databases (SELECT 0..n-1). The default
-	// value is keyspace.DefaultDatabases (16).
-	Databases int
-	// Shards is the number of lock shards per database, rounded up to a
-	// power of two. The default value is keyspace.DefaultShards (256).
-	Shards int
-	// MaxClients caps concurrent connections; the next one gets
-	// "ERR max number of clients reached". The default value is
-	// resp.DefaultMaxClients (10000).
-	MaxClients int
-	// IdleTimeout closes a client silent for that long; 0 never does
-	// (Redis's "timeout 0"). The default value is 0.
-	IdleTimeout time.Duration
-	// MaxBulkLen is the largest argument accepted, in bytes. The default
-	// value is resp.DefaultMaxBulkLen (16 MiB).
-	MaxBulkLen int64
-	// MaxMultiBulkLen is the most arguments in one command. The default
-	// value is resp.DefaultMaxMultiBulkLen (1048576).
-	MaxMultiBulkLen int64
-	// MaxQueryBuffer caps the unparsed bytes buffered for one client. The
-	// default value is resp.DefaultMaxQueryBuffer (64 MiB).
-	MaxQueryBuffer int64
-	// MaxOutputBuffer disconnects a client whose replies to one batch of
-	// commands exceed it, in bytes. The default value is
-	// resp.DefaultMaxOutputBuffer (64 MiB).
-	MaxOutputBuffer int64
-	// OutputTimeout disconnects a client that does not read its replies for
-	// this long. The default value is resp.DefaultOutputTimeout (30s).
-	OutputTimeout time.Duration
-	// MultiMaxCommands and MultiMaxBytes cap what one client queues
-	// between MULTI and EXEC (commands; argument bytes plus 24 per
-	// argument). The defaults are 10000 and 64 MiB
-	// (commands.DefaultMultiMaxCommands, DefaultMultiMaxBytes).
-	MultiMaxCommands int
-	MultiMaxBytes    int64
-	// EventLoops is the number of epoll event loops serving plain TCP
-	// clients on Linux: 0 (the default) means one per GOMAXPROCS, -1 a
-	// goroutine per connection instead (see resp.Config.EventLoops).
-	EventLoops int
-	// Password, when set, must be given with AUTH before other commands.
-	Password string
-	// TLSCertFile and TLSKeyFile, when set, make the listener speak TLS
-	// only. TLSCACertFile, when set, also requires every client to present
-	// a certificate signed by one of its CAs.
-	TLSCertFile   string
-	TLSKeyFile    string
-	TLSCACertFile string
-	// TLSConfig, when set, makes the listener speak TLS only with this
-	// configuration (cloned) instead of one built from the files, as
-	// net/http's Server.TLSConfig: for embedders holding their
-	// certificates in memory or rotating them with GetCertificate. It
-	// excludes TLSCertFile, TLSKeyFile and TLSCACertFile. Its ClientCAs
-	// then verify a primary (TLSReplication) and its first certificate,
-	// unless TLSClientCertFile is set, is the one presented as a client.
-	TLSConfig *tls.Config
-	// TLSClientCertFile and TLSClientKeyFile are the certificate
-	// cellserver presents as a TLS client (--healthcheck) to a server that
-	// requires one; when empty, the server certificate is used, as Redis
-	// does with tls-client-cert-file. Given together or not at all.
-	TLSClientCertFile string
-	TLSClientKeyFile  string
-	// DisableProtectedMode lets clients from non-loopback addresses in
-	// when no password is set. By default (false) such clients get
-	// Redis's protected-mode error and are disconnected.
-	DisableProtectedMode bool
-	// LogFormat is "text" (the default) or "json"; LogLevel is "debug",
-	// "info" (the default), "warn" or "error". When Logger is nil and
-	// either is set, New logs to os.Stderr with NewLogger; when both are
-	// empty it uses slog.Default(). They are ignored when Logger is set.
-	LogFormat string
-	LogLevel  string
-	// ShutdownTimeout bounds how long Shutdown waits for in-flight commands
-	// when Run's context ends. The default value is DefaultShutdownTimeout
-	// (10s).
-	ShutdownTimeout time.Duration
-	// Clock is the wall clock; nil means time.Now. Tests inject their own.
-	Clock func() time.Time
-	// MaxMemory caps the estimated memory of the limiter state in bytes (0:
-	// no cap, the default). MaxMemoryPolicy says what happens at the cap:
-	// "allkeys-lru" (the default: evict the least recently used keys —
-	// an evicted limiter key starts afresh, which for a rate limiter is
-	// better than refusing service) or "noeviction" (refuse to create
-	// keys with Redis's OOM error).
-	MaxMemory       int64
-	MaxMemoryPolicy string
-	// DataDir, when set, keeps every key's state in the store OpenStore
-	// opens in this directory (cmd/cellserver: a Pebble database): loaded
-	// at startup, written behind every change. Empty (the default) keeps
-	// everything in memory only.
-	DataDir string
-	// OpenStore opens the store for DataDir; it is required with DataDir
-	// (Validate refuses a DataDir without it) and unused without.
-	// cmd/cellserver sets changelog.Opener(pebblestore.OpenStore, ...). It is a field, not a
-	// default, so that this package does not link Pebble: a program that
-	// never sets it (an in-process test server) does not carry it.
-	OpenStore persistence.Opener
-	// Fsync is the durability policy with DataDir: "always" (a reply
-	// leaves once its change is on disk; group commit), "everysec" (the
-	// default: a crash loses at most about a second) or "no" (the OS
-	// decides).
-	Fsync string
-	// LoadDamagedWAL starts from a data directory whose newest WAL is
-	// damaged before its end, loading the changes before the damage and
-	// dropping those after it (logged at WARN, counted in INFO
-	// persistence). False, the default, refuses to start from it.
-	LoadDamagedWAL bool
-	// PersistMaxPending caps the bytes of changes queued for the store
-	// and not yet written (persistence.Writer.SetMaxPending); past it,
-	// write commands wait for the writer (backpressure). 0 means
-	// persistence.DefaultMaxPending.
-	PersistMaxPending int64
-	// CheckpointBytes: with a store that keeps a change log
-	// (changelog.Store, what cmd/cellserver opens), a checkpoint starts
-	// once the log written since the previous one passes this many bytes;
-	// 0 means changelog.DefaultCheckpointBytes. cmd/cellserver hands it to
-	// the store's Opener; it is here for CONFIG GET and validation.
-	CheckpointBytes int64
-	// MetricsAddr, when set, serves Metrics's handler over HTTP on this
-	// address (cmd/cellserver: Prometheus metrics at /metrics and the
-	// probes /healthz and /readyz). Off by default.
-	MetricsAddr string
-	// Metrics builds the handler served on MetricsAddr from the running
-	// server's parts; it is required with MetricsAddr (Validate refuses a
-	// MetricsAddr without it) and unused without. cmd/cellserver sets
-	// metrics.ServerHandler; like OpenStore it is a field so that this
-	// package does not link the Prometheus client.
-	Metrics func(MetricsSources) http.Handler
-	// KeyPrefixSeparator ends the key prefix used by the most-limited
-	// prefixes metric. The default value is ":"
-	// (commands.DefaultKeyPrefixSeparator).
-	KeyPrefixSeparator string
-	// TopPrefixes is how many most-limited key prefixes the metrics report
-	// (over one-minute intervals). The default value is
-	// commands.DefaultTopPrefixes (10).
-	TopPrefixes int
-	// SlowlogSlowerThan and SlowlogMaxLen configure SLOWLOG: commands
-	// slower than the first are kept, up to the second entries. Zero
-	// values mean commands.DefaultSlowlogSlowerThan (10ms) and
-	// DefaultSlowlogMaxLen (128); a negative duration turns SLOWLOG off.
-	SlowlogSlowerThan time.Duration
-	SlowlogMaxLen     int
-	// Loopback, if set, replaces the check of a client's address for
-	// protected mode (tests).
-	Loopback func(remoteAddr string) bool
-	// Logger receives log lines; nil means the one LogFormat and LogLevel
-	// describe (see there), else slog.Default().
-	Logger *slog.Logger
-	// Version is reported by INFO and --version. The default value is
-	// commands.DefaultVersion ("dev").
-	Version string
-	// ConfigFile is the file the configuration was read from, if any
-	// (INFO server config_file).
-	ConfigFile string
-
-	// ReplicaOf, "host port", starts the node as a replica of that
-	// primary (replicaof); empty starts a primary.
-	ReplicaOf string
-	// MasterUser and MasterAuth authenticate a replica to its primary.
-	MasterUser, MasterAuth string
-	// ReplBacklogSize is the replication backlog's size in bytes. The
-	// default value is replication.DefaultBacklogSize (16 MiB).
-	ReplBacklogSize int64
-	// ReplicaPriority is Sentinel's replica-priority: the default value
-	// (zero) is 100; a negative value means 0 (never promote).
-	ReplicaPriority int
-	// ReplicaAnnounceIP and ReplicaAnnouncePort are the address a replica
-	// gives its primary (and Sentinel then uses) instead of its own.
-	ReplicaAnnounceIP   string
-	ReplicaAnnouncePort int
-	// ReplicaWritable (replica-read-only no) lets a replica take local
-	// writes, which are not passed on.
-	ReplicaWritable bool
-	// ReplicaNoStaleData (replica-serve-stale-data no) refuses most
-	// commands with MASTERDOWN while a replica has no link.
-	ReplicaNoStaleData bool
-	// MinReplicasToWrite and MinReplicasMaxLag refuse writes on a primary
-	// with fewer good replicas (min-replicas-to-write, min-replicas-max-lag).
-	// The defaults are 0 (off) and commands.DefaultMinReplicasMaxLag
-	// (10s).
-	MinReplicasToWrite int
-	MinReplicasMaxLag  time.Duration
-	// TLSReplication makes a replica connect to its primary over TLS
-	// (tls-replication), verifying it with TLSCACertFile and presenting
-	// TLSClientCertFile (else TLSCertFile).
-	TLSReplication bool
-	// ClusterEnabled turns cluster mode on (cluster-enabled yes): keys
-	// are routed by hash slot over a topology installed with CELLCLUSTER
-	// CONFIG or loaded from ClusterConfigFile, and only database 0 is
-	// served. Until a topology is installed every command with keys gets
-	// CLUSTERDOWN, as a fresh Redis Cluster node answers.
-	ClusterEnabled bool
-	// ClusterConfigFile, with ClusterEnabled, is loaded at start (if it
-	// exists) and rewritten atomically with every topology installed; the
-	// node's id is kept next to it, in ClusterConfigFile+".myid".
-	ClusterConfigFile string
-	// ClusterNodeID is this node's id in the topology; empty means the one
-	// kept next to ClusterConfigFile, or a new random 40-hex id.
-	ClusterNodeID string
-	// ConfigRewrite, when set, is CONFIG REWRITE: it writes the settings
-	// that can change at run time, with their current values ("" for
-	// unset), to the config file. cmd/cellserver sets it when it runs from
-	// --config; nil means there is no config file to rewrite.
-	ConfigRewrite func(runtime []commands.Setting) error
-	// Policies is the policy file (YAML, package policy) CL.APPLY's
-	// policies are read from at start; New refuses an invalid file,
-	// listing every problem. CL.POLICY RELOAD (and cmd/cellserver on
-	// SIGHUP) reads it again. Empty (the default) means no policies.
-	Policies string
-
-	// RLSAddr, when set, serves Envoy's rate limit service
-	// (envoy.service.ratelimit.v3.RateLimitService) over gRPC on this
-	// address, configured by RLSConfig (a YAML file or a directory of
-	// them in envoyproxy/ratelimit's format), over this server's keyspace.
-	// Off by default. RLS builds it (cmd/cellserver: envoyrls.New); like
-	// Metrics it is a field so that this package does not link gRPC.
-	// RLSResponseHeaders adds the RateLimit-Limit/-Remaining/-Reset
-	// response headers (envoyproxy/ratelimit's
-	// LIMIT_RESPONSE_HEADERS_ENABLED). See rls.go.
-	RLSAddr            string
-	RLSConfig          string
-	RLSResponseHeaders bool
-	RLS                func(RLSSources) (RLSServer, error)
-}
-
-// MetricsSources is what Config.Metrics reads from a Server, at scrape
-// time: nothing is computed on the request path.
-type MetricsSources struct {
-	Commands    *commands.Service
-	Network     *resp.Server
-	Replication *replication.Replication
-	// Writer and Store are nil without DataDir.
-	Writer *persistence.Writer
-	Store  persistence.Store
-	// Clock is Config.Clock (nil: time.Now).
-	Clock func() time.Time
-	// Ready reports whether the server is serving and not shutting down
-	// (for a readiness probe).
-	Ready func() bool
-	// RLS returns the Envoy front door's counts; false when it is off.
-	RLS func() (RLSStats, bool)
-}
-
-// Defaults for Config's zero values that this package owns. The others
-// are those of the package that uses the field: resp (connection limits),
-// keyspace (databases, shards), commands (MULTI, SLOWLOG, metrics
-// prefixes, min-replicas-max-lag), persistence, changelog and replication.
-const (
-	DefaultAddr            = "127.0.0.1:6379"
-	DefaultShutdownTimeout = 10 * time.Second
-	DefaultMaxMemoryPolicy = "allkeys-lru"
-	DefaultFsync           = "everysec"
-	DefaultLogFormat       = "text"
-	DefaultLogLevel        = "info"
-	// The MULTI queue's caps (--multi-max-commands, --multi-max-bytes).
-	DefaultMultiMaxCommands = commands.DefaultMultiMaxCommands
-	DefaultMultiMaxBytes    = commands.DefaultMultiMaxBytes
-)
-
-// withDefaults returns c with zero values replaced by defaults: what New
-// runs with, and what CONFIG GET shows.
-func (c Config) withDefaults() Config {
-	if c.Addr == "" {
-		c.Addr = DefaultAddr
-	}
-	if c.Databases == 0 {
-		c.Databases = keyspace.DefaultDatabases
-	}
-	if c.Shards == 0 {
-		c.Shards = keyspace.DefaultShards
-	}
-	if c.MaxClients == 0 {
-		c.MaxClients = resp.DefaultMaxClients
-	}
-	if c.MaxBulkLen == 0 {
-		c.MaxBulkLen = resp.DefaultMaxBulkLen
-	}
-	if c.MaxMultiBulkLen == 0 {
-		c.MaxMultiBulkLen = resp.DefaultMaxMultiBulkLen
-	}
-	if c.MaxQueryBuffer == 0 {
-		c.MaxQueryBuffer = resp.DefaultMaxQueryBuffer
-	}
-	if c.MaxOutputBuffer == 0 {
-		c.MaxOutputBuffer = resp.DefaultMaxOutputBuffer
-	}
-	if c.OutputTimeout == 0 {
-		c.OutputTimeout = resp.DefaultOutputTimeout
-	}
-	if c.MultiMaxCommands == 0 {
-		c.MultiMaxCommands = commands.DefaultMultiMaxCommands
-	}
-	if c.MultiMaxBytes == 0 {
-		c.MultiMaxBytes = commands.DefaultMultiMaxBytes
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if c.Version == "" {
-		c.Version = commands.DefaultVersion
-	}
-	if c.KeyPrefixSeparator == "" {
-		c.KeyPrefixSeparator = string(rune(commands.DefaultKeyPrefixSeparator))
-	}
-	if c.SlowlogMaxLen == 0 {
-		c.SlowlogMaxLen = commands.DefaultSlowlogMaxLen
-	}
-	if c.SlowlogSlowerThan == 0 {
-		c.SlowlogSlowerThan = commands.DefaultSlowlogSlowerThan
-	}
-	if c.TopPrefixes == 0 {
-		c.TopPrefixes = commands.DefaultTopPrefixes
-	}
-	if c.LogFormat == "" {
-		c.LogFormat = DefaultLogFormat
-	}
-	if c.LogLevel == "" {
-		c.LogLevel = DefaultLogLevel
-	}
-	if c.MaxMemoryPolicy == "" {
-		c.MaxMemoryPolicy = DefaultMaxMemoryPolicy
-	}
-	if c.Fsync == "" {
-		c.Fsync = DefaultFsync
-	}
-	if c.CheckpointBytes == 0 {
-		c.CheckpointBytes = changelog.DefaultCheckpointBytes
-	}
-	if c.PersistMaxPending == 0 {
-		c.PersistMaxPending = persistence.DefaultMaxPending
-	}
-	if c.ReplBacklogSize == 0 {
-		c.ReplBacklogSize = replication.DefaultBacklogSize
-	}
-	if c.ReplicaPriority == 0 {
-		c.ReplicaPriority = replication.DefaultPriority
-	}
-	if c.MinReplicasMaxLag == 0 {
-		c.MinReplicasMaxLag = commands.DefaultMinReplicasMaxLag
-	}
-	return c
-}
-
-// parseReplicaOf splits "host port" (replicaof); ok is false for "".
-func parseReplicaOf(v string) (host string, port int, ok bool, err error) {
-	f := strings.Fields(v)
-	if len(f) == 0 {
-		return "", 0, false, nil
-	}
-	if len(f) == 2 && strings.EqualFold(f[0], "no") && strings.EqualFold(f[1], "one") {
-		return "", 0, false, nil
-	}
-	if len(f) != 2 {
-		return "", 0, false, errors.New(`must be "host port"`)
-	}
-	p, err := strconv.Atoi(f[1])
-	if err != nil || p < 1 || p > 65535 {
-		return "", 0, false, errors.New("port must be between 1 and 65535")
-	}
-	return f[0], p, true, nil
-}
-
-// Validate reports every problem with c (after defaults) as one error. It
-// reads the TLS files, as New does.
-func (c Config) Validate() error {
-	_, err := c.validate()
-	return err
-}
-
-// validate is Validate, also returning the TLS material it read, for New.
-func (c Config) validate() (tlsMaterial, error) {
-	c = c.withDefaults()
-	var errs []error
-	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
-		bad("addr %q: %v", c.Addr, err)
-	}
-	if c.Databases < 1 || c.Databases > 1<<16 {
-		bad("databases %d: must be between 1 and 65536", c.Databases)
-	}
-	if c.Shards < 1 || c.Shards > 1<<20 {
-		bad("shards %d: must be between 1 and 1048576", c.Shards)
-	}
-	if err := c.respConfig().Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if c.MaxMemory < 0 {
-		bad("maxmemory %d: must not be negative", c.MaxMemory)
-	}
-	if _, err := parsePolicy(c.MaxMemoryPolicy); err != nil {
-		bad("maxmemory-policy %q: must be allkeys-lru or noeviction", c.MaxMemoryPolicy)
-	}
-	if c.CheckpointBytes < 0 {
-		bad("checkpoint-bytes %d: must be positive", c.CheckpointBytes)
-	}
-	if c.PersistMaxPending < 0 {
-		bad("persist-max-pending-bytes %d: must be positive", c.PersistMaxPending)
-	}
-	if _, err := persistence.ParseFsync(c.Fsync); err != nil {
-		bad("fsync %q: must be always, everysec or no", c.Fsync)
-	}
-	if len(c.KeyPrefixSeparator) != 1 {
-		bad("metrics-key-separator %q: must be one byte", c.KeyPrefixSeparator)
-	}
-	if c.SlowlogMaxLen < 0 {
-		bad("slowlog-max-len %d: must not be negative", c.SlowlogMaxLen)
-	}
-	if c.MultiMaxCommands < 0 {
-		bad("multi-max-commands %d: must not be negative", c.MultiMaxCommands)
-	}
-	if c.MultiMaxBytes < 0 {
-		bad("multi-max-bytes %d: must not be negative", c.MultiMaxBytes)
-	}
-	if _, _, _, err := parseReplicaOf(c.ReplicaOf); err != nil {
-		bad("replicaof %q: %v", c.ReplicaOf, err)
-	}
-	if c.ReplBacklogSize < 16<<10 || c.ReplBacklogSize > 1<<40 {
-		bad("repl-backlog-size %d: must be between 16kb and 1tb", c.ReplBacklogSize)
-	}
-	if c.ReplicaAnnouncePort < 0 || c.ReplicaAnnouncePort > 65535 {
-		bad("replica-announce-port %d: must be between 0 and 65535", c.ReplicaAnnouncePort)
-	}
-	if c.MinReplicasToWrite < 0 {
-		bad("min-replicas-to-write %d: must not be negative", c.MinReplicasToWrite)
-	}
-	if c.MinReplicasMaxLag < 0 {
-		bad("min-replicas-max-lag %v: must not be negative", c.MinReplicasMaxLag)
-	}
-	if c.TopPrefixes < 1 || c.TopPrefixes > 1000 {
-		bad("metrics-top-prefixes %d: must be between 1 and 1000", c.TopPrefixes)
-	}
-	if c.MetricsAddr != "" {
-		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
-			bad("metrics-addr %q: %v", c.MetricsAddr, err)
-		}
-		if c.Metrics == nil {
-			bad("metrics-addr %q: Config.Metrics is not set (e.g. metrics.ServerHandler)", c.MetricsAddr)
-		}
-	}
-	if c.DataDir != "" && c.OpenStore == nil {
-		bad("data-dir %q: Config.OpenStore is not set (e.g. pebblestore.OpenStore)", c.DataDir)
-	}
-	tm, err := c.loadTLS()
-	if err != nil {
-		errs = append(errs, err)
-	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		bad("log-format %q: must be text or json", c.LogFormat)
-	}
-	if _, err := ParseLogLevel(c.LogLevel); err != nil {
-		bad("log-level %q: must be debug, info, warn or error", c.LogLevel)
-	}
-	if c.ShutdownTimeout < 0 {
-		bad("shutdown-timeout %s: must not be negative", c.ShutdownTimeout)
-	}
-	if c.ClusterNodeID != "" {
-		if why := cluster.ValidID(c.ClusterNodeID); why != "" {
-			bad("cluster-node-id %q: %s", c.ClusterNodeID, why)
-		}
-	}
-	if !c.ClusterEnabled && (c.ClusterConfigFile != "" || c.ClusterNodeID != "") {
-		bad("cluster-config-file and cluster-node-id need cluster-enabled yes")
-	}
-	errs = append(errs, c.validateRLS()...)
-	return tm, errors.Join(errs...)
-}
-
-// ParseLogLevel maps a log-level name to a slog.Level.
-func ParseLogLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	err := l.UnmarshalText([]byte(s))
-	return l, err
-}
-
-// logOutput is where New's logger writes when it builds one from
-// LogFormat and LogLevel (tests replace it).
-var logOutput io.Writer = os.Stderr
-
-// NewLogger builds the logger cfg asks for, writing to w.
-func NewLogger(cfg Config, w io.Writer) *slog.Logger {
-	cfg = cfg.withDefaults()
-	level, _ := ParseLogLevel(cfg.LogLevel)
-	opts := &slog.HandlerOptions{Level: level}
-	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
-}
-
-// respConfig is the connection layer's part of c.
-func (c Config) respConfig() resp.Config {
-	return resp.Config{
-		MaxClients:      c.MaxClients,
-		IdleTimeout:     c.IdleTimeout,
-		MaxBulkLen:      c.MaxBulkLen,
-		MaxMultiBulkLen: c.MaxMultiBulkLen,
-		MaxQueryBuffer:  c.MaxQueryBuffer,
-		MaxOutputBuffer: c.MaxOutputBuffer,
-		OutputTimeout:   c.OutputTimeout,
-		EventLoops:      c.EventLoops,
-		Logger:          c.Logger,
-	}
-}
-
-// Settings returns the effective configuration as CONFIG GET shows it,
-// with the password masked.
-func (c Config) Settings() []commands.Setting {
-	c = c.withDefaults()
-	host, port, _ := net.SplitHostPort(c.Addr)
-	pass := ""
-	if c.Password != "" {
-		pass = "********"
-	}
-	itoa := func(n int64) string { return strconv.FormatInt(n, 10) }
-	return []commands.Setting{
-		{Name: "bind", Value: host},
-		{Name: "port", Value: port},
-		{Name: "databases", Value: itoa(int64(c.Databases))},
-		{Name: "shards", Value: itoa(int64(c.Shards))},
-		{Name: "maxclients", Value: itoa(int64(c.MaxClients))},
-		{Name: "timeout", Value: itoa(int64(c.IdleTimeout / time.Second))},
-		{Name: "proto-max-bulk-len", Value: itoa(c.MaxBulkLen)},
-		{Name: "proto-max-multibulk-len", Value: itoa(c.MaxMultiBulkLen)},
-		{Name: "client-query-buffer-limit", Value: itoa(c.MaxQueryBuffer)},
-		{Name: "client-output-buffer-limit", Value: itoa(max(c.MaxOutputBuffer, 0))},
-		{Name: "client-output-timeout", Value: c.OutputTimeout.String()},
-		{Name: "multi-max-commands", Value: itoa(int64(c.MultiMaxCommands))},
-		{Name: "multi-max-bytes", Value: itoa(c.MultiMaxBytes)},
-		{Name: "event-loops", Value: itoa(int64(c.EventLoops))},
-		{Name: "requirepass", Value: pass},
-		{Name: "shutdown-timeout", Value: c.ShutdownTimeout.String()},
-		{Name: "tls-cert-file", Value: c.TLSCertFile},
-		{Name: "tls-key-file", Value: c.TLSKeyFile},
-		{Name: "tls-ca-cert-file", Value: c.TLSCACertFile},
-		{Name: "tls-client-cert-file", Value: c.TLSClientCertFile},
-		{Name: "tls-client-key-file", Value: c.TLSClientKeyFile},
-		{Name: "maxmemory", Value: itoa(c.MaxMemory)},
-		{Name: "maxmemory-policy", Value: c.MaxMemoryPolicy},
-		{Name: "data-dir", Value: c.DataDir},
-		{Name: "fsync", Value: c.Fsync},
-		{Name: "persist-max-pending-bytes", Value: itoa(c.PersistMaxPending)},
-		{Name: "checkpoint-bytes", Value: itoa(c.CheckpointBytes)},
-		{Name: "load-damaged-wal", Value: map[bool]string{false: "no", true: "yes"}[c.LoadDamagedWAL]},
-		{Name: "slowlog-log-slower-than", Value: itoa(slowlogMicros(c.SlowlogSlowerThan))},
-		{Name: "slowlog-max-len", Value: itoa(int64(max(c.SlowlogMaxLen, 0)))},
-		{Name: "metrics-addr", Value: c.MetricsAddr},
-		{Name: "rls-addr", Value: c.RLSAddr},
-		{Name: "rls-config", Value: c.RLSConfig},
-		{Name: "metrics-key-separator", Value: c.KeyPrefixSeparator},
-		{Name: "metrics-top-prefixes", Value: itoa(int64(c.TopPrefixes))},
-		{Name: "protected-mode", Value: map[bool]string{false: "yes", true: "no"}[c.DisableProtectedMode]},
-		{Name: "log-format", Value: c.LogFormat},
-		{Name: "log-level", Value: c.LogLevel},
-		// Read by tools such as redis-benchmark; cellserver keeps no RDB or AOF.
-		{Name: "save", Value: ""},
-		{Name: "appendonly", Value: map[bool]string{false: "no", true: "yes"}[c.DataDir != ""]},
-		{Name: "replicaof", Value: c.ReplicaOf},
-		{Name: "masteruser", Value: c.MasterUser},
-		{Name: "masterauth", Value: map[bool]string{false: "", true: "********"}[c.MasterAuth != ""]},
-		{Name: "repl-backlog-size", Value: itoa(c.ReplBacklogSize)},
-		{Name: "replica-priority", Value: itoa(int64(max(c.ReplicaPriority, 0)))},
-		{Name: "replica-announce-ip", Value: c.ReplicaAnnounceIP},
-		{Name: "replica-announce-port", Value: itoa(int64(c.ReplicaAnnouncePort))},
-		{Name: "replica-read-only", Value: map[bool]string{false: "yes", true: "no"}[c.ReplicaWritable]},
-		{Name: "replica-serve-stale-data", Value: map[bool]string{false: "yes", true: "no"}[c.ReplicaNoStaleData]},
-		{Name: "min-replicas-to-write", Value: itoa(int64(c.MinReplicasToWrite))},
-		{Name: "min-replicas-max-lag", Value: itoa(int64(c.MinReplicasMaxLag / time.Second))},
-		{Name: "tls-replication", Value: map[bool]string{false: "no", true: "yes"}[c.TLSReplication]},
-		{Name: "cluster-enabled", Value: map[bool]string{false: "no", true: "yes"}[c.ClusterEnabled]},
-		{Name: "cluster-config-file", Value: c.ClusterConfigFile},
-		{Name: "policies", Value: c.Policies},
-	}
-}
 
 // Server is a running cellserver.
 type Server struct {
@@ -662,6 +84,8 @@ func New(cfg Config) (_ *Server, err error) {
 		loaded persistence.LoadStats
 		// walDamage is what the store found in its newest WAL.
 		walDamage persistence.WALDamage
+		// persisted is writer in the journal chain; nil without DataDir.
+		persisted keyspace.Journal
 	)
 	policy, _ := parsePolicy(cfg.MaxMemoryPolicy)
 	kcfg := keyspace.Config{Databases: cfg.Databases, Shards: cfg.Shards, MaxMemory: cfg.MaxMemory, Policy: policy,
@@ -675,7 +99,7 @@ func New(cfg Config) (_ *Server, err error) {
 		store = st
 		writer = persistence.NewWriter(store, mode, cfg.Logger)
 		writer.SetMaxPending(cfg.PersistMaxPending)
-		kcfg.Journal = writer
+		persisted = writer
 		kcfg.Room = writer // the sweep and slot deletes respect the queue's cap
 		_, kcfg.TrackChanges = st.(persistence.Checkpointer)
 	}
@@ -721,7 +145,7 @@ func New(cfg Config) (_ *Server, err error) {
 			durability = writer
 		}
 		persistInfo = func() []string {
-			return append(persistenceInfo(cfg, writer, store, loaded), walDamageInfo(walDamage)...)
+			return persistence.Info(cfg.DataDir, writer, store, loaded, walDamage)
 		}
 	}
 	rtls := cfg.replicationTLS(tm)
@@ -792,6 +216,33 @@ func New(cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The write path: the keyspace tells this chain about every change,
+	// with the changed key's shard lock held (a database's every shard lock
+	// for FLUSHDB, all for FLUSHALL), right after the change and before
+	// the command replies. Chain tells each link in turn, so all three see
+	// the changes in one order, the keyspace's:
+	//  1. cmds.Journal(): WATCH marks the clients watching the key dirty,
+	//     and client-side caching sends its invalidations. Two atomic
+	//     loads while nobody watches or tracks.
+	//  2. persisted, the Writer (nil without DataDir): queues the change,
+	//     encoded, for the store, numbered for WaitDurable (fsync always).
+	//  3. repl.Journal(): appends the change's frame to the backlog, which
+	//     gives it its replication offset, and wakes the replicas' senders
+	//     (nothing until a first replica has come).
+	// Persistence comes before replication as in Redis's propagateNow (the
+	// AOF, then the replicas). Nothing depends on the order, though: no
+	// link reads another's state (the Writer's sequence numbers and the
+	// backlog's offsets are separate counts) and every link runs under the
+	// same locks, so another client cannot see one link told and not the
+	// next. A replica applies its primary's changes through this chain too,
+	// but repl records nothing there: it appends the primary's frames to
+	// its backlog itself (replication's link.applyChange). The Writer and
+	// the backlog each encode a changed value (persistence.EncodeValue, in
+	// different envelopes): encoding it once would save about 6 ns of the
+	// 250 a change costs with both (replication's BenchmarkJournalChain),
+	// and only with replicas, and the keyspace, which calls the chain, has
+	// no encoding to share.
+	ks.SetJournal(keyspace.Chain(cmds.Journal(), persisted, repl.Journal()))
 	rcfg := cfg.respConfig()
 	if durability != nil {
 		// fsync always: one sync per round covers as many clients as
@@ -860,23 +311,20 @@ func (s *Server) Listen() error {
 
 // MetricsAddr returns the metrics listener's address, or nil when metrics
 // are off or before Listen.
-func (s *Server) MetricsAddr() net.Addr {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.metricsLn == nil {
-		return nil
-	}
-	return s.metricsLn.Addr()
-}
+func (s *Server) MetricsAddr() net.Addr { return s.listenerAddr(&s.metricsLn) }
 
 // Addr returns the listening address, or nil before Listen.
-func (s *Server) Addr() net.Addr {
+func (s *Server) Addr() net.Addr { return s.listenerAddr(&s.ln) }
+
+// listenerAddr returns the address of *ln, a listener s.mu guards, or nil
+// while there is none.
+func (s *Server) listenerAddr(ln *net.Listener) net.Addr {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ln == nil {
+	if *ln == nil {
 		return nil
 	}
-	return s.ln.Addr()
+	return (*ln).Addr()
 }
 
 // Serve accepts connections on the listener opened by Listen (opening it
@@ -966,27 +414,6 @@ func (s *Server) stopBackground() {
 	s.closeStore()
 }
 
-func parsePolicy(s string) (keyspace.Policy, error) {
-	switch s {
-	case "allkeys-lru":
-		return keyspace.AllKeysLRU, nil
-	case "noeviction":
-		return keyspace.NoEviction, nil
-	}
-	return 0, fmt.Errorf("unknown maxmemory policy %q", s)
-}
-
-// slowlogMicros is the Redis-style figure: -1 off, 0 everything, else µs.
-func slowlogMicros(d time.Duration) int64 {
-	switch {
-	case d < 0:
-		return -1
-	case d < time.Microsecond:
-		return 0
-	}
-	return d.Microseconds()
-}
-
 func persistMode(c Config) string {
 	if c.DataDir == "" {
 		return "none"
@@ -1024,67 +451,6 @@ func (s *Server) closeStore() {
 			s.cfg.Logger.Error("persistence: close failed", "err", err)
 		}
 	})
-}
-
-// persistenceInfo is INFO's persistence section.
-func persistenceInfo(cfg Config, w *persistence.Writer, st persistence.Store, loaded persistence.LoadStats) []string {
-	ws := w.Stats()
-	unix := func(t time.Time) int64 {
-		if t.IsZero() {
-			return 0
-		}
-		return t.Unix()
-	}
-	status, lastErr := "ok", ""
-	if ws.Err != nil {
-		status, lastErr = "err", strings.NewReplacer("\r", " ", "\n", " ").Replace(ws.Err.Error())
-	}
-	du := st.DiskUsage()
-	mode := "pebble"
-	if _, ok := st.(persistence.Checkpointer); ok {
-		mode = "changelog" // a change log with checkpoints into pebble
-	}
-	lines := []string{
-		"loading:0",
-		// Redis's field when AOF is on: the data directory's size.
-		fmt.Sprintf("aof_current_size:%d", du),
-		"persistence_mode:" + mode,
-		"data_dir:" + cfg.DataDir,
-		"fsync:" + ws.Mode.String(),
-		fmt.Sprintf("pending_changes:%d", ws.Pending),
-		fmt.Sprintf("written_changes:%d", ws.Written),
-		fmt.Sprintf("pending_bytes:%d", ws.PendingBytes),
-		fmt.Sprintf("max_pending_bytes:%d", ws.MaxPending),
-		fmt.Sprintf("backpressure_waits:%d", ws.BackpressureWaits),
-		fmt.Sprintf("backpressure_wait_usec:%d", ws.BackpressureWait.Microseconds()),
-		fmt.Sprintf("last_write_time:%d", unix(ws.LastWrite)),
-		fmt.Sprintf("last_write_usec:%d", ws.LastWriteTime.Microseconds()),
-		fmt.Sprintf("last_sync_time:%d", unix(ws.LastSync)),
-		fmt.Sprintf("last_sync_usec:%d", ws.LastSyncTime.Microseconds()),
-		"last_write_status:" + status,
-		"last_write_error:" + lastErr,
-		fmt.Sprintf("writes_refused_since:%d", unix(ws.FailingSince)),
-		fmt.Sprintf("failed_write_attempts:%d", ws.Failures),
-		fmt.Sprintf("keys_loaded:%d", loaded.Keys),
-		fmt.Sprintf("expired_dropped_at_load:%d", loaded.Expired),
-		fmt.Sprintf("load_time_usec:%d", loaded.Duration.Microseconds()),
-		fmt.Sprintf("disk_usage_bytes:%d", du),
-	}
-	if r, ok := st.(persistence.InfoReporter); ok {
-		lines = append(lines, r.Info()...)
-	}
-	return lines
-}
-
-// walDamageInfo is the part of INFO persistence about the damage found in
-// the newest WAL at startup (with LoadDamagedWAL): the changes dropped.
-func walDamageInfo(d persistence.WALDamage) []string {
-	return []string{
-		fmt.Sprintf("loaded_damaged_wal:%d", map[bool]int{false: 0, true: 1}[d.Damaged()]),
-		fmt.Sprintf("damaged_wal_dropped_records:%d", d.DroppedRecords),
-		fmt.Sprintf("damaged_wal_dropped_changes:%d", d.DroppedChanges),
-		fmt.Sprintf("damaged_wal_dropped_bytes:%d", d.DroppedBytes),
-	}
 }
 
 // Run listens, serves until ctx ends, then shuts down gracefully within

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cellserver/cellserver/internal/binproc"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/internal/testpki"
+	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/server"
 	"github.com/redis/go-redis/v9"
 )
@@ -155,7 +155,7 @@ func TestTLSReplication(t *testing.T) {
 	_, replAddr := servertest.Start(t, withCfg)
 	replica := tlsClient(replAddr, &tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.client}})
 	defer replica.Close()
-	binproc.WaitFor(t, 20*time.Second, 10*time.Millisecond, "the TLS replica to get the key", func() (bool, string) {
+	testwait.For(t, 20*time.Second, "the TLS replica to get the key", func() (bool, string) {
 		got, err := replica.Get(ctx, "over-tls").Result()
 		want, _ := primary.Get(ctx, "over-tls").Result()
 		return err == nil && got == want, fmt.Sprintf("%q, %v", got, err)

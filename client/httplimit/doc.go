@@ -150,7 +150,7 @@
 //
 // Measured on a shared 2-CPU machine (load average about 1.7), in-process
 // cellserver on loopback (go test -run '^$' -bench . -benchtime 20000x
-// -count 5 ./client_test/httplimit/ in the repository's root module),
+// -count 5 ./tests/client/httplimit/ in the repository's root module),
 // medians:
 //
 //	plain handler                       0.02 µs      2 B   1 alloc

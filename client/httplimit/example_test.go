@@ -18,7 +18,7 @@ import (
 // requests per second overall; if cellserver is unreachable, each process
 // admits a tenth of each limit on its own. (A runnable version, against a
 // cellserver started in process, with the headers it sends, is the
-// Example in the cellserver module's client_test/httplimit.)
+// Example in the cellserver module's tests/client/httplimit.)
 func Example() {
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 	defer rdb.Close()

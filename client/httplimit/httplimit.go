@@ -36,19 +36,9 @@ const (
 	SlidingLog
 )
 
-func (a Algorithm) String() string {
-	switch a {
-	case GCRA:
-		return "gcra"
-	case Fixed:
-		return "fixed"
-	case Sliding:
-		return "sliding"
-	case SlidingLog:
-		return "slidinglog"
-	}
-	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
-}
+var algorithmNames = [...]string{GCRA: "gcra", Fixed: "fixed", Sliding: "sliding", SlidingLog: "slidinglog"}
+
+func (a Algorithm) String() string { return enumString(algorithmNames[:], "Algorithm", int(a)) }
 
 // Limit is one policy: Quota units per Window, counted per key.
 type Limit struct {
@@ -80,17 +70,9 @@ const (
 	Local
 )
 
-func (f FailMode) String() string {
-	switch f {
-	case Open:
-		return "open"
-	case Closed:
-		return "closed"
-	case Local:
-		return "local"
-	}
-	return "FailMode(" + strconv.Itoa(int(f)) + ")"
-}
+var failModeNames = [...]string{Open: "open", Closed: "closed", Local: "local"}
+
+func (f FailMode) String() string { return enumString(failModeNames[:], "FailMode", int(f)) }
 
 // Defaults of Options' zero values.
 const (
@@ -170,19 +152,9 @@ const (
 	Error
 )
 
-func (o Outcome) String() string {
-	switch o {
-	case Allowed:
-		return "allowed"
-	case Limited:
-		return "limited"
-	case Fallback:
-		return "fallback"
-	case Error:
-		return "error"
-	}
-	return "Outcome(" + strconv.Itoa(int(o)) + ")"
-}
+var outcomeNames = [...]string{Allowed: "allowed", Limited: "limited", Fallback: "fallback", Error: "error"}
+
+func (o Outcome) String() string { return enumString(outcomeNames[:], "Outcome", int(o)) }
 
 // Source says who made a Decision.
 type Source int
@@ -195,21 +167,9 @@ const (
 	SourceClosed                  // the Closed fallback
 )
 
-func (s Source) String() string {
-	switch s {
-	case SourceServer:
-		return "server"
-	case SourceDenyCache:
-		return "denycache"
-	case SourceLocal:
-		return "local"
-	case SourceOpen:
-		return "open"
-	case SourceClosed:
-		return "closed"
-	}
-	return "Source(" + strconv.Itoa(int(s)) + ")"
-}
+var sourceNames = [...]string{SourceServer: "server", SourceDenyCache: "denycache", SourceLocal: "local", SourceOpen: "open", SourceClosed: "closed"}
+
+func (s Source) String() string { return enumString(sourceNames[:], "Source", int(s)) }
 
 // Decision is what the middleware decided for one request.
 type Decision struct {
@@ -834,4 +794,13 @@ func (b *breaker) trip(now time.Time, every time.Duration) {
 // retryAfter is the time until the next probe (at least 1 s in the header).
 func (b *breaker) retryAfter(now time.Time) time.Duration {
 	return time.Duration(b.nextProbe.Load() - now.UnixNano())
+}
+
+// enumString is the String of one of this package's enumerations: its
+// name in names, or typ(v) for a value without one.
+func enumString(names []string, typ string, v int) string {
+	if v >= 0 && v < len(names) && names[v] != "" {
+		return names[v]
+	}
+	return typ + "(" + strconv.Itoa(v) + ")"
 }

@@ -102,7 +102,7 @@ type wrapped struct{ *redis.Client }
 
 // The call is made directly only when the go-redis client applies context
 // deadlines to its sockets; otherwise through the guard goroutine (the
-// deadline tests in client_test/httplimit check the time in both cases).
+// deadline tests in tests/client/httplimit check the time in both cases).
 func TestDirectCall(t *testing.T) {
 	lims := []Limit{perIP(5, 10*s, GCRA)}
 	for _, tc := range []struct {

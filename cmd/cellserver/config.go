@@ -38,30 +38,45 @@ func envName(opt string) string {
 	return "CELLSERVER_" + strings.ToUpper(strings.ReplaceAll(opt, "-", "_"))
 }
 
-func setString(p func(*server.Config) *string) func(*server.Config, string) error {
-	return func(c *server.Config, v string) error { *p(c) = v; return nil }
-}
-
-func setInt(p func(*server.Config) *int) func(*server.Config, string) error {
+// setter is an option's set function: parse reads the value, which is
+// stored at p(c).
+func setter[T any](p func(*server.Config) *T, parse func(string) (T, error)) func(*server.Config, string) error {
 	return func(c *server.Config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return fmt.Errorf("not an integer: %q", v)
-		}
-		*p(c) = n
-		return nil
-	}
-}
-
-func setInt64(p func(*server.Config) *int64) func(*server.Config, string) error {
-	return func(c *server.Config, v string) error {
-		n, err := parseBytes(v)
+		x, err := parse(v)
 		if err != nil {
 			return err
 		}
-		*p(c) = n
+		*p(c) = x
 		return nil
 	}
+}
+
+func setString(p func(*server.Config) *string) func(*server.Config, string) error {
+	return setter(p, func(v string) (string, error) { return v, nil })
+}
+
+func setInt(p func(*server.Config) *int) func(*server.Config, string) error {
+	return setter(p, parseInt)
+}
+
+func setInt64(p func(*server.Config) *int64) func(*server.Config, string) error {
+	return setter(p, parseBytes)
+}
+
+func setDuration(p func(*server.Config) *time.Duration) func(*server.Config, string) error {
+	return setter(p, parseDuration)
+}
+
+func setBool(p func(*server.Config) *bool) func(*server.Config, string) error {
+	return setter(p, parseBool)
+}
+
+func parseInt(v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("not an integer: %q", v)
+	}
+	return n, nil
 }
 
 // parseBytes accepts an integer with an optional k/kb/m/mb/g/gb suffix
@@ -88,33 +103,26 @@ func parseBytes(v string) (int64, error) {
 	return n * mult, nil
 }
 
-func setDuration(p func(*server.Config) *time.Duration) func(*server.Config, string) error {
-	return func(c *server.Config, v string) error {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil { // plain seconds, as redis.conf
-			*p(c) = time.Duration(n) * time.Second
-			return nil
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return fmt.Errorf("not a duration: %q", v)
-		}
-		*p(c) = d
-		return nil
+// parseDuration accepts plain seconds, as redis.conf, or a Go duration.
+func parseDuration(v string) (time.Duration, error) {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.Duration(n) * time.Second, nil
 	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("not a duration: %q", v)
+	}
+	return d, nil
 }
 
-func setBool(p func(*server.Config) *bool) func(*server.Config, string) error {
-	return func(c *server.Config, v string) error {
-		switch strings.ToLower(v) {
-		case "yes", "true", "1", "on":
-			*p(c) = true
-		case "no", "false", "0", "off":
-			*p(c) = false
-		default:
-			return fmt.Errorf("not yes or no: %q", v)
-		}
-		return nil
+func parseBool(v string) (bool, error) {
+	switch strings.ToLower(v) {
+	case "yes", "true", "1", "on":
+		return true, nil
+	case "no", "false", "0", "off":
+		return false, nil
 	}
+	return false, fmt.Errorf("not yes or no: %q", v)
 }
 
 // setSlowlog maps Redis's microseconds (0: everything, negative: off).

@@ -216,7 +216,7 @@ func num(s string) int {
 }
 
 // TestNestedModules checks what the repository's nested modules (the
-// client side, README "Go client") need elsewhere:
+// client side, docs/client.md) need elsewhere:
 //   - every go.mod below the root, outside testdata, is in the Makefile's
 //     MODULES, which make test, make vet and so CI run in each (go test ./...
 //     at the root does not enter a nested module);

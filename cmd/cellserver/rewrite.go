@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/commands"
 )
 
@@ -94,7 +95,7 @@ func (r *configRewriter) rewrite(runtime []commands.Setting) error {
 
 // rewriteConfigFile replaces the config file at path (the file a symbolic
 // link points to, keeping the link) with rewriteConfig's result, atomically.
-func rewriteConfigFile(path string, runtime []commands.Setting) (err error) {
+func rewriteConfigFile(path string, runtime []commands.Setting) error {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return err
@@ -107,39 +108,7 @@ func rewriteConfigFile(path string, runtime []commands.Setting) (err error) {
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(real)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(real)+".rewrite-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err = tmp.Write(rewriteConfig(old, runtime)); err != nil {
-		return err
-	}
-	if err = tmp.Chmod(fi.Mode().Perm()); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(tmp.Name(), real); err != nil {
-		return err
-	}
-	// The rename is durable once the directory is synced.
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return cluster.WriteFileAtomic(real, rewriteConfig(old, runtime), fi.Mode().Perm())
 }
 
 // rewriteConfig returns the config file old with the settings in runtime

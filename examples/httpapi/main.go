@@ -1,6 +1,6 @@
 // Command httpapi is an HTTP service whose every client IP may make 5
 // requests per 10 s, counted by cellserver through the httplimit
-// middleware: the README's client example.
+// middleware: the client example of docs/client.md.
 //
 //	go run ./cmd/cellserver &
 //	go run ./examples/httpapi --redis 127.0.0.1:6379 --addr 127.0.0.1:8080 --on-error local

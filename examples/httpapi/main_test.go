@@ -42,7 +42,7 @@ func get(t *testing.T, url string) *http.Response {
 	return resp
 }
 
-// TestFivePerTenSeconds: the README's example, against an in-process
+// TestFivePerTenSeconds: the example of docs/client.md, against an in-process
 // cellserver whose clock stands still: five requests pass with the
 // draft-11 headers, the sixth gets 429 with Retry-After; 2 s later (one
 // unit of 5 per 10 s) one more passes.

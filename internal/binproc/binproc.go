@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -193,6 +194,33 @@ func StartServer(t testing.TB, args ...string) (*Proc, string) {
 	return nil, ""
 }
 
+// Alive reports whether the process has not exited.
+func (p *Proc) Alive() bool {
+	select {
+	case <-p.Exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Stop sends SIGTERM and fails the test unless the process then exits
+// with status 0 within d: a clean, graceful shutdown.
+func (p *Proc) Stop(t testing.TB, d time.Duration) {
+	t.Helper()
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+	select {
+	case <-p.Exited:
+		if p.Err != nil {
+			t.Fatalf("cellserver exit after SIGTERM: %v\n%s", p.Err, p.Logs)
+		}
+	case <-time.After(d):
+		t.Fatalf("cellserver did not exit within %v of SIGTERM\n%s", d, p.Logs)
+	}
+}
+
 // Kill kills the process if it is still running and waits for it.
 func (p *Proc) Kill() {
 	select {
@@ -200,26 +228,6 @@ func (p *Proc) Kill() {
 	default:
 		_ = p.Cmd.Process.Kill()
 		<-p.Exited
-	}
-}
-
-// WaitFor polls cond every period until it holds, failing the test with
-// cond's last explanation once timeout has passed: how multi-process
-// tests wait for another process to reach a state, without fixed sleeps.
-func WaitFor(t testing.TB, timeout, period time.Duration, what string, cond func() (ok bool, last string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(period)
-	defer tick.Stop()
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s; last: %s", timeout, what, last)
-		}
-		<-tick.C
 	}
 }
 

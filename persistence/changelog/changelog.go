@@ -224,12 +224,18 @@ func (s *Store) Attach(ks *keyspace.Keyspace) error {
 	replayed := s.stats.replayed > 0
 	s.stats.Unlock()
 	if replayed {
-		select {
-		case s.kick <- struct{}{}:
-		default:
-		}
+		s.kickCheckpointer()
 	}
 	return nil
+}
+
+// kickCheckpointer asks the checkpointer for a checkpoint, unless one is
+// asked for already.
+func (s *Store) kickCheckpointer() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
 }
 
 // LoadBase implements persistence.Replayer: the wrapped store's records,
@@ -448,10 +454,7 @@ func (s *Store) writeLocked(buf []byte, sync bool) error {
 	}
 	s.mu.Unlock()
 	if kick {
-		select {
-		case s.kick <- struct{}{}:
-		default:
-		}
+		s.kickCheckpointer()
 	}
 	return nil
 }

@@ -6,11 +6,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/persistence"
 	"github.com/cellserver/cellserver/persistence/internal/storetest"
@@ -202,19 +202,7 @@ func TestCheckpointBySize(t *testing.T) {
 		change(rng, sv.ks, 1000, 100)
 		sv.written(t)
 	}
-	waitFor(t, "a checkpoint started by the log's size", func() bool { return sv.s.Stats().Checkpoints > 0 })
-}
-
-// waitFor polls cond for up to 20 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		runtime.Gosched() // a poll with a deadline
-	}
+	testwait.Until(t, 20*time.Second, "a checkpoint started by the log's size", func() bool { return sv.s.Stats().Checkpoints > 0 })
 }
 
 // TestInfoCountsPendingKeys: INFO's checkpoint_pending_keys counts the

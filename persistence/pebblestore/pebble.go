@@ -637,6 +637,17 @@ func panicError(r any) error {
 	return fmt.Errorf("%v", r)
 }
 
+// use runs f on the current database, shared (acquire), under guard:
+// how a call that does not need the store to itself reaches pebble.
+func (p *Store) use(op string, f func(db *pebble.DB, in *instance) error) error {
+	db, in, unlock, err := p.acquire(false)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return p.guard(in, op, func() error { return f(db, in) })
+}
+
 // guard runs f, a call into pebble's database of instance in, and turns a
 // panic in it into an error: the instance is then broken (and wedged, as
 // pebble may have panicked holding its locks). A Fatalf that pebble logs
@@ -768,14 +779,7 @@ func (p *Store) rewriteTail(db *pebble.DB, in *instance) error {
 		}
 		t = t[4+n:]
 	}
-	if err := db.LogData(nil, pebble.Sync); err != nil {
-		return p.wrap("sync", err)
-	}
-	if err := in.err(); err != nil {
-		return err
-	}
-	p.tail = p.tail[:0]
-	return nil
+	return p.syncTailLocked(db, in)
 }
 
 func writeOptions(sync bool) *pebble.WriteOptions {
@@ -1052,12 +1056,7 @@ func deleteLastDB(b *pebble.Batch) error {
 // pebble.Sync, which fsyncs the WAL and with it every earlier batch. After
 // a failure it first reopens the database (see Store).
 func (p *Store) Sync() error {
-	db, in, unlock, err := p.acquire(false)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	return p.guard(in, "sync", func() error {
+	return p.use("sync", func(db *pebble.DB, in *instance) error {
 		p.tailMu.Lock()
 		defer p.tailMu.Unlock()
 		return p.syncTailLocked(db, in)
@@ -1079,15 +1078,20 @@ func (p *Store) syncTailLocked(db *pebble.DB, in *instance) error {
 
 // Load implements Store; the iterator reads a consistent snapshot.
 func (p *Store) Load(fn func(db int, key, value []byte) error) error {
-	db, in, unlock, err := p.acquire(false)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	// An error of fn is returned as it is, not taken for a pebble failure.
+	return p.scanRecords(dbPrefix(0), nil, func(k, v []byte) error {
+		return fn(int(binary.BigEndian.Uint16(k)), k[recordPrefix:], v)
+	})
+}
+
+// scanRecords calls fn for every record from lower to upper (nil: to the
+// end), in key order, from a consistent snapshot: k is the whole record
+// key (checked by checkRecordKey), v its value, both valid during the call
+// only. An error of fn stops the scan and is returned as it is, not taken
+// for a pebble failure.
+func (p *Store) scanRecords(lower, upper []byte, fn func(k, v []byte) error) error {
 	var fnErr error
-	err = p.guard(in, "read", func() error {
-		it, err := db.NewIter(&pebble.IterOptions{LowerBound: dbPrefix(0)})
+	err := p.use("read", func(db *pebble.DB, _ *instance) error {
+		it, err := db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 		if err != nil {
 			return p.wrap("read", err)
 		}
@@ -1101,7 +1105,7 @@ func (p *Store) Load(fn func(db int, key, value []byte) error) error {
 			if err != nil {
 				return p.wrap("read", err)
 			}
-			if fnErr = fn(int(binary.BigEndian.Uint16(k)), k[recordPrefix:], v); fnErr != nil {
+			if fnErr = fn(k, v); fnErr != nil {
 				return nil
 			}
 		}
@@ -1137,45 +1141,12 @@ func (p *Store) LoadSlot(db int, slot uint16, fn func(key, value []byte) error) 
 	if db < 0 || db > persistence.MaxDB || slot >= keyslot.Slots {
 		return fmt.Errorf("persistence: LoadSlot: db %d or slot %d out of range", db, slot)
 	}
-	pdb, in, unlock, err := p.acquire(false)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	var fnErr error
 	lower := slotPrefix(db, slot)
 	var upper []byte
 	if db < persistence.MaxDB || slot < keyslot.Slots-1 {
 		upper = binary.BigEndian.AppendUint32(nil, binary.BigEndian.Uint32(lower)+1)
 	}
-	err = p.guard(in, "read", func() error {
-		it, err := pdb.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
-		if err != nil {
-			return p.wrap("read", err)
-		}
-		defer it.Close()
-		for ok := it.First(); ok; ok = it.Next() {
-			k := it.Key()
-			if err := p.checkRecordKey(k); err != nil {
-				return err
-			}
-			v, err := it.ValueAndErr()
-			if err != nil {
-				return p.wrap("read", err)
-			}
-			if fnErr = fn(k[recordPrefix:], v); fnErr != nil {
-				return nil
-			}
-		}
-		if err := it.Error(); err != nil {
-			return p.wrap("read", err)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return fnErr
+	return p.scanRecords(lower, upper, func(k, v []byte) error { return fn(k[recordPrefix:], v) })
 }
 
 // DiskUsage implements Store with pebble's metrics (DiskSpaceUsage): WAL,
@@ -1233,12 +1204,7 @@ func (p *Store) Reopened() (reopened, abandoned int64) {
 // Flush writes pebble's memtables to tables (persistence.Flusher): the
 // next open then reads tables instead of replaying the WAL.
 func (p *Store) Flush() error {
-	db, in, unlock, err := p.acquire(false)
-	if err != nil {
-		return err
-	}
-	defer unlock()
-	return p.guard(in, "flush", func() error {
+	return p.use("flush", func(db *pebble.DB, _ *instance) error {
 		if err := db.Flush(); err != nil {
 			return p.wrap("flush", err)
 		}

@@ -1,6 +1,0 @@
-//go:build race
-
-package hostile_test
-
-// raceEnabled: this test binary runs under the race detector.
-const raceEnabled = true
