@@ -20,11 +20,7 @@ type client struct {
 	// The connection (cmd_connection.go).
 	db     atomic.Int32 // SELECTed database; read by CLIENT LIST
 	authed bool         // AUTH done, or no password configured
-	// resp3 is set by HELLO 3 and cleared by HELLO 2 and RESET: the reply
-	// helpers then write RESP3's types (maps, sets, nulls, verbatim
-	// strings). Read by CLIENT LIST (resp=), hence atomic.
-	resp3  atomic.Bool
-	denied bool // protected mode refuses this client
+	denied bool         // protected mode refuses this client
 	// readonly: READONLY, a replica may serve this client's reads
 	// (cluster mode; cmd_cluster.go).
 	readonly bool
@@ -173,3 +169,10 @@ func (x *ctx) unlock(sh *keyspace.Shard) {
 		sh.Unlock()
 	}
 }
+
+// resp3 reports whether the client negotiated RESP3 (HELLO 3; HELLO 2
+// and RESET return to RESP2): the reply helpers then write RESP3's types
+// (maps, sets, nulls, verbatim strings). The protocol is the connection's
+// (resp.Conn.Protocol), read by CLIENT LIST (resp=) and by the clients
+// that push to this one.
+func (cl *client) resp3() bool { return cl.conn.Protocol() == resp.RESP3 }

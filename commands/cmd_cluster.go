@@ -141,7 +141,7 @@ func cmdAsking(x *ctx) {
 // disconnected (resp.Conn.AppendShared).
 func (x *ctx) clusterReply(kind cluster.ReplyKind, build func(x *ctx, v *cluster.View), bound func(v *cluster.View) int) {
 	v := x.s.cluster.state.View()
-	b := v.Reply(kind, x.cl.resp3.Load(), func() []byte {
+	b := v.Reply(kind, x.cl.resp3(), func() []byte {
 		out := x.c.Out
 		x.c.Out = nil
 		if bound != nil {

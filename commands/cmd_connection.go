@@ -16,7 +16,7 @@ import (
 const redisCompatVers = "7.0.15" // the Redis version whose behaviour cellserver follows
 
 func cmdPing(x *ctx) {
-	if len(x.args) <= 2 && !x.cl.resp3.Load() && x.cl.subscribed() {
+	if len(x.args) <= 2 && !x.cl.resp3() && x.cl.subscribed() {
 		// Subscribed RESP2 mode: a reply that reads as a message.
 		x.array(2)
 		x.bulkStr("pong")
@@ -68,7 +68,7 @@ func cmdReset(x *ctx) {
 	cl.meta.name = ""
 	cl.meta.mu.Unlock()
 	cl.setAuthed(x.s.auth.password == "")
-	cl.resp3.Store(false)
+	cl.conn.SetProtocol(resp.RESP2)
 	x.status("RESET")
 }
 
@@ -180,7 +180,7 @@ func cmdHello(x *ctx) {
 		return
 	}
 	if v != 0 {
-		x.cl.resp3.Store(v == 3)
+		x.c.SetProtocol(resp.Protocol(v))
 	}
 	x.mapLen(7)
 	x.bulkStr("server")
@@ -188,7 +188,7 @@ func cmdHello(x *ctx) {
 	x.bulkStr("version")
 	x.bulkStr(redisCompatVers)
 	x.bulkStr("proto")
-	if x.cl.resp3.Load() {
+	if x.cl.resp3() {
 		x.int(3)
 	} else {
 		x.int(2)
@@ -445,7 +445,7 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 	}
 	itoa := strconv.Itoa
 	proto := "2"
-	if cl.resp3.Load() {
+	if cl.resp3() {
 		proto = "3"
 	}
 	fields := []string{

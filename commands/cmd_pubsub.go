@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cellserver/cellserver/glob"
+	"github.com/cellserver/cellserver/resp"
 )
 
 // Pub/sub, with Redis 7.0's replies (src/pubsub.c). A client subscribes to
@@ -173,7 +174,7 @@ func (t *pubsubTable) publish(channel, msg []byte) int64 {
 }
 
 func protoIndex(cl *client) int {
-	if cl.resp3.Load() {
+	if cl.resp3() {
 		return 1
 	}
 	return 0
@@ -183,15 +184,15 @@ func protoIndex(cl *client) int {
 // RESP2 (proto 0), a push in RESP3 (proto 1).
 func messageFrame(proto int, pattern, channel, msg []byte) []byte {
 	b := make([]byte, 0, 48+len(pattern)+len(channel)+len(msg))
-	kind := byte('*')
+	p := resp.RESP2
 	if proto == 1 {
-		kind = '>'
+		p = resp.RESP3
 	}
 	if pattern == nil {
-		b = append(b, kind, '3', '\r', '\n')
+		b = resp.AppendPushLen(b, p, 3)
 		b = appendBulk(b, []byte("message"))
 	} else {
-		b = append(b, kind, '4', '\r', '\n')
+		b = resp.AppendPushLen(b, p, 4)
 		b = appendBulk(b, []byte("pmessage"))
 		b = appendBulk(b, pattern)
 	}
@@ -209,13 +210,7 @@ func appendBulk(b, s []byte) []byte {
 
 // pushLen starts a pub/sub confirmation: a push of n elements in RESP3,
 // an array in RESP2.
-func (x *ctx) pushLen(n int) {
-	if x.cl.resp3.Load() {
-		x.c.Out = appendLen(x.c.Out, '>', n)
-		return
-	}
-	x.array(n)
-}
+func (x *ctx) pushLen(n int) { x.c.Out = resp.AppendPushLen(x.c.Out, x.proto(), n) }
 
 // subReply writes one (un)subscribe confirmation: kind, the channel or
 // pattern (nil: a null, for an UNSUBSCRIBE with nothing to remove), and

@@ -201,20 +201,20 @@ func (cl *client) sendInvalidation(frame []byte) {
 		t := cl.track.redir.Load()
 		if t == nil || t.closed.Load() {
 			cl.track.redirBroken.Store(true)
-			if cl.resp3.Load() {
+			if cl.resp3() {
 				b := append([]byte(">2\r\n$21\r\ntracking-redir-broken\r\n:"), strconv.FormatInt(id, 10)...)
 				cl.conn.Push(append(b, '\r', '\n'))
 			}
 			return
 		}
-		if t.resp3.Load() {
+		if t.resp3() {
 			t.conn.Push(frame)
 		} else if t.subscribed() {
 			t.conn.Push(invalidateMessage(frame))
 		}
 		return
 	}
-	if cl.resp3.Load() {
+	if cl.resp3() {
 		cl.conn.Push(frame)
 	}
 }

@@ -83,7 +83,7 @@ func (s *Service) dispatch(x *ctx) {
 	}
 	// A RESP2 client in subscribed mode reads messages on its connection:
 	// only the commands that change subscriptions, PING, QUIT and RESET.
-	if !cl.resp3.Load() && cl.subscribed() && !allowedSubscribed(sp) {
+	if !cl.resp3() && cl.subscribed() && !allowedSubscribed(sp) {
 		s.reject(x, sp, errPubsubContext(sp.Name))
 		return
 	}
