@@ -49,7 +49,7 @@ func benchDispatch(b *testing.B, cmds [][]string) { benchDispatchWith(b, nil, cm
 
 // benchDispatchWith is benchDispatch on a server that setup (if not nil)
 // has prepared first.
-func benchDispatchWith(b *testing.B, setup func(srv *commands.Server), cmds [][]string) {
+func benchDispatchWith(b *testing.B, setup func(srv *commands.Service), cmds [][]string) {
 	srv, err := commands.New(commands.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
@@ -61,7 +61,7 @@ func benchDispatchWith(b *testing.B, setup func(srv *commands.Server), cmds [][]
 }
 
 // benchOn runs cmds in turn on srv, as benchDispatch.
-func benchOn(b *testing.B, srv *commands.Server, cmds [][]string) {
+func benchOn(b *testing.B, srv *commands.Service, cmds [][]string) {
 	conn := new(resp.Conn)
 	srv.Open(conn)
 	defer srv.Close(conn)
@@ -209,8 +209,8 @@ func BenchmarkThrottleTrackingPrefixes(b *testing.B) {
 		{"prefixes=1000", "session%04d:"},
 		{"prefixes=1000-nearmiss", "tenant%04d:"},
 	}
-	setup := func(format string) func(srv *commands.Server) {
-		return func(srv *commands.Server) {
+	setup := func(format string) func(srv *commands.Service) {
+		return func(srv *commands.Service) {
 			if format == "" {
 				return
 			}
@@ -236,7 +236,7 @@ func BenchmarkThrottleTrackingPrefixes(b *testing.B) {
 				args[i] = append(args[i], []byte(a))
 			}
 		}
-		srvs := make([]*commands.Server, len(variants))
+		srvs := make([]*commands.Service, len(variants))
 		conns := make([]*resp.Conn, len(variants))
 		for k, v := range variants {
 			srv, err := commands.New(commands.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})

@@ -18,7 +18,7 @@ type blockedCall struct {
 
 // block is x.c.Block counted in blocked_clients: the returned resume
 // uncounts the client before it hands the reply over (so a client that
-// reads its reply sees itself uncounted), and Server.Close uncounts a
+// reads its reply sees itself uncounted), and Service.Close uncounts a
 // client that leaves while blocked (dropBlocked).
 func (x *ctx) block() (resume func(reply []byte), b *blockedCall) {
 	s, cl := x.s, x.cl
@@ -36,7 +36,7 @@ func (x *ctx) block() (resume func(reply []byte), b *blockedCall) {
 }
 
 // unblocked uncounts b, once.
-func (s *Server) unblocked(b *blockedCall) {
+func (s *Service) unblocked(b *blockedCall) {
 	if b.done.CompareAndSwap(false, true) {
 		s.blocked.Add(-1)
 	}
@@ -44,7 +44,7 @@ func (s *Server) unblocked(b *blockedCall) {
 
 // dropBlocked uncounts cl's block, if any, and forgets what it waits
 // for: cl left.
-func (s *Server) dropBlocked(cl *client) {
+func (s *Service) dropBlocked(cl *client) {
 	if b := cl.blocked.Swap(nil); b != nil {
 		s.unblocked(b)
 		if b.leave != nil {

@@ -1,145 +1,80 @@
 package commands
 
 import (
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/armon/go-radix"
 
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/limiter"
 	"github.com/cellserver/cellserver/policy"
 	"github.com/cellserver/cellserver/resp"
-	"github.com/tidwall/redcon"
 )
 
-// client is the per-connection state. Fields without a comment are used
-// only by the connection's own goroutine.
+// client is the per-connection state, grouped by the file that owns it.
+// Fields without a comment are used only by the connection's own
+// goroutine.
 type client struct {
 	conn *resp.Conn
 	x    ctx // reused for every command of this connection
 
+	// The connection (cmd_connection.go).
 	db     atomic.Int32 // SELECTed database; read by CLIENT LIST
 	authed bool         // AUTH done, or no password configured
-	// resp3 is set by HELLO 3 and cleared by HELLO 2 and RESET: the reply
-	// helpers then write RESP3's types (maps, sets, nulls, verbatim
-	// strings). Read by CLIENT LIST (resp=), hence atomic.
-	resp3  atomic.Bool
-	denied bool // protected mode refuses this client
+	denied bool         // protected mode refuses this client
+	// readonly: READONLY, a replica may serve this client's reads
+	// (cluster mode; cmd_cluster.go).
+	readonly bool
 	// shard is the statistics' shard this client counts in (its event
-	// loop's); 16 bits fit in the padding after denied.
+	// loop's); 16 bits fit in the padding after readonly.
 	shard uint16
 	// pendingSeq is the persistence sequence this client's replies wait
-	// for (fsync always); 0 when nothing is pending.
+	// for (fsync always); 0 when nothing is pending (Service.BeforeWrite).
 	pendingSeq uint64
-	lower      [32]byte             // scratch for lower-casing command names
-	num        [20]byte             // scratch for a number GET shows (withString)
-	leases     limiter.Leases       // scratch for packed CL.ACQUIRE state (leasesOf)
-	checks     [4]check             // CL.ALL's parsed checks (cmdAll)
-	polBuf     []byte               // CL.APPLY's derived keys (applyKeys)
+	scratch    clientScratch
 	lastCmd    atomic.Pointer[Spec] // read by CLIENT LIST
+	clock      clientClock          // ctx.clockNS and Service.call
 
-	// Clock readings (see ctx.clockNS and Server.call), in ns: the wall
-	// clock's offset from the monotonic one, as of baseMono; and the end
-	// of the last command, with the input read it came from.
-	baseWall, baseMono int64
-	lastEnd            time.Duration
-	lastBatch          uint64
-
-	// repl is what the client announced with REPLCONF (a replica);
-	// replOff is the replication offset after its last write command
-	// (what WAIT waits for).
-	repl    replState
-	replOff int64
-
-	readonly bool // READONLY: a replica may serve this client's reads (cluster mode)
-
-	inMulti    bool
-	multiBad   bool // a command failed to queue: EXEC aborts
-	queue      []queued
-	queueBytes int64        // queuedSize of queue
-	multiMem   atomic.Int64 // queueBytes, read by CLIENT LIST
-	multiSeen  atomic.Int32 // queued commands, -1 outside MULTI; read by CLIENT LIST
-
-	watched    []*watchedKey // WATCHed keys, registered in Server.watch
-	watchBytes int64         // their cost against Config.MultiMaxBytes
-	// dirty: a watched key changed, EXEC will abort (Redis's
-	// CLIENT_DIRTY_CAS). Set by whichever client changes the key.
-	dirty atomic.Bool
-
-	// trk holds the tracking flags (trkOn, ...); written by this client
-	// (under Server.track.mu for on/off), read by whichever client
-	// changes a key it tracks. trkPrefixes are its BCAST prefixes (keys
-	// of a radix tree, nil before any; guarded by Server.track.mu; read
-	// by this client's CLIENT TRACKING and TRACKINGINFO).
-	trk         atomic.Uint32
-	trkPrefixes *radix.Tree
-	// noloop mirrors trkNoloop for ctx.lockShards; held, heldMore and
-	// heldAll say which shard locks (or every one, in EXEC) this NOLOOP
-	// client holds, so that a change under one is known as its own
-	// (writer).
-	noloop   bool
-	held     [heldInline]atomic.Pointer[keyspace.Shard]
-	heldMore atomic.Pointer[[]*keyspace.Shard]
-	heldAll  atomic.Bool
-
-	// Buffers for commands with more keys than the context holds
-	// (keys.go): key positions, resolved keys, shards to lock, a
-	// transaction's keys, and a bitmap of one database's shards.
-	pos      []int
-	keyMore  []rkey
-	lockMore []*keyspace.Shard
-	execKeys []execKey
-	marks    []uint64
-	bigKeys  bool // one of these was used by the command (ctx.doneKeys)
-	// redir is the REDIRECT target (redirID its id, 0: none);
-	// redirBroken: it had gone at an invalidation. closed: the
-	// connection has ended (Server.Close), for clients redirecting to it.
-	redir       atomic.Pointer[client]
-	redirID     atomic.Int64
-	redirBroken atomic.Bool
-	closed      atomic.Bool
+	repl   replState  // REPLCONF, and WAIT's offset (cmd_replication.go)
+	multi  multiState // MULTI's queue and WATCHed keys (cmd_transactions.go)
+	track  trackState // client-side caching (cmd_tracking.go)
+	keyBuf keyBufs    // keys beyond the context's inline arrays (keys.go)
 	// blocked is the client's block counted in blocked_clients (nil:
 	// none; blocked.go).
 	blocked atomic.Pointer[blockedCall]
-	// killed: CLIENT KILL closed the connection, which CLIENT LIST and
-	// CLIENT KILL no longer count while it ends.
+	// closed: the connection has ended (Service.Close), for clients
+	// redirecting to it and lease waiters. killed: CLIENT KILL closed it,
+	// which CLIENT LIST and CLIENT KILL no longer count while it ends.
+	closed atomic.Bool
 	killed atomic.Bool
 
-	subs subscriptions // pub/sub channels and patterns (cmd_pubsub.go)
-
-	mu      sync.Mutex // guards name, libName, libVer
-	name    string
-	libName string
-	libVer  string
+	pubsub subscriptions // pub/sub channels and patterns (cmd_pubsub.go)
+	meta   clientMeta    // CLIENT SETNAME and SETINFO (cmd_connection.go)
 }
 
-type queued struct {
-	spec  *Spec
-	args  [][]byte
-	nkeys int // its keys, resolved by EXEC (resolveQueue)
+// clientScratch is the client's reusable buffers, so that the hot paths
+// do not allocate.
+type clientScratch struct {
+	lower  [32]byte       // for lower-casing command names (Service.lookup)
+	num    [20]byte       // a number GET shows (withString)
+	leases limiter.Leases // packed CL.ACQUIRE state (leasesOf)
+	checks [4]check       // CL.ALL's parsed checks (cmdAll)
+	polBuf []byte         // CL.APPLY's derived keys (applyKeys)
 }
 
-func (cl *client) multiFailed() {
-	if cl.inMulti {
-		cl.multiBad = true
-	}
-}
-
-func (cl *client) resetMulti() {
-	cl.inMulti = false
-	cl.multiBad = false
-	cl.queue = nil
-	cl.queueBytes = 0
-	cl.multiMem.Store(0)
+// clientClock is the client's clock readings (see ctx.clockNS and
+// Service.call), in ns: the wall clock's offset from the monotonic one,
+// as of baseMono; and the end of the last command, with the input read it
+// came from.
+type clientClock struct {
+	baseWall, baseMono int64
+	lastEnd            time.Duration
+	lastBatch          uint64
 }
 
 // ctx is the execution context of one command. Reply helpers append to the
 // connection's output buffer with redcon's appenders.
 type ctx struct {
-	s    *Server
+	s    *Service
 	c    *resp.Conn
 	cl   *client
 	spec *Spec
@@ -194,12 +129,12 @@ const clockRebase = int64(time.Millisecond)
 // within a millisecond.
 func (cl *client) wallNS(monoBase time.Time) int64 {
 	m := int64(time.Since(monoBase))
-	if cl.baseMono == 0 || m-cl.baseMono >= clockRebase || m < cl.baseMono {
+	if cl.clock.baseMono == 0 || m-cl.clock.baseMono >= clockRebase || m < cl.clock.baseMono {
 		t := time.Now()
-		cl.baseWall, cl.baseMono = t.UnixNano(), int64(t.Sub(monoBase))
-		return cl.baseWall
+		cl.clock.baseWall, cl.clock.baseMono = t.UnixNano(), int64(t.Sub(monoBase))
+		return cl.clock.baseWall
 	}
-	return cl.baseWall + (m - cl.baseMono)
+	return cl.clock.baseWall + (m - cl.clock.baseMono)
 }
 
 // clockMS is clockNS in whole milliseconds (floor), the unit of expiries.
@@ -220,101 +155,24 @@ func (x *ctx) db() *keyspace.DB { return x.s.ks.DB(int(x.cl.db.Load())) }
 func (x *ctx) lock(sh *keyspace.Shard) {
 	if !x.locked {
 		sh.Lock()
-		if x.cl.noloop {
-			x.cl.held[0].Store(sh)
+		if x.cl.track.noloop {
+			x.cl.track.held[0].Store(sh)
 		}
 	}
 }
 
 func (x *ctx) unlock(sh *keyspace.Shard) {
 	if !x.locked {
-		if x.cl.noloop {
-			x.cl.held[0].Store(nil)
+		if x.cl.track.noloop {
+			x.cl.track.held[0].Store(nil)
 		}
 		sh.Unlock()
 	}
 }
 
-// Reply helpers.
-
-func (x *ctx) errorReply(e wireErr) {
-	msg := sanitizeError(string(e))
-	x.failed = true
-	x.s.countError(msg)
-	x.c.Out = append(x.c.Out, '-')
-	x.c.Out = append(x.c.Out, msg...)
-	x.c.Out = append(x.c.Out, '\r', '\n')
-}
-
-func (x *ctx) status(s string)  { x.c.Out = redcon.AppendString(x.c.Out, s) }
-func (x *ctx) ok()              { x.c.Out = redcon.AppendOK(x.c.Out) }
-func (x *ctx) int(n int64)      { x.c.Out = redcon.AppendInt(x.c.Out, n) }
-func (x *ctx) array(n int)      { x.c.Out = redcon.AppendArray(x.c.Out, n) }
-func (x *ctx) bulk(b []byte)    { x.c.Out = redcon.AppendBulk(x.c.Out, b) }
-func (x *ctx) bulkStr(s string) { x.c.Out = redcon.AppendBulkString(x.c.Out, s) }
-
-// Protocol-aware helpers: RESP2 (the default) or RESP3 after HELLO 3, with
-// Redis 7's encodings (networking.c addReplyMapLen, addReplySetLen,
-// addReplyNull, addReplyNullArray, addReplyVerbatim).
-
-// null is a missing value: $-1 in RESP2, _ in RESP3.
-func (x *ctx) null() {
-	if x.cl.resp3.Load() {
-		x.c.Out = append(x.c.Out, "_\r\n"...)
-		return
-	}
-	x.c.Out = redcon.AppendNull(x.c.Out)
-}
-
-// nullArray is a missing aggregate (EXEC aborted by WATCH, CL.INFO of a
-// missing key): *-1 in RESP2, _ in RESP3.
-func (x *ctx) nullArray() {
-	if x.cl.resp3.Load() {
-		x.c.Out = append(x.c.Out, "_\r\n"...)
-		return
-	}
-	x.c.Out = append(x.c.Out, "*-1\r\n"...)
-}
-
-// mapLen starts a map of n key/value pairs: %n in RESP3, a flat array of
-// 2n elements in RESP2.
-func (x *ctx) mapLen(n int) {
-	if x.cl.resp3.Load() {
-		x.c.Out = appendLen(x.c.Out, '%', n)
-		return
-	}
-	x.array(2 * n)
-}
-
-// setLen starts a set of n elements: ~n in RESP3, an array in RESP2.
-func (x *ctx) setLen(n int) {
-	if x.cl.resp3.Load() {
-		x.c.Out = appendLen(x.c.Out, '~', n)
-		return
-	}
-	x.array(n)
-}
-
-// verbatim writes a text reply (INFO, CLIENT LIST): a verbatim string of
-// format txt in RESP3, a bulk string in RESP2.
-func (x *ctx) verbatim(s string) {
-	if !x.cl.resp3.Load() {
-		x.bulkStr(s)
-		return
-	}
-	x.c.Out = appendLen(x.c.Out, '=', len(s)+4)
-	x.c.Out = append(x.c.Out, "txt:"...)
-	x.c.Out = append(x.c.Out, s...)
-	x.c.Out = append(x.c.Out, '\r', '\n')
-}
-
-func appendLen(b []byte, kind byte, n int) []byte {
-	b = append(b, kind)
-	b = strconv.AppendInt(b, int64(n), 10)
-	return append(b, '\r', '\n')
-}
-
-func (x *ctx) bulkInt(n int64) {
-	var b [20]byte
-	x.bulk(strconv.AppendInt(b[:0], n, 10))
-}
+// resp3 reports whether the client negotiated RESP3 (HELLO 3; HELLO 2
+// and RESET return to RESP2): the reply helpers then write RESP3's types
+// (maps, sets, nulls, verbatim strings). The protocol is the connection's
+// (resp.Conn.Protocol), read by CLIENT LIST (resp=) and by the clients
+// that push to this one.
+func (cl *client) resp3() bool { return cl.conn.Protocol() == resp.RESP3 }

@@ -17,10 +17,10 @@ func TestWallNSFollowsTimeNow(t *testing.T) {
 	rebases := 0
 	for i := range n {
 		before := time.Now().UnixNano()
-		prev := cl.baseMono
+		prev := cl.clock.baseMono
 		got := cl.wallNS(base)
 		after := time.Now().UnixNano()
-		if cl.baseMono != prev {
+		if cl.clock.baseMono != prev {
 			rebases++
 		}
 		if got < before-int64(time.Millisecond) || got > after+int64(time.Millisecond) {

@@ -13,12 +13,21 @@ import (
 // 7.0.15's shapes; see cluster/replies.go for what cellserver shows where
 // Redis shows gossip state.
 
+// clusterMode is the node's cluster state (Config.Cluster; nil: cluster
+// mode off) and its slots' keys (Config.ClusterSlots).
+type clusterMode struct {
+	state *cluster.State
+	slots cluster.SlotStore
+	// on: the dispatcher computes each key's hash slot (rkey.slot).
+	on bool
+}
+
 // clusterCheck is the slot check of a command about to run or be queued,
 // as Redis's getNodeByQuery: noErr when this node serves the command's keys
 // (or it has none), else the MOVED, CROSSSLOT or CLUSTERDOWN error. EXEC
 // checks its queued commands together: their keys must share one slot.
-func (s *Server) clusterCheck(x *ctx, sp *Spec) wireErr {
-	if s.cluster == nil {
+func (s *Service) clusterCheck(x *ctx, sp *Spec) wireErr {
+	if s.cluster.state == nil {
 		return noErr
 	}
 	cl := x.cl
@@ -32,13 +41,13 @@ func (s *Server) clusterCheck(x *ctx, sp *Spec) wireErr {
 		return true
 	}
 	if sp.Name == "exec" {
-		if !cl.inMulti {
+		if !cl.multi.on {
 			return noErr
 		}
-		for _, q := range cl.queue {
+		for _, q := range cl.multi.queue {
 			if q.spec.Keys != nil { // movable keys (CL.ALL): as COMMAND GETKEYS finds them
-				cl.pos = q.spec.Keys(cl.pos[:0], q.args)
-				for _, p := range cl.pos {
+				cl.keyBuf.pos = q.spec.Keys(cl.keyBuf.pos[:0], q.args)
+				for _, p := range cl.keyBuf.pos {
 					if !same(keyslot.Of(q.args[p])) {
 						return msgCrossSlot
 					}
@@ -64,7 +73,7 @@ func (s *Server) clusterCheck(x *ctx, sp *Spec) wireErr {
 	if !keys {
 		return noErr
 	}
-	v := s.cluster.View()
+	v := s.cluster.state.View()
 	owner, ok := v.Route(slot, cl.readonly, write)
 	switch {
 	case ok:
@@ -78,12 +87,12 @@ func (s *Server) clusterCheck(x *ctx, sp *Spec) wireErr {
 // clusterReject answers a command clusterCheck refused, as Redis's
 // clusterRedirectClient: the error as it is (EXEC too, which discards the
 // transaction), and inside MULTI the transaction is flagged to abort.
-func (s *Server) clusterReject(x *ctx, sp *Spec, msg wireErr) {
+func (s *Service) clusterReject(x *ctx, sp *Spec, msg wireErr) {
 	cl := x.cl
 	sp.stats.rejected.Add(cl.shard, 1)
 	if sp.Name == "exec" {
 		cl.resetMulti()
-		cl.multiSeen.Store(-1)
+		cl.multi.seen.Store(-1)
 		s.unwatchAll(cl)
 	} else {
 		cl.multiFailed()
@@ -93,7 +102,7 @@ func (s *Server) clusterReject(x *ctx, sp *Spec, msg wireErr) {
 
 // clusterOn answers the disabled error when cluster mode is off.
 func clusterOn(x *ctx) bool {
-	if x.s.cluster == nil {
+	if x.s.cluster.state == nil {
 		x.errorReply(msgClusterDisabled)
 		return false
 	}
@@ -131,8 +140,8 @@ func cmdAsking(x *ctx) {
 // unless it would pass the output buffer limit: then the client is
 // disconnected (resp.Conn.AppendShared).
 func (x *ctx) clusterReply(kind cluster.ReplyKind, build func(x *ctx, v *cluster.View), bound func(v *cluster.View) int) {
-	v := x.s.cluster.View()
-	b := v.Reply(kind, x.cl.resp3.Load(), func() []byte {
+	v := x.s.cluster.state.View()
+	b := v.Reply(kind, x.cl.resp3(), func() []byte {
 		out := x.c.Out
 		x.c.Out = nil
 		if bound != nil {
@@ -259,7 +268,7 @@ func cmdClusterNodes(x *ctx) {
 
 func cmdClusterInfo(x *ctx) {
 	if clusterOn(x) {
-		x.verbatim(x.s.cluster.View().Info())
+		x.verbatim(x.s.cluster.state.View().Info())
 	}
 }
 
@@ -271,7 +280,7 @@ func cmdClusterKeyslot(x *ctx) {
 
 func cmdClusterMyID(x *ctx) {
 	if clusterOn(x) {
-		x.bulkStr(x.s.cluster.MyID())
+		x.bulkStr(x.s.cluster.state.MyID())
 	}
 }
 
@@ -280,7 +289,7 @@ func cmdClusterMyShardID(x *ctx) {
 	if !clusterOn(x) {
 		return
 	}
-	v := x.s.cluster.View()
+	v := x.s.cluster.state.View()
 	if v.Me == nil {
 		x.bulkStr(cluster.ShardID(&cluster.Shard{Master: cluster.Node{ID: v.ID}}))
 		return
@@ -310,7 +319,7 @@ func cmdClusterCountKeysInSlot(x *ctx) {
 	if !ok {
 		return
 	}
-	x.int(int64(x.s.slots.CountKeysInSlot(0, slot)))
+	x.int(int64(x.s.cluster.slots.CountKeysInSlot(0, slot)))
 }
 
 func cmdClusterGetKeysInSlot(x *ctx) {
@@ -327,7 +336,7 @@ func cmdClusterGetKeysInSlot(x *ctx) {
 		x.errorReply(msgInvalidSlotOrCount)
 		return
 	}
-	keys := x.s.slots.KeysInSlot(0, uint16(slot), int(min(count, 1<<20)))
+	keys := x.s.cluster.slots.KeysInSlot(0, uint16(slot), int(min(count, 1<<20)))
 	x.array(len(keys))
 	for _, k := range keys {
 		x.bulk(k)
@@ -375,7 +384,7 @@ func cmdCellClusterConfig(x *ctx) {
 		x.errorReply(errInvalidClusterConfig(strings.TrimPrefix(err.Error(), cluster.ErrInvalid.Error()+": ")))
 		return
 	}
-	if err := x.s.cluster.Install(t); err != nil {
+	if err := x.s.cluster.state.Install(t); err != nil {
 		x.errorReply(errClusterConfigFile(err))
 		return
 	}
@@ -389,10 +398,10 @@ func cmdCellClusterMyID(x *ctx) {
 	}
 	switch len(x.args) {
 	case 2:
-		x.bulkStr(x.s.cluster.MyID())
+		x.bulkStr(x.s.cluster.state.MyID())
 		return
 	case 3:
-		if err := x.s.cluster.SetMyID(string(x.args[2])); err != nil {
+		if err := x.s.cluster.state.SetMyID(string(x.args[2])); err != nil {
 			if errors.Is(err, cluster.ErrInvalidID) {
 				x.errorReply(errInvalidNodeID(strings.TrimPrefix(err.Error(), cluster.ErrInvalidID.Error()+": ")))
 				return
@@ -419,8 +428,8 @@ func cmdCellClusterHelp(x *ctx) {
 }
 
 // redisMode is INFO's redis_mode and HELLO's mode.
-func (s *Server) redisMode() string {
-	if s.cluster != nil {
+func (s *Service) redisMode() string {
+	if s.cluster.state != nil {
 		return "cluster"
 	}
 	return "standalone"

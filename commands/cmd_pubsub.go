@@ -5,6 +5,9 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/cellserver/cellserver/glob"
+	"github.com/cellserver/cellserver/resp"
 )
 
 // Pub/sub, with Redis 7.0's replies (src/pubsub.c). A client subscribes to
@@ -21,7 +24,7 @@ import (
 // UNSUBSCRIBE removed the channel.
 //
 // In RESP2 a subscribed client may only run (P)SUBSCRIBE, (P)UNSUBSCRIBE,
-// PING, QUIT and RESET (Server.dispatch); in RESP3 messages are push
+// PING, QUIT and RESET (Service.dispatch); in RESP3 messages are push
 // frames and every command is allowed, as in Redis.
 
 // pubsubTable is the server's subscription registry. It is safe for
@@ -59,7 +62,7 @@ func (cl *client) subscribed() bool { return cl.subCount() > 0 }
 
 // subCount is Redis's clientSubscriptionsCount: channels plus patterns.
 func (cl *client) subCount() int64 {
-	return int64(cl.subs.nChans.Load()) + int64(cl.subs.nPats.Load())
+	return int64(cl.pubsub.nChans.Load()) + int64(cl.pubsub.nPats.Load())
 }
 
 // add subscribes cl to name in m (channels or patterns); list is the
@@ -78,8 +81,8 @@ func (t *pubsubTable) add(m map[string]map[*client]struct{}, list *[]string, cl 
 	}
 	cls[cl] = struct{}{}
 	*list = append(*list, name)
-	cl.subs.nChans.Store(int32(len(cl.subs.chans)))
-	cl.subs.nPats.Store(int32(len(cl.subs.pats)))
+	cl.pubsub.nChans.Store(int32(len(cl.pubsub.chans)))
+	cl.pubsub.nPats.Store(int32(len(cl.pubsub.pats)))
 	return true
 }
 
@@ -104,8 +107,8 @@ func (t *pubsubTable) removeLocked(m map[string]map[*client]struct{}, list *[]st
 	if i := slices.Index(*list, name); i >= 0 {
 		*list = slices.Delete(*list, i, i+1)
 	}
-	cl.subs.nChans.Store(int32(len(cl.subs.chans)))
-	cl.subs.nPats.Store(int32(len(cl.subs.pats)))
+	cl.pubsub.nChans.Store(int32(len(cl.pubsub.chans)))
+	cl.pubsub.nPats.Store(int32(len(cl.pubsub.pats)))
 	return true
 }
 
@@ -114,9 +117,9 @@ func (t *pubsubTable) names(cl *client, pats bool) []string {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if pats {
-		return slices.Clone(cl.subs.pats)
+		return slices.Clone(cl.pubsub.pats)
 	}
-	return slices.Clone(cl.subs.chans)
+	return slices.Clone(cl.pubsub.chans)
 }
 
 // drop removes every subscription of cl, without replies (RESET, the
@@ -127,11 +130,11 @@ func (t *pubsubTable) drop(cl *client) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for len(cl.subs.chans) > 0 {
-		t.removeLocked(t.channels, &cl.subs.chans, cl, cl.subs.chans[0])
+	for len(cl.pubsub.chans) > 0 {
+		t.removeLocked(t.channels, &cl.pubsub.chans, cl, cl.pubsub.chans[0])
 	}
-	for len(cl.subs.pats) > 0 {
-		t.removeLocked(t.patterns, &cl.subs.pats, cl, cl.subs.pats[0])
+	for len(cl.pubsub.pats) > 0 {
+		t.removeLocked(t.patterns, &cl.pubsub.pats, cl, cl.pubsub.pats[0])
 	}
 }
 
@@ -154,7 +157,7 @@ func (t *pubsubTable) publish(channel, msg []byte) int64 {
 		n++
 	}
 	for pat, cls := range t.patterns {
-		if !globMatch([]byte(pat), channel, false) {
+		if !glob.Match([]byte(pat), channel, false) {
 			continue
 		}
 		var pframes [2][]byte
@@ -171,7 +174,7 @@ func (t *pubsubTable) publish(channel, msg []byte) int64 {
 }
 
 func protoIndex(cl *client) int {
-	if cl.resp3.Load() {
+	if cl.resp3() {
 		return 1
 	}
 	return 0
@@ -181,15 +184,15 @@ func protoIndex(cl *client) int {
 // RESP2 (proto 0), a push in RESP3 (proto 1).
 func messageFrame(proto int, pattern, channel, msg []byte) []byte {
 	b := make([]byte, 0, 48+len(pattern)+len(channel)+len(msg))
-	kind := byte('*')
+	p := resp.RESP2
 	if proto == 1 {
-		kind = '>'
+		p = resp.RESP3
 	}
 	if pattern == nil {
-		b = append(b, kind, '3', '\r', '\n')
+		b = resp.AppendPushLen(b, p, 3)
 		b = appendBulk(b, []byte("message"))
 	} else {
-		b = append(b, kind, '4', '\r', '\n')
+		b = resp.AppendPushLen(b, p, 4)
 		b = appendBulk(b, []byte("pmessage"))
 		b = appendBulk(b, pattern)
 	}
@@ -207,13 +210,7 @@ func appendBulk(b, s []byte) []byte {
 
 // pushLen starts a pub/sub confirmation: a push of n elements in RESP3,
 // an array in RESP2.
-func (x *ctx) pushLen(n int) {
-	if x.cl.resp3.Load() {
-		x.c.Out = appendLen(x.c.Out, '>', n)
-		return
-	}
-	x.array(n)
-}
+func (x *ctx) pushLen(n int) { x.c.Out = resp.AppendPushLen(x.c.Out, x.proto(), n) }
 
 // subReply writes one (un)subscribe confirmation: kind, the channel or
 // pattern (nil: a null, for an UNSUBSCRIBE with nothing to remove), and
@@ -233,7 +230,7 @@ func (x *ctx) subReply(kind string, name []byte) {
 func cmdSubscribe(x *ctx) {
 	t := x.s.pubsub
 	for _, ch := range x.args[1:] {
-		t.add(t.channels, &x.cl.subs.chans, x.cl, string(ch))
+		t.add(t.channels, &x.cl.pubsub.chans, x.cl, string(ch))
 		x.subReply("subscribe", ch)
 	}
 }
@@ -242,7 +239,7 @@ func cmdSubscribe(x *ctx) {
 func cmdPSubscribe(x *ctx) {
 	t := x.s.pubsub
 	for _, p := range x.args[1:] {
-		t.add(t.patterns, &x.cl.subs.pats, x.cl, string(p))
+		t.add(t.patterns, &x.cl.pubsub.pats, x.cl, string(p))
 		x.subReply("psubscribe", p)
 	}
 }
@@ -256,9 +253,9 @@ func cmdPUnsubscribe(x *ctx) { x.unsubscribe(true, "punsubscribe") }
 
 func (x *ctx) unsubscribe(pats bool, kind string) {
 	t := x.s.pubsub
-	m, list := t.channels, &x.cl.subs.chans
+	m, list := t.channels, &x.cl.pubsub.chans
 	if pats {
-		m, list = t.patterns, &x.cl.subs.pats
+		m, list = t.patterns, &x.cl.pubsub.pats
 	}
 	names := x.args[1:]
 	if len(names) == 0 {
@@ -297,7 +294,7 @@ func cmdPubsubChannels(x *ctx) {
 	t.mu.RLock()
 	var out []string
 	for ch := range t.channels {
-		if pat == nil || globMatch(pat, []byte(ch), false) {
+		if pat == nil || glob.Match(pat, []byte(ch), false) {
 			out = append(out, ch)
 		}
 	}

@@ -11,12 +11,29 @@ import (
 	"github.com/tidwall/redcon"
 )
 
-// replState is what one client told the primary with REPLCONF before PSYNC.
+// replRole is the node's replication (its methods promoted) and the
+// settings that refuse commands by role (Config.ReplicaPriority ...
+// MinReplicasMaxLag, KillReplicationLinks).
+type replRole struct {
+	*replication.Replication
+	priority    int  // INFO slave_priority
+	writable    bool // replica-read-only no
+	noStale     bool // replica-serve-stale-data no
+	minReplicas int  // min-replicas-to-write
+	minLag      time.Duration
+	killLinks   func(kind string) int // CLIENT KILL TYPE master|replica
+}
+
+// replState is what one client told the primary with REPLCONF before
+// PSYNC, and how far the stream had got after its last write.
 type replState struct {
 	port int    // listening-port
 	ip   string // ip-address
 	capa bool   // a cellserver replica of the current stream version (capa replication.Capability)
 	node string // node-id: the replica's node ID, checked for loops
+	// off is the replication offset after the client's last write command
+	// (what WAIT waits for).
+	off int64
 }
 
 // replCheck refuses a command the node's replication role forbids, as
@@ -24,23 +41,23 @@ type replState struct {
 // attached (min-replicas-to-write), writes on a read-only replica, and
 // commands without the stale flag while a replica that must not serve
 // stale data has no link. It returns the error, or noErr.
-func (s *Server) replCheck(cl *client, sp *Spec) wireErr {
-	write := sp.Flags&Write != 0 || sp.Name == "exec" && queuedWrite(cl.queue)
+func (s *Service) replCheck(cl *client, sp *Spec) wireErr {
+	write := sp.Flags&Write != 0 || sp.Name == "exec" && queuedWrite(cl.multi.queue)
 	replica := s.repl.IsReplica()
-	if write && !replica && s.minReplicas > 0 && s.repl.GoodReplicas(s.minReplicasLag) < s.minReplicas {
+	if write && !replica && s.repl.minReplicas > 0 && s.repl.GoodReplicas(s.repl.minLag) < s.repl.minReplicas {
 		return msgNoReplicas
 	}
-	if write && replica && !s.replicaWritable {
+	if write && replica && !s.repl.writable {
 		return msgReadOnly
 	}
-	if replica && s.replicaNoStale && sp.Flags&Stale == 0 && !s.repl.LinkUp() {
+	if replica && s.repl.noStale && sp.Flags&Stale == 0 && !s.repl.LinkUp() {
 		return msgMasterDown
 	}
 	return noErr
 }
 
 // Replication returns the node's replication state.
-func (s *Server) Replication() *replication.Replication { return s.repl }
+func (s *Service) Replication() *replication.Replication { return s.repl.Replication }
 
 // REPLICAOF host port | NO ONE (and SLAVEOF).
 func cmdReplicaOf(x *ctx) {
@@ -108,7 +125,7 @@ func cmdWait(x *ctx) {
 		x.errorReply(msgTimeoutNegative)
 		return
 	}
-	off := x.cl.replOff
+	off := x.cl.repl.off
 	if c := s.repl.Acked(off); int64(c) >= n || x.inExec {
 		x.int(int64(c))
 		return

@@ -5,6 +5,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/cellserver/cellserver/glob"
 )
 
 // COMMAND with no subcommand: the info of every top-level command.
@@ -16,7 +18,7 @@ func cmdCommand(x *ctx) {
 	}
 }
 
-func (s *Server) topNames() []string {
+func (s *Service) topNames() []string {
 	names := make([]string, 0, len(s.table))
 	for n := range s.table {
 		names = append(names, n)
@@ -45,7 +47,7 @@ func cmdCommandInfo(x *ctx) {
 }
 
 // findSpec resolves "name" or "container|sub", ignoring case.
-func (s *Server) findSpec(name []byte) *Spec {
+func (s *Service) findSpec(name []byte) *Spec {
 	n := strings.ToLower(string(name))
 	if i := strings.IndexByte(n, '|'); i >= 0 {
 		parent := s.table[n[:i]]
@@ -154,31 +156,28 @@ func cmdCommandDocs(x *ctx) {
 }
 
 func (x *ctx) commandDocs(sp *Spec) {
-	n := 1 // group is always there
-	for _, present := range []bool{sp.Summary != "", sp.Since != "", sp.Complex != "", sp.Module != "",
-		len(sp.Args) > 0, len(sp.Subs) > 0} {
+	// The text fields in Redis's order, each when set (group always).
+	texts := [...]struct{ name, val string }{
+		{"summary", sp.Summary}, {"since", sp.Since}, {"group", sp.Group},
+		{"complexity", sp.Complex}, {"module", sp.Module},
+	}
+	n := 0
+	for _, present := range []bool{len(sp.Args) > 0, len(sp.Subs) > 0} {
 		if present {
 			n++
 		}
 	}
+	for _, f := range texts {
+		if f.val != "" || f.name == "group" {
+			n++
+		}
+	}
 	x.mapLen(n)
-	if sp.Summary != "" {
-		x.bulkStr("summary")
-		x.bulkStr(sp.Summary)
-	}
-	if sp.Since != "" {
-		x.bulkStr("since")
-		x.bulkStr(sp.Since)
-	}
-	x.bulkStr("group")
-	x.bulkStr(sp.Group)
-	if sp.Complex != "" {
-		x.bulkStr("complexity")
-		x.bulkStr(sp.Complex)
-	}
-	if sp.Module != "" {
-		x.bulkStr("module")
-		x.bulkStr(sp.Module)
+	for _, f := range texts {
+		if f.val != "" || f.name == "group" {
+			x.bulkStr(f.name)
+			x.bulkStr(f.val)
+		}
 	}
 	if len(sp.Args) > 0 {
 		x.bulkStr("arguments")
@@ -248,9 +247,9 @@ func (x *ctx) argDocs(args []Arg) {
 func cmdCommandGetKeys(x *ctx) {
 	args := x.args[2:]
 	// As Redis's lookupCommand: a name, then a subcommand word; no "a|b".
-	sp := x.s.table[string(lowerInto(x.cl.lower[:0], args[0]))]
+	sp := x.s.table[string(lowerInto(x.cl.scratch.lower[:0], args[0]))]
 	if sp != nil && sp.subs != nil && len(args) >= 2 {
-		sp = sp.subs[string(lowerInto(x.cl.lower[:0], args[1]))]
+		sp = sp.subs[string(lowerInto(x.cl.scratch.lower[:0], args[1]))]
 	}
 	switch {
 	case sp == nil:
@@ -263,9 +262,9 @@ func cmdCommandGetKeys(x *ctx) {
 		x.errorReply(msgGetKeysArity)
 		return
 	}
-	pos := sp.keyPositions(x.cl.pos[:0], args)
-	x.cl.pos = pos
-	x.cl.bigKeys = true
+	pos := sp.keyPositions(x.cl.keyBuf.pos[:0], args)
+	x.cl.keyBuf.pos = pos
+	x.cl.keyBuf.used = true
 	if len(pos) == 0 {
 		x.errorReply(msgInvalidArgs)
 		return
@@ -300,7 +299,7 @@ func cmdCommandList(x *ctx) {
 				return false
 			}
 		case eqFold(x.args[3], "pattern"):
-			filter = func(sp *Spec) bool { return globMatch(val, []byte(sp.Name), true) }
+			filter = func(sp *Spec) bool { return glob.Match(val, []byte(sp.Name), true) }
 		default:
 			x.errorReply(msgSyntax)
 			return
@@ -371,7 +370,7 @@ func cmdConfigGet(x *ctx) {
 			continue
 		}
 		for _, st := range x.s.settings {
-			if !seen[st.Name] && globMatch(pat, []byte(st.Name), true) {
+			if !seen[st.Name] && glob.Match(pat, []byte(st.Name), true) {
 				seen[st.Name] = true
 				out = append(out, st)
 			}
@@ -390,9 +389,9 @@ func cmdConfigResetStat(x *ctx) {
 	for _, sp := range x.s.specs {
 		sp.stats.reset()
 	}
-	x.s.errMu.Lock()
-	x.s.errStats = make(map[string]int64)
-	x.s.errMu.Unlock()
+	x.s.stats.errMu.Lock()
+	x.s.stats.errors = make(map[string]int64)
+	x.s.stats.errMu.Unlock()
 	x.ok()
 }
 
@@ -430,39 +429,6 @@ func cmdConfigHelp(x *ctx) {
 		"    Prints this help.")
 }
 
-func cmdClientHelp(x *ctx) {
-	helpReply(x,
-		"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-		"GETNAME",
-		"    Return the name of the current connection.",
-		"ID",
-		"    Return the ID of the current connection.",
-		"INFO",
-		"    Return information about the current client connection.",
-		"KILL <ip:port>",
-		"    Kill connection made from <ip:port>.",
-		"KILL <option> <value> [<option> <value> [...]]",
-		"    Kill connections. Options are:",
-		"    * ADDR (<ip:port>|<unixsocket>:0)",
-		"      Kill connections made from the specified address",
-		"    * LADDR (<ip:port>|<unixsocket>:0)",
-		"      Kill connections made to specified local address",
-		"    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
-		"      Kill connections by type.",
-		"    * USER <username>",
-		"      Kill connections authenticated by <username>.",
-		"    * SKIPME (YES|NO)",
-		"      Skip killing current connection (default: yes).",
-		"LIST [TYPE (NORMAL|MASTER|REPLICA|PUBSUB)] [ID <id> [<id> ...]]",
-		"    Return information about client connections.",
-		"SETINFO <option> <value>",
-		"    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
-		"SETNAME <name>",
-		"    Assign the name <name> to the current connection.",
-		"HELP",
-		"    Prints this help.")
-}
-
 // INFO [section [section ...]]: the sections named (case-insensitive),
 // "default" (no argument: the same), "all" or "everything", in
 // infoSections' order.
@@ -490,7 +456,7 @@ func cmdInfo(x *ctx) {
 	x.verbatim(b.String())
 }
 
-func (s *Server) totalErrors() int64 {
+func (s *Service) totalErrors() int64 {
 	var n int64
 	for _, e := range s.errorStats() {
 		n += e.count
@@ -498,7 +464,7 @@ func (s *Server) totalErrors() int64 {
 	return n
 }
 
-func (s *Server) setting(name string) string {
+func (s *Service) setting(name string) string {
 	for _, st := range s.settings {
 		if st.Name == name {
 			return st.Value
@@ -513,4 +479,33 @@ func executable() string {
 		return ""
 	}
 	return p
+}
+
+func cmdDBSize(x *ctx) { x.int(int64(x.db().Size(x.locked))) }
+
+func cmdFlushDB(x *ctx) {
+	if !flushArgsOK(x) {
+		return
+	}
+	x.db().Flush(x.locked)
+	x.ok()
+}
+
+func cmdFlushAll(x *ctx) {
+	if !flushArgsOK(x) {
+		return
+	}
+	x.s.ks.FlushAll(x.locked)
+	x.ok()
+}
+
+func flushArgsOK(x *ctx) bool {
+	if len(x.args) == 2 && (eqFold(x.args[1], "async") || eqFold(x.args[1], "sync")) {
+		return true
+	}
+	if len(x.args) > 1 {
+		x.errorReply(msgSyntax)
+		return false
+	}
+	return true
 }

@@ -102,9 +102,9 @@ func (l *slowlog) maybeAdd(x *ctx, d time.Duration) {
 		}
 		args = append(args, string(a))
 	}
-	x.cl.mu.Lock()
-	name := x.cl.name
-	x.cl.mu.Unlock()
+	x.cl.meta.mu.Lock()
+	name := x.cl.meta.name
+	x.cl.meta.mu.Unlock()
 	l.mu.Lock()
 	e := slowEntry{id: l.nextID, at: time.Now().Unix(), micros: d.Microseconds(), args: args, addr: x.c.RemoteAddr(), clientNm: name}
 	l.nextID++

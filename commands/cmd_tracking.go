@@ -95,6 +95,31 @@ var trackingSettings = []Setting{
 	{Name: "tracking-max-prefix-len", Value: strconv.Itoa(TrackingMaxPrefixLen)},
 }
 
+// trackState is a client's part of client-side caching.
+type trackState struct {
+	// flags holds the tracking flags (trkOn, ...); written by this client
+	// (under Service.track.mu for on/off), read by whichever client
+	// changes a key it tracks.
+	flags atomic.Uint32
+	// noloop mirrors trkNoloop for ctx.lockShards; held, heldMore and
+	// heldAll say which shard locks (or every one, in EXEC) this NOLOOP
+	// client holds, so that a change under one is known as its own
+	// (writer).
+	noloop  bool
+	heldAll atomic.Bool
+	// redir is the REDIRECT target (redirID its id, 0: none);
+	// redirBroken: it had gone at an invalidation.
+	redirBroken atomic.Bool
+	// prefixes are the BCAST prefixes (keys of a radix tree, nil before
+	// any; guarded by Service.track.mu; read by this client's CLIENT
+	// TRACKING and TRACKINGINFO).
+	prefixes *radix.Tree
+	held     [heldInline]atomic.Pointer[keyspace.Shard]
+	heldMore atomic.Pointer[[]*keyspace.Shard]
+	redir    atomic.Pointer[client]
+	redirID  atomic.Int64
+}
+
 // trackTable is the server's tracking state. It is safe for concurrent
 // use.
 type trackTable struct {
@@ -169,33 +194,33 @@ var flushFrame = []byte(">2\r\n$10\r\ninvalidate\r\n_\r\n")
 // is sent tracking-redir-broken instead, as Redis 7.0 does, at every
 // invalidation.
 func (cl *client) sendInvalidation(frame []byte) {
-	if cl.trk.Load()&trkOn == 0 {
+	if cl.track.flags.Load()&trkOn == 0 {
 		return
 	}
-	if id := cl.redirID.Load(); id != 0 {
-		t := cl.redir.Load()
+	if id := cl.track.redirID.Load(); id != 0 {
+		t := cl.track.redir.Load()
 		if t == nil || t.closed.Load() {
-			cl.redirBroken.Store(true)
-			if cl.resp3.Load() {
+			cl.track.redirBroken.Store(true)
+			if cl.resp3() {
 				b := append([]byte(">2\r\n$21\r\ntracking-redir-broken\r\n:"), strconv.FormatInt(id, 10)...)
 				cl.conn.Push(append(b, '\r', '\n'))
 			}
 			return
 		}
-		if t.resp3.Load() {
+		if t.resp3() {
 			t.conn.Push(frame)
 		} else if t.subscribed() {
 			t.conn.Push(invalidateMessage(frame))
 		}
 		return
 	}
-	if cl.resp3.Load() {
+	if cl.resp3() {
 		cl.conn.Push(frame)
 	}
 }
 
 // clientByID returns the client of connection id, or nil.
-func (s *Server) clientByID(id int64) *client {
+func (s *Service) clientByID(id int64) *client {
 	n := s.net.Load()
 	if n == nil {
 		return nil
@@ -239,10 +264,10 @@ func (t *trackTable) touch(ks *keyspace.Keyspace, db int, key []byte) {
 		return
 	}
 	for cl := range targets {
-		if cl.trk.Load()&(trkBcast|trkNoloop) == trkNoloop && cl.writer(shard()) {
+		if cl.track.flags.Load()&(trkBcast|trkNoloop) == trkNoloop && cl.writer(shard()) {
 			continue
 		}
-		if cl.trk.Load()&trkBcast != 0 {
+		if cl.track.flags.Load()&trkBcast != 0 {
 			continue
 		}
 		if frame == nil {
@@ -261,7 +286,7 @@ func (t *trackTable) touch(ks *keyspace.Keyspace, db int, key []byte) {
 			}
 			seen[cl] = true
 		}
-		if cl.trk.Load()&trkNoloop != 0 && cl.writer(shard()) {
+		if cl.track.flags.Load()&trkNoloop != 0 && cl.writer(shard()) {
 			continue
 		}
 		if frame == nil {
@@ -339,7 +364,7 @@ func (t *trackTable) remember(cl *client, keys [][]byte) {
 	for _, e := range evicted {
 		frame := invalidateFrame([]byte(e.key))
 		for cl := range e.cls {
-			if cl.trk.Load()&trkBcast == 0 {
+			if cl.track.flags.Load()&trkBcast == 0 {
 				cl.sendInvalidation(frame)
 			}
 		}
@@ -371,17 +396,17 @@ func (t *trackTable) enable(cl *client, o trackingOn) wireErr {
 	if o.flags&trkBcast != 0 && t.nprefix+int64(len(o.prefixes)) > TrackingMaxPrefixes {
 		return msgTrackingPrefixesServer
 	}
-	cl.noloop = o.noloop
-	cl.redir.Store(o.redir)
-	cl.redirID.Store(o.redirID)
-	cl.redirBroken.Store(false)
-	if cl.trk.Load()&trkOn == 0 {
+	cl.track.noloop = o.noloop
+	cl.track.redir.Store(o.redir)
+	cl.track.redirID.Store(o.redirID)
+	cl.track.redirBroken.Store(false)
+	if cl.track.flags.Load()&trkOn == 0 {
 		t.clients.Add(1)
 		t.all[cl] = struct{}{}
 	}
 	if o.flags&trkBcast != 0 {
-		if cl.trkPrefixes == nil {
-			cl.trkPrefixes = radix.New()
+		if cl.track.prefixes == nil {
+			cl.track.prefixes = radix.New()
 		}
 		for _, p := range o.prefixes {
 			v, ok := t.prefixes.Get(p)
@@ -392,26 +417,26 @@ func (t *trackTable) enable(cl *client, o trackingOn) wireErr {
 			cls := v.(map[*client]struct{})
 			if _, ok := cls[cl]; !ok {
 				cls[cl] = struct{}{}
-				cl.trkPrefixes.Insert(p, nil)
+				cl.track.prefixes.Insert(p, nil)
 				t.nprefix++
 				t.active.Add(1)
 			}
 		}
 	}
-	cl.trk.Store(o.flags)
+	cl.track.flags.Store(o.flags)
 	return noErr
 }
 
 // disable turns tracking off for cl. The keys it read stay in the table
 // until changed, as in Redis; it is sent nothing for them.
 func (t *trackTable) disable(cl *client) {
-	if cl.trk.Load()&trkOn == 0 {
+	if cl.track.flags.Load()&trkOn == 0 {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if cl.trkPrefixes != nil {
-		cl.trkPrefixes.Walk(func(p string, _ any) bool {
+	if cl.track.prefixes != nil {
+		cl.track.prefixes.Walk(func(p string, _ any) bool {
 			if v, ok := t.prefixes.Get(p); ok {
 				cls := v.(map[*client]struct{})
 				delete(cls, cl)
@@ -424,11 +449,11 @@ func (t *trackTable) disable(cl *client) {
 			return false
 		})
 	}
-	cl.trkPrefixes = nil
+	cl.track.prefixes = nil
 	delete(t.all, cl)
 	t.clients.Add(-1)
-	cl.trk.Store(0)
-	cl.noloop = false
+	cl.track.flags.Store(0)
+	cl.track.noloop = false
 }
 
 // stats returns INFO's tracking_total_keys, _items and _prefixes.
@@ -440,8 +465,8 @@ func (t *trackTable) stats() (keys, items, prefixes int64) {
 
 // trackRead remembers the keys of a read-only command cl ran, unless the
 // client broadcasts, or OPTIN/OPTOUT and CLIENT CACHING say not to.
-func (s *Server) trackRead(x *ctx, sp *Spec) {
-	f := x.cl.trk.Load()
+func (s *Service) trackRead(x *ctx, sp *Spec) {
+	f := x.cl.track.flags.Load()
 	if f&trkBcast != 0 {
 		return
 	}
@@ -463,11 +488,11 @@ func (s *Server) trackRead(x *ctx, sp *Spec) {
 // transaction) it applies to, as Redis's resetClient: not inside MULTI,
 // nor after a CLIENT subcommand.
 func (cl *client) afterCommand(sp *Spec) {
-	f := cl.trk.Load()
-	if f&trkCaching == 0 || cl.inMulti || sp != nil && strings.HasPrefix(sp.Name, "client") {
+	f := cl.track.flags.Load()
+	if f&trkCaching == 0 || cl.multi.on || sp != nil && strings.HasPrefix(sp.Name, "client") {
 		return
 	}
-	cl.trk.Store(f &^ trkCaching)
+	cl.track.flags.Store(f &^ trkCaching)
 }
 
 // CLIENT TRACKING ON|OFF [REDIRECT id] [PREFIX p ...] [BCAST] [OPTIN]
@@ -528,7 +553,7 @@ func cmdClientTracking(x *ctx) {
 		x.errorReply(msgSyntax)
 		return
 	}
-	cur := cl.trk.Load()
+	cur := cl.track.flags.Load()
 	switch {
 	case opts&trkBcast == 0 && nprefix > 0:
 		x.errorReply(msgTrackingPrefixBcast)
@@ -550,8 +575,8 @@ func cmdClientTracking(x *ctx) {
 	if opts&trkBcast != 0 {
 		// The caps first, before anything is built.
 		have := 0
-		if cl.trkPrefixes != nil {
-			have = cl.trkPrefixes.Len()
+		if cl.track.prefixes != nil {
+			have = cl.track.prefixes.Len()
 		}
 		if nprefix == 0 {
 			nprefix = 1 // ""
@@ -577,7 +602,7 @@ func cmdClientTracking(x *ctx) {
 		if len(prefixes) == 0 {
 			prefixes = append(prefixes, "")
 		}
-		e, work := prefixCollision(cl.trkPrefixes, prefixes)
+		e, work := prefixCollision(cl.track.prefixes, prefixes)
 		x.s.track.checked.Add(int64(work))
 		if e != noErr {
 			x.errorReply(e)
@@ -675,7 +700,7 @@ func prefixesOverlap(a, b string) bool {
 // CLIENT CACHING YES|NO
 func cmdClientCaching(x *ctx) {
 	cl := x.cl
-	f := cl.trk.Load()
+	f := cl.track.flags.Load()
 	if f&trkOn == 0 {
 		x.errorReply(msgCachingNotTracking)
 		return
@@ -695,15 +720,15 @@ func cmdClientCaching(x *ctx) {
 		x.errorReply(msgSyntax)
 		return
 	}
-	cl.trk.Store(f | trkCaching)
+	cl.track.flags.Store(f | trkCaching)
 	x.ok()
 }
 
 // CLIENT GETREDIR: the REDIRECT target's id while tracking (0: none),
 // -1 when not tracking.
 func cmdClientGetRedir(x *ctx) {
-	if x.cl.trk.Load()&trkOn != 0 {
-		x.int(x.cl.redirID.Load())
+	if x.cl.track.flags.Load()&trkOn != 0 {
+		x.int(x.cl.track.redirID.Load())
 		return
 	}
 	x.int(-1)
@@ -711,7 +736,7 @@ func cmdClientGetRedir(x *ctx) {
 
 // CLIENT TRACKINGINFO
 func cmdClientTrackingInfo(x *ctx) {
-	f := x.cl.trk.Load()
+	f := x.cl.track.flags.Load()
 	var flags []string
 	if f&trkOn != 0 {
 		flags = append(flags, "on")
@@ -721,22 +746,21 @@ func cmdClientTrackingInfo(x *ctx) {
 	if f&trkBcast != 0 {
 		flags = append(flags, "bcast")
 	}
-	if f&trkOptin != 0 {
-		flags = append(flags, "optin")
-		if f&trkCaching != 0 {
-			flags = append(flags, "caching-yes")
-		}
-	}
-	if f&trkOptout != 0 {
-		flags = append(flags, "optout")
-		if f&trkCaching != 0 {
-			flags = append(flags, "caching-no")
+	for _, m := range [...]struct {
+		bit           uint32
+		mode, caching string // CLIENT CACHING yes in OPTIN, no in OPTOUT
+	}{{trkOptin, "optin", "caching-yes"}, {trkOptout, "optout", "caching-no"}} {
+		if f&m.bit != 0 {
+			flags = append(flags, m.mode)
+			if f&trkCaching != 0 {
+				flags = append(flags, m.caching)
+			}
 		}
 	}
 	if f&trkNoloop != 0 {
 		flags = append(flags, "noloop")
 	}
-	if f&trkOn != 0 && x.cl.redirBroken.Load() {
+	if f&trkOn != 0 && x.cl.track.redirBroken.Load() {
 		flags = append(flags, "broken_redirect")
 	}
 	x.mapLen(3)
@@ -747,16 +771,16 @@ func cmdClientTrackingInfo(x *ctx) {
 	}
 	x.bulkStr("redirect")
 	if f&trkOn != 0 {
-		x.int(x.cl.redirID.Load())
+		x.int(x.cl.track.redirID.Load())
 	} else {
 		x.int(-1)
 	}
 	x.bulkStr("prefixes")
 	// In byte order, as the tree walks them (and Redis lists them).
 	var ps []string
-	if x.cl.trkPrefixes != nil {
-		ps = make([]string, 0, x.cl.trkPrefixes.Len())
-		x.cl.trkPrefixes.Walk(func(p string, _ any) bool {
+	if x.cl.track.prefixes != nil {
+		ps = make([]string, 0, x.cl.track.prefixes.Len())
+		x.cl.track.prefixes.Walk(func(p string, _ any) bool {
 			ps = append(ps, p)
 			return false
 		})

@@ -5,9 +5,29 @@
 // and MULTI state and runs the handler, and every wire error text
 // (errors.go).
 //
+// # Layout
+//
+// Files are filed by family. The product, the limiter commands, is in
+// cl_*.go: cl_throttle.go (CL.THROTTLE), cl_gcra.go (GCRA, Redis's draft),
+// cl_pace.go, cl_window.go (CL.FIXED, CL.SLIDING, CL.SLIDINGLOG),
+// cl_inspect.go (CL.PEEK, CL.INFO), cl_all.go, cl_leases.go (CL.ACQUIRE
+// with its WAIT queue, CL.RELEASE), cl_reserve.go (CL.RESERVE, CL.SETTLE,
+// CL.CANCEL) and cl_policy.go (CL.APPLY, CL.POLICY), with what they share
+// (the reply tuple, the check type, the state in a keyspace.Value) in
+// cl_value.go. What cellserver owes Redis is in cmd_<group>.go, grouped
+// as COMMAND DOCS groups them (connection, transactions, generic, string,
+// server, pubsub, cluster) with server's and connection's families apart
+// as in Redis's sources (replication, slowlog, latency, memory, module,
+// tracking). TestCommandFileLayout checks that every row's handler is
+// where its family says. The rest is the machinery: service.go (Config,
+// New, the Service's lifecycle), dispatch.go, client.go (the per-
+// connection state, grouped by the file that owns each part), reply.go,
+// keys.go, spec.go, table.go, docs.go, errors.go, info.go, stats.go,
+// parse.go and blocked.go.
+//
 // # Model
 //
-// A Server implements resp.Handler. Each connection's commands run one at
+// A Service implements resp.Handler. Each connection's commands run one at
 // a time on the goroutine serving it (its event loop, or its own
 // goroutine: see resp.Handler) with a reused execution context (ctx). The
 // dispatcher resolves a command's keys from its spec (keys.go: each hashed
@@ -38,7 +58,7 @@
 // WATCH registers keys in a table that the keyspace's Journal consults on
 // every change (one atomic load while nobody watches); a change marks the
 // watchers dirty, and EXEC, holding the watched keys' shard locks,
-// answers a null array instead of running the queue (cmd_watch.go).
+// answers a null array instead of running the queue (cmd_transactions.go).
 //
 // # Errors
 //

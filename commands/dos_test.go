@@ -14,12 +14,12 @@ import (
 	"github.com/cellserver/cellserver/resp"
 )
 
-// direct drives a commands.Server in process, as benchDispatch does: each
+// direct drives a commands.Service in process, as benchDispatch does: each
 // call goes through ServeRESP (lookup, arity, MULTI queueing, dispatch) on
 // a zero resp.Conn, without a network.
 type direct struct {
 	t    testing.TB
-	srv  *commands.Server
+	srv  *commands.Service
 	conn *resp.Conn
 }
 

@@ -43,7 +43,7 @@ func absPath(p string) string {
 
 // RunID returns the server's run_id: 40 hex characters, random for each
 // process and stable for its life. INFO server reports it.
-func (s *Server) RunID() string { return s.runID }
+func (s *Service) RunID() string { return s.runID }
 
 // bytesToHuman is Redis's bytesToHuman (used_memory_human and friends):
 // "123B" under 1 KiB, then two decimals and K, M, G, T, P or E.
@@ -110,26 +110,26 @@ type instStats struct {
 
 // sample takes one sample of the instantaneous metrics and of the peak
 // memory. It runs every sweep interval.
-func (s *Server) sample() {
+func (s *Service) sample() {
 	now := time.Since(s.monoBase)
 	var in, out int64
 	if n := s.net.Load(); n != nil {
 		st := n.Stats()
 		in, out = st.NetInputBytes, st.NetOutputBytes
 	}
-	s.inst.mu.Lock()
-	s.inst.ops.add(now, s.cmdsTotal.Load())
-	s.inst.in.add(now, in)
-	s.inst.out.add(now, out)
-	s.inst.mu.Unlock()
+	s.stats.inst.mu.Lock()
+	s.stats.inst.ops.add(now, s.stats.cmdsTotal.Load())
+	s.stats.inst.in.add(now, in)
+	s.stats.inst.out.add(now, out)
+	s.stats.inst.mu.Unlock()
 	s.notePeak(heapObjects())
 }
 
 // notePeak raises used_memory_peak to used if it is higher.
-func (s *Server) notePeak(used int64) {
+func (s *Service) notePeak(used int64) {
 	for {
-		p := s.inst.peakMemory.Load()
-		if used <= p || s.inst.peakMemory.CompareAndSwap(p, used) {
+		p := s.stats.inst.peakMemory.Load()
+		if used <= p || s.stats.inst.peakMemory.CompareAndSwap(p, used) {
 			return
 		}
 	}
@@ -274,7 +274,7 @@ var infoSections = []infoSection{
 // the server's clock and of the connection layer's counters.
 type infoCall struct {
 	x   *ctx
-	s   *Server
+	s   *Service
 	now time.Time // on the clock started was read from
 	net netStats
 }
@@ -363,10 +363,10 @@ func (c *infoCall) memory() []string {
 	mem := s.ks.Memory()
 	used := int64(ms.HeapAlloc)
 	s.notePeak(used)
-	peak := s.inst.peakMemory.Load()
+	peak := s.stats.inst.peakMemory.Load()
 	rss := processRSS(int64(ms.Sys))
 	dataset := min(mem.Used, used)
-	startup := s.inst.startupMemory
+	startup := s.stats.inst.startupMemory
 	active := int64(ms.HeapInuse)
 	resident := int64(ms.HeapSys - ms.HeapReleased)
 	var clientMem int64
@@ -424,16 +424,16 @@ func (c *infoCall) persistence() []string {
 	// aof_enabled as CONFIG GET appendonly: the data directory is
 	// written behind every change, as an append-only file would be.
 	status := "ok"
-	if s.writeErr != nil && s.writeErr() != nil {
+	if s.persist.writeErr != nil && s.persist.writeErr() != nil {
 		status = "err"
 	}
 	lines := []string{"loading:0", "async_loading:0",
-		fmt.Sprintf("aof_enabled:%d", map[bool]int{false: 0, true: 1}[s.persistInfo != nil]),
+		fmt.Sprintf("aof_enabled:%d", map[bool]int{false: 0, true: 1}[s.persist.info != nil]),
 		"aof_last_write_status:" + status}
-	if s.persistInfo == nil {
+	if s.persist.info == nil {
 		return append(lines, "persistence_mode:none")
 	}
-	for _, l := range s.persistInfo() {
+	for _, l := range s.persist.info() {
 		if !strings.HasPrefix(l, "loading:") {
 			lines = append(lines, l)
 		}
@@ -443,16 +443,16 @@ func (c *infoCall) persistence() []string {
 
 func (c *infoCall) stats() []string {
 	s, st := c.s, c.net
-	var expiredKeys = s.expired.Load()
+	var expiredKeys = s.stats.expired.Load()
 	rst := s.repl.Stats()
 	trkKeys, trkItems, trkPrefixes := s.track.stats()
 	psChannels, psPatterns := s.pubsub.stats()
-	s.inst.mu.Lock()
-	ops, inKbps, outKbps := s.inst.ops.rate(), s.inst.in.rate()/1024, s.inst.out.rate()/1024
-	s.inst.mu.Unlock()
+	s.stats.inst.mu.Lock()
+	ops, inKbps, outKbps := s.stats.inst.ops.rate(), s.stats.inst.in.rate()/1024, s.stats.inst.out.rate()/1024
+	s.stats.inst.mu.Unlock()
 	return []string{
 		fmt.Sprintf("total_connections_received:%d", st.total),
-		fmt.Sprintf("total_commands_processed:%d", s.cmdsTotal.Load()),
+		fmt.Sprintf("total_commands_processed:%d", s.stats.cmdsTotal.Load()),
 		fmt.Sprintf("instantaneous_ops_per_sec:%d", int64(ops)),
 		fmt.Sprintf("total_net_input_bytes:%d", st.in),
 		fmt.Sprintf("total_net_output_bytes:%d", st.out),
@@ -467,10 +467,10 @@ func (c *infoCall) stats() []string {
 		fmt.Sprintf("sync_partial_ok:%d", rst.SyncPartialOK),
 		fmt.Sprintf("sync_partial_err:%d", rst.SyncPartialErr),
 		fmt.Sprintf("expired_keys:%d", expiredKeys),
-		fmt.Sprintf("expire_cycle_cpu_milliseconds:%d", s.expireNS.Load()/1e6),
+		fmt.Sprintf("expire_cycle_cpu_milliseconds:%d", s.stats.expireNS.Load()/1e6),
 		fmt.Sprintf("evicted_keys:%d", s.ks.Memory().Evicted),
-		fmt.Sprintf("keyspace_hits:%d", s.keyspaceHits.Load()),
-		fmt.Sprintf("keyspace_misses:%d", s.keyspaceMisses.Load()),
+		fmt.Sprintf("keyspace_hits:%d", s.stats.keyspaceHits.Load()),
+		fmt.Sprintf("keyspace_misses:%d", s.stats.keyspaceMisses.Load()),
 		fmt.Sprintf("pubsub_channels:%d", psChannels),
 		fmt.Sprintf("pubsub_patterns:%d", psPatterns),
 		"pubsubshard_channels:0",
@@ -479,15 +479,15 @@ func (c *infoCall) stats() []string {
 		fmt.Sprintf("tracking_total_prefixes:%d", trkPrefixes),
 		"unexpected_error_replies:0",
 		fmt.Sprintf("total_error_replies:%d", s.totalErrors()),
-		fmt.Sprintf("oom_refusals:%d", s.oomRefusals.Load()),
+		fmt.Sprintf("oom_refusals:%d", s.stats.oomRefusals.Load()),
 		fmt.Sprintf("protocol_errors:%d", st.protoErrs),
 	}
 }
 
 func (c *infoCall) replication() []string {
 	s := c.s
-	return s.repl.Info(replication.InfoOptions{Priority: s.replPriority, ReadOnly: !s.replicaWritable,
-		MinReplicasToWrite: s.minReplicas, MinReplicasMaxLag: s.minReplicasLag})
+	return s.repl.Info(replication.InfoOptions{Priority: s.repl.priority, ReadOnly: !s.repl.writable,
+		MinReplicasToWrite: s.repl.minReplicas, MinReplicasMaxLag: s.repl.minLag})
 }
 
 func (c *infoCall) cpu() []string {
@@ -547,7 +547,7 @@ func (c *infoCall) errorstats() []string {
 }
 
 func (c *infoCall) cluster() []string {
-	return []string{"cluster_enabled:" + map[bool]string{false: "0", true: "1"}[c.s.cluster != nil]}
+	return []string{"cluster_enabled:" + map[bool]string{false: "0", true: "1"}[c.s.cluster.state != nil]}
 }
 
 func (c *infoCall) policies() []string { return c.s.policyInfo() }

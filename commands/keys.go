@@ -16,7 +16,19 @@ import (
 // each once, in the global order (keyspace.Shard.Order), and releases them
 // after it: handlers read and write x.keys without a lock prologue. EXEC
 // locks the shards of every queued command at once and runs the commands
-// through the same call path (Server.call) with the locks held.
+// through the same call path (Service.call) with the locks held.
+
+// keyBufs are a client's buffers for commands with more keys than the
+// context holds: key positions, resolved keys, shards to lock, a
+// transaction's keys, and a bitmap of one database's shards.
+type keyBufs struct {
+	pos   []int
+	keys  []rkey
+	locks []*keyspace.Shard
+	exec  []execKey
+	marks []uint64
+	used  bool // one of these was used by the command (ctx.doneKeys)
+}
 
 // rkey is one key argument of a command as the dispatcher resolved it.
 type rkey struct {
@@ -67,10 +79,10 @@ func (x *ctx) resolveKeys(sp *Spec, db *keyspace.DB) {
 	}
 	if sp.Keys != nil {
 		cl := x.cl
-		cl.pos = sp.Keys(cl.pos[:0], x.args)
-		cl.bigKeys = true
-		x.growKeys(len(cl.pos))
-		for _, p := range cl.pos {
+		cl.keyBuf.pos = sp.Keys(cl.keyBuf.pos[:0], x.args)
+		cl.keyBuf.used = true
+		x.growKeys(len(cl.keyBuf.pos))
+		for _, p := range cl.keyBuf.pos {
 			x.addKey(db, x.args[p])
 		}
 		return
@@ -92,11 +104,11 @@ func (x *ctx) growKeys(n int) {
 		return
 	}
 	cl := x.cl
-	if cap(cl.keyMore) < n {
-		cl.keyMore = make([]rkey, 0, n)
+	if cap(cl.keyBuf.keys) < n {
+		cl.keyBuf.keys = make([]rkey, 0, n)
 	}
-	x.keys = cl.keyMore[:0]
-	cl.bigKeys = true
+	x.keys = cl.keyBuf.keys[:0]
+	cl.keyBuf.used = true
 }
 
 func (x *ctx) addKey(db *keyspace.DB, key []byte) {
@@ -115,7 +127,7 @@ func (x *ctx) setKey(k *rkey, db *keyspace.DB, key []byte) {
 	}
 	h := x.s.ks.Hash(key)
 	k.key, k.hash, k.sh, k.slot = key, h, db.ShardHash(h), 0
-	if x.s.clusterMode {
+	if x.s.cluster.on {
 		k.slot = keyslot.Of(key)
 	}
 }
@@ -124,7 +136,7 @@ func (x *ctx) setKey(k *rkey, db *keyspace.DB, key []byte) {
 // point into its arguments) and frees the buffers that a large command
 // grew. The context's own few are overwritten by the next command.
 func (x *ctx) doneKeys() {
-	if x.cl.bigKeys {
+	if x.cl.keyBuf.used {
 		x.doneBigKeys()
 	}
 	x.keys = nil
@@ -132,26 +144,26 @@ func (x *ctx) doneKeys() {
 
 func (x *ctx) doneBigKeys() {
 	cl := x.cl
-	cl.bigKeys = false
+	cl.keyBuf.used = false
 	clear(x.keys)
 	x.keys = nil
-	if cap(cl.keyMore) > keptKeys {
-		cl.keyMore = nil
+	if cap(cl.keyBuf.keys) > keptKeys {
+		cl.keyBuf.keys = nil
 	}
-	if cap(cl.pos) > keptKeys {
-		cl.pos = nil
+	if cap(cl.keyBuf.pos) > keptKeys {
+		cl.keyBuf.pos = nil
 	}
-	if cap(cl.lockMore) > keptKeys {
-		cl.lockMore = nil
+	if cap(cl.keyBuf.locks) > keptKeys {
+		cl.keyBuf.locks = nil
 	}
-	if cap(cl.execKeys) > 8*keptKeys { // 16 bytes a key
-		cl.execKeys = nil
+	if cap(cl.keyBuf.exec) > 8*keptKeys { // 16 bytes a key
+		cl.keyBuf.exec = nil
 	}
 }
 
 // runLocked runs sp with the locks of its keys' shards held.
 func (x *ctx) runLocked(sp *Spec) {
-	if len(x.keys) == 1 && !x.cl.noloop { // the common case, in short
+	if len(x.keys) == 1 && !x.cl.track.noloop { // the common case, in short
 		sh := x.keys[0].sh
 		sh.Lock()
 		defer sh.Unlock()
@@ -172,12 +184,12 @@ func (x *ctx) keyShards(keys []rkey) []*keyspace.Shard {
 	}
 	dst := x.lbuf[:0]
 	if len(keys) > len(x.lbuf) {
-		dst = x.cl.lockMore[:0]
-		x.cl.bigKeys = true
+		dst = x.cl.keyBuf.locks[:0]
+		x.cl.keyBuf.used = true
 	}
 	dst = x.cl.uniqueShards(dst, keys)
 	if len(keys) > len(x.lbuf) {
-		x.cl.lockMore = dst
+		x.cl.keyBuf.locks = dst
 	}
 	return orderShards(dst)
 }
@@ -204,20 +216,20 @@ func (cl *client) uniqueShards(dst []*keyspace.Shard, keys []rkey) []*keyspace.S
 		}
 		return dst
 	}
-	if w := (n + 63) / 64; len(cl.marks) < w {
-		cl.marks = make([]uint64, max(w, 4))
+	if w := (n + 63) / 64; len(cl.keyBuf.marks) < w {
+		cl.keyBuf.marks = make([]uint64, max(w, 4))
 	}
 	start := len(dst)
 	for i := range keys {
 		_, j := keys[i].sh.Order()
-		if bit := uint64(1) << (j % 64); cl.marks[j/64]&bit == 0 {
-			cl.marks[j/64] |= bit
+		if bit := uint64(1) << (j % 64); cl.keyBuf.marks[j/64]&bit == 0 {
+			cl.keyBuf.marks[j/64] |= bit
 			dst = append(dst, keys[i].sh)
 		}
 	}
 	for _, sh := range dst[start:] {
 		_, j := sh.Order()
-		cl.marks[j/64] = 0
+		cl.keyBuf.marks[j/64] = 0
 	}
 	return dst
 }
@@ -255,7 +267,7 @@ func (x *ctx) lockShards(shards []*keyspace.Shard) {
 		sh.Lock()
 	}
 	x.locks = shards
-	if x.cl.noloop {
+	if x.cl.track.noloop {
 		x.cl.setHeld(shards)
 		x.heldSet = true
 	}
@@ -276,20 +288,20 @@ func (x *ctx) unlockShards() {
 // setHeld publishes the shards whose locks cl holds (nil: none) for
 // writer; it is called with those locks held.
 func (cl *client) setHeld(shards []*keyspace.Shard) {
-	for i := range cl.held {
+	for i := range cl.track.held {
 		var sh *keyspace.Shard
 		if i < len(shards) {
 			sh = shards[i]
 		}
-		if sh != nil || cl.held[i].Load() != nil {
-			cl.held[i].Store(sh)
+		if sh != nil || cl.track.held[i].Load() != nil {
+			cl.track.held[i].Store(sh)
 		}
 	}
 	if len(shards) > heldInline {
 		more := slices.Clone(shards[heldInline:])
-		cl.heldMore.Store(&more)
-	} else if cl.heldMore.Load() != nil {
-		cl.heldMore.Store(nil)
+		cl.track.heldMore.Store(&more)
+	} else if cl.track.heldMore.Load() != nil {
+		cl.track.heldMore.Store(nil)
 	}
 }
 
@@ -297,18 +309,18 @@ func (cl *client) setHeld(shards []*keyspace.Shard) {
 // change being journaled under that lock is cl's own (NOLOOP). It is
 // called with sh's lock held, so no other client can be publishing sh.
 func (cl *client) writer(sh *keyspace.Shard) bool {
-	if cl.heldAll.Load() {
+	if cl.track.heldAll.Load() {
 		return true
 	}
 	if sh == nil {
 		return false
 	}
-	for i := range cl.held {
-		if cl.held[i].Load() == sh {
+	for i := range cl.track.held {
+		if cl.track.held[i].Load() == sh {
 			return true
 		}
 	}
-	if more := cl.heldMore.Load(); more != nil {
+	if more := cl.track.heldMore.Load(); more != nil {
 		return slices.Contains(*more, sh)
 	}
 	return false

@@ -20,7 +20,7 @@ func TestResolveKeys(t *testing.T) {
 	x.s, x.cl = s, cl
 	cases := 0
 	for _, cluster := range []bool{false, true} {
-		s.clusterMode = cluster
+		s.cluster.on = cluster
 		for _, tc := range []struct{ call, keys string }{
 			{"get {user42}:a", "{user42}:a"},
 			{"cl.throttle", ""},

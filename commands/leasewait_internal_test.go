@@ -13,9 +13,9 @@ import (
 
 // checkLeaseQueues checks the queues' invariants: no queue is kept empty
 // or holds more than max waiters, and the counter agrees with them.
-func checkLeaseQueues(t *testing.T, s *Server, max int) int {
+func checkLeaseQueues(t *testing.T, s *Service, max int) int {
 	t.Helper()
-	w := &s.lwait
+	w := &s.leases
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	n := 0

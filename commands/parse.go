@@ -1,6 +1,9 @@
 package commands
 
-import "math"
+import (
+	"math"
+	"strconv"
+)
 
 // parseRustI64 accepts exactly what Rust's i64::from_str accepts (and Go's
 // strconv.ParseInt(s, 10, 64)): an optional single '+' or '-', then one or
@@ -96,4 +99,24 @@ func eqFold(b []byte, w string) bool {
 		}
 	}
 	return true
+}
+
+// parseRedisDouble accepts what Redis's getDoubleFromObject accepts: a
+// non-empty string with no leading space that strtod reads whole, not NaN
+// and not out of the float64 range ("inf" is a number). Go's digit
+// separators ("0x_1p0") are refused, as no C parser reads them.
+func parseRedisDouble(b []byte) (float64, bool) {
+	if len(b) == 0 || b[0] == ' ' || (b[0] >= '\t' && b[0] <= '\r') {
+		return 0, false
+	}
+	for _, c := range b {
+		if c == '_' {
+			return 0, false
+		}
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil || math.IsNaN(f) {
+		return 0, false
+	}
+	return f, true
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cellserver/cellserver/glob"
 	"github.com/cellserver/cellserver/policy"
 	"github.com/cellserver/cellserver/resp"
 )
@@ -115,7 +116,7 @@ func TestParamsForAgreesWithGlob(t *testing.T) {
 		}
 		want := p.Params
 		for j := range pats {
-			if globMatch(pats[j], key, false) {
+			if glob.Match(pats[j], key, false) {
 				want = p.Overrides[j].Params
 				matched++
 				break

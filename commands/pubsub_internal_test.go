@@ -16,8 +16,8 @@ func BenchmarkPublishUnsubscribed(b *testing.B) {
 		}
 	})
 	cl := &client{}
-	t.add(t.channels, &cl.subs.chans, cl, "other")
-	t.add(t.patterns, &cl.subs.pats, cl, "news.*")
+	t.add(t.channels, &cl.pubsub.chans, cl, "other")
+	t.add(t.patterns, &cl.pubsub.pats, cl, "news.*")
 	b.Run("others", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

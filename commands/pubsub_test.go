@@ -258,7 +258,7 @@ func TestTrackingRedirectRESP2(t *testing.T) {
 	}
 }
 
-// startWithHooks runs a commands.Server with cfg behind a resp.Server on
+// startWithHooks runs a commands.Service with cfg behind a resp.Server on
 // 127.0.0.1 (servertest.Start builds the commands.Config itself).
 func startWithHooks(t *testing.T, cfg commands.Config) string {
 	t.Helper()

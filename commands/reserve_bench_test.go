@@ -70,7 +70,7 @@ func BenchmarkReserveSettle(b *testing.B) {
 func BenchmarkReserveFullKey(b *testing.B) {
 	for _, n := range []int{0, 10000} {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
-			benchDispatchWith(b, func(srv *commands.Server) {
+			benchDispatchWith(b, func(srv *commands.Service) {
 				conn := new(resp.Conn)
 				srv.Open(conn)
 				defer srv.Close(conn)

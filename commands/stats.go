@@ -117,6 +117,23 @@ func (st *cmdStats) reset() {
 	}
 }
 
+// serviceStats are the server-wide counters INFO reports.
+type serviceStats struct {
+	errMu       sync.Mutex // guards errors
+	errors      map[string]int64
+	expired     atomic.Int64 // keys removed by the active sweep
+	oomRefusals atomic.Int64 // commands refused for lack of memory
+	cmdsTotal   counter      // commands run, in statShards shards
+	openSeq     atomic.Int64 // clients opened: the shard of one without an event loop
+	// Read-command lookups that found their key or not (keyspace_hits,
+	// _misses), time spent in active expiry (expire_cycle_cpu_milliseconds)
+	// and the sampled instantaneous figures.
+	keyspaceHits   atomic.Int64
+	keyspaceMisses atomic.Int64
+	expireNS       atomic.Int64
+	inst           instStats
+}
+
 // CommandStats is a snapshot of one command's counters.
 type CommandStats struct {
 	Name     string
@@ -147,9 +164,9 @@ type Stats struct {
 }
 
 // Stats returns a snapshot of the counters.
-func (s *Server) Stats() Stats {
+func (s *Service) Stats() Stats {
 	mem := s.ks.Memory()
-	st := Stats{Errors: map[string]int64{}, ExpiredKeys: s.expired.Load(), OOMRefusals: s.oomRefusals.Load(),
+	st := Stats{Errors: map[string]int64{}, ExpiredKeys: s.stats.expired.Load(), OOMRefusals: s.stats.oomRefusals.Load(),
 		EvictedKeys: mem.Evicted, StateMemory: mem.Used, MaxMemory: mem.MaxMemory}
 	for _, sp := range s.specs {
 		c := &sp.stats
@@ -316,6 +333,29 @@ func (x *ctx) decided(limited bool, key []byte) {
 
 // oom refuses the running command for lack of memory (noeviction).
 func (x *ctx) oom() {
-	x.s.oomRefusals.Add(1)
+	x.s.stats.oomRefusals.Add(1)
 	x.errorReply(msgOOM)
+}
+
+func (s *Service) countError(msg string) {
+	code := errorCode(msg)
+	s.stats.errMu.Lock()
+	s.stats.errors[code]++
+	s.stats.errMu.Unlock()
+}
+
+func (s *Service) errorStats() []errStat {
+	s.stats.errMu.Lock()
+	defer s.stats.errMu.Unlock()
+	out := make([]errStat, 0, len(s.stats.errors))
+	for k, v := range s.stats.errors {
+		out = append(out, errStat{k, v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].code < out[j].code })
+	return out
+}
+
+type errStat struct {
+	code  string
+	count int64
 }

@@ -56,7 +56,7 @@ func TestStatsShards(t *testing.T) {
 	if th.Calls != 80 || th.Allowed != 64 || th.Limited != 16 || th.Buckets[len(th.Buckets)-1] != 80 {
 		t.Errorf("cl.throttle stats %+v, want 80 calls, 64 allowed, 16 limited, 80 in the buckets", th)
 	}
-	if n := s.cmdsTotal.Load(); n != 80 {
+	if n := s.stats.cmdsTotal.Load(); n != 80 {
 		t.Errorf("commands processed %d, want 80", n)
 	}
 	now.Add(int64(time.Minute)) // the interval ends

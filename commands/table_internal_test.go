@@ -2,6 +2,9 @@ package commands
 
 import (
 	"maps"
+	"path/filepath"
+	"reflect"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -55,6 +58,78 @@ func TestCommandTableRows(t *testing.T) {
 	}
 	if n < 40 {
 		t.Fatalf("only %d rows", n)
+	}
+}
+
+// subGroups files the commands Redis documents in a broad group (server,
+// connection, generic) with the family they belong to, as Redis's sources
+// do (replication.c, slowlog.c, latency.c, module.c, tracking.c): the file
+// is cmd_<sub-group>.go. A subcommand is looked up by its full name, then
+// by its container's.
+var subGroups = map[string]string{
+	"latency": "latency",
+	"memory":  "memory",
+	"module":  "module",
+	"slowlog": "slowlog",
+
+	"psync":     "replication",
+	"replconf":  "replication",
+	"replicaof": "replication",
+	"role":      "replication",
+	"slaveof":   "replication",
+	"sync":      "replication",
+	"wait":      "replication",
+
+	"client|caching":      "tracking",
+	"client|getredir":     "tracking",
+	"client|tracking":     "tracking",
+	"client|trackinginfo": "tracking",
+}
+
+// wantFile returns the file sp's handler belongs in: a cl_*.go file
+// (pattern) for a limiter command (cl.* and GCRA), else cmd_<group>.go
+// with the group its COMMAND DOCS row names, or its sub-group.
+func wantFile(sp *Spec) (pattern string) {
+	if strings.HasPrefix(sp.Name, "cl.") || sp.Name == "gcra" {
+		return "cl_*.go"
+	}
+	group := sp.Group
+	container, _, _ := strings.Cut(sp.Name, "|")
+	if g, ok := subGroups[sp.Name]; ok {
+		group = g
+	} else if g, ok := subGroups[container]; ok {
+		group = g
+	}
+	return "cmd_" + group + ".go"
+}
+
+// TestCommandFileLayout keeps the files filed by family: every row's
+// handler is defined in the file wantFile names (cl_*.go for the product,
+// cmd_<redis group>.go for what cellserver owes Redis).
+func TestCommandFileLayout(t *testing.T) {
+	n := 0
+	var check func(sp *Spec)
+	check = func(sp *Spec) {
+		for _, sub := range sp.Subs {
+			check(sub)
+		}
+		if sp.Run == nil {
+			return // a container: its subcommands run
+		}
+		n++
+		pc := reflect.ValueOf(sp.Run).Pointer()
+		file, _ := runtime.FuncForPC(pc).FileLine(pc)
+		pattern := wantFile(sp)
+		if ok, _ := filepath.Match(pattern, filepath.Base(file)); !ok {
+			t.Errorf("%s (group %s): handler %s in %s, want %s", sp.Name, sp.Group,
+				runtime.FuncForPC(pc).Name(), filepath.Base(file), pattern)
+		}
+	}
+	for _, sp := range commandSpecs() {
+		check(sp)
+	}
+	if n < 100 {
+		t.Fatalf("only %d handlers checked", n)
 	}
 }
 

@@ -102,8 +102,8 @@ func TestTrackingPrefixCapBeforeWork(t *testing.T) {
 	if w := h.s.track.checked.Load(); w != 0 {
 		t.Errorf("the refused command made %d lookups and comparisons, want 0", w)
 	}
-	if _, _, registered := h.s.track.stats(); registered != 0 || c.Context().(*client).trk.Load() != 0 {
-		t.Errorf("after the refusal: %d prefixes registered, tracking flags %b", registered, c.Context().(*client).trk.Load())
+	if _, _, registered := h.s.track.stats(); registered != 0 || c.Context().(*client).track.flags.Load() != 0 {
+		t.Errorf("after the refusal: %d prefixes registered, tracking flags %b", registered, c.Context().(*client).track.flags.Load())
 	}
 	t.Logf("%d prefixes in one command", n)
 }

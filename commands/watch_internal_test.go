@@ -9,12 +9,12 @@ import (
 	"github.com/cellserver/cellserver/resp"
 )
 
-// watchHarness drives a Server without a network: each client is a zero
+// watchHarness drives a Service without a network: each client is a zero
 // resp.Conn, which is enough for the transaction commands (they touch
 // only Out and the context).
 type watchHarness struct {
 	t *testing.T
-	s *Server
+	s *Service
 }
 
 func newWatchHarness(t *testing.T, cfg Config) *watchHarness {

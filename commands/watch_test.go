@@ -311,7 +311,7 @@ func BenchmarkDispatchThrottleWatched(b *testing.B) {
 	throttle := [][]string{{"CL.THROTTLE", "bench:open", "1000000000000", "1000000", "1"}}
 	for _, key := range []string{"bench:other", "bench:open"} {
 		b.Run("watching="+key, func(b *testing.B) {
-			benchDispatchWith(b, func(srv *commands.Server) {
+			benchDispatchWith(b, func(srv *commands.Service) {
 				w := new(resp.Conn)
 				srv.Open(w)
 				w.Out = w.Out[:0]

@@ -34,7 +34,7 @@ type stack struct {
 	addr string
 	clk  *servertest.Clock
 	ks   *keyspace.Keyspace
-	cmds *commands.Server
+	cmds *commands.Service
 	net  *resp.Server
 }
 

@@ -36,7 +36,7 @@ const MaxPrefixLabelLen = 128
 type Sources struct {
 	// Commands gives the per-command, error, expiry and limited-prefix
 	// counters.
-	Commands *commands.Server
+	Commands *commands.Service
 	// Network gives the connection counters; *resp.Server implements it.
 	Network interface{ Stats() resp.Stats }
 	// Keyspace is counted for the keys gauge; nil means Commands.Keyspace()

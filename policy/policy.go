@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/gcra"
+	"github.com/cellserver/cellserver/glob"
 )
 
 // Limits of a policy file. Each is checked by Parse and reported like any
@@ -75,7 +76,7 @@ type Override struct {
 	Params Params // the policy's parameters with the override's applied
 	Line   int    // in the policy file
 
-	lits globLits // Match's literal ends (Parse sets them)
+	lits glob.Literals // Match's literal ends (Parse sets them)
 }
 
 // matches reports whether key matches o's glob, as match (the full glob
@@ -84,12 +85,12 @@ type Override struct {
 // compared with the key directly.
 func (o *Override) matches(key []byte, match func(pattern, key []byte) bool) bool {
 	l := &o.lits
-	if len(key) < len(l.prefix)+len(l.suffix) || string(key[:len(l.prefix)]) != l.prefix ||
-		string(key[len(key)-len(l.suffix):]) != l.suffix {
+	if len(key) < len(l.Prefix)+len(l.Suffix) || string(key[:len(l.Prefix)]) != l.Prefix ||
+		string(key[len(key)-len(l.Suffix):]) != l.Suffix {
 		return false
 	}
-	if l.exact {
-		return len(key) == len(l.prefix)
+	if l.Exact {
+		return len(key) == len(l.Prefix)
 	}
 	return match(o.Match, key)
 }
@@ -179,12 +180,12 @@ func (p *Policy) indexOverrides() {
 	p.firstOK = len(p.Overrides) > 0
 	for i := range p.Overrides {
 		o := &p.Overrides[i]
-		o.lits = literalsOf(o.Match)
-		if o.lits.prefix == "" {
+		o.lits = glob.LiteralsOf(o.Match)
+		if o.lits.Prefix == "" {
 			p.firstOK = false
 			continue
 		}
-		c := o.lits.prefix[0]
+		c := o.lits.Prefix[0]
 		p.first[c>>6] |= 1 << (c & 63)
 	}
 }

@@ -61,8 +61,8 @@ policies:
     shadow_companion: next
 `
 
-// glob is a stand-in for the server's Redis glob in these tests.
-func glob(pattern, key []byte) bool {
+// stubGlob is a stand-in for the server's Redis glob in these tests.
+func stubGlob(pattern, key []byte) bool {
 	ok, _ := path.Match(string(pattern), string(key))
 	return ok
 }
@@ -87,7 +87,7 @@ func TestParseGood(t *testing.T) {
 		{"tenant:small", Params{Burst: 1, Count: 30, Period: time.Minute}},
 		{"other", Params{Burst: 15, Count: 30, Period: time.Minute}},
 	} {
-		if have := api.ParamsFor([]byte(c.key), glob); have != c.want {
+		if have := api.ParamsFor([]byte(c.key), stubGlob); have != c.want {
 			t.Errorf("ParamsFor(%q) = %+v, want %+v", c.key, have, c.want)
 		}
 	}

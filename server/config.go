@@ -257,7 +257,7 @@ type Config struct {
 // MetricsSources is what Config.Metrics reads from a Server, at scrape
 // time: nothing is computed on the request path.
 type MetricsSources struct {
-	Commands    *commands.Server
+	Commands    *commands.Service
 	Network     *resp.Server
 	Replication *replication.Replication
 	// Writer and Store are nil without DataDir.

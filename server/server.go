@@ -38,7 +38,7 @@ type Server struct {
 	// clientTLS is how the Envoy front door dials the RESP port; nil
 	// without TLS.
 	clientTLS *tls.Config
-	cmds      *commands.Server
+	cmds      *commands.Service
 	net       *resp.Server
 
 	mu        sync.Mutex // guards ln, metricsLn, httpSrv
@@ -159,7 +159,7 @@ func New(cfg Config) (_ *Server, err error) {
 		WaitRoom: waitRoom,
 		MaxFrame: cfg.MaxBulkLen, // a frame from the primary: proto-max-bulk-len (+ replication.FrameOverhead)
 		// Replicas are clients (Redis): their links count towards
-		// maxclients (commands.Server.Refuse counts them with the others).
+		// maxclients (commands.Service.Refuse counts them with the others).
 		MaxReplicas: cfg.MaxClients})
 	if err != nil {
 		return nil, err
@@ -278,7 +278,7 @@ func configRewrite(rewrite func([]commands.Setting) error, replicaOf func() stri
 func (s *Server) Cluster() *cluster.State { return s.cluster }
 
 // Commands returns the command executor (for in-process tests).
-func (s *Server) Commands() *commands.Server { return s.cmds }
+func (s *Server) Commands() *commands.Service { return s.cmds }
 
 // Listen opens the configured address; Addr then reports the real port.
 func (s *Server) Listen() error {

@@ -10,6 +10,120 @@ import (
 	"github.com/tidwall/redcon"
 )
 
+// Leases (CL.ACQUIRE, CL.RELEASE): at most limit concurrent leases on a
+// key, each held by a token until it is released or its lease time ends
+// (limiter.Leases, in the key's value: see leasesOf and leasesValue in
+// cl_value.go). CL.ACQUIRE ... WAIT queues a refused client (below).
+
+// parseAcquireWait parses CL.ACQUIRE's options after token: WAIT timeout
+// [QUEUE n]. wait is 0 without WAIT.
+func parseAcquireWait(opts [][]byte) (wait int64, queue int, msg wireErr) {
+	queue = defaultLeaseQueue
+	for i := 0; i < len(opts); i++ {
+		switch {
+		case eqFold(opts[i], "wait") && wait == 0 && i+1 < len(opts):
+			d, ok := parsePeriod(opts[i+1])
+			if !ok {
+				return 0, 0, msgAcquireWait
+			}
+			wait = d
+			i++
+		case eqFold(opts[i], "queue") && i+1 < len(opts):
+			n, ok := parseRedisInt(opts[i+1])
+			if !ok || n < 1 || n > maxLeaseQueue {
+				return 0, 0, msgAcquireQueue
+			}
+			queue = int(n)
+			i++
+		default:
+			return 0, 0, msgSyntax
+		}
+	}
+	if wait == 0 && len(opts) > 0 {
+		return 0, 0, msgAcquireQueueNoWait
+	}
+	return wait, queue, noErr
+}
+
+// CL.ACQUIRE key limit lease token [WAIT timeout [QUEUE n]] [MS]
+func cmdAcquire(x *ctx) {
+	args, ms := trailingMS(x.args[1:])
+	if len(args) < 4 {
+		x.errorReply(errWrongArity(x.spec.Name))
+		return
+	}
+	wait, queue, msg := parseAcquireWait(args[4:])
+	if msg != noErr {
+		x.errorReply(msg)
+		return
+	}
+	var c check
+	if msg := c.parse(x.spec.Name, args[:4]); msg != noErr {
+		x.errorReply(msg)
+		return
+	}
+	c.ms = ms
+	k := &x.keys[0] // c.key
+	now := x.clockNS()
+	// Waiters queued before come first: give them what is free.
+	x.s.serveLeaseQueue(k, now)
+	v := k.lookup(floorDiv(now, 1e6))
+	if msg := c.decide(v, now, &x.cl.scratch.leases); msg != noErr {
+		x.errorReply(msg)
+		return
+	}
+	if c.t.limited && wait > 0 && !x.inExec {
+		lw := &leaseWaiter{
+			k:     rkey{key: append([]byte(nil), k.key...), hash: k.hash, sh: k.sh, slot: k.slot},
+			limit: c.limit, per: c.per, token: append([]byte(nil), c.token...), ms: ms,
+			deadline: now + wait, cl: x.cl,
+		}
+		// Block before the waiter can be served: resume may run as soon
+		// as the shard lock is released.
+		if x.s.lwaitRoom(lw, queue) {
+			lw.resume, _ = x.block() // Service.Close drops the waiter
+			x.s.enqueueLease(lw, queue)
+			return
+		}
+	}
+	if c.needsRoom(v) && !x.s.ks.CanInsert() {
+		x.oom()
+		return
+	}
+	c.apply(k, v, now, &x.cl.scratch.leases)
+	x.decided(c.t.limited, c.key)
+	x.tuple(c.t)
+}
+
+// CL.RELEASE key token
+func cmdRelease(x *ctx) {
+	lk := x.limiterKey()
+	k, now, v := lk.k, lk.now, lk.v
+	if v == nil {
+		x.int(0)
+		return
+	}
+	if v.Kind != keyspace.KindLeases {
+		x.errorReply(msgWrongType)
+		return
+	}
+	ls := leasesOf(v, &x.cl.scratch.leases)
+	released, exp := ls.Release(now, x.args[2])
+	if ls.Held(now) == 0 {
+		k.del(lk.nowMS)
+	} else {
+		k.replace(v, leasesValue(ls, &x.cl.scratch.leases, exp))
+	}
+	x.s.serveLeaseQueue(k, now) // a waiter may take what was freed
+	if released {
+		x.int(1)
+	} else {
+		x.int(0)
+	}
+}
+
+// The WAIT queue.
+//
 // CL.ACQUIRE ... WAIT timeout [QUEUE n]: a client refused a lease waits,
 // blocked (resp.Conn.Block: no goroutine or server thread is held), in a
 // FIFO queue per key until a lease frees or its timeout passes.
@@ -57,7 +171,7 @@ type leaseWaits struct {
 }
 
 // nowNS reads the server's clock outside a command.
-func (s *Server) nowNS() int64 {
+func (s *Service) nowNS() int64 {
 	if s.realClock {
 		return time.Now().UnixNano()
 	}
@@ -65,8 +179,8 @@ func (s *Server) nowNS() int64 {
 }
 
 // leaseWaitCounts returns how many queues and waiters exist.
-func (s *Server) leaseWaitCounts() (queues, waiters int) {
-	w := &s.lwait
+func (s *Service) leaseWaitCounts() (queues, waiters int) {
+	w := &s.leases
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, q := range w.q {
@@ -77,8 +191,8 @@ func (s *Server) leaseWaitCounts() (queues, waiters int) {
 
 // enqueueLease adds lw to its key's queue unless it holds max waiters
 // (then it returns false). The key's shard lock is held.
-func (s *Server) enqueueLease(lw *leaseWaiter, max int) bool {
-	w := &s.lwait
+func (s *Service) enqueueLease(lw *leaseWaiter, max int) bool {
+	w := &s.leases
 	qk := leaseQKey{lw.k.sh, string(lw.k.key)}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -98,8 +212,8 @@ func (s *Server) enqueueLease(lw *leaseWaiter, max int) bool {
 }
 
 // serveLeaseQueue serves the queue of k (its shard locked) at now.
-func (s *Server) serveLeaseQueue(k *rkey, now int64) {
-	w := &s.lwait
+func (s *Service) serveLeaseQueue(k *rkey, now int64) {
+	w := &s.leases
 	if w.n.Load() == 0 {
 		return
 	}
@@ -111,13 +225,13 @@ func (s *Server) serveLeaseQueue(k *rkey, now int64) {
 // serveLocked grants leases to the head waiters of queue qk while leases
 // are free, then answers and removes the waiters whose timeout passed or
 // whose client left. The shard lock and w.mu are held.
-func (s *Server) serveLocked(qk leaseQKey, now int64) {
-	w := &s.lwait
+func (s *Service) serveLocked(qk leaseQKey, now int64) {
+	w := &s.leases
 	q := w.q[qk]
 	if len(q) == 0 {
 		return
 	}
-	if s.repl.IsReplica() && !s.replicaWritable {
+	if s.repl.IsReplica() && !s.repl.writable {
 		// Became a read-only replica while they waited: no lease can be
 		// taken here any more (Redis unblocks its blocked clients so).
 		for _, lw := range q {
@@ -181,8 +295,8 @@ func (w *leaseWaits) keep(qk leaseQKey, q, keep []*leaseWaiter) {
 }
 
 // dropLeaseWaiters removes the waiters of cl, which left.
-func (s *Server) dropLeaseWaiters(cl *client) {
-	w := &s.lwait
+func (s *Service) dropLeaseWaiters(cl *client) {
+	w := &s.leases
 	if w.n.Load() == 0 {
 		return
 	}
@@ -201,7 +315,7 @@ func (s *Server) dropLeaseWaiters(cl *client) {
 
 // leaseTicker serves every queue each leaseWaitTick, and ends once no
 // waiter is left.
-func (s *Server) leaseTicker() {
+func (s *Service) leaseTicker() {
 	t := time.NewTicker(leaseWaitTick)
 	defer t.Stop()
 	for range t.C {
@@ -213,8 +327,8 @@ func (s *Server) leaseTicker() {
 
 // serveLeaseQueues serves every queue once. It returns false, and marks
 // the ticker stopped, when no queue exists.
-func (s *Server) serveLeaseQueues() bool {
-	w := &s.lwait
+func (s *Service) serveLeaseQueues() bool {
+	w := &s.leases
 	w.mu.Lock()
 	if len(w.q) == 0 {
 		w.running = false
@@ -237,89 +351,9 @@ func (s *Server) serveLeaseQueues() bool {
 	return true
 }
 
-// parseAcquireWait parses CL.ACQUIRE's options after token: WAIT timeout
-// [QUEUE n]. wait is 0 without WAIT.
-func parseAcquireWait(opts [][]byte) (wait int64, queue int, msg wireErr) {
-	queue = defaultLeaseQueue
-	for i := 0; i < len(opts); i++ {
-		switch {
-		case eqFold(opts[i], "wait") && wait == 0 && i+1 < len(opts):
-			d, ok := parsePeriod(opts[i+1])
-			if !ok {
-				return 0, 0, msgAcquireWait
-			}
-			wait = d
-			i++
-		case eqFold(opts[i], "queue") && i+1 < len(opts):
-			n, ok := parseRedisInt(opts[i+1])
-			if !ok || n < 1 || n > maxLeaseQueue {
-				return 0, 0, msgAcquireQueue
-			}
-			queue = int(n)
-			i++
-		default:
-			return 0, 0, msgSyntax
-		}
-	}
-	if wait == 0 && len(opts) > 0 {
-		return 0, 0, msgAcquireQueueNoWait
-	}
-	return wait, queue, noErr
-}
-
-// CL.ACQUIRE key limit lease token [WAIT timeout [QUEUE n]] [MS]
-func cmdAcquire(x *ctx) {
-	args, ms := trailingMS(x.args[1:])
-	if len(args) < 4 {
-		x.errorReply(errWrongArity(x.spec.Name))
-		return
-	}
-	wait, queue, msg := parseAcquireWait(args[4:])
-	if msg != noErr {
-		x.errorReply(msg)
-		return
-	}
-	var c check
-	if msg := c.parse(x.spec.Name, args[:4]); msg != noErr {
-		x.errorReply(msg)
-		return
-	}
-	c.ms = ms
-	k := &x.keys[0] // c.key
-	now := x.clockNS()
-	// Waiters queued before come first: give them what is free.
-	x.s.serveLeaseQueue(k, now)
-	v := k.lookup(floorDiv(now, 1e6))
-	if msg := c.decide(v, now, &x.cl.leases); msg != noErr {
-		x.errorReply(msg)
-		return
-	}
-	if c.t.limited && wait > 0 && !x.inExec {
-		lw := &leaseWaiter{
-			k:     rkey{key: append([]byte(nil), k.key...), hash: k.hash, sh: k.sh, slot: k.slot},
-			limit: c.limit, per: c.per, token: append([]byte(nil), c.token...), ms: ms,
-			deadline: now + wait, cl: x.cl,
-		}
-		// Block before the waiter can be served: resume may run as soon
-		// as the shard lock is released.
-		if x.s.lwaitRoom(lw, queue) {
-			lw.resume, _ = x.block() // Server.Close drops the waiter
-			x.s.enqueueLease(lw, queue)
-			return
-		}
-	}
-	if c.needsRoom(v) && !x.s.ks.CanInsert() {
-		x.oom()
-		return
-	}
-	c.apply(k, v, now, &x.cl.leases)
-	x.decided(c.t.limited, c.key)
-	x.tuple(c.t)
-}
-
 // lwaitRoom reports whether lw's queue holds fewer than max waiters.
-func (s *Server) lwaitRoom(lw *leaseWaiter, max int) bool {
-	w := &s.lwait
+func (s *Service) lwaitRoom(lw *leaseWaiter, max int) bool {
+	w := &s.leases
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.q[leaseQKey{lw.k.sh, string(lw.k.key)}]) < max

@@ -1,4 +1,4 @@
-package policy
+package glob
 
 import "testing"
 
@@ -21,10 +21,10 @@ func TestLiteralsOf(t *testing.T) {
 		{"[^a]", "", "", false},      // negated class
 		{"**", "", "", false},
 	} {
-		l := literalsOf([]byte(c.glob))
-		if string(l.prefix) != c.prefix || string(l.suffix) != c.suffix || l.exact != c.exact {
-			t.Errorf("literalsOf(%q) = prefix %q suffix %q exact %v, want %q %q %v",
-				c.glob, l.prefix, l.suffix, l.exact, c.prefix, c.suffix, c.exact)
+		l := LiteralsOf([]byte(c.glob))
+		if l.Prefix != c.prefix || l.Suffix != c.suffix || l.Exact != c.exact {
+			t.Errorf("LiteralsOf(%q) = prefix %q suffix %q exact %v, want %q %q %v",
+				c.glob, l.Prefix, l.Suffix, l.Exact, c.prefix, c.suffix, c.exact)
 		}
 	}
 }

@@ -3,19 +3,20 @@ package commands
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
-	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/resp"
 )
 
 const redisCompatVers = "7.0.15" // the Redis version whose behaviour cellserver follows
 
 func cmdPing(x *ctx) {
-	if len(x.args) <= 2 && !x.cl.resp3.Load() && x.cl.subscribed() {
+	if len(x.args) <= 2 && !x.cl.resp3() && x.cl.subscribed() {
 		// Subscribed RESP2 mode: a reply that reads as a message.
 		x.array(2)
 		x.bulkStr("pong")
@@ -57,30 +58,39 @@ func (cl *client) setAuthed(ok bool) {
 func cmdReset(x *ctx) {
 	cl := x.cl
 	cl.resetMulti()
-	cl.multiSeen.Store(-1)
+	cl.multi.seen.Store(-1)
 	x.s.unwatchAll(cl)
 	x.s.track.disable(cl)
 	x.s.pubsub.drop(cl)
 	cl.db.Store(0)
 	cl.readonly = false
-	cl.mu.Lock()
-	cl.name = ""
-	cl.mu.Unlock()
-	cl.setAuthed(x.s.password == "")
-	cl.resp3.Store(false)
+	cl.meta.mu.Lock()
+	cl.meta.name = ""
+	cl.meta.mu.Unlock()
+	cl.setAuthed(x.s.auth.password == "")
+	cl.conn.SetProtocol(resp.RESP2)
 	x.status("RESET")
+}
+
+// authConfig is what AUTH and protected mode check.
+type authConfig struct {
+	password string
+	// digest is the SHA-256 of password, which AUTH compares with.
+	digest    [sha256.Size]byte
+	protected bool              // protected mode (Config.ProtectedMode)
+	loopback  func(string) bool // Config.Loopback, or isLoopback
 }
 
 // checkPassword compares pass with the configured password through their
 // SHA-256 digests, in constant time: the time taken depends on neither
 // the password's length nor how much of it pass gets right (comparing the
 // strings themselves would return at once on a length mismatch).
-func (s *Server) checkPassword(user, pass []byte) bool {
+func (s *Service) checkPassword(user, pass []byte) bool {
 	if user != nil && string(user) != "default" {
 		return false
 	}
 	d := sha256.Sum256(pass)
-	return subtle.ConstantTimeCompare(d[:], s.passDigest[:]) == 1
+	return subtle.ConstantTimeCompare(d[:], s.auth.digest[:]) == 1
 }
 
 // AUTH [username] password
@@ -95,7 +105,7 @@ func cmdAuth(x *ctx) {
 		x.errorReply(msgSyntax)
 		return
 	}
-	if x.s.password == "" {
+	if x.s.auth.password == "" {
 		if user == nil {
 			x.errorReply(msgNoAuthNeeded)
 			return
@@ -154,7 +164,7 @@ func cmdHello(x *ctx) {
 		}
 	}
 	if pass != nil {
-		if x.s.password == "" && string(user) != "default" || x.s.password != "" && !x.s.checkPassword(user, pass) {
+		if x.s.auth.password == "" && string(user) != "default" || x.s.auth.password != "" && !x.s.checkPassword(user, pass) {
 			x.errorReply(msgWrongPass)
 			return
 		}
@@ -165,17 +175,12 @@ func cmdHello(x *ctx) {
 	if pass != nil {
 		x.cl.setAuthed(true)
 	}
-	if name != nil {
-		if !validClientName(name) {
-			x.errorReply(msgClientName)
-			return
-		}
-		x.cl.mu.Lock()
-		x.cl.name = string(name)
-		x.cl.mu.Unlock()
+	if name != nil && !x.cl.setName(name) {
+		x.errorReply(msgClientName)
+		return
 	}
 	if v != 0 {
-		x.cl.resp3.Store(v == 3)
+		x.c.SetProtocol(resp.Protocol(v))
 	}
 	x.mapLen(7)
 	x.bulkStr("server")
@@ -183,7 +188,7 @@ func cmdHello(x *ctx) {
 	x.bulkStr("version")
 	x.bulkStr(redisCompatVers)
 	x.bulkStr("proto")
-	if x.cl.resp3.Load() {
+	if x.cl.resp3() {
 		x.int(3)
 	} else {
 		x.int(2)
@@ -196,6 +201,15 @@ func cmdHello(x *ctx) {
 	x.bulkStr("master")
 	x.bulkStr("modules")
 	x.loadedModules()
+}
+
+// clientMeta is what a client says about itself (CLIENT SETNAME, HELLO
+// SETNAME, CLIENT SETINFO), read by CLIENT LIST and INFO.
+type clientMeta struct {
+	mu      sync.Mutex // guards name, libName, libVer
+	name    string
+	libName string
+	libVer  string
 }
 
 // validClientName is Redis's rule: printable ASCII without spaces.
@@ -211,21 +225,29 @@ func validClientName(b []byte) bool {
 func cmdClientID(x *ctx) { x.int(x.c.ID()) }
 
 func cmdClientSetName(x *ctx) {
-	name := x.args[2]
-	if !validClientName(name) {
+	if !x.cl.setName(x.args[2]) {
 		x.errorReply(msgClientName)
 		return
 	}
-	x.cl.mu.Lock()
-	x.cl.name = string(name)
-	x.cl.mu.Unlock()
 	x.ok()
 }
 
+// setName sets the client's name (CLIENT SETNAME, HELLO SETNAME) unless
+// Redis's rule refuses it (then it returns false).
+func (cl *client) setName(name []byte) bool {
+	if !validClientName(name) {
+		return false
+	}
+	cl.meta.mu.Lock()
+	cl.meta.name = string(name)
+	cl.meta.mu.Unlock()
+	return true
+}
+
 func cmdClientGetName(x *ctx) {
-	x.cl.mu.Lock()
-	name := x.cl.name
-	x.cl.mu.Unlock()
+	x.cl.meta.mu.Lock()
+	name := x.cl.meta.name
+	x.cl.meta.mu.Unlock()
 	if name == "" {
 		x.null()
 		return
@@ -239,9 +261,9 @@ func cmdClientSetInfo(x *ctx) {
 	var field *string
 	switch {
 	case eqFold(attr, "lib-name"):
-		field = &x.cl.libName
+		field = &x.cl.meta.libName
 	case eqFold(attr, "lib-ver"):
-		field = &x.cl.libVer
+		field = &x.cl.meta.libVer
 	default:
 		x.errorReply(errClientInfoOption(attr))
 		return
@@ -250,9 +272,9 @@ func cmdClientSetInfo(x *ctx) {
 		x.errorReply(errClientInfoArg(attr))
 		return
 	}
-	x.cl.mu.Lock()
+	x.cl.meta.mu.Lock()
 	*field = string(val)
-	x.cl.mu.Unlock()
+	x.cl.meta.mu.Unlock()
 	x.ok()
 }
 
@@ -376,9 +398,9 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 	if cl == nil {
 		return
 	}
-	cl.mu.Lock()
-	name, libName, libVer := cl.name, cl.libName, cl.libVer
-	cl.mu.Unlock()
+	cl.meta.mu.Lock()
+	name, libName, libVer := cl.meta.name, cl.meta.libName, cl.meta.libVer
+	cl.meta.mu.Unlock()
 	cmd := "NULL"
 	if sp := cl.lastCmd.Load(); sp != nil {
 		cmd = sp.Name
@@ -387,11 +409,11 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 	if cl.subscribed() {
 		flags += "P"
 	}
-	multi := cl.multiSeen.Load()
+	multi := cl.multi.seen.Load()
 	if multi >= 0 {
 		flags += "x"
 	}
-	if cl.dirty.Load() {
+	if cl.multi.dirty.Load() {
 		flags += "d" // a watched key changed: EXEC will fail
 	}
 	if flags == "" {
@@ -415,7 +437,7 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 		obl, rbs = len(c.Out), cap(c.Out)
 	}
 	obl, oll, omem := splitPending(obl)
-	multiMem := int(cl.multiMem.Load())
+	multiMem := int(cl.multi.mem.Load())
 	totMem := connMem + qbuf + qbufFree + argvMem + multiMem + rbs
 	events := "r"
 	if c.OutLen() > 0 {
@@ -423,7 +445,7 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 	}
 	itoa := strconv.Itoa
 	proto := "2"
-	if cl.resp3.Load() {
+	if cl.resp3() {
 		proto = "3"
 	}
 	fields := []string{
@@ -436,8 +458,8 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 		"idle=" + strconv.FormatInt(idle, 10),
 		"flags=" + flags,
 		"db=" + strconv.Itoa(int(cl.db.Load())),
-		"sub=" + itoa(int(cl.subs.nChans.Load())),
-		"psub=" + itoa(int(cl.subs.nPats.Load())),
+		"sub=" + itoa(int(cl.pubsub.nChans.Load())),
+		"psub=" + itoa(int(cl.pubsub.nPats.Load())),
 		"ssub=0",
 		"multi=" + strconv.Itoa(int(multi)),
 		"qbuf=" + itoa(qbuf),
@@ -473,228 +495,249 @@ func splitPending(n int) (obl, oll, omem int) {
 	return obl, oll, omem
 }
 
-func cmdMulti(x *ctx) {
-	if x.cl.inMulti {
-		x.errorReply(msgNoMulti)
-		return
+// clientTypeByName parses a client type, case-insensitively; ok is false
+// for an unknown one.
+func clientTypeByName(b []byte) (typ int, ok bool) {
+	switch strings.ToLower(string(b)) {
+	case "normal":
+		return clientNormal, true
+	case "slave", "replica":
+		return clientReplica, true
+	case "pubsub":
+		return clientPubsub, true
+	case "master":
+		return clientMaster, true
 	}
-	x.cl.inMulti = true
-	x.cl.multiSeen.Store(0)
-	x.ok()
+	return 0, false
 }
 
-func cmdDiscard(x *ctx) {
-	if !x.cl.inMulti {
-		x.errorReply(msgDiscardNoMult)
-		return
+// clientType is the type of a resp client: pubsub while subscribed,
+// normal otherwise. Replication links are not resp clients.
+func (cl *client) clientType() int {
+	if cl.subscribed() {
+		return clientPubsub
 	}
-	x.cl.resetMulti()
-	x.cl.multiSeen.Store(-1)
-	x.s.unwatchAll(x.cl)
-	x.ok()
+	return clientNormal
 }
 
-// The defaults of Config.MultiMaxCommands and Config.MultiMaxBytes. EXEC
-// runs its queue holding every shard lock, so these bound how long one
-// transaction keeps every other client waiting (about 4 ms for 10000
-// CL.THROTTLE: BenchmarkExecFullQueue), as well as its memory.
-const (
-	DefaultMultiMaxCommands       = 10000
-	DefaultMultiMaxBytes    int64 = 64 << 20
-)
-
-// queuedArgBytes is what a queued command costs beyond its arguments'
-// bytes, per argument: the slice header that holds it.
-const queuedArgBytes = 24
-
-// queuedSize is what queuing args counts against Config.MultiMaxBytes:
-// the arguments' bytes plus queuedArgBytes each.
-func queuedSize(args [][]byte) int64 {
-	n := int64(len(args)) * queuedArgBytes
-	for _, a := range args {
-		n += int64(len(a))
-	}
-	return n
+// killFilter is what CLIENT KILL matches; every field set must match.
+type killFilter struct {
+	addr, laddr string
+	hasAddr     bool
+	hasLaddr    bool
+	typ         int
+	hasType     bool
+	id          int64 // 0: any
+	maxAge      int64 // seconds; 0: any
+	skipMe      bool
 }
 
-// enqueue queues a command inside MULTI and returns noErr, or the error that
-// refuses it when the queue would pass its limits. Once the transaction
-// is bound to abort (multiBad), commands are answered QUEUED but not kept,
-// as Redis does: EXEC will not run them.
-func (s *Server) enqueue(cl *client, sp *Spec, args [][]byte) wireErr {
-	if cl.multiBad {
-		return noErr
-	}
-	if len(cl.queue) >= s.multiMax {
-		return msgMultiQueueCmds
-	}
-	size := queuedSize(args)
-	if size > s.multiBytes-cl.queueBytes {
-		return msgMultiQueueBytes
-	}
-	cl.queueBytes += size
-	cl.multiMem.Store(cl.queueBytes)
-	cl.queue = append(cl.queue, queued{spec: sp, args: copyArgs(args)})
-	cl.multiSeen.Store(int32(len(cl.queue)))
-	return noErr
-}
-
-// EXEC runs the queued commands with the locks of every shard they touch
-// held (and of the shards of the keys the client watches), so no other
-// client's command can interleave with them; a client on other shards is
-// not held up. A transaction with a command that needs more than its
-// keys (WholeKeyspace) holds every shard lock. EXEC answers a null array
-// instead when a watched key changed (see cmd_watch.go); either way the
-// client's watched keys are forgotten. Each queued command runs through
-// Server.call, as a command outside MULTI does, with its keys resolved
-// once.
-func cmdExec(x *ctx) {
-	cl := x.cl
-	if !cl.inMulti {
-		x.errorReply(msgExecNoMulti)
-		return
-	}
-	queue, bad := cl.queue, cl.multiBad
-	cl.resetMulti()
-	cl.multiSeen.Store(-1)
-	if bad {
-		x.s.unwatchAll(cl)
-		x.errorReply(msgExecAbort)
-		return
-	}
-	if len(queue) == 0 {
-		// Nothing runs: the check needs no lock.
-		broken := x.watchBroken()
-		x.s.unwatchAll(cl)
-		if broken {
-			x.nullArray()
-			return
+// CLIENT KILL ip:port
+// CLIENT KILL [ID id] [TYPE normal|master|replica|slave|pubsub] [ADDR
+// ip:port] [LADDR ip:port] [USER username] [SKIPME yes|no] [MAXAGE secs]
+//
+// As Redis 7.0 (networking.c clientCommand): the old form kills the
+// client at that address, the caller included, and answers +OK or "No
+// such client"; the filter form kills every client matching all its
+// filters, skipping the caller unless SKIPME no, and answers the count.
+// The caller itself, when killed, gets its reply first (CloseAfterReply),
+// so a CLIENT KILL inside MULTI still delivers the EXEC reply. MAXAGE
+// (Redis 7.4: only clients connected for more than that many seconds) is
+// accepted too. TYPE master and replica reach the replication links
+// through Config.KillReplicationLinks: those links are not resp clients,
+// so the ID, ADDR, LADDR and MAXAGE filters never match them.
+func cmdClientKill(x *ctx) {
+	f := killFilter{skipMe: true}
+	args := x.args[2:]
+	if len(args) == 1 {
+		f.addr, f.hasAddr, f.skipMe = string(args[0]), true, false
+	} else {
+		for i := 0; i < len(args); i += 2 {
+			if i+1 >= len(args) {
+				x.errorReply(msgSyntax)
+				return
+			}
+			v := args[i+1]
+			switch strings.ToLower(string(args[i])) {
+			case "id":
+				n, ok := parseRedisInt(v)
+				if !ok || n < 1 {
+					x.errorReply(msgClientKillID)
+					return
+				}
+				f.id = n
+			case "type":
+				typ, ok := clientTypeByName(v)
+				if !ok {
+					x.errorReply(errClientType(v))
+					return
+				}
+				f.typ, f.hasType = typ, true
+			case "addr":
+				f.addr, f.hasAddr = string(v), true
+			case "laddr":
+				f.laddr, f.hasLaddr = string(v), true
+			case "user":
+				if string(v) != "default" {
+					x.errorReply(errNoSuchUser(v))
+					return
+				}
+			case "skipme":
+				switch {
+				case eqFold(v, "yes"):
+					f.skipMe = true
+				case eqFold(v, "no"):
+					f.skipMe = false
+				default:
+					x.errorReply(msgSyntax)
+					return
+				}
+			case "maxage":
+				n, ok := parseRedisInt(v)
+				if !ok || n < 0 {
+					x.errorReply(msgClientKillMaxAge)
+					return
+				}
+				f.maxAge = n
+			default:
+				x.errorReply(msgSyntax)
+				return
+			}
 		}
-		x.array(0)
-		return
 	}
-	whole := false
-	for _, q := range queue {
-		if q.spec.Flags&WholeKeyspace != 0 {
-			whole = true
-			break
-		}
-	}
-	var keys []execKey // every queued command's keys, in queue order
-	if whole {
-		x.s.ks.LockAll()
-		defer x.s.ks.UnlockAll()
-		if cl.noloop {
-			cl.heldAll.Store(true)
-			defer cl.heldAll.Store(false)
+	killed, self := x.s.killClients(x, f)
+	if len(args) == 1 {
+		if killed == 0 {
+			x.errorReply(msgNoSuchClient)
+		} else {
+			x.ok()
 		}
 	} else {
-		var shards []*keyspace.Shard
-		keys, shards = x.resolveQueue(queue)
-		// Cluster mode checks the queued commands' slots (execKey.slot)
-		// again here, before the locks are taken.
-		x.lockShards(shards)
-		defer x.unlockShards()
+		x.int(killed)
 	}
-	if len(cl.watched) > 0 {
-		broken := x.watchBroken()
-		x.s.unwatchAll(cl)
-		if broken {
-			x.nullArray()
-			return
-		}
+	if self {
+		x.c.CloseAfterReply()
 	}
-	x.array(len(queue))
-	outer := *x
-	x.locked, x.inExec = whole, true
-	for _, q := range queue {
-		x.args = q.args
-		if whole {
-			// SELECT may have changed the database: resolved as it runs.
-			x.resolveKeys(q.spec, x.db())
-		} else {
-			// Their hashes (and slots) as resolveQueue found them.
-			if q.nkeys > 0 {
-				x.pre, keys = keys[:q.nkeys], keys[q.nkeys:]
-			}
-			x.resolveKeys(q.spec, x.db())
-			x.pre = nil // used up
-		}
-		x.s.call(x, q.spec)
-	}
-	x.args, x.spec, x.failed, x.locked, x.inExec = outer.args, outer.spec, false, false, false
-	x.keys, x.locks, x.heldSet = outer.keys, outer.locks, outer.heldSet
 }
 
-// execKey is a queued command's key as EXEC resolved it (resolveQueue),
-// without its bytes and shard, which the hash finds again as the command
-// runs: a buffer without pointers costs the garbage collector nothing.
-type execKey struct {
-	hash uint64
-	slot uint16
+// killClients closes the clients f matches and returns how many it
+// matched; self reports that the caller is among them (it is closed
+// after its reply, by the caller).
+func (s *Service) killClients(x *ctx, f killFilter) (killed int64, self bool) {
+	if f.hasType && (f.typ == clientMaster || f.typ == clientReplica) {
+		if f.id != 0 || f.hasAddr || f.hasLaddr || f.maxAge != 0 || s.repl.killLinks == nil {
+			return 0, false
+		}
+		kind := "replica"
+		if f.typ == clientMaster {
+			kind = "master"
+		}
+		return int64(s.repl.killLinks(kind)), false
+	}
+	n := s.net.Load()
+	if n == nil {
+		return 0, false
+	}
+	now := time.Now()
+	var victims []*resp.Conn
+	n.Range(func(c *resp.Conn) bool {
+		cl, _ := c.Context().(*client)
+		if cl == nil || cl.killed.Load() || cl.closed.Load() {
+			return true
+		}
+		switch {
+		case f.hasAddr && c.RemoteAddr() != f.addr,
+			f.hasLaddr && c.LocalAddr() != f.laddr,
+			f.hasType && cl.clientType() != f.typ,
+			f.id != 0 && c.ID() != f.id,
+			f.maxAge != 0 && int64(now.Sub(c.Created())/time.Second) <= f.maxAge,
+			c == x.c && f.skipMe:
+			return true
+		}
+		victims = append(victims, c)
+		return true
+	})
+	for _, c := range victims {
+		if c == x.c {
+			self = true
+			continue
+		}
+		cl := c.Context().(*client)
+		if !cl.killed.CompareAndSwap(false, true) {
+			continue // another CLIENT KILL got it first
+		}
+		killed++
+		c.Kill()
+		// As Redis frees the client at once, its subscriptions end now,
+		// not when its connection's goroutine gets to Service.Close.
+		s.pubsub.drop(cl)
+	}
+	if self {
+		killed++
+	}
+	return killed, self
 }
 
-// resolveQueue resolves the keys of a transaction's commands (none needs
-// the whole keyspace, so all run in the current database), recording
-// each command's count in its nkeys. It returns their hashes, in queue
-// order, and the shards to lock, each once, in the lock order: those of
-// the keys, and those of the keys the client watches, so that a change to
-// a watched key is either before EXEC's check or after the transaction.
-func (x *ctx) resolveQueue(queue []queued) ([]execKey, []*keyspace.Shard) {
-	cl := x.cl
-	db := x.db()
-	if cap(cl.execKeys) < len(queue) {
-		cl.execKeys = make([]execKey, 0, len(queue)) // one key a command, as a rule
-	}
-	all := cl.execKeys[:0]
-	shards := cl.lockMore[:0]
-	marks := db.NumShards() <= markedShards
-	if w := (db.NumShards() + 63) / 64; marks && len(cl.marks) < w {
-		cl.marks = make([]uint64, w)
-	}
-	args := x.args
-	for i := range queue {
-		q := &queue[i]
-		var one [1]rkey
-		keys := x.keys[:0]
-		if sp := q.spec; sp.FirstKey > 0 && sp.FirstKey == sp.LastKey && sp.Keys == nil && sp.derive == nil {
-			// One key, in short (as resolveKeys).
-			if sp.FirstKey < len(q.args) {
-				x.setKey(&one[0], db, q.args[sp.FirstKey])
-				keys = one[:]
-			}
-		} else {
-			x.args = q.args
-			x.resolveKeys(sp, db)
-			keys = x.keys
-		}
-		q.nkeys = len(keys)
-		for j := range keys {
-			k := &keys[j]
-			all = append(all, execKey{hash: k.hash, slot: k.slot})
-			if !marks {
-				shards = append(shards, k.sh)
-				continue
-			}
-			// One entry per shard, so that sorting takes at most a
-			// database's shards, however many keys.
-			_, s := k.sh.Order()
-			if bit := uint64(1) << (s % 64); cl.marks[s/64]&bit == 0 {
-				cl.marks[s/64] |= bit
-				shards = append(shards, k.sh)
-			}
-		}
-	}
-	if marks {
-		for _, sh := range shards {
-			_, s := sh.Order()
-			cl.marks[s/64] = 0
-		}
-	}
-	for _, wk := range cl.watched {
-		shards = append(shards, x.s.ks.DB(wk.db).Shard([]byte(wk.key)))
-	}
-	cl.execKeys, cl.lockMore, cl.bigKeys = all, shards, true
-	x.args, x.keys = args, nil
-	return all, orderShards(shards)
+func cmdClientHelp(x *ctx) {
+	helpReply(x,
+		"CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+		"GETNAME",
+		"    Return the name of the current connection.",
+		"ID",
+		"    Return the ID of the current connection.",
+		"INFO",
+		"    Return information about the current client connection.",
+		"KILL <ip:port>",
+		"    Kill connection made from <ip:port>.",
+		"KILL <option> <value> [<option> <value> [...]]",
+		"    Kill connections. Options are:",
+		"    * ADDR (<ip:port>|<unixsocket>:0)",
+		"      Kill connections made from the specified address",
+		"    * LADDR (<ip:port>|<unixsocket>:0)",
+		"      Kill connections made to specified local address",
+		"    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+		"      Kill connections by type.",
+		"    * USER <username>",
+		"      Kill connections authenticated by <username>.",
+		"    * SKIPME (YES|NO)",
+		"      Skip killing current connection (default: yes).",
+		"LIST [TYPE (NORMAL|MASTER|REPLICA|PUBSUB)] [ID <id> [<id> ...]]",
+		"    Return information about client connections.",
+		"SETINFO <option> <value>",
+		"    Set client meta attr. Options are: LIB-NAME, LIB-VER.",
+		"SETNAME <name>",
+		"    Assign the name <name> to the current connection.",
+		"HELP",
+		"    Prints this help.")
 }
+
+func cmdSelect(x *ctx) {
+	n, ok := parseRedisInt(x.args[1])
+	if !ok {
+		x.errorReply(msgNotInt)
+		return
+	}
+	if n < math.MinInt32 || n > math.MaxInt32 { // Redis reads an int first
+		x.errorReply(msgIntRange)
+		return
+	}
+	if x.s.cluster.state != nil && n != 0 {
+		x.errorReply(msgSelectCluster)
+		return
+	}
+	if n < 0 || n >= int64(x.s.ks.NumDB()) {
+		x.errorReply(msgDBIndex)
+		return
+	}
+	x.cl.db.Store(int32(n))
+	x.ok()
+}
+
+// Client types of CLIENT KILL TYPE and CLIENT LIST TYPE (Redis's
+// getClientTypeByName).
+const (
+	clientNormal = iota
+	clientReplica
+	clientPubsub
+	clientMaster
+)

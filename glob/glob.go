@@ -1,11 +1,16 @@
-package commands
+// Package glob is Redis's glob (stringmatchlen in util.c), the one
+// grammar of KEYS, SCAN MATCH, PSUBSCRIBE, COMMAND LIST FILTERBY PATTERN,
+// CONFIG GET and the policy file's override globs: Match matches a string
+// against a glob, and LiteralsOf finds the literal ends every match has
+// (so that a caller can refuse most strings without matching).
+package glob
 
-// globMatch reports whether str matches the Redis glob pattern (stringmatchlen
+// Match reports whether str matches the Redis glob pattern (stringmatchlen
 // in Redis's util.c): '*' any run, '?' any byte, '[...]' a class with ranges
 // and '^' negation, '\' escapes the next byte. nocase folds ASCII case.
-func globMatch(pattern, str []byte, nocase bool) bool {
+func Match(pattern, str []byte, nocase bool) bool {
 	skipLonger := false
-	return globMatchDepth(pattern, str, nocase, &skipLonger, 0)
+	return matchDepth(pattern, str, nocase, &skipLonger, 0)
 }
 
 func lowerByte(c byte) byte {
@@ -26,12 +31,12 @@ func lowerInt(c int) int {
 	return c
 }
 
-// globMatchDepth is stringmatchlen_impl. skipLonger is Redis's
+// matchDepth is stringmatchlen_impl. skipLonger is Redis's
 // skipLongerMatches (the fix of CVE-2022-36021): once the rest of the
 // pattern after a '*' matched at no position of the rest of the string, no
 // earlier '*' can help by matching more, so the search stops instead of
 // trying exponentially many splits.
-func globMatchDepth(p, s []byte, nocase bool, skipLonger *bool, depth int) bool {
+func matchDepth(p, s []byte, nocase bool, skipLonger *bool, depth int) bool {
 	if depth > 1000 { // Redis bounds the recursion the same way
 		return false
 	}
@@ -45,7 +50,7 @@ func globMatchDepth(p, s []byte, nocase bool, skipLonger *bool, depth int) bool 
 				return true
 			}
 			for len(s) > 0 {
-				if globMatchDepth(p[1:], s, nocase, skipLonger, depth+1) {
+				if matchDepth(p[1:], s, nocase, skipLonger, depth+1) {
 					return true
 				}
 				if *skipLonger {

@@ -2,11 +2,8 @@ package commands
 
 import (
 	"errors"
-	"time"
 
 	"github.com/cellserver/cellserver/gcra"
-	"github.com/cellserver/cellserver/keyspace"
-	"github.com/cellserver/cellserver/limiter"
 )
 
 // CL.PACE key max_burst count period [quantity] [MAXWAIT d] [MS]
@@ -24,17 +21,11 @@ func cmdPace(x *ctx) {
 		x.errorReply(msg)
 		return
 	}
-	k := &x.keys[0]
-	now := x.clockNS()
-	nowMS := floorDiv(now, 1e6)
-	v := k.lookup(nowMS)
-	sv := limiterState(v, nowMS)
-	tat, msg := storedTAT(sv)
-	if msg != noErr {
-		x.errorReply(msg)
+	lk, tat, exists, ok := x.gcraKey()
+	if !ok {
 		return
 	}
-	r, err := gcra.Pace(now, tat, sv != nil, p)
+	r, err := gcra.Pace(lk.now, tat, exists, p)
 	switch {
 	case errors.Is(err, gcra.ErrZeroRate):
 		x.errorReply(msgPaceRate)
@@ -43,16 +34,10 @@ func cmdPace(x *ctx) {
 		x.errorReply(msgPaceBurst)
 		return
 	}
-	if r.Store {
-		if v == nil && !x.s.ks.CanInsert() {
-			x.oom()
-			return
-		}
-		nv := keyspace.Value{Kind: keyspace.KindGCRA, N: r.NewTAT, Exp: r.ExpireAtMillis}
-		keepReservations(v, &nv, now)
-		k.replace(v, nv)
+	if r.Store && !x.storeGCRA(&lk, r.NewTAT, r.ExpireAtMillis) {
+		return
 	}
-	x.decided(r.Limited, k.key)
+	x.decided(r.Limited, lk.k.key)
 	x.tuple(tuple{r.Limited, r.Limit, r.Remaining, units(r.Wait, ms), units(r.ResetAfter, ms)})
 }
 
@@ -88,7 +73,7 @@ func paceParams(args [][]byte) (p gcra.PaceParams, ms bool, msg wireErr) {
 			ms = true
 			rest = rest[1:]
 		case eqFold(rest[0], "maxwait") && !seenWait && len(rest) > 1:
-			if p.MaxWait, ok = parseMaxWait(rest[1]); !ok {
+			if p.MaxWait, ok = parseSpan(rest[1]); !ok {
 				return p, false, msgPaceMaxWait
 			}
 			seenWait = true
@@ -98,20 +83,4 @@ func paceParams(args [][]byte) (p gcra.PaceParams, ms bool, msg wireErr) {
 		}
 	}
 	return p, ms, noErr
-}
-
-// parseMaxWait accepts 0, an integer number of seconds or a Go duration
-// with a unit (250ms, 1.5s, 10m), at most limiter.MaxPeriod.
-func parseMaxWait(b []byte) (int64, bool) {
-	if n, ok := parseRustI64(b); ok {
-		if n < 0 || n > int64(limiter.MaxPeriod/time.Second) {
-			return 0, false
-		}
-		return n * int64(time.Second), true
-	}
-	d, err := time.ParseDuration(string(b))
-	if err != nil || d < 0 || d > limiter.MaxPeriod {
-		return 0, false
-	}
-	return int64(d), true
 }

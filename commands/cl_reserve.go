@@ -83,60 +83,6 @@ func (c *check) parseReserve(args [][]byte) wireErr {
 	return noErr
 }
 
-// reservationsOf returns the reservations v holds (nil: none, or v nil).
-func reservationsOf(v *keyspace.Value) *limiter.Reservations {
-	if v == nil {
-		return nil
-	}
-	switch o := v.Obj.(type) {
-	case *limiter.Reservations:
-		return o
-	case *limiter.Log:
-		return o.Res
-	}
-	return nil
-}
-
-// limiterState returns v as its limiter sees it: nil when v holds
-// reservations and its scalar limiter state ended (Reservations.StateExp
-// before nowMS), the key living on for the reservations only. A sliding
-// log's entries age out by themselves.
-func limiterState(v *keyspace.Value, nowMS int64) *keyspace.Value {
-	if res := reservationsOf(v); res != nil && v.Kind != keyspace.KindLog && res.StateExp != 0 && nowMS > res.StateExp {
-		return nil
-	}
-	return v
-}
-
-// keepReservations carries the reservations of v, the key's value before
-// a limiter command, into nv, the value it stores (see
-// attachReservations); the ended ones are dropped.
-func keepReservations(v, nv *keyspace.Value, now int64) {
-	if res := reservationsOf(v); res != nil {
-		res.Tidy(now)
-		attachReservations(nv, res)
-	}
-}
-
-// attachReservations makes nv, a limiter state whose Exp is its own
-// expiry, hold res: the state's expiry becomes res.StateExp and the key's
-// the later of it and the last deadline. An empty res is dropped.
-func attachReservations(nv *keyspace.Value, res *limiter.Reservations) {
-	if len(res.List) == 0 {
-		res = nil
-	} else {
-		res.StateExp = nv.Exp
-		nv.Exp = res.Expiry()
-	}
-	if nv.Kind == keyspace.KindLog {
-		nv.Obj.(*limiter.Log).Res = res
-	} else if res != nil {
-		nv.Obj = res
-	} else {
-		nv.Obj = nil
-	}
-}
-
 // record adds c's reservation to the key's reservations (those of v, or
 // new ones) and makes nv hold them: c was admitted, nv is its new state.
 func (c *check) record(v, nv *keyspace.Value, now int64) {
@@ -171,17 +117,6 @@ func reserveRoom(v *keyspace.Value, now int64) wireErr {
 		return msgTooManyReservations
 	}
 	return noErr
-}
-
-// reply writes c's reply: its tuple, and for a reservation a sixth
-// integer, the reservation's id (-1 when nothing was reserved).
-func (c *check) reply(x *ctx) {
-	if !c.reserve {
-		x.tuple(c.t)
-		return
-	}
-	x.c.Out = appendTupleIn(x.c.Out, 6, c.t)
-	x.int(c.id)
 }
 
 // CL.RESERVE key THROTTLE|FIXED|SLIDING|SLIDINGLOG <the command's
@@ -225,10 +160,8 @@ func settle(x *ctx, actual int64) {
 		x.errorReply(msgReservationID)
 		return
 	}
-	k := &x.keys[0]
-	now := x.clockNS()
-	nowMS := floorDiv(now, 1e6)
-	v := k.lookup(nowMS)
+	lk := x.limiterKey()
+	k, now, v := lk.k, lk.now, lk.v
 	if v != nil {
 		switch v.Kind {
 		case keyspace.KindGCRA, keyspace.KindFixed, keyspace.KindSliding, keyspace.KindLog:
@@ -257,7 +190,7 @@ func settle(x *ctx, actual int64) {
 		return
 	}
 	if apply {
-		nv := settled(v, limiterState(v, nowMS), res, r, delta, now)
+		nv := settled(v, limiterState(v, lk.nowMS), res, r, delta, now)
 		res.Tidy(now)
 		attachReservations(&nv, res)
 		k.replace(v, nv)

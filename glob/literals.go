@@ -1,15 +1,15 @@
-package policy
+package glob
 
-// globLits are the literal ends of a Redis glob: every key the glob
-// matches starts with prefix and ends with suffix, the two not
-// overlapping (a key is at least len(prefix)+len(suffix) long). exact: the
-// glob is all literal, and matches the key prefix only.
-type globLits struct {
-	prefix, suffix string
-	exact          bool
+// Literals are the literal ends of a Redis glob: every key the glob
+// matches starts with Prefix and ends with Suffix, the two not
+// overlapping (a key is at least len(Prefix)+len(Suffix) long). Exact: the
+// glob is all literal, and matches the key Prefix only.
+type Literals struct {
+	Prefix, Suffix string
+	Exact          bool
 }
 
-// literalsOf finds g's literal ends. It reads the glob token by token as
+// LiteralsOf finds g's literal ends. It reads the glob token by token as
 // the matcher does (Redis's stringmatchlen, KEYS: '*', '?', a '[...]'
 // class with '\' escapes and x-y ranges, unterminated at the end of the
 // glob, '\' escaping the next byte outside a class, a trailing '\' itself)
@@ -17,7 +17,7 @@ type globLits struct {
 // literal and after the last one. The matcher consumes the tokens in
 // order, each literal one byte equal to itself, so a key it matches has
 // them at its ends.
-func literalsOf(g []byte) globLits {
+func LiteralsOf(g []byte) Literals {
 	var lits []byte   // the literal bytes since the last wildcard
 	var prefix []byte // set at the first wildcard
 	wild := false
@@ -60,7 +60,7 @@ func literalsOf(g []byte) globLits {
 		lits = nil
 	}
 	if !wild {
-		return globLits{prefix: string(lits), exact: true}
+		return Literals{Prefix: string(lits), Exact: true}
 	}
-	return globLits{prefix: string(prefix), suffix: string(lits)}
+	return Literals{Prefix: string(prefix), Suffix: string(lits)}
 }

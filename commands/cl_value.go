@@ -1,11 +1,7 @@
 package commands
 
 import (
-	"bytes"
 	"math"
-	"slices"
-	"sort"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -16,12 +12,18 @@ import (
 	"github.com/tidwall/redcon"
 )
 
-// The limiter family: CL.PEEK, CL.FIXED, CL.SLIDING, CL.SLIDINGLOG,
-// CL.ACQUIRE/CL.RELEASE, CL.ALL and CL.INFO. Every limiter reply has
-// CL.THROTTLE's shape [limited, limit, remaining, retry_after, reset_after];
-// durations are whole seconds rounded up, or milliseconds rounded up with a
-// trailing MS argument (CL.PEEK keeps redis-cell's rounding, since it must
-// answer exactly what CL.THROTTLE ... 0 would).
+// What the limiter commands (cl_*.go) share: the reply tuple and its
+// units, the argument parsers, check (one parsed limiter call: parse,
+// decide, apply; standalone, in CL.ALL, CL.RESERVE and CL.APPLY), each
+// kind's state in a keyspace.Value, the reservations a key carries across
+// calls (limiterState, keepReservations), and the prologue of the
+// single-key commands (limiterKey, gcraKey).
+//
+// Every limiter reply has CL.THROTTLE's shape [limited, limit, remaining,
+// retry_after, reset_after]; durations are whole seconds rounded up, or
+// milliseconds rounded up with a trailing MS argument (CL.PEEK keeps
+// redis-cell's rounding, since it must answer exactly what CL.THROTTLE ...
+// 0 would).
 
 // tuple is one limiter reply, durations already in reply units.
 type tuple struct {
@@ -83,14 +85,22 @@ func expiryMS(ns int64) int64 {
 // parsePeriod accepts an integer number of seconds or a Go duration with a
 // unit (250ms, 1.5s, 10m, 1h) and returns ns within (0, limiter.MaxPeriod].
 func parsePeriod(b []byte) (int64, bool) {
+	ns, ok := parseSpan(b)
+	return ns, ok && ns > 0
+}
+
+// parseSpan accepts 0, an integer number of seconds or a Go duration with
+// a unit (250ms, 1.5s, 10m), at most limiter.MaxPeriod, and returns ns
+// (CL.PACE's MAXWAIT; parsePeriod without 0).
+func parseSpan(b []byte) (int64, bool) {
 	if n, ok := parseRustI64(b); ok {
-		if n < 1 || n > int64(limiter.MaxPeriod/time.Second) {
+		if n < 0 || n > int64(limiter.MaxPeriod/time.Second) {
 			return 0, false
 		}
 		return n * int64(time.Second), true
 	}
 	d, err := time.ParseDuration(string(b))
-	if err != nil || limiter.CheckPeriod(int64(d)) != nil {
+	if err != nil || d < 0 || d > limiter.MaxPeriod {
 		return 0, false
 	}
 	return int64(d), true
@@ -392,34 +402,14 @@ func trailingMS(args [][]byte) ([][]byte, bool) {
 	return args, false
 }
 
-// runCheck is the body of CL.FIXED, CL.SLIDING, CL.SLIDINGLOG, CL.ACQUIRE:
-// parse, lock the key's shard, decide, apply, reply.
-func runCheck(x *ctx, minArgs, maxArgs int) {
-	args, ms := trailingMS(x.args[1:])
-	if len(args) < minArgs || len(args) > maxArgs {
-		x.errorReply(errWrongArity(x.spec.Name))
-		return
-	}
-	var c check
-	if msg := c.parse(x.spec.Name, args); msg != noErr {
-		x.errorReply(msg)
-		return
-	}
-	c.ms = ms
-	if _, ok := c.run(x); ok {
-		x.decided(c.t.limited, c.key)
-		x.tuple(c.t)
-	}
-}
-
 // run decides c, a parsed single-key call, on its key (x.keys[0]) at the
 // clock's reading, now, and applies it: the body of the single-key
 // limiter commands. ok is false when it replied an error instead.
 func (c *check) run(x *ctx) (now int64, ok bool) {
-	k := &x.keys[0]
-	now = x.clockNS()
-	v := k.lookup(floorDiv(now, 1e6))
-	if msg := c.decide(v, now, &x.cl.leases); msg != noErr {
+	lk := x.limiterKey()
+	k, v := lk.k, lk.v
+	now = lk.now
+	if msg := c.decide(v, now, &x.cl.scratch.leases); msg != noErr {
 		x.errorReply(msg)
 		return now, false
 	}
@@ -431,379 +421,164 @@ func (c *check) run(x *ctx) (now int64, ok bool) {
 		x.oom()
 		return now, false
 	}
-	c.apply(k, v, now, &x.cl.leases)
+	c.apply(k, v, now, &x.cl.scratch.leases)
 	return now, true
 }
 
-func cmdFixed(x *ctx)      { runCheck(x, 3, 4) }
-func cmdSliding(x *ctx)    { runCheck(x, 3, 4) }
-func cmdSlidingLog(x *ctx) { runCheck(x, 3, 4) }
+// limiterKey is the prologue of the single-key limiter commands: their
+// key (x.keys[0], its shard locked), the command's clock reading in ns
+// and in ms, and the key's value then (nil if absent).
+type limiterKey struct {
+	k          *rkey
+	now, nowMS int64
+	v          *keyspace.Value
+}
 
-// CL.RELEASE key token
-func cmdRelease(x *ctx) {
+// limiterKey reads the clock and looks the command's key up.
+func (x *ctx) limiterKey() limiterKey {
 	k := &x.keys[0]
 	now := x.clockNS()
-	v := k.lookup(floorDiv(now, 1e6))
-	if v == nil {
-		x.int(0)
-		return
-	}
-	if v.Kind != keyspace.KindLeases {
-		x.errorReply(msgWrongType)
-		return
-	}
-	ls := leasesOf(v, &x.cl.leases)
-	released, exp := ls.Release(now, x.args[2])
-	if ls.Held(now) == 0 {
-		k.del(floorDiv(now, 1e6))
-	} else {
-		k.replace(v, leasesValue(ls, &x.cl.leases, exp))
-	}
-	x.s.serveLeaseQueue(k, now) // a waiter may take what was freed
-	if released {
-		x.int(1)
-	} else {
-		x.int(0)
-	}
-}
-
-// CL.PEEK key max_burst count period [MS]: what CL.THROTTLE ... 0 would
-// answer (same errors too), without creating the key, refreshing its TTL or
-// writing anything.
-func cmdPeek(x *ctx) {
-	args, ms := trailingMS(x.args[1:])
-	for _, a := range x.args {
-		if !utf8.Valid(a) {
-			x.errorReply(msgCellBadUTF8)
-			return
-		}
-	}
-	if len(args) != 4 {
-		x.errorReply(errWrongArity("cl.peek"))
-		return
-	}
-	p, msg := gcraParams(args[1:4], true)
-	if msg != noErr {
-		x.errorReply(msg)
-		return
-	}
-	p.Quantity = 0 // a peek
-	now := x.clockNS()
-	cur := x.keys[0].peek(floorDiv(now, 1e6)) // args[0]
-	x.s.lookedUp(cur != nil)
-	tat, msg := storedTAT(cur)
-	if msg != noErr {
-		x.errorReply(msg)
-		return
-	}
-	r, err := gcra.Decide(now, tat, cur != nil, p)
-	if err != nil { // unreachable: gcraParams checked the rate
-		x.errorReply(msgCellZeroRate)
-		return
-	}
-	t := tuple{r.Limited, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter}
-	if ms {
-		t.retry, t.resetA = r.RetryAfterMillis, r.ResetAfterMillis
-	}
-	x.tuple(t)
-}
-
-// CL.ALL check [check ...]: every check is a limiter command written out
-// with its quantity, then an optional MS; all are decided under their
-// shard locks (taken in shard order), and applied only if every one is
-// admitted. A CL.THROTTLE check takes MS here too (its durations are then
-// CL.PEEK ... MS's), though standalone CL.THROTTLE does not.
-func cmdAll(x *ctx) {
-	// The client's buffer holds up to four checks without allocating, and
-	// without zeroing four checks on every call.
-	checks, msg := parseChecks(x.cl.checks[:0], x.args[1:])
-	if msg != noErr {
-		x.errorReply(msg)
-		return
-	}
-	// The dispatcher resolved the keys of the checks (allKeys) and holds
-	// their shard locks: the checks parsed, so keys[i] is checks[i].key.
-	admitted, limitedKey, ok := runAll(x, checks, x.keys)
-	if !ok {
-		return
-	}
-	x.decided(!admitted, limitedKey)
-	x.array(len(checks))
-	for i := range checks {
-		checks[i].reply(x)
-	}
-}
-
-// runAll decides checks on keys (keys[i] is checks[i].key, their shards
-// locked) at one clock reading and applies them only if every one is
-// admitted (a shadow check never blocks): CL.ALL's all-or-nothing, shared
-// with CL.APPLY's hierarchies. It returns whether they were applied and
-// the first refused key; ok is false when it replied an error instead.
-func runAll(x *ctx, checks []check, keys []rkey) (admitted bool, limitedKey []byte, ok bool) {
-	if len(keys) != len(checks) { // cannot happen: allKeys and parseChecks agree
-		x.errorReply(msgInvalidArgs)
-		return false, nil, false
-	}
-	var valBuf [4]*keyspace.Value
-	vals := valBuf[:0]
-	for range checks {
-		vals = append(vals, nil)
-	}
-	now := x.clockNS()
 	nowMS := floorDiv(now, 1e6)
-	admitted = true
-	for i := range checks {
-		vals[i] = keys[i].lookup(nowMS)
-		if msg := checks[i].decide(vals[i], now, &x.cl.leases); msg != noErr {
-			x.errorReply(msg)
-			return false, nil, false
-		}
-		if checks[i].t.limited && !checks[i].shadow && admitted {
-			admitted = false
-			limitedKey = checks[i].key
-		}
-		if checks[i].expireErr {
-			x.errorReply(msgCellExpire)
-			return false, nil, false
-		}
-	}
-	if admitted {
-		for i := range checks {
-			if checks[i].needsRoom(vals[i]) && !x.s.ks.CanInsert() {
-				x.oom()
-				return false, nil, false
-			}
-		}
-		for i := range checks {
-			// Look the key up again: inserting an earlier check's new key
-			// may have evicted this one (maxmemory), and its entry must
-			// not be written behind the map's back. A single check's view
-			// is still the shard's current one: nothing ran in between.
-			v := vals[i]
-			if len(checks) > 1 {
-				v = keys[i].peek(nowMS)
-			}
-			checks[i].apply(&keys[i], v, now, &x.cl.leases)
-		}
-	}
-	return admitted, limitedKey, true
+	return limiterKey{k: k, now: now, nowMS: nowMS, v: k.lookup(nowMS)}
 }
 
-// maxAllChecks is the most checks one CL.ALL takes (msgAllTooMany). A
-// call at the cap takes about 1.7 ms (BenchmarkAllChecks/checks=1024),
-// most of it with its shards locked.
-const maxAllChecks = 1024
-
-// fewChecks is the most checks whose keys are compared pairwise; more are
-// sorted.
-const fewChecks = 8
-
-// parseChecks appends CL.ALL's arguments, split into checks, to checks.
-// Keys must differ. The first problem in argument order is reported: a
-// repeated key among the checks before a bad one comes first.
-func parseChecks(checks []check, args [][]byte) ([]check, wireErr) {
-	var lower [16]byte
-	msg := noErr
-	for i := 0; i < len(args); {
-		if len(checks) == maxAllChecks {
-			msg = msgAllTooMany
-			break
-		}
-		name, n := checkName(lowerInto(lower[:0], args[i]))
-		if n < 0 {
-			if n = reserveArity(args[i+1:]); n == 0 {
-				msg = msgReserveKindAll
-				if i+2 >= len(args) {
-					msg = errCheckArity(name)
-				}
-				break
-			}
-		}
-		if n == 0 {
-			msg = errUnknownCheck(string(args[i]))
-			break
-		}
-		if i+1+n > len(args) {
-			msg = errCheckArity(name)
-			break
-		}
-		checks = append(checks, check{}) // parsed in place: a check is large
-		c := &checks[len(checks)-1]
-		if msg = c.parse(name, args[i+1:i+1+n]); msg != noErr {
-			checks = checks[:len(checks)-1]
-			break
-		}
-		i += 1 + n
-		if i < len(args) && eqFold(args[i], "ms") {
-			c.ms = true
-			i++
-		}
-	}
-	if hasDupKey(checks) {
-		return nil, msgAllDupKey
-	}
+// gcraKey is limiterKey for the commands on CL.THROTTLE's state
+// (CL.THROTTLE, CL.PACE), with the TAT it holds and whether the state
+// exists: the limiter sees v unless only its reservations live
+// (limiterState). ok is false when it replied an error instead (the key
+// holds another kind, or a string that is not a TAT).
+func (x *ctx) gcraKey() (lk limiterKey, tat uint64, exists, ok bool) {
+	lk = x.limiterKey()
+	sv := limiterState(lk.v, lk.nowMS)
+	tat, msg := storedTAT(sv)
 	if msg != noErr {
-		return nil, msg
+		x.errorReply(msg)
+		return lk, 0, false, false
 	}
-	return checks, noErr
+	return lk, tat, sv != nil, true
 }
 
-// hasDupKey reports whether two checks have the same key: pairwise for a
-// few checks (no allocation), by sorting for more.
-func hasDupKey(checks []check) bool {
-	if len(checks) <= fewChecks {
-		for i := 1; i < len(checks); i++ {
-			for j := range i {
-				if string(checks[j].key) == string(checks[i].key) {
-					return true
-				}
-			}
-		}
+// storeGCRA stores the TAT tat at lk's key, which expires at exp (ms
+// since the Unix epoch; 0: never), carrying its reservations over. It
+// returns false when it replied OOM instead: a new key past maxmemory.
+func (x *ctx) storeGCRA(lk *limiterKey, tat uint64, exp int64) bool {
+	if lk.v == nil && !x.s.ks.CanInsert() {
+		x.oom()
 		return false
 	}
-	return dupSorted(len(checks), func(i int) []byte { return checks[i].key }, bytes.Compare)
+	nv := keyspace.Value{Kind: keyspace.KindGCRA, N: tat, Exp: exp}
+	keepReservations(lk.v, &nv, lk.now)
+	lk.k.replace(lk.v, nv)
+	return true
 }
 
-// dupSorted reports whether two of n keys (key(i) is the i-th) are equal,
-// with O(n log n) calls of compare: it sorts their indexes by compare and
-// compares neighbours.
-func dupSorted(n int, key func(int) []byte, compare func(a, b []byte) int) bool {
-	idx := make([]int32, n)
-	for i := range idx {
-		idx[i] = int32(i)
-	}
-	slices.SortFunc(idx, func(a, b int32) int { return compare(key(int(a)), key(int(b))) })
-	for i := 1; i < n; i++ {
-		if compare(key(int(idx[i-1])), key(int(idx[i]))) == 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// checkNames lists the limiter commands that CL.ALL takes as checks.
-var checkNames = []string{"cl.throttle", "cl.fixed", "cl.sliding", "cl.slidinglog", "cl.acquire", "cl.reserve"}
-
-// checkName returns the interned name of a limiter command (lower-case)
-// and how many arguments follow it inside CL.ALL (quantity explicit, MS
-// not counted; -1 for CL.RESERVE, whose count depends on its kind: see
-// reserveArity), without allocating; for any other b, string(b) and 0.
-func checkName(b []byte) (string, int) {
-	switch string(b) { // a switch on string(b) does not allocate
-	case "cl.throttle":
-		return "cl.throttle", 5
-	case "cl.fixed":
-		return "cl.fixed", 4
-	case "cl.sliding":
-		return "cl.sliding", 4
-	case "cl.slidinglog":
-		return "cl.slidinglog", 4
-	case "cl.acquire":
-		return "cl.acquire", 4
-	case "cl.reserve":
-		return "cl.reserve", -1
-	}
-	return string(b), 0
-}
-
-// allKeys appends the positions of CL.ALL's keys to dst, for the
-// dispatcher, COMMAND GETKEYS and cluster routing (none if the call does
-// not parse), without allocating beyond growing dst.
-func allKeys(dst []int, args [][]byte) []int {
-	start := len(dst)
-	var lower [16]byte
-	for i := 1; i < len(args); {
-		_, n := checkName(lowerInto(lower[:0], args[i]))
-		if n < 0 {
-			n = reserveArity(args[i+1:])
-		}
-		if n == 0 || i+1+n > len(args) {
-			return dst[:start]
-		}
-		dst = append(dst, i+1)
-		i += 1 + n
-		if i < len(args) && eqFold(args[i], "ms") {
-			i++
-		}
-	}
-	return dst
-}
-
-// tatInMS is how far the TAT tat (unsigned ns since the Unix epoch) lies
-// after now, in ms, rounded down; saturating at math.MaxInt64.
-func tatInMS(tat uint64, now int64) int64 {
-	if now >= 0 && tat >= uint64(now) {
-		return int64(min((tat-uint64(now))/1e6, math.MaxInt64))
-	}
-	if tat > math.MaxInt64 { // now < 0 (tests): far ahead
-		return math.MaxInt64
-	}
-	return floorDiv(int64(tat)-now, 1e6)
-}
-
-// CL.INFO key: the key's limiter kind, state and TTL as field/value pairs.
-func cmdLimiterInfo(x *ctx) {
-	now := x.clockNS()
-	nowMS := floorDiv(now, 1e6)
-	v := x.keys[0].peek(nowMS)
-	x.s.lookedUp(v != nil)
+// storedTAT reads the TAT of a CL.THROTTLE key (0 when v is nil): a GCRA
+// value, or a string holding a u64 as redis-cell reads it. Anything else
+// gets an error text.
+func storedTAT(v *keyspace.Value) (uint64, wireErr) {
 	if v == nil {
-		x.nullArray()
-		return
+		return 0, noErr
 	}
-	ttl := int64(-1)
-	if v.Exp != 0 {
-		ttl = max(v.Exp-nowMS, 0)
-	}
-	type field struct {
-		name string
-		val  any
-	}
-	var f []field
 	switch v.Kind {
-	case keyspace.KindString:
-		f = []field{{"kind", "string"}, {"bytes", int64(len(v.Obj.([]byte)))}}
 	case keyspace.KindGCRA:
-		// tat_ns is a bulk string of decimal digits: nanoseconds since
-		// the epoch (about 1.8e18) are past 2^53, so a JavaScript client
-		// would round an integer reply. Every other figure is a count or
-		// milliseconds, exact as integers.
-		// The TAT is unsigned, as GET shows it (a settled debt may reach
-		// 2^64-1 ns, the year 2554).
-		f = []field{{"kind", "gcra"}, {"tat_ns", strconv.FormatUint(v.N, 10)}, {"tat_in_ms", tatInMS(v.N, now)}}
-	case keyspace.KindFixed:
-		f = []field{{"kind", "fixed"}, {"window_start_ms", v.WindowStart() / 1e6}, {"count", v.FixedCount()}}
-	case keyspace.KindSliding:
-		prev, cur := v.SlidingCounts()
-		f = []field{{"kind", "sliding"}, {"window_start_ms", v.WindowStart() / 1e6}, {"previous", prev}, {"current", cur}}
-	case keyspace.KindLog:
-		l := v.Obj.(*limiter.Log)
-		f = []field{{"kind", "slidinglog"}, {"entries", int64(len(l.Entries))}, {"units", l.Units}}
-		if len(l.Entries) > 0 {
-			f = append(f, field{"oldest_ms", l.Entries[0].T / 1e6}, field{"newest_ms", l.Entries[len(l.Entries)-1].T / 1e6})
+		return v.N, noErr
+	case keyspace.KindString:
+		n, ok := parseRustU64(v.Obj.([]byte))
+		if !ok {
+			return 0, msgCellBadStored
 		}
-	case keyspace.KindLeases:
-		toks := leasesOf(v, &x.cl.leases).Tokens(now)
-		sort.Strings(toks)
-		f = []field{{"kind", "concurrency"}, {"leases", int64(len(toks))}, {"tokens", toks}}
+		return n, noErr
 	}
-	if res := reservationsOf(v); res != nil {
-		f = append(f, field{"reservations", int64(res.Live(now))}, field{"reservations_open", int64(res.Open(now))})
-	}
-	f = append(f, field{"ttl_ms", ttl})
-	x.mapLen(len(f))
-	for _, e := range f {
-		x.bulkStr(e.name)
-		switch val := e.val.(type) {
-		case string:
-			x.bulkStr(val)
-		case int64:
-			x.int(val)
-		case []string:
-			x.array(len(val))
-			for _, s := range val {
-				x.bulkStr(s)
+	return 0, msgWrongType
+}
+
+// gcraParams is throttleParams; with durations (CL.PEEK) the period may
+// also be a Go duration such as 250ms (Params.PeriodNS), and a bad one is
+// reported as a bad integer, as redis-cell reports its argument.
+func gcraParams(nums [][]byte, durations bool) (gcra.Params, wireErr) {
+	var v [4]int64
+	v[3] = 1
+	var periodNS int64
+	for i, a := range nums {
+		n, ok := parseRustI64(a)
+		if !ok && i == 2 && durations {
+			if d, err := time.ParseDuration(string(a)); err == nil && d > 0 {
+				periodNS, ok = int64(d), true
 			}
 		}
+		if !ok {
+			return gcra.Params{}, errCellParseInt(a)
+		}
+		v[i] = n
 	}
+	p := gcra.Params{MaxBurst: v[0], Count: v[1], Period: v[2], PeriodNS: periodNS, Quantity: v[3]}
+	if p.EmissionIntervalNS() == 0 {
+		return p, msgCellZeroRate // checked before the key is looked at
+	}
+	return p, noErr
+}
+
+// reservationsOf returns the reservations v holds (nil: none, or v nil).
+func reservationsOf(v *keyspace.Value) *limiter.Reservations {
+	if v == nil {
+		return nil
+	}
+	switch o := v.Obj.(type) {
+	case *limiter.Reservations:
+		return o
+	case *limiter.Log:
+		return o.Res
+	}
+	return nil
+}
+
+// limiterState returns v as its limiter sees it: nil when v holds
+// reservations and its scalar limiter state ended (Reservations.StateExp
+// before nowMS), the key living on for the reservations only. A sliding
+// log's entries age out by themselves.
+func limiterState(v *keyspace.Value, nowMS int64) *keyspace.Value {
+	if res := reservationsOf(v); res != nil && v.Kind != keyspace.KindLog && res.StateExp != 0 && nowMS > res.StateExp {
+		return nil
+	}
+	return v
+}
+
+// keepReservations carries the reservations of v, the key's value before
+// a limiter command, into nv, the value it stores (see
+// attachReservations); the ended ones are dropped.
+func keepReservations(v, nv *keyspace.Value, now int64) {
+	if res := reservationsOf(v); res != nil {
+		res.Tidy(now)
+		attachReservations(nv, res)
+	}
+}
+
+// attachReservations makes nv, a limiter state whose Exp is its own
+// expiry, hold res: the state's expiry becomes res.StateExp and the key's
+// the later of it and the last deadline. An empty res is dropped.
+func attachReservations(nv *keyspace.Value, res *limiter.Reservations) {
+	if len(res.List) == 0 {
+		res = nil
+	} else {
+		res.StateExp = nv.Exp
+		nv.Exp = res.Expiry()
+	}
+	if nv.Kind == keyspace.KindLog {
+		nv.Obj.(*limiter.Log).Res = res
+	} else if res != nil {
+		nv.Obj = res
+	} else {
+		nv.Obj = nil
+	}
+}
+
+// reply writes c's reply: its tuple, and for a reservation a sixth
+// integer, the reservation's id (-1 when nothing was reserved).
+func (c *check) reply(x *ctx) {
+	if !c.reserve {
+		x.tuple(c.t)
+		return
+	}
+	x.c.Out = appendTupleIn(x.c.Out, 6, c.t)
+	x.int(c.id)
 }

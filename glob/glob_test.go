@@ -1,4 +1,4 @@
-package commands
+package glob
 
 import (
 	"context"
@@ -96,8 +96,8 @@ var globCases = []struct {
 
 func TestGlobMatch(t *testing.T) {
 	for i, tc := range globCases {
-		if got := globMatch([]byte(tc.pattern), []byte(tc.str), tc.nocase); got != tc.want {
-			t.Errorf("%d: globMatch(%q, %q, nocase %v) = %v, want %v", i, tc.pattern, tc.str, tc.nocase, got, tc.want)
+		if got := Match([]byte(tc.pattern), []byte(tc.str), tc.nocase); got != tc.want {
+			t.Errorf("%d: Match(%q, %q, nocase %v) = %v, want %v", i, tc.pattern, tc.str, tc.nocase, got, tc.want)
 		}
 	}
 }
@@ -111,7 +111,7 @@ func TestGlobMatchNesting(t *testing.T) {
 	}{{999, true}, {1000, true}, {1001, false}} {
 		pat := strings.Repeat("*a", tc.stars)
 		str := strings.Repeat("a", tc.stars)
-		if got := globMatch([]byte(pat), []byte(str), false); got != tc.want {
+		if got := Match([]byte(pat), []byte(str), false); got != tc.want {
 			t.Errorf("%d nested stars: %v, want %v", tc.stars, got, tc.want)
 		}
 	}
@@ -127,19 +127,19 @@ func TestGlobMatchNoBacktrackingBlowup(t *testing.T) {
 		{strings.Repeat("*a", 1001), strings.Repeat("a", 2000)},
 	} {
 		done := make(chan bool, 1)
-		go func() { done <- globMatch([]byte(tc.pattern), []byte(tc.str), false) }()
+		go func() { done <- Match([]byte(tc.pattern), []byte(tc.str), false) }()
 		select {
 		case got := <-done:
 			if got {
-				t.Errorf("globMatch(%.20q..., %.10q...) = true", tc.pattern, tc.str)
+				t.Errorf("Match(%.20q..., %.10q...) = true", tc.pattern, tc.str)
 			}
 		case <-time.After(10 * time.Second): // linear work takes microseconds
-			t.Fatalf("globMatch(%.20q..., %.10q...) did not finish: exponential backtracking", tc.pattern, tc.str)
+			t.Fatalf("Match(%.20q..., %.10q...) did not finish: exponential backtracking", tc.pattern, tc.str)
 		}
 	}
 }
 
-// TestGlobMatchRedis compares globMatch with a real Redis 7.0 (KEYS in
+// TestGlobMatchRedis compares Match with a real Redis 7.0 (KEYS in
 // database 9 of CELLSERVER_REFERENCE=host:port): the cases above, then
 // random patterns over a small alphabet against a set of random keys.
 func TestGlobMatchRedis(t *testing.T) {
@@ -200,9 +200,9 @@ func TestGlobMatchRedis(t *testing.T) {
 		}
 		redisSays := keysMatching(pat, keys)
 		for _, k := range keys {
-			got := globMatch([]byte(pat), []byte(k), false)
+			got := Match([]byte(pat), []byte(k), false)
 			if got != redisSays[k] {
-				t.Errorf("pattern %q key %q: globMatch %v, Redis %v", pat, k, got, redisSays[k])
+				t.Errorf("pattern %q key %q: Match %v, Redis %v", pat, k, got, redisSays[k])
 			}
 			compared++
 			if got {

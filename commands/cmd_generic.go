@@ -1,9 +1,11 @@
 package commands
 
 import (
+	"encoding/binary"
 	"math"
 	"strconv"
 
+	"github.com/cellserver/cellserver/glob"
 	"github.com/cellserver/cellserver/keyspace"
 )
 
@@ -24,171 +26,6 @@ func typeName(k keyspace.Kind) string {
 		return "concurrency"
 	}
 	return "none"
-}
-
-// stringValue returns the bytes GET shows for v, or false for a kind that
-// is not a string to Redis clients.
-func stringValue(v *keyspace.Value, scratch []byte) ([]byte, bool) {
-	switch v.Kind {
-	case keyspace.KindString:
-		return v.Obj.([]byte), true
-	case keyspace.KindGCRA:
-		return strconv.AppendUint(scratch, v.N, 10), true
-	}
-	return nil, false
-}
-
-func cmdGet(x *ctx) {
-	withString(x, func(b []byte, found bool) {
-		if !found {
-			x.null()
-			return
-		}
-		x.bulk(b)
-	})
-}
-
-// STRLEN key: the length of what GET would answer (a CL.THROTTLE key's TAT
-// in decimal digits), 0 for a missing key, WRONGTYPE where GET says so.
-func cmdStrlen(x *ctx) {
-	withString(x, func(b []byte, found bool) { x.int(int64(len(b))) })
-}
-
-// withString looks up the key as GET reads it (counting a keyspace hit
-// or miss) and calls reply, under the shard lock, with its string form (b
-// is valid only during the call) or found false for a missing key. A key
-// with no string form gets WRONGTYPE instead.
-func withString(x *ctx, reply func(b []byte, found bool)) {
-	v := x.keys[0].peek(x.clockMS())
-	x.s.lookedUp(v != nil)
-	if v == nil {
-		reply(nil, false)
-		return
-	}
-	b, ok := stringValue(v, x.cl.num[:0])
-	if !ok {
-		x.errorReply(msgWrongType)
-		return
-	}
-	reply(b, true)
-}
-
-// SET key value [NX | XX] [GET] [EX seconds | PX milliseconds |
-// EXAT unix-time-seconds | PXAT unix-time-milliseconds | KEEPTTL]
-func cmdSet(x *ctx) {
-	var opt struct {
-		nx, xx, get, keepTTL bool
-		expUnit              string // "", "ex", "px", "exat", "pxat"
-		exp                  []byte // the last expiry argument, parsed after the options
-	}
-	args := x.args
-	for i := 3; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case eqFold(a, "nx") && !opt.xx:
-			opt.nx = true
-		case eqFold(a, "xx") && !opt.nx:
-			opt.xx = true
-		case eqFold(a, "get"):
-			opt.get = true
-		case eqFold(a, "keepttl") && opt.expUnit == "":
-			opt.keepTTL = true
-		case (eqFold(a, "ex") || eqFold(a, "px") || eqFold(a, "exat") || eqFold(a, "pxat")) &&
-			!opt.keepTTL && i+1 < len(args):
-			// As Redis: the same unit may be repeated (the last one counts),
-			// two different units are a syntax error.
-			unit := string(lowerInto(x.cl.lower[:0], a))
-			if opt.expUnit != "" && opt.expUnit != unit {
-				x.errorReply(msgSyntax)
-				return
-			}
-			opt.expUnit = unit
-			opt.exp = args[i+1]
-			i++
-		default:
-			x.errorReply(msgSyntax)
-			return
-		}
-	}
-	now := x.clockMS()
-	var exp int64
-	if opt.expUnit != "" {
-		n, ok := parseRedisInt(opt.exp)
-		if !ok {
-			x.errorReply(msgNotInt)
-			return
-		}
-		exp, ok = absoluteExpiry(opt.expUnit, n, now)
-		if !ok {
-			x.errorReply(errInvalidExpire("set"))
-			return
-		}
-	}
-	k := &x.keys[0]
-	v := k.lookup(now)
-	var old []byte
-	if opt.get && v != nil {
-		b, ok := stringValue(v, nil)
-		if !ok {
-			x.errorReply(msgWrongType)
-			return
-		}
-		old = b
-	}
-	if (opt.nx && v != nil) || (opt.xx && v == nil) {
-		if opt.get {
-			x.bulkOrNull(old, v != nil)
-		} else {
-			x.null()
-		}
-		return
-	}
-	if opt.keepTTL && v != nil {
-		exp = v.Exp
-	}
-	nv := keyspace.Value{Kind: keyspace.KindString, Obj: append([]byte(nil), args[2]...), Exp: exp}
-	if !x.s.ks.CanReplace(v, nv) { // a new key, or a longer value
-		x.oom()
-		return
-	}
-	k.replace(v, nv)
-	if opt.get {
-		x.bulkOrNull(old, v != nil)
-		return
-	}
-	x.ok()
-}
-
-func (x *ctx) bulkOrNull(b []byte, present bool) {
-	if !present {
-		x.null()
-		return
-	}
-	x.bulk(b)
-}
-
-// absoluteExpiry turns SET's or EXPIRE's argument into an absolute time in
-// ms, rejecting what Redis rejects: non-positive values for SET, and values
-// whose ms form overflows.
-func absoluteExpiry(unit string, n, now int64) (int64, bool) {
-	if n <= 0 {
-		return 0, false
-	}
-	switch unit {
-	case "ex", "exat":
-		if n > math.MaxInt64/1000 {
-			return 0, false
-		}
-		n *= 1000
-	}
-	switch unit {
-	case "ex", "px":
-		if n > math.MaxInt64-now {
-			return 0, false
-		}
-		n += now
-	}
-	return n, true
 }
 
 func cmdDel(x *ctx) {
@@ -225,10 +62,16 @@ func cmdType(x *ctx) {
 	x.status(typeName(v.Kind))
 }
 
-func cmdTTL(x *ctx)  { ttlReply(x, false) }
-func cmdPTTL(x *ctx) { ttlReply(x, true) }
+func cmdTTL(x *ctx)         { ttlGeneric(x, false, false) }
+func cmdPTTL(x *ctx)        { ttlGeneric(x, true, false) }
+func cmdExpireTime(x *ctx)  { ttlGeneric(x, false, true) }
+func cmdPExpireTime(x *ctx) { ttlGeneric(x, true, true) }
 
-func ttlReply(x *ctx, ms bool) {
+// ttlGeneric is TTL, PTTL, EXPIRETIME and PEXPIRETIME key, as Redis 7.0's
+// ttlGenericCommand (db.c): the time left (abs: the absolute Unix time of
+// the expiry), in ms or in seconds rounded to the nearest ((ms+500)/1000);
+// -1 without expiry; -2 for a missing key.
+func ttlGeneric(x *ctx, ms, abs bool) {
 	now := x.clockMS()
 	v := x.keys[0].peek(now)
 	x.s.lookedUp(v != nil)
@@ -238,14 +81,15 @@ func ttlReply(x *ctx, ms bool) {
 	case v.Exp == 0:
 		x.int(-1)
 	default:
-		left := v.Exp - now
-		if left < 0 {
-			left = 0
+		t := v.Exp
+		if !abs {
+			t -= now
 		}
+		t = max(t, 0)
 		if !ms {
-			left = (left + 500) / 1000
+			t = (t + 500) / 1000
 		}
-		x.int(left)
+		x.int(t)
 	}
 }
 
@@ -327,35 +171,6 @@ func cmdPersist(x *ctx) {
 	x.int(1)
 }
 
-func cmdDBSize(x *ctx) { x.int(int64(x.db().Size(x.locked))) }
-
-func cmdFlushDB(x *ctx) {
-	if !flushArgsOK(x) {
-		return
-	}
-	x.db().Flush(x.locked)
-	x.ok()
-}
-
-func cmdFlushAll(x *ctx) {
-	if !flushArgsOK(x) {
-		return
-	}
-	x.s.ks.FlushAll(x.locked)
-	x.ok()
-}
-
-func flushArgsOK(x *ctx) bool {
-	if len(x.args) == 2 && (eqFold(x.args[1], "async") || eqFold(x.args[1], "sync")) {
-		return true
-	}
-	if len(x.args) > 1 {
-		x.errorReply(msgSyntax)
-		return false
-	}
-	return true
-}
-
 // KEYS pattern
 func cmdKeys(x *ctx) {
 	pat := x.args[1]
@@ -367,7 +182,7 @@ func cmdKeys(x *ctx) {
 		sh := db.ShardAt(i)
 		x.lock(sh)
 		sh.Range(now, func(k string, _ *keyspace.Value) bool {
-			if all || globMatch(pat, []byte(k), false) {
+			if all || glob.Match(pat, []byte(k), false) {
 				keys = append(keys, k)
 			}
 			return true
@@ -458,7 +273,7 @@ func cmdScan(x *ctx) {
 		from := uint32(min(pos, math.MaxUint32)) // a position past the table's end: none left
 		next, end := sh.Scan(now, from, int(work-spent), func(k string, v *keyspace.Value) bool {
 			seen++
-			if (pat == nil || globMatch(pat, []byte(k), false)) && (typ == nil || eqFold(typ, typeName(v.Kind))) {
+			if (pat == nil || glob.Match(pat, []byte(k), false)) && (typ == nil || eqFold(typ, typeName(v.Kind))) {
 				keys = append(keys, k)
 			}
 			return seen < count
@@ -508,24 +323,68 @@ func parseUintCursor(b []byte) (uint64, bool) {
 	return u, true
 }
 
-func cmdSelect(x *ctx) {
-	n, ok := parseRedisInt(x.args[1])
-	if !ok {
-		x.errorReply(msgNotInt)
+// DUMP, with EXPIRETIME and PEXPIRETIME (ttlGeneric): a key's exact state
+// and absolute expiry, so that tests and operators can compare two nodes
+// (a primary and its replicas) byte for byte.
+
+// DumpVersion is the format version DUMP writes after the encoded value
+// (Redis writes its RDB version there). It names the layout of the payload:
+// Config.DumpValue's encoding, then this version, then the CRC. It changes
+// when that layout does.
+const DumpVersion = 1
+
+// DUMP key: nil for a missing key, else a bulk string made as Redis makes
+// its own: the value, as Config.DumpValue encodes it (cellserver's
+// persistence codec, expiry included: not Redis's RDB encoding), the 2-byte
+// DumpVersion and the CRC-64 (Jones, Redis's crc64) of everything before
+// it, both little endian. There is no RESTORE.
+func cmdDump(x *ctx) {
+	if x.s.persist.dumpValue == nil {
+		x.errorReply(msgDumpUnavailable)
 		return
 	}
-	if n < math.MinInt32 || n > math.MaxInt32 { // Redis reads an int first
-		x.errorReply(msgIntRange)
+	v := x.keys[0].peek(x.clockMS())
+	x.s.lookedUp(v != nil)
+	if v == nil {
+		x.null()
 		return
 	}
-	if x.s.cluster != nil && n != 0 {
-		x.errorReply(msgSelectCluster)
-		return
+	// Encoded under the shard lock: limiters update their values in place.
+	x.bulk(dumpPayload(x.s.persist.dumpValue, *v))
+}
+
+// dumpPayload is DUMP's bulk string for v.
+func dumpPayload(encode func(dst []byte, v keyspace.Value) []byte, v keyspace.Value) []byte {
+	b := encode(make([]byte, 0, 64), v)
+	b = binary.LittleEndian.AppendUint16(b, DumpVersion)
+	return binary.LittleEndian.AppendUint64(b, crc64Jones(0, b))
+}
+
+// crcJonesPoly is the Jones polynomial 0xad93d23594c935a9 bit-reversed: the
+// CRC-64 Redis uses for DUMP and RDB files (src/crc64.c: reflected in and
+// out, initial value 0, no final xor). hash/crc64 offers only ISO and ECMA
+// and inverts the CRC before and after, so it cannot compute this one.
+const crcJonesPoly = 0x95ac9329ac4bc9b5
+
+var crcJonesTable = func() (t [256]uint64) {
+	for i := range t {
+		c := uint64(i)
+		for range 8 {
+			if c&1 == 1 {
+				c = c>>1 ^ crcJonesPoly
+			} else {
+				c >>= 1
+			}
+		}
+		t[i] = c
 	}
-	if n < 0 || n >= int64(x.s.ks.NumDB()) {
-		x.errorReply(msgDBIndex)
-		return
+	return t
+}()
+
+// crc64Jones continues crc over b; crc64Jones(0, b) is Redis's crc64(0, b).
+func crc64Jones(crc uint64, b []byte) uint64 {
+	for _, c := range b {
+		crc = crcJonesTable[byte(crc)^c] ^ crc>>8
 	}
-	x.cl.db.Store(int32(n))
-	x.ok()
+	return crc
 }

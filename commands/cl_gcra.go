@@ -1,7 +1,6 @@
 package commands
 
 import (
-	"math"
 	"strconv"
 
 	"github.com/cellserver/cellserver/gcra"
@@ -94,24 +93,4 @@ func cmdGCRA(x *ctx) {
 	}
 	x.decided(r.Limited, k.key)
 	x.tuple(tuple{r.Limited, r.MaxTokens, r.Available, r.RetryAfter, r.FullBurstAfter})
-}
-
-// parseRedisDouble accepts what Redis's getDoubleFromObject accepts: a
-// non-empty string with no leading space that strtod reads whole, not NaN
-// and not out of the float64 range ("inf" is a number). Go's digit
-// separators ("0x_1p0") are refused, as no C parser reads them.
-func parseRedisDouble(b []byte) (float64, bool) {
-	if len(b) == 0 || b[0] == ' ' || (b[0] >= '\t' && b[0] <= '\r') {
-		return 0, false
-	}
-	for _, c := range b {
-		if c == '_' {
-			return 0, false
-		}
-	}
-	f, err := strconv.ParseFloat(string(b), 64)
-	if err != nil || math.IsNaN(f) {
-		return 0, false
-	}
-	return f, true
 }

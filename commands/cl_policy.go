@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/cellserver/cellserver/glob"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/policy"
 )
@@ -47,7 +48,7 @@ type policyState struct {
 }
 
 // Policies returns the policies in force (nil when none were loaded).
-func (s *Server) Policies() *policy.Set { return s.pol.set.Load() }
+func (s *Service) Policies() *policy.Set { return s.pol.set.Load() }
 
 // ErrNoPolicyFile is ReloadPolicies' error when the server was started
 // without a policy file.
@@ -58,7 +59,7 @@ var ErrNoPolicyFile = errors.New("commands: no policy file (start cellserver wit
 // name). An invalid file changes nothing: the error lists every problem
 // (a *policy.Error). The outcome is logged either way, with the names
 // added, removed and changed. CL.POLICY RELOAD and SIGHUP call it.
-func (s *Server) ReloadPolicies() (policy.Changes, error) {
+func (s *Service) ReloadPolicies() (policy.Changes, error) {
 	s.pol.mu.Lock()
 	defer s.pol.mu.Unlock()
 	if s.pol.file == "" {
@@ -116,7 +117,7 @@ func applyKeys(x *ctx, db *keyspace.DB) {
 		return
 	}
 	cl := x.cl
-	buf := cl.polBuf[:0]
+	buf := cl.scratch.polBuf[:0]
 	var ends [policy.MaxMembers]int
 	key := x.args[1]
 	if p.Companion != nil {
@@ -129,9 +130,9 @@ func applyKeys(x *ctx, db *keyspace.DB) {
 		}
 	}
 	if cap(buf) <= maxKeptPolBuf {
-		cl.polBuf = buf
+		cl.scratch.polBuf = buf
 	} else {
-		cl.polBuf = nil // the keys of this call still point into buf
+		cl.scratch.polBuf = nil // the keys of this call still point into buf
 	}
 	x.keys = x.kbuf[:0]
 	x.growKeys(1 + n)
@@ -243,13 +244,13 @@ func companion(x *ctx, p *policy.Policy, q int64, now int64) {
 		return
 	}
 	v := k.lookup(floorDiv(now, 1e6))
-	if c.decide(v, now, &x.cl.leases) != noErr || c.expireErr {
+	if c.decide(v, now, &x.cl.scratch.leases) != noErr || c.expireErr {
 		return
 	}
 	if c.needsRoom(v) && !x.s.ks.CanInsert() {
 		return
 	}
-	c.apply(k, v, now, &x.cl.leases)
+	c.apply(k, v, now, &x.cl.scratch.leases)
 	count(cp.Counts, c.t.limited, true)
 }
 
@@ -261,7 +262,7 @@ func companion(x *ctx, p *policy.Policy, q int64, now int64) {
 // member's policy counts its own verdict (a refusal as shadow_limited for
 // a shadow member or in a shadow hierarchy).
 func applyAll(x *ctx, p *policy.Policy, q int64, ms bool) {
-	checks := x.cl.checks[:0]
+	checks := x.cl.scratch.checks[:0]
 	for i, m := range p.Members {
 		k := x.keys[1+i].key
 		checks = append(checks, check{})
@@ -312,7 +313,7 @@ func applyAll(x *ctx, p *policy.Policy, q int64, ms bool) {
 }
 
 // policyGlob matches an override's glob as KEYS does (case-sensitive).
-func policyGlob(pattern, key []byte) bool { return globMatch(pattern, key, false) }
+func policyGlob(pattern, key []byte) bool { return glob.Match(pattern, key, false) }
 
 // fromPolicy sets c, which must be zero, to policy p's command on key
 // with parameters ps, quantity q (and token, for a concurrency policy).
@@ -445,7 +446,7 @@ func cmdPolicyHelp(x *ctx) {
 // policies are in force, when they were loaded (Unix seconds) and whether
 // the last reload was refused, then one line per policy, as Redis's
 // cmdstat lines.
-func (s *Server) policyInfo() []string {
+func (s *Service) policyInfo() []string {
 	set := s.pol.set.Load()
 	lines := make([]string, 0, 4+set.Len())
 	if set != nil {
@@ -467,7 +468,7 @@ type PolicyStats struct {
 	Allowed, Limited, ShadowLimited int64
 }
 
-func (s *Server) policyStats() []PolicyStats { return policyStatsOf(s.pol.set.Load()) }
+func (s *Service) policyStats() []PolicyStats { return policyStatsOf(s.pol.set.Load()) }
 
 // policyStatsOf reads the counts of set's policies, by name.
 func policyStatsOf(set *policy.Set) []PolicyStats {

@@ -1,15 +1,14 @@
 package commands
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"log/slog"
 	"net"
 	"slices"
-	"sort"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,11 +39,11 @@ const (
 	DefaultMinReplicasMaxLag  = 10 * time.Second
 )
 
-// Config configures a Server. The zero value is valid except for Keyspace,
+// Config configures a Service. The zero value is valid except for Keyspace,
 // which New creates when nil.
 type Config struct {
 	// Keyspace is the store commands operate on. If nil, New creates one
-	// with keyspace defaults, and sets its journal to Server.Journal then
+	// with keyspace defaults, and sets its journal to Service.Journal then
 	// Replication's. A keyspace given here is its owner's to wire: WATCH,
 	// tracking and replicas see its changes only through the journal chain
 	// the owner sets (server.New).
@@ -195,15 +194,14 @@ type Network interface {
 	Range(fn func(c *resp.Conn) bool)
 }
 
-// Server executes commands against a keyspace. It implements resp.Handler
+// Service executes commands against a keyspace. It implements resp.Handler
 // and is safe for concurrent use: each connection's commands run one at a
 // time on the goroutine serving it (its event loop, or its own goroutine),
 // and keyspace access goes through shard locks.
-type Server struct {
+type Service struct {
 	ks       *keyspace.Keyspace
 	clock    func() time.Time
 	version  string
-	password string
 	settings []Setting
 	sweepInt time.Duration
 	log      *slog.Logger
@@ -213,9 +211,6 @@ type Server struct {
 	// clock from the monotonic one (client.wallNS).
 	realClock bool
 
-	lwait   leaseWaits   // CL.ACQUIRE ... WAIT's queues (leasewait.go)
-	blocked atomic.Int64 // clients blocked in WAIT or CL.ACQUIRE ... WAIT (blocked.go)
-
 	table map[string]*Spec // lower-case name -> spec
 	specs []*Spec          // every spec, subcommands included, by id
 
@@ -224,64 +219,47 @@ type Server struct {
 	// applies to clients and replica links together.
 	maxClients int
 
-	prefixes    *prefixTracker // most-limited key prefixes
-	slowlog     slowlog
-	durability  Durability
-	persistInfo func() []string
-	rlsInfo     func() []string
-	dumpValue   func(dst []byte, v keyspace.Value) []byte
-	writeErr    func() error
-	admitWrite  func() error // WriteError, or AdmitWrite when set
-	protected   bool
-	loopback    func(string) bool
-	multiMax    int   // commands one MULTI may queue
-	multiBytes  int64 // bytes one MULTI may queue (queuedSize)
-	watch       *watchTable
-	track       *trackTable
-	pubsub      *pubsubTable
-	killRepl    func(kind string) int // Config.KillReplicationLinks
-	cluster     *cluster.State        // nil: cluster mode off
-	slots       cluster.SlotStore     // Config.ClusterSlots
+	// INFO and CONFIG: run_id and master_replid (random per process),
+	// the configuration file and CONFIG REWRITE (nil without a config
+	// file), INFO rls's source.
+	runID, replID string
+	configFile    string
+	rewrite       func() error
+	rlsInfo       func() []string
 
-	errMu       sync.Mutex // guards errStats
-	errStats    map[string]int64
-	expired     atomic.Int64 // keys removed by the active sweep
-	oomRefusals atomic.Int64 // commands refused for lack of memory
-	cmdsTotal   counter      // commands run, in statShards shards
-	openSeq     atomic.Int64 // clients opened: the shard of one without an event loop
+	auth    authConfig   // AUTH, HELLO, protected mode (cmd_connection.go)
+	persist persistHooks // the persistence write path's hooks
+	stats   serviceStats // INFO's counters (stats.go, info.go)
 
-	// INFO: run_id and master_replid (random per process), read-command
-	// lookups that found their key or not (keyspace_hits, _misses), time
-	// spent in active expiry (expire_cycle_cpu_milliseconds) and the
-	// sampled instantaneous figures.
-	runID, replID  string
-	configFile     string
-	rewrite        func() error // CONFIG REWRITE; nil without a config file
-	keyspaceHits   atomic.Int64
-	keyspaceMisses atomic.Int64
-	expireNS       atomic.Int64
-	inst           instStats
+	prefixes *prefixTracker // most-limited key prefixes (stats.go)
+	slowlog  slowlog        // cmd_slowlog.go
+	multi    multiLimits    // MULTI's queue limits (cmd_transactions.go)
+	watch    *watchTable    // WATCHed keys (cmd_transactions.go)
+	track    *trackTable    // client-side caching (cmd_tracking.go)
+	pubsub   *pubsubTable   // cmd_pubsub.go
+	repl     replRole       // the node's replication and its settings (cmd_replication.go)
+	cluster  clusterMode    // cmd_cluster.go
 
-	repl            *replication.Replication
-	replPriority    int
-	replicaWritable bool
-	replicaNoStale  bool
-	minReplicas     int
-	minReplicasLag  time.Duration
+	leases  leaseWaits   // CL.ACQUIRE ... WAIT's queues (cl_leases.go)
+	blocked atomic.Int64 // clients blocked in WAIT or CL.ACQUIRE ... WAIT (blocked.go)
+	pol     policyState  // CL.APPLY's policies (cl_policy.go)
+}
 
-	// passDigest is the SHA-256 of password, which AUTH compares with.
-	passDigest [sha256.Size]byte
-
-	// clusterMode: the dispatcher computes each key's hash slot (rkey.slot).
-	clusterMode bool
-
-	pol policyState // CL.APPLY's policies (cmd_policy.go)
+// persistHooks are what the persistence write path lends the commands
+// (Config.Durability, PersistenceInfo, DumpValue, WriteError,
+// AdmitWrite); each nil without persistence.
+type persistHooks struct {
+	durability Durability
+	info       func() []string // INFO persistence (info.go)
+	dumpValue  func(dst []byte, v keyspace.Value) []byte
+	writeErr   func() error
+	admitWrite func() error // WriteError, or AdmitWrite when set (dispatch.go)
 }
 
 type netHolder struct{ Network }
 
-// New returns a Server for cfg.
-func New(cfg Config) (*Server, error) {
+// New returns a Service for cfg.
+func New(cfg Config) (*Service, error) {
 	ownKeyspace := cfg.Keyspace == nil
 	if ownKeyspace {
 		ks, err := keyspace.New(keyspace.Config{})
@@ -294,97 +272,73 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	if cfg.Version == "" {
-		cfg.Version = DefaultVersion
-	}
-	if cfg.SweepInterval == 0 {
-		cfg.SweepInterval = DefaultSweepInterval
-	}
+	cfg.Version = cmp.Or(cfg.Version, DefaultVersion)
+	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, DefaultSweepInterval)
 	if cfg.SweepInterval < 0 {
 		return nil, errors.New("commands: sweep interval must not be negative")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.SlowlogSlowerThan == 0 {
-		cfg.SlowlogSlowerThan = DefaultSlowlogSlowerThan
-	}
-	if cfg.SlowlogMaxLen == 0 {
-		cfg.SlowlogMaxLen = DefaultSlowlogMaxLen
-	}
-	if cfg.KeyPrefixSeparator == 0 {
-		cfg.KeyPrefixSeparator = DefaultKeyPrefixSeparator
-	}
-	if cfg.TopPrefixes == 0 {
-		cfg.TopPrefixes = DefaultTopPrefixes
-	}
-	if cfg.TopPrefixInterval == 0 {
-		cfg.TopPrefixInterval = DefaultTopPrefixInterval
-	}
 	if cfg.Loopback == nil {
 		cfg.Loopback = isLoopback
 	}
-	if cfg.MultiMaxCommands == 0 {
-		cfg.MultiMaxCommands = DefaultMultiMaxCommands
-	}
-	if cfg.MultiMaxBytes == 0 {
-		cfg.MultiMaxBytes = DefaultMultiMaxBytes
-	}
-	if cfg.TrackingTableMaxKeys == 0 {
-		cfg.TrackingTableMaxKeys = DefaultTrackingTableMaxKeys
-	}
-	if cfg.ReplicaPriority == 0 {
-		cfg.ReplicaPriority = replication.DefaultPriority
-	}
-	if cfg.MinReplicasMaxLag == 0 {
-		cfg.MinReplicasMaxLag = DefaultMinReplicasMaxLag
-	}
+	cfg.SlowlogSlowerThan = cmp.Or(cfg.SlowlogSlowerThan, DefaultSlowlogSlowerThan)
+	cfg.SlowlogMaxLen = cmp.Or(cfg.SlowlogMaxLen, DefaultSlowlogMaxLen)
+	cfg.KeyPrefixSeparator = cmp.Or(cfg.KeyPrefixSeparator, DefaultKeyPrefixSeparator)
+	cfg.TopPrefixes = cmp.Or(cfg.TopPrefixes, DefaultTopPrefixes)
+	cfg.TopPrefixInterval = cmp.Or(cfg.TopPrefixInterval, DefaultTopPrefixInterval)
+	cfg.MultiMaxCommands = cmp.Or(cfg.MultiMaxCommands, DefaultMultiMaxCommands)
+	cfg.MultiMaxBytes = cmp.Or(cfg.MultiMaxBytes, DefaultMultiMaxBytes)
+	cfg.TrackingTableMaxKeys = cmp.Or(cfg.TrackingTableMaxKeys, DefaultTrackingTableMaxKeys)
+	cfg.ReplicaPriority = cmp.Or(cfg.ReplicaPriority, replication.DefaultPriority)
+	cfg.MinReplicasMaxLag = cmp.Or(cfg.MinReplicasMaxLag, DefaultMinReplicasMaxLag)
 	if cfg.MinReplicasToWrite < 0 || cfg.MinReplicasMaxLag < 0 {
 		return nil, errors.New("commands: min-replicas settings must not be negative")
 	}
 	if cfg.MultiMaxCommands < 0 || cfg.MultiMaxBytes < 0 {
 		return nil, errors.New("commands: MULTI queue limits must not be negative")
 	}
-	s := &Server{
-		monoBase:    time.Now(),
-		durability:  cfg.Durability,
-		persistInfo: cfg.PersistenceInfo,
-		dumpValue:   cfg.DumpValue,
-		writeErr:    cfg.WriteError,
-		admitWrite:  cfg.AdmitWrite,
-		protected:   cfg.ProtectedMode,
-		loopback:    cfg.Loopback,
-		ks:          cfg.Keyspace,
-		clock:       cfg.Clock,
-		realClock:   realClock,
-		version:     cfg.Version,
-		password:    cfg.Password,
-		settings:    cfg.Settings,
-		sweepInt:    cfg.SweepInterval,
-		log:         cfg.Logger,
-		started:     cfg.Clock(),
-		errStats:    make(map[string]int64),
-		multiMax:    cfg.MultiMaxCommands,
-		multiBytes:  cfg.MultiMaxBytes,
-		replID:      newRunID(),
-		configFile:  absPath(cfg.ConfigFile),
+	s := &Service{
+		monoBase: time.Now(),
+		persist: persistHooks{
+			durability: cfg.Durability,
+			info:       cfg.PersistenceInfo,
+			dumpValue:  cfg.DumpValue,
+			writeErr:   cfg.WriteError,
+			admitWrite: cfg.AdmitWrite,
+		},
+		auth:       authConfig{password: cfg.Password, protected: cfg.ProtectedMode, loopback: cfg.Loopback},
+		ks:         cfg.Keyspace,
+		clock:      cfg.Clock,
+		realClock:  realClock,
+		version:    cfg.Version,
+		settings:   cfg.Settings,
+		sweepInt:   cfg.SweepInterval,
+		log:        cfg.Logger,
+		started:    cfg.Clock(),
+		stats:      serviceStats{errors: make(map[string]int64)},
+		multi:      multiLimits{maxCommands: cfg.MultiMaxCommands, maxBytes: cfg.MultiMaxBytes},
+		replID:     newRunID(),
+		configFile: absPath(cfg.ConfigFile),
 
-		replPriority:    max(cfg.ReplicaPriority, 0),
-		replicaWritable: cfg.ReplicaWritable,
-		replicaNoStale:  cfg.ReplicaNoStaleData,
-		minReplicas:     cfg.MinReplicasToWrite,
-		minReplicasLag:  cfg.MinReplicasMaxLag,
-		pubsub:          newPubsubTable(),
-		killRepl:        cfg.KillReplicationLinks,
-		rewrite:         cfg.ConfigRewrite,
-		cluster:         cfg.Cluster,
-		slots:           cfg.ClusterSlots,
+		repl: replRole{
+			priority:    max(cfg.ReplicaPriority, 0),
+			writable:    cfg.ReplicaWritable,
+			noStale:     cfg.ReplicaNoStaleData,
+			minReplicas: cfg.MinReplicasToWrite,
+			minLag:      cfg.MinReplicasMaxLag,
+			killLinks:   cfg.KillReplicationLinks,
+		},
+		pubsub:  newPubsubTable(),
+		rewrite: cfg.ConfigRewrite,
+		cluster: clusterMode{state: cfg.Cluster, slots: cfg.ClusterSlots},
 	}
-	if s.slots == nil {
-		s.slots = cluster.KeyspaceStore{Keyspace: cfg.Keyspace}
+	if s.cluster.slots == nil {
+		s.cluster.slots = cluster.KeyspaceStore{Keyspace: cfg.Keyspace}
 	}
-	if s.admitWrite == nil {
-		s.admitWrite = cfg.WriteError
+	if s.persist.admitWrite == nil {
+		s.persist.admitWrite = cfg.WriteError
 	}
 	if !slices.ContainsFunc(s.settings, func(st Setting) bool { return st.Name == "tracking-table-max-keys" }) {
 		s.settings = append(slices.Clip(s.settings), Setting{Name: "tracking-table-max-keys",
@@ -395,31 +349,31 @@ func New(cfg Config) (*Server, error) {
 			s.settings = append(slices.Clip(s.settings), st)
 		}
 	}
-	s.inst.startupMemory = heapObjects()
-	s.notePeak(s.inst.startupMemory)
-	s.passDigest = sha256.Sum256([]byte(cfg.Password))
+	s.stats.inst.startupMemory = heapObjects()
+	s.notePeak(s.stats.inst.startupMemory)
+	s.auth.digest = sha256.Sum256([]byte(cfg.Password))
 	s.slowlog = slowlog{slowerThan: cfg.SlowlogSlowerThan, maxLen: cfg.SlowlogMaxLen}
 	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock, statShards())
-	s.cmdsTotal = counter{newShards(statShards()), 0}
+	s.stats.cmdsTotal = counter{newShards(statShards()), 0}
 	s.buildTable(commandSpecs())
 	s.installWatch(cfg.TrackingTableMaxKeys)
 	s.maxClients, _ = strconv.Atoi(s.setting("maxclients"))
-	s.repl = cfg.Replication
-	if s.repl == nil {
+	s.repl.Replication = cfg.Replication
+	if s.repl.Replication == nil {
 		r, err := replication.New(replication.Config{Keyspace: cfg.Keyspace, Logger: cfg.Logger, Clock: cfg.Clock})
 		if err != nil {
 			return nil, err
 		}
-		s.repl = r
+		s.repl.Replication = r
 	}
 	if ownKeyspace {
 		cfg.Keyspace.SetJournal(keyspace.Chain(s.Journal(), s.repl.Journal()))
 	}
 	s.runID = s.repl.NodeID() // the identity replicas exchange (REPLCONF node-id)
-	if s.killRepl == nil {
-		s.killRepl = s.repl.KillLinks
+	if s.repl.killLinks == nil {
+		s.repl.killLinks = s.repl.KillLinks
 	}
-	s.clusterMode = s.cluster != nil
+	s.cluster.on = s.cluster.state != nil
 	s.pol.file = cfg.PolicyFile
 	s.rlsInfo = cfg.RLSInfo
 	if cfg.Policies != nil {
@@ -430,7 +384,7 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-func (s *Server) buildTable(rows []*Spec) {
+func (s *Service) buildTable(rows []*Spec) {
 	s.table = make(map[string]*Spec, len(rows))
 	add := func(sp *Spec) {
 		sp.id = len(s.specs)
@@ -459,13 +413,13 @@ func (s *Server) buildTable(rows []*Spec) {
 
 // SetNetwork tells the server about its connection layer. Until it is
 // called, CLIENT LIST shows no clients and INFO shows zero connections.
-func (s *Server) SetNetwork(n Network) { s.net.Store(&netHolder{n}) }
+func (s *Service) SetNetwork(n Network) { s.net.Store(&netHolder{n}) }
 
 // Keyspace returns the store the server operates on.
-func (s *Server) Keyspace() *keyspace.Keyspace { return s.ks }
+func (s *Service) Keyspace() *keyspace.Keyspace { return s.ks }
 
 // Run performs background work (active expiry) until ctx is done.
-func (s *Server) Run(ctx context.Context) {
+func (s *Service) Run(ctx context.Context) {
 	replDone := make(chan struct{})
 	go func() {
 		defer close(replDone)
@@ -487,11 +441,11 @@ func (s *Server) Run(ctx context.Context) {
 
 // SweepOnce runs one bounded active-expiry pass and returns the number of
 // keys it removed.
-func (s *Server) SweepOnce() int {
+func (s *Service) SweepOnce() int {
 	start := time.Now()
 	n := s.ks.Sweep(unixMilli(s.clock()), keyspace.SweepConfig{PerShard: 10, Rounds: 4})
-	s.expireNS.Add(int64(time.Since(start)))
-	s.expired.Add(int64(n))
+	s.stats.expireNS.Add(int64(time.Since(start)))
+	s.stats.expired.Add(int64(n))
 	return n
 }
 
@@ -499,21 +453,21 @@ func (s *Server) SweepOnce() int {
 // keyspace_misses (Redis counts them in lookupKeyRead: GET, EXISTS, TYPE,
 // TTL and the like; writes such as CL.THROTTLE count neither, as a module
 // that opens its key for writing counts neither in Redis).
-func (s *Server) lookedUp(found bool) {
+func (s *Service) lookedUp(found bool) {
 	if found {
-		s.keyspaceHits.Add(1)
+		s.stats.keyspaceHits.Add(1)
 	} else {
-		s.keyspaceMisses.Add(1)
+		s.stats.keyspaceMisses.Add(1)
 	}
 }
 
 // Open implements resp.Handler.
-func (s *Server) Open(c *resp.Conn) {
+func (s *Service) Open(c *resp.Conn) {
 	cl := &client{conn: c}
 	// Before the first read, so the connection's limits for clients that
 	// have not authenticated apply from the first byte.
-	cl.setAuthed(s.password == "")
-	cl.multiSeen.Store(-1) // not in MULTI
+	cl.setAuthed(s.auth.password == "")
+	cl.multi.seen.Store(-1) // not in MULTI
 	cl.x.s = s
 	cl.x.c = c
 	cl.x.cl = cl
@@ -521,7 +475,7 @@ func (s *Server) Open(c *resp.Conn) {
 	// connection on a goroutine of its own, the shards in turn.
 	shard := c.Loop()
 	if shard < 0 {
-		shard = int(s.openSeq.Add(1) - 1)
+		shard = int(s.stats.openSeq.Add(1) - 1)
 	}
 	cl.shard = uint16(shard % statShards())
 	c.SetContext(cl)
@@ -529,7 +483,7 @@ func (s *Server) Open(c *resp.Conn) {
 	// resp.Config.Refuse). Should a connection layer without that hook
 	// serve a remote client, its first command gets the DENIED error,
 	// then the connection closes.
-	cl.denied = s.protected && !s.loopback(c.RemoteAddr())
+	cl.denied = s.auth.protected && !s.auth.loopback(c.RemoteAddr())
 }
 
 // Refuse is resp.Config.Refuse for this server: with protected mode on, a
@@ -539,20 +493,20 @@ func (s *Server) Open(c *resp.Conn) {
 // take the slots of local clients. The replicas' links, which have left
 // the connection layer, count towards maxclients here: a client past it
 // gets Redis's error. It returns nil for a client to serve.
-func (s *Server) Refuse(remote net.Addr) []byte {
+func (s *Service) Refuse(remote net.Addr) []byte {
 	if links := s.repl.Links(); links > 0 && s.maxClients > 0 {
 		if h := s.net.Load(); h != nil && int(h.Stats().ConnectedClients)+links >= s.maxClients {
 			return rawMaxClients
 		}
 	}
-	if !s.protected {
+	if !s.auth.protected {
 		return nil
 	}
 	addr := ""
 	if remote != nil {
 		addr = remote.String()
 	}
-	if s.loopback(addr) {
+	if s.auth.loopback(addr) {
 		return nil
 	}
 	return rawDenied
@@ -567,30 +521,30 @@ var rawMaxClients = []byte("-" + msgMaxClients + "\r\n")
 // BeforeWrite implements resp.BeforeWriter: with fsync "always", replies
 // wait until the changes of this client's write commands are durable; many
 // clients wait on the same batch (group commit).
-func (s *Server) BeforeWrite(c *resp.Conn) error {
+func (s *Service) BeforeWrite(c *resp.Conn) error {
 	cl, _ := c.Context().(*client)
-	if cl == nil || cl.pendingSeq == 0 || s.durability == nil {
+	if cl == nil || cl.pendingSeq == 0 || s.persist.durability == nil {
 		return nil
 	}
 	seq := cl.pendingSeq
 	cl.pendingSeq = 0
-	return s.durability.WaitDurable(seq)
+	return s.persist.durability.WaitDurable(seq)
 }
 
 // Ready implements resp.Deferrer: whether c's replies may leave without
 // waiting in BeforeWrite.
-func (s *Server) Ready(c *resp.Conn) bool {
+func (s *Service) Ready(c *resp.Conn) bool {
 	cl, _ := c.Context().(*client)
-	if cl == nil || cl.pendingSeq == 0 || s.durability == nil {
+	if cl == nil || cl.pendingSeq == 0 || s.persist.durability == nil {
 		return true
 	}
-	return s.durability.Durable(cl.pendingSeq)
+	return s.persist.durability.Durable(cl.pendingSeq)
 }
 
 // SetNotify implements resp.Deferrer.
-func (s *Server) SetNotify(fn func()) {
-	if s.durability != nil {
-		s.durability.OnDurable(fn)
+func (s *Service) SetNotify(fn func()) {
+	if s.persist.durability != nil {
+		s.persist.durability.OnDurable(fn)
 	}
 }
 
@@ -607,7 +561,7 @@ func isLoopback(addr string) bool {
 
 // Close implements resp.Handler: it forgets the client's watched keys
 // and subscriptions, and turns its tracking off.
-func (s *Server) Close(c *resp.Conn) {
+func (s *Service) Close(c *resp.Conn) {
 	if cl, _ := c.Context().(*client); cl != nil {
 		cl.closed.Store(true)
 		s.unwatchAll(cl)
@@ -616,236 +570,6 @@ func (s *Server) Close(c *resp.Conn) {
 		s.dropLeaseWaiters(cl)
 		s.dropBlocked(cl)
 	}
-}
-
-// ServeRESP implements resp.Handler: it finds the command, checks arity,
-// queues it inside MULTI, or runs it.
-func (s *Server) ServeRESP(c *resp.Conn, args [][]byte) {
-	cl := c.Context().(*client)
-	x := &cl.x
-	x.args = args
-	x.haveNow = false
-	x.locked = false
-	x.polSet = nil
-	s.dispatch(x)
-	if cl.trk.Load()&trkCaching != 0 {
-		cl.afterCommand(cl.lastCmd.Load())
-	}
-	if cl.bigKeys {
-		x.doneBigKeys()
-	}
-	x.keys = nil // as ctx.doneKeys, inlined
-	x.args = nil
-}
-
-func (s *Server) lookup(cl *client, name []byte) *Spec {
-	return s.table[string(lowerInto(cl.lower[:0], name))]
-}
-
-func (s *Server) dispatch(x *ctx) {
-	cl := x.cl
-	if cl.denied {
-		x.errorReply(msgDenied)
-		x.c.CloseAfterReply()
-		return
-	}
-	sp := s.lookup(cl, x.args[0])
-	cl.lastCmd.Store(sp) // as Redis's c->lastcmd: nil for an unknown command
-	if sp == nil {
-		s.reject(x, nil, errUnknownCommand(x.args))
-		return
-	}
-	if !sp.arityOK(len(x.args)) {
-		s.reject(x, sp, errWrongArity(sp.Name))
-		return
-	}
-	if sp.subs != nil && (len(x.args) >= 2 || sp.Run == nil) {
-		sub := sp.subs[string(lowerInto(cl.lower[:0], x.args[1]))]
-		cl.lastCmd.Store(sub)
-		if sub == nil {
-			s.reject(x, sp, errUnknownSubcommand(cstr(x.args[1]), sp.Name))
-			return
-		}
-		if !sub.arityOK(len(x.args)) {
-			s.reject(x, sub, errWrongArity(sub.Name))
-			return
-		}
-		sp = sub
-	}
-	if !cl.authed && sp.Flags&NoAuth == 0 {
-		s.reject(x, sp, msgNoAuth)
-		return
-	}
-	// The keys are resolved (hashed, and their slots computed in cluster
-	// mode) before the cluster check and queueing; call locks their shards.
-	x.resolveKeys(sp, x.db())
-	if msg := s.clusterCheck(x, sp); msg != noErr {
-		s.clusterReject(x, sp, msg)
-		return
-	}
-	if s.admitWrite != nil && (sp.Flags&Write != 0 || sp.Name == "exec" && queuedWrite(cl.queue)) {
-		if err := s.admitWrite(); err != nil {
-			s.reject(x, sp, errMisconf(err))
-			return
-		}
-	}
-	if msg := s.replCheck(cl, sp); msg != noErr {
-		s.reject(x, sp, msg)
-		return
-	}
-	// A RESP2 client in subscribed mode reads messages on its connection:
-	// only the commands that change subscriptions, PING, QUIT and RESET.
-	if !cl.resp3.Load() && cl.subscribed() && !allowedSubscribed(sp) {
-		s.reject(x, sp, errPubsubContext(sp.Name))
-		return
-	}
-	if cl.inMulti && sp.Flags&RunsInMulti == 0 {
-		if sp.Flags&NoMulti != 0 {
-			s.reject(x, sp, msgNotInMulti)
-			return
-		}
-		if msg := s.enqueue(cl, sp, x.args); msg != noErr {
-			s.reject(x, sp, msg)
-			return
-		}
-		x.status("QUEUED")
-		return
-	}
-	s.call(x, sp)
-}
-
-// queuedWrite reports whether a transaction holds a command flagged Write
-// (Redis: c->mstate.cmd_flags & CMD_WRITE).
-func queuedWrite(q []queued) bool {
-	for _, c := range q {
-		if c.spec.Flags&Write != 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// reject answers a command that can neither run nor be queued, as Redis's
-// rejectCommand does: inside MULTI it makes EXEC abort, and a rejected EXEC
-// (bad arity, no AUTH) discards the transaction and says why.
-func (s *Server) reject(x *ctx, sp *Spec, msg wireErr) {
-	cl := x.cl
-	cl.multiFailed()
-	if sp != nil {
-		sp.stats.rejected.Add(cl.shard, 1)
-		if sp.Name == "exec" { // Redis: c->cmd->proc == execCommand
-			cl.resetMulti()
-			cl.multiSeen.Store(-1)
-			s.unwatchAll(cl)
-			msg = errExecAbort(msg)
-		}
-	}
-	x.errorReply(msg)
-}
-
-// call runs sp with statistics. x.args must be set.
-func (s *Server) call(x *ctx, sp *Spec) {
-	x.spec = sp
-	x.failed = false
-	x.haveNow = false
-	// Latency is measured on the monotonic clock alone (time.Since of a
-	// fixed instant reads it once; time.Now would read the wall clock
-	// too). A command pipelined behind another starts where that one
-	// ended, so a batch of commands reads the clock once per command. The
-	// command reads the wall clock itself, once, under its shard lock:
-	// reading it here, before the lock, could let a command decide with a
-	// time older than the state another client just wrote.
-	cl := x.cl
-	var start time.Duration
-	if b := x.c.Batch(); b == cl.lastBatch && cl.lastEnd != 0 {
-		start = cl.lastEnd
-	} else {
-		start = time.Since(s.monoBase)
-		cl.lastBatch = b
-	}
-	if x.inExec || len(x.keys) == 0 {
-		sp.Run(x) // EXEC holds the locks, or there are none to take
-	} else {
-		x.runLocked(sp)
-	}
-	if sp.Flags&ReadOnly != 0 && cl.trk.Load()&trkOn != 0 {
-		s.trackRead(x, sp)
-	}
-	if !x.inExec {
-		// maxmemory with allkeys-lru: evict what this command (or, after
-		// EXEC, the transaction) added or grew beyond the cap.
-		s.ks.Evict()
-	}
-	end := time.Since(s.monoBase)
-	cl.lastEnd = end
-	d := end - start
-	sp.stats.observe(cl.shard, d.Nanoseconds())
-	s.slowlog.maybeAdd(x, d)
-	sp.stats.calls.Add(cl.shard, 1)
-	if x.failed {
-		sp.stats.failed.Add(cl.shard, 1)
-	}
-	s.cmdsTotal.Add(cl.shard, 1)
-	if sp.Flags&Write != 0 {
-		// What WAIT waits for: the stream up to this write's changes.
-		cl.replOff = s.repl.Offset()
-	}
-	if s.durability != nil && sp.Flags&Write != 0 {
-		// fsync always: this client's replies wait for the changes
-		// queued so far (its own among them) to be on disk.
-		x.cl.pendingSeq = s.durability.Seq()
-	}
-}
-
-func (s *Server) countError(msg string) {
-	code := errorCode(msg)
-	s.errMu.Lock()
-	s.errStats[code]++
-	s.errMu.Unlock()
-}
-
-func (s *Server) errorStats() []errStat {
-	s.errMu.Lock()
-	defer s.errMu.Unlock()
-	out := make([]errStat, 0, len(s.errStats))
-	for k, v := range s.errStats {
-		out = append(out, errStat{k, v})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].code < out[j].code })
-	return out
-}
-
-type errStat struct {
-	code  string
-	count int64
-}
-
-func lowerInto(dst, src []byte) []byte {
-	if len(src) > cap(dst) {
-		return append(dst[:0], "\x00"...) // longer than any name: no match
-	}
-	dst = dst[:len(src)]
-	for i, ch := range src {
-		if 'A' <= ch && ch <= 'Z' {
-			ch += 'a' - 'A'
-		}
-		dst[i] = ch
-	}
-	return dst
-}
-
-func copyArgs(args [][]byte) [][]byte {
-	n := 0
-	for _, a := range args {
-		n += len(a)
-	}
-	buf := make([]byte, 0, n)
-	out := make([][]byte, len(args))
-	for i, a := range args {
-		buf = append(buf, a...)
-		out[i] = buf[len(buf)-len(a) : len(buf) : len(buf)]
-	}
-	return out
 }
 
 func unixMilli(t time.Time) int64 { return t.UnixMilli() }
