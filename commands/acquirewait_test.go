@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/limiter"
 	"github.com/cellserver/cellserver/persistence"
 	"github.com/cellserver/cellserver/server"
@@ -54,13 +55,7 @@ func leaseWaiters(t *testing.T, rdb *redis.Client) (waiters, queues int) {
 // eventually waits, up to a generous deadline, until cond holds.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		runtime.Gosched()
-	}
+	testwait.Until(t, 20*time.Second, what, cond)
 }
 
 func waitersAre(t *testing.T, rdb *redis.Client, n int) func() bool {
