@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/cluster"
+	"github.com/cellserver/cellserver/internal/topotest"
 	"github.com/cellserver/cellserver/keyslot"
 	"github.com/cellserver/cellserver/keyspace"
 )
@@ -29,46 +30,6 @@ func one(id string, port int) string {
 	return fmt.Sprintf(`[{"slot_ranges":[{"start":0,"end":16383}],"master":{"id":%q,"ip":"127.0.0.1","port":%d},"replicas":[]}]`, id, port)
 }
 
-// wide returns a topology of shards shards of one master and replicas
-// replicas each, the 16384 slots dealt to them one at a time in turn (so
-// every range is one slot), node ids padded to idLen bytes (at least 6),
-// every node at ip.
-func wide(shards, replicas, idLen int, ip string) string {
-	var b strings.Builder
-	port := 1
-	node := func() {
-		id := fmt.Sprintf("n%05d", port)
-		id += strings.Repeat("x", max(idLen-len(id), 0))
-		fmt.Fprintf(&b, `{"id":%q,"ip":%q,"port":%d}`, id, ip, port)
-		port++
-	}
-	b.WriteByte('[')
-	for s := range shards {
-		if s > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(`{"slot_ranges":[`)
-		for slot := s; slot < keyslot.Slots; slot += shards {
-			if slot > s {
-				b.WriteByte(',')
-			}
-			fmt.Fprintf(&b, `{"start":%d,"end":%d}`, slot, slot)
-		}
-		b.WriteString(`],"master":`)
-		node()
-		b.WriteString(`,"replicas":[`)
-		for r := range replicas {
-			if r > 0 {
-				b.WriteByte(',')
-			}
-			node()
-		}
-		b.WriteString(`]}`)
-	}
-	b.WriteByte(']')
-	return b.String()
-}
-
 // TestParseLimits: a topology at MaxReplicas replicas per shard, MaxNodes
 // nodes and ids of MaxIDLen bytes is accepted; one more of any is refused
 // with its reason.
@@ -77,14 +38,14 @@ func TestParseLimits(t *testing.T) {
 	for _, c := range []struct {
 		json, want string
 	}{
-		{wide(2, cluster.MaxReplicas, 40, "127.0.0.1"), ""},
-		{wide(shards, cluster.MaxReplicas, cluster.MaxIDLen, "0000:0000:0000:0000:0000:ffff:255.255.255.255"), ""},
-		{wide(cluster.MaxNodes, 0, 40, "127.0.0.1"), ""},
-		{wide(2, cluster.MaxReplicas+1, 40, "127.0.0.1"), fmt.Sprintf("shard 0 has %d replicas, more than the limit of %d", cluster.MaxReplicas+1, cluster.MaxReplicas)},
-		{wide(2, 1000, 6, "127.0.0.1"), "shard 0 has 1000 replicas, more than the limit of 10"},
-		{wide(cluster.MaxNodes+1, 0, 40, "127.0.0.1"), "1001 nodes (masters and replicas), more than the limit of 1000"},
-		{wide(shards+1, cluster.MaxReplicas, 40, "127.0.0.1"), "1001 nodes (masters and replicas), more than the limit of 1000"},
-		{wide(2, 1, cluster.MaxIDLen+1, "127.0.0.1"), "shard 0 master: id longer than 256 bytes"},
+		{topotest.Wide(2, cluster.MaxReplicas, 40, "127.0.0.1"), ""},
+		{topotest.Wide(shards, cluster.MaxReplicas, cluster.MaxIDLen, "0000:0000:0000:0000:0000:ffff:255.255.255.255"), ""},
+		{topotest.Wide(cluster.MaxNodes, 0, 40, "127.0.0.1"), ""},
+		{topotest.Wide(2, cluster.MaxReplicas+1, 40, "127.0.0.1"), fmt.Sprintf("shard 0 has %d replicas, more than the limit of %d", cluster.MaxReplicas+1, cluster.MaxReplicas)},
+		{topotest.Wide(2, 1000, 6, "127.0.0.1"), "shard 0 has 1000 replicas, more than the limit of 10"},
+		{topotest.Wide(cluster.MaxNodes+1, 0, 40, "127.0.0.1"), "1001 nodes (masters and replicas), more than the limit of 1000"},
+		{topotest.Wide(shards+1, cluster.MaxReplicas, 40, "127.0.0.1"), "1001 nodes (masters and replicas), more than the limit of 1000"},
+		{topotest.Wide(2, 1, cluster.MaxIDLen+1, "127.0.0.1"), "shard 0 master: id longer than 256 bytes"},
 	} {
 		_, err := cluster.Parse([]byte(c.json))
 		switch {

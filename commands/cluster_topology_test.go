@@ -13,6 +13,7 @@ import (
 	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/commands"
 	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/internal/topotest"
 	"github.com/cellserver/cellserver/keyslot"
 	"github.com/cellserver/cellserver/resp"
 	"github.com/cellserver/cellserver/server"
@@ -23,47 +24,6 @@ import (
 
 // longIP is the longest address a topology accepts (45 bytes).
 const longIP = "0000:0000:0000:0000:0000:ffff:255.255.255.255"
-
-// wideTopology returns a topology of shards shards of one master and
-// replicas replicas each, the 16384 slots dealt to them one at a time in
-// turn (every range is one slot, so CLUSTER SLOTS lists a shard's nodes
-// once per slot), node ids padded to idLen bytes (at least 6), every node
-// at ip, ports from 10000 (five digits, as most are).
-func wideTopology(shards, replicas, idLen int, ip string) string {
-	var b strings.Builder
-	port := 10000
-	node := func() {
-		id := fmt.Sprintf("n%05d", port)
-		id += strings.Repeat("x", max(idLen-len(id), 0))
-		fmt.Fprintf(&b, `{"id":%q,"ip":%q,"port":%d}`, id, ip, port)
-		port++
-	}
-	b.WriteByte('[')
-	for s := range shards {
-		if s > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(`{"slot_ranges":[`)
-		for slot := s; slot < keyslot.Slots; slot += shards {
-			if slot > s {
-				b.WriteByte(',')
-			}
-			fmt.Fprintf(&b, `{"start":%d,"end":%d}`, slot, slot)
-		}
-		b.WriteString(`],"master":`)
-		node()
-		b.WriteString(`,"replicas":[`)
-		for r := range replicas {
-			if r > 0 {
-				b.WriteByte(',')
-			}
-			node()
-		}
-		b.WriteString(`]}`)
-	}
-	b.WriteByte(']')
-	return b.String()
-}
 
 const threeShards = `[{"slot_ranges":[{"start":0,"end":5460}],"master":{"id":"m1","ip":"127.0.0.1","port":7001},"replicas":[{"id":"r1","ip":"127.0.0.1","port":7004}]},` +
 	`{"slot_ranges":[{"start":5461,"end":10922}],"master":{"id":"m2","ip":"127.0.0.1","port":7002},"replicas":[]},` +
@@ -91,11 +51,11 @@ func TestClusterTopologyOverLimitsRefused(t *testing.T) {
 	top := st.View().T
 	built := st.RepliesBuilt()
 	for _, c := range []struct{ json, want string }{
-		{wideTopology(2, 1000, 6, "127.0.0.1"), "shard 0 has 1000 replicas, more than the limit of 10"},
-		{wideTopology(2, 11, 40, "127.0.0.1"), "shard 0 has 11 replicas, more than the limit of 10"},
-		{wideTopology(91, 10, 40, "127.0.0.1"), "1001 nodes (masters and replicas), more than the limit of 1000"},
-		{wideTopology(1001, 0, 40, "127.0.0.1"), "1001 nodes (masters and replicas), more than the limit of 1000"},
-		{wideTopology(2, 0, 257, "127.0.0.1"), "shard 0 master: id longer than 256 bytes"},
+		{topotest.Wide(2, 1000, 6, "127.0.0.1"), "shard 0 has 1000 replicas, more than the limit of 10"},
+		{topotest.Wide(2, 11, 40, "127.0.0.1"), "shard 0 has 11 replicas, more than the limit of 10"},
+		{topotest.Wide(91, 10, 40, "127.0.0.1"), "1001 nodes (masters and replicas), more than the limit of 1000"},
+		{topotest.Wide(1001, 0, 40, "127.0.0.1"), "1001 nodes (masters and replicas), more than the limit of 1000"},
+		{topotest.Wide(2, 0, 257, "127.0.0.1"), "shard 0 master: id longer than 256 bytes"},
 	} {
 		want := "-ERR Invalid cluster configuration: " + c.want + "\r\n"
 		if got := d.do("CELLCLUSTER", "CONFIG", c.json); got != want {
@@ -112,8 +72,8 @@ func TestClusterTopologyOverLimitsRefused(t *testing.T) {
 		t.Fatalf("%d replies built for refused topologies, want 0", n)
 	}
 	// At the limits: accepted.
-	d.want("+OK", "CELLCLUSTER", "CONFIG", wideTopology(90, 10, 40, "127.0.0.1"))
-	d.want("+OK", "CELLCLUSTER", "CONFIG", wideTopology(1000, 0, 256, "127.0.0.1"))
+	d.want("+OK", "CELLCLUSTER", "CONFIG", topotest.Wide(90, 10, 40, "127.0.0.1"))
+	d.want("+OK", "CELLCLUSTER", "CONFIG", topotest.Wide(1000, 0, 256, "127.0.0.1"))
 }
 
 // TestClusterRepliesBuiltOnce: CLUSTER SLOTS, SHARDS and NODES are built
@@ -428,8 +388,8 @@ func TestClusterReplySizeBound(t *testing.T) {
 	d, st := newClusterDirect(t, "n00001")
 	sizes := map[string]int{}
 	for _, top := range []string{
-		wideTopology(cluster.MaxNodes/(1+cluster.MaxReplicas), cluster.MaxReplicas, cluster.MaxIDLen, longIP),
-		wideTopology(cluster.MaxNodes, 0, cluster.MaxIDLen, longIP),
+		topotest.Wide(cluster.MaxNodes/(1+cluster.MaxReplicas), cluster.MaxReplicas, cluster.MaxIDLen, longIP),
+		topotest.Wide(cluster.MaxNodes, 0, cluster.MaxIDLen, longIP),
 	} {
 		d.want("+OK", "CELLCLUSTER", "CONFIG", top)
 		for _, proto := range []string{"2", "3"} {
@@ -463,7 +423,7 @@ func TestClusterSlotsOverOutputLimit(t *testing.T) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	top := wideTopology(2, cluster.MaxReplicas, 40, "127.0.0.1")
+	top := topotest.Wide(2, cluster.MaxReplicas, 40, "127.0.0.1")
 	fmt.Fprintf(c, "*3\r\n$11\r\nCELLCLUSTER\r\n$6\r\nCONFIG\r\n$%d\r\n%s\r\n", len(top), top)
 	ok := make([]byte, 5)
 	if _, err := io.ReadFull(c, ok); err != nil || string(ok) != "+OK\r\n" {
@@ -495,7 +455,7 @@ func TestClusterSlotsOverOutputLimit(t *testing.T) {
 // pipelined replies, in RESP2 and RESP3, by several clients.
 func TestClusterSlotsLargeOverWire(t *testing.T) {
 	srv, addr := servertest.Start(t, server.Config{ClusterEnabled: true})
-	top := wideTopology(2, cluster.MaxReplicas, 40, "127.0.0.1")
+	top := topotest.Wide(2, cluster.MaxReplicas, 40, "127.0.0.1")
 	for i := range 3 {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
