@@ -295,26 +295,7 @@ func TestHijackQueuedPushWritten(t *testing.T) {
 // TestHijackTLS: a TLS client is hijacked as its *tls.Conn.
 func TestHijackTLS(t *testing.T) {
 	h := newHBHandler()
-	cert := selfSigned(t)
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer(Config{Logger: discardLogger(), EventLoops: testEventLoops}, h)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		srv.Close()
-		if err := <-served; !errors.Is(err, ErrServerClosed) {
-			t.Errorf("Serve returned %v", err)
-		}
-	})
-	a, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	a.SetDeadline(time.Now().Add(testTimeout))
+	srv, a := dialTLS(t, h)
 	write(t, a, "PING\r\nHIJACK\r\nxyz")
 	expectRead(t, a, "+PONG\r\n+OK\r\n+HIJACKED\r\n")
 	hc := h.nextHijack(t)
@@ -443,26 +424,7 @@ func TestBlockClientHangsUp(t *testing.T) {
 // blocked, and the server sees it hang up while blocked.
 func TestBlockTLS(t *testing.T) {
 	h := newHBHandler()
-	cert := selfSigned(t)
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer(Config{Logger: discardLogger(), EventLoops: testEventLoops}, h)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		srv.Close()
-		if err := <-served; !errors.Is(err, ErrServerClosed) {
-			t.Errorf("Serve returned %v", err)
-		}
-	})
-	a, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	a.SetDeadline(time.Now().Add(testTimeout))
+	_, a := dialTLS(t, h)
 	write(t, a, "WAITB\r\n")
 	blk := h.nextBlock(t)
 	write(t, a, "PING x\r\n")
@@ -662,4 +624,32 @@ func blockCycles(c net.Conn, cycles int) error {
 		}
 	}
 	return nil
+}
+
+// dialTLS serves h on a TLS listener for the test and returns the server
+// and a client connection to it, with the test's deadline set; both close
+// at cleanup.
+func dialTLS(t *testing.T, h Handler) (*Server, *tls.Conn) {
+	t.Helper()
+	cert := selfSigned(t)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(Config{Logger: discardLogger(), EventLoops: testEventLoops}, h)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-served; !errors.Is(err, ErrServerClosed) {
+			t.Errorf("Serve returned %v", err)
+		}
+	})
+	a, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	a.SetDeadline(time.Now().Add(testTimeout))
+	return srv, a
 }
