@@ -178,16 +178,7 @@ func markdownLinks(text string) []link {
 	var links []link
 	fence := ""
 	for i, l := range strings.Split(text, "\n") {
-		if f, ok := fenceMarker(l); ok {
-			switch {
-			case fence == "":
-				fence = f
-			case strings.HasPrefix(f, fence):
-				fence = ""
-			}
-			continue
-		}
-		if fence != "" {
+		if inFence(l, &fence) {
 			continue
 		}
 		if m := refDef.FindStringSubmatch(l); m != nil {
@@ -216,6 +207,22 @@ func fenceMarker(l string) (string, bool) {
 	return "", false
 }
 
+// inFence reports whether l belongs to a fenced code block (its opening
+// or closing line included), given the fence open before it, which it
+// updates.
+func inFence(l string, fence *string) bool {
+	if f, ok := fenceMarker(l); ok {
+		switch {
+		case *fence == "":
+			*fence = f
+		case strings.HasPrefix(f, *fence):
+			*fence = ""
+		}
+		return true
+	}
+	return *fence != ""
+}
+
 // headingAnchors returns the anchors GitHub gives a markdown text's
 // headings: the heading's text, lower-cased, without punctuation, spaces
 // turned into '-', and "-1", "-2", ... after repeats.
@@ -224,16 +231,7 @@ func headingAnchors(text string) map[string]bool {
 	seen := map[string]int{}
 	fence := ""
 	for _, l := range strings.Split(text, "\n") {
-		if f, ok := fenceMarker(l); ok {
-			switch {
-			case fence == "":
-				fence = f
-			case strings.HasPrefix(f, fence):
-				fence = ""
-			}
-			continue
-		}
-		if fence != "" {
+		if inFence(l, &fence) {
 			continue
 		}
 		m := heading.FindStringSubmatch(l)
