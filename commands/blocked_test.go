@@ -1,12 +1,14 @@
 package commands_test
 
 import (
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/server"
 )
 
@@ -25,13 +27,10 @@ func TestInfoBlockedClients(t *testing.T) {
 			blocked := func() int64 { return infoInt(t, ctl, "clients", "blocked_clients") }
 			blockedIs := func(want int64) {
 				t.Helper()
-				deadline := time.Now().Add(20 * time.Second)
-				for got := blocked(); got != want; got = blocked() {
-					if time.Now().After(deadline) {
-						t.Fatalf("blocked_clients is %d, want %d", got, want)
-					}
-					time.Sleep(time.Millisecond)
-				}
+				testwait.For(t, 20*time.Second, fmt.Sprintf("blocked_clients %d", want), func() (bool, string) {
+					got := blocked()
+					return got == want, fmt.Sprintf("blocked_clients is %d", got)
+				})
 			}
 			if v := ctl.MustDo(t, "CL.ACQUIRE", "k", "1", "30s", "holder").Ints(); len(v) != 5 || v[0] != 0 {
 				t.Fatalf("holder's CL.ACQUIRE: %v", v)

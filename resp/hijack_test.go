@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/internal/testpki"
+	"github.com/cellserver/cellserver/internal/testwait"
 )
 
 // hijackCall is one call of a Hijack function.
@@ -460,13 +461,11 @@ func TestBlockReadBounded(t *testing.T) {
 		srv.Range(func(c *Conn) bool { q = c.QueryBufLen(); return true })
 		return q
 	}
-	deadline := time.Now().Add(testTimeout)
-	for buffered() < blockedReadMax { // then the reading stops until resume
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d bytes read while blocked, want %d", buffered(), blockedReadMax)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	// Then the reading stops until resume.
+	testwait.For(t, testTimeout, fmt.Sprintf("%d bytes read while blocked", blockedReadMax), func() (bool, string) {
+		q := buffered()
+		return q >= blockedReadMax, fmt.Sprintf("%d bytes read", q)
+	})
 	if q := buffered(); q > 2*blockedReadMax {
 		t.Fatalf("%d bytes buffered while blocked, want at most about %d", q, blockedReadMax)
 	}
