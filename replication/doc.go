@@ -43,7 +43,9 @@
 // a primary of either version: upgrade replicas before their primary. A
 // replica refuses a frame larger than Config.MaxFrame plus FrameOverhead
 // (the server's proto-max-bulk-len) before reading it, drops the link and
-// syncs again in full (ErrFrameTooLarge).
+// syncs again in full (ErrFrameTooLarge); with Config.MaxChange (the
+// server's maxmemory) it refuses the same way a split change whose parts
+// would pass it (ErrChangeTooLarge).
 //
 // # Synchronisation
 //

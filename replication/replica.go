@@ -387,7 +387,7 @@ func (l *link) beginPartial(id string, chain []string) error {
 // goroutine acknowledges the offset (see acker).
 func (l *link) apply(nc net.Conn, br *bufio.Reader) error {
 	r := l.r
-	fr := frameReader{br: br, max: r.maxFrame}
+	fr := frameReader{br: br, max: r.maxFrame, maxChange: uint64(max(r.cfg.MaxChange, 0))}
 	ackc := make(chan struct{}, 1)
 	stop := make(chan struct{})
 	defer close(stop)
@@ -402,6 +402,11 @@ func (l *link) apply(nc net.Conn, br *bufio.Reader) error {
 			nc.SetReadDeadline(time.Now().Add(linkTimeout))
 		}
 		t, p, raw, err := fr.next()
+		if errors.Is(err, ErrChangeTooLarge) {
+			l.fullNext = true
+			r.log.Error("replication: the primary sent a change larger than this replica's maxmemory; dropping the link, the next sync is a full one",
+				"primary", l.addr(), "err", err, "max_change", r.cfg.MaxChange)
+		}
 		if errors.Is(err, ErrFrameTooLarge) {
 			// Continuing the stream would meet the same frame again: drop
 			// the link and start over with a full copy.

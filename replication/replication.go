@@ -76,6 +76,13 @@ type Config struct {
 	// again in full. A primary splits its frames at 64 KiB, so only a
 	// primary of the first stream version, or a broken one, sends more.
 	MaxFrame int64
+	// MaxChange, when positive, bounds the joined size of one change a
+	// replica accepts split into frames (the server's maxmemory: a value
+	// larger than the whole memory cap is not one to keep). The 'C' frame
+	// that would pass it is refused before it is read, as a frame past
+	// MaxFrame is. Zero: no bound (a primary is trusted to send values it
+	// holds; legitimate values may be far larger than MaxFrame).
+	MaxChange int64
 	// MaxReplicas caps the replicas' links at once (the server's
 	// maxclients: replicas are clients, as in Redis); PSYNC past it is
 	// refused with ErrMaxReplicas. Zero means no cap.

@@ -75,6 +75,11 @@ var errStream = errors.New("replication: malformed stream")
 // its next sync is a full one.
 var ErrFrameTooLarge = errors.New("replication: frame larger than the replica accepts (proto-max-bulk-len)")
 
+// ErrChangeTooLarge reports a change split into frames whose joined size
+// would pass what the replica accepts (its maxmemory): it is refused as
+// its parts arrive, before they pass that size.
+var ErrChangeTooLarge = errors.New("replication: change larger than the replica accepts (maxmemory)")
+
 func frameIsChange(t byte) bool {
 	switch t {
 	case framePut, frameDelete, frameFlushDB, frameFlushAll, framePing:
@@ -203,6 +208,10 @@ func appendAck(dst []byte, off int64) []byte {
 type frameReader struct {
 	br  *bufio.Reader
 	max uint64 // the largest payload of one frame accepted; 0 means no frame has a payload
+	// maxChange, when not 0, is the largest payload of a split change
+	// accepted (the replica's maxmemory): the 'C' frame that would pass it
+	// is refused (ErrChangeTooLarge) before it is read.
+	maxChange uint64
 	buf []byte // the last frame: header and payload, or a split frame's joined payload
 	// parts are the 'C' frames' payloads of the split change being read.
 	parts [][]byte
@@ -255,6 +264,9 @@ func (r *frameReader) next() (t byte, payload, raw []byte, err error) {
 				return 0, nil, nil, fmt.Errorf("%w: a %q frame cannot continue a split change", errStream, t)
 			}
 			split = true
+			if r.maxChange != 0 && uint64(len(r.parts)*frameChunk)+n > r.maxChange {
+				return 0, nil, nil, fmt.Errorf("%w: %w: a split change past %d bytes (at most %d)", errStream, ErrChangeTooLarge, uint64(len(r.parts)*frameChunk)+n, r.maxChange)
+			}
 			if t == frameCont {
 				// Kept apart until the last frame: the joined payload is
 				// then allocated once, at its size, instead of a buffer

@@ -265,3 +265,50 @@ func TestSplitInPlaceAtBoundaries(t *testing.T) {
 		}
 	}
 }
+
+// TestFrameReaderBoundsSplitChanges: a change split into 'C' frames whose
+// joined size would pass the reader's maxChange (the replica's maxmemory)
+// is refused (ErrChangeTooLarge) as its parts arrive, so a primary that
+// keeps sending parts costs the replica no more than that bound; a change
+// of exactly the bound, and any change without one, is joined whole.
+func TestFrameReaderBoundsSplitChanges(t *testing.T) {
+	const bound = 4 * frameChunk
+	payload := func(n int) []byte { return bytes.Repeat([]byte{'v'}, n) }
+	for _, c := range []struct {
+		size, maxChange int
+		refused         bool
+	}{
+		{bound, bound, false},
+		{bound + 1, bound, true},
+		{64 * frameChunk, bound, true},
+		{64 * frameChunk, 0, false},
+	} {
+		stream := appendEmpty(appendFrame(nil, framePut, payload(c.size)), framePing)
+		fr := frameReader{br: bufio.NewReader(bytes.NewReader(stream)), max: frameChunk, maxChange: uint64(c.maxChange)}
+		_, p, _, err := fr.next()
+		switch {
+		case c.refused && !errors.Is(err, ErrChangeTooLarge):
+			t.Errorf("a %d-byte change with maxChange %d: %v, want ErrChangeTooLarge", c.size, c.maxChange, err)
+		case c.refused && len(fr.parts)*frameChunk > c.maxChange:
+			t.Errorf("a %d-byte change with maxChange %d: %d bytes of parts held, want at most %d", c.size, c.maxChange, len(fr.parts)*frameChunk, c.maxChange)
+		case !c.refused && (err != nil || len(p) != c.size):
+			t.Errorf("a %d-byte change with maxChange %d: %d bytes, %v; want it whole", c.size, c.maxChange, len(p), err)
+		}
+	}
+	// A primary that never ends its change: refused at the bound.
+	var endless []byte
+	for range 1000 {
+		endless = appendFrameHeader(endless, frameCont, frameChunk)
+		endless = append(endless, payload(frameChunk)...)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	fr := frameReader{br: bufio.NewReader(bytes.NewReader(endless)), max: frameChunk, maxChange: bound}
+	if _, _, _, err := fr.next(); !errors.Is(err, ErrChangeTooLarge) {
+		t.Fatalf("1000 'C' frames with maxChange %d: %v, want ErrChangeTooLarge", bound, err)
+	}
+	runtime.ReadMemStats(&after)
+	if n := after.TotalAlloc - before.TotalAlloc; n > 2*bound+64<<10 {
+		t.Errorf("refusing an endless split change allocated %d bytes, want about %d", n, bound)
+	}
+}

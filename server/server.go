@@ -156,8 +156,9 @@ func New(cfg Config) (_ *Server, err error) {
 	repl, err := replication.New(replication.Config{Keyspace: ks, BacklogSize: cfg.ReplBacklogSize, TLS: rtls,
 		AnnounceIP: cfg.ReplicaAnnounceIP, AnnouncePort: cfg.ReplicaAnnouncePort,
 		MasterUser: cfg.MasterUser, MasterAuth: cfg.MasterAuth, Logger: cfg.Logger, Clock: cfg.Clock,
-		WaitRoom: waitRoom,
-		MaxFrame: cfg.MaxBulkLen, // a frame from the primary: proto-max-bulk-len (+ replication.FrameOverhead)
+		WaitRoom:  waitRoom,
+		MaxFrame:  cfg.MaxBulkLen, // a frame from the primary: proto-max-bulk-len (+ replication.FrameOverhead)
+		MaxChange: cfg.MaxMemory,  // a change split into frames: at most the whole memory cap (none without one)
 		// Replicas are clients (Redis): their links count towards
 		// maxclients (commands.Service.Refuse counts them with the others).
 		MaxReplicas: cfg.MaxClients})
