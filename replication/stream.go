@@ -212,7 +212,7 @@ type frameReader struct {
 	// accepted (the replica's maxmemory): the 'C' frame that would pass it
 	// is refused (ErrChangeTooLarge) before it is read.
 	maxChange uint64
-	buf []byte // the last frame: header and payload, or a split frame's joined payload
+	buf       []byte // the last frame: header and payload, or a split frame's joined payload
 	// parts are the 'C' frames' payloads of the split change being read.
 	parts [][]byte
 	// given is set when the caller keeps the last payload (a decoded
