@@ -138,6 +138,7 @@ set_mode() {
 			primary_up --sync-replicas "$n"
 			[[ "$(rcli "$rport" REPLICAOF 127.0.0.1 "$pport")" == OK ]] || die "REPLICAOF failed"
 			waitfor 30 linked || die "the replica did not link to the new primary"
+			warmup >/dev/null
 		fi
 		;;
 	esac
@@ -155,6 +156,12 @@ childticks() { awk '{print $16 + $17}' "/proc/$$/stat"; }                    # r
 busyticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8; exit}' /proc/stat; } # all CPUs, not idle/iowait/steal
 stealticks() { awk '/^cpu / {print $9; exit}' /proc/stat; }
 
+# warmup: an unmeasured run that creates the keys
+warmup() {
+	# shellcheck disable=SC2046
+	echo "$(timeout "$RUN_TIMEOUT" "${clipin[@]}" $(benchcmd 16 "$CLIENTS" "$REQUESTS" | tr -d "'") |
+		awk -F'"' 'NR == 2 {printf "%.0f requests/s", $4}'), $(rcli "$pport" DBSIZE) keys"
+}
 benchcmd() { # benchcmd P CLIENTS REQUESTS
 	echo redis-benchmark -h 127.0.0.1 -p "$pport" -c "$2" -n "$3" -P "$1" -r "$KEYSPACE" --csv CL.THROTTLE 'sync:__rand_int__' 9999 1 3600
 }
@@ -162,7 +169,7 @@ cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
 case $switch in
 none) modenote="this build does not know --sync-replicas: BOTH COLUMNS RUN ASYNC (the sync column is a second async sample)" ;;
 config) modenote="--sync-replicas known; each run sets the mode with CONFIG SET sync-replicas 0|1 on the same primary" ;;
-restart) modenote="--sync-replicas known; CONFIG SET does not take it, so each change of mode restarts the primary with --sync-replicas 0|1" ;;
+restart) modenote="--sync-replicas known; each change of mode restarts the primary with --sync-replicas 0|1 (then re-creates the keys unmeasured)$([[ $SWITCH == restart ]] || echo ': CONFIG SET does not take it')" ;;
 esac
 {
 	echo "command:   $invocation"
@@ -222,7 +229,7 @@ for w in $P1; do workloads+=("1:$w"); calls=$((calls + 2 * ROUNDS * ${w##*:})); 
 # keys are drawn at random: stay well below the burst of 10000 calls a key
 ((calls / KEYSPACE <= 4000)) || die "$calls calls over $KEYSPACE keys would exhaust some keys' quota: fewer ROUNDS or REQUESTS, or more KEYSPACE"
 echo
-echo "warm-up (async, not measured): $(timeout "$RUN_TIMEOUT" "${clipin[@]}" $(benchcmd 16 "$CLIENTS" "$REQUESTS" | tr -d "'") | awk -F'"' 'NR == 2 {print $4 " requests/s"}'), $(rcli "$pport" DBSIZE) keys"
+echo "warm-up (async, not measured): $(warmup)"
 echo
 echo "per run: requests/s, latency (ms), CPU time per request (us) of the primary and of the replica, CPU of"
 echo "redis-benchmark and of other processes (% of one CPU), replication stream bytes per request, error replies, seconds"
@@ -238,7 +245,6 @@ for round in $(seq "$ROUNDS"); do
 		done
 	done
 done
-set_mode async
 steal1=$(stealticks)
 
 # column COL MODE P CLIENTS: that column's values over the rounds
