@@ -46,7 +46,7 @@
 # so (the "sync" column is then a second async sample: a noise estimate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then sed -n 2,47p "$0"; exit 0; fi
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then sed -n 2,46p "$0"; exit 0; fi
 invocation="$(for v in ROUNDS REQUESTS CLIENTS KEYSPACE P1 REPLICA_PIN NOPIN SWITCH QUICK RUN_TIMEOUT CELLSERVER; do
 	if [[ -n "${!v:-}" ]]; then printf '%s=%q ' "$v" "${!v}"; fi; done)bench/sync-replicas.sh"
 if [[ -n "${QUICK:-}" ]]; then
@@ -80,7 +80,8 @@ fi
 
 if [[ -n "${CELLSERVER:-}" ]]; then cp "$CELLSERVER" "$tmp/cellserver"; else go build -o "$tmp/cellserver" ./cmd/cellserver; fi
 supported=0
-"$tmp/cellserver" --help 2>&1 | grep -q -- '--sync-replicas ' && supported=1
+help=$("$tmp/cellserver" --help 2>&1 || true)
+[[ "$help" == *"--sync-replicas "* ]] && supported=1
 
 rcli() { timeout 5 redis-cli -p "$1" "${@:2}" 2>&1 | tr -d '\r'; }
 field() { rcli "$1" INFO "$2" | sed -n "s/^$3://p"; }
@@ -252,16 +253,17 @@ column() { awk -F, -v col="$1" -v m="$2" -v P="$3" -v c="$4" 'NR > 1 && $2 == m 
 # ratios COL P CLIENTS: per-round sync/async of a column
 ratios() {
 	awk -F, -v col="$1" -v P="$2" -v c="$3" 'NR > 1 && $3 == P && $4 == c {v[$1 "," $2] = $col; r[$1] = 1}
-		END {for (k in r) if (v[k ",async"] > 0) printf "%.3f ", v[k ",sync"] / v[k ",async"]}' "$results"
+		END {for (k = 1; k in r; k++) if (v[k ",async"] > 0) printf "%.3f ", v[k ",sync"] / v[k ",async"]}' "$results"
 }
-med() { column "$@" | median | awk -v col="$1" '{print (col == 6 ? sprintf("%.0f", $1) : $1)}'; }
+med() { column "$@" | median | awk -v col="$1" '{printf (col == 6 ? "%.0f" : col == 12 ? "%.1f" : "%.3f"), $1}'; }
+medratio() { ratios "$@" | median | awk '{printf "%.3f", $1}'; }
 pr() { printf '%-26s %12s %12s %12s   %s\n' "$@"; }
 echo
 echo "== summary: medians of $ROUNDS round(s); ratio = median of the per-round ratios sync/async"
 ((supported)) || echo "   (this build has no --sync-replicas: both columns ran async)"
 echo
 echo "-P 16, -c $CLIENTS, $REQUESTS requests, CL.THROTTLE over $KEYSPACE random keys"
-pr "" async sync "sync/async" "per round"
+pr "" async sync "sync/async" "per round, rounds 1.."
 for spec in "6:requests/s" "8:p99 ms" "9:primary CPU us/request" "10:replica CPU us/request" "12:others' CPU %"; do
 	col=${spec%%:*} name=${spec#*:}
 	if ((col == 12)); then # a load figure: the ratio means nothing
@@ -269,9 +271,9 @@ for spec in "6:requests/s" "8:p99 ms" "9:primary CPU us/request" "10:replica CPU
 		continue
 	fi
 	pr "$name" "$(med "$col" async 16 "$CLIENTS")" "$(med "$col" sync 16 "$CLIENTS")" \
-		"$(ratios "$col" 16 "$CLIENTS" | median)" "$(ratios "$col" 16 "$CLIENTS" | tr ' ' '\n' | grep . | sort -g | tr '\n' ' ')"
+		"$(medratio "$col" 16 "$CLIENTS")" "$(ratios "$col" 16 "$CLIENTS")"
 done
-rps_r=$(ratios 6 16 "$CLIENTS" | median) p99_r=$(ratios 8 16 "$CLIENTS" | median) cpu_r=$(ratios 9 16 "$CLIENTS" | median)
+rps_r=$(medratio 6 16 "$CLIENTS") p99_r=$(medratio 8 16 "$CLIENTS") cpu_r=$(medratio 9 16 "$CLIENTS")
 awk -v a="$rps_r" -v b="$p99_r" -v c="$cpu_r" 'BEGIN {
 	printf "aims (issue 28): throughput >= 0.8x: %s (%.2f); p99 <= 2x: %s (%.2f); primary CPU/request <= 1.2x: %s (%.2f)\n",
 		(a >= 0.8 ? "met" : "MISSED"), a, (b <= 2 ? "met" : "MISSED"), b, (c <= 1.2 ? "met" : "MISSED"), c }'
@@ -283,7 +285,7 @@ for w in $P1; do
 	for spec in "7:p50 ms" "8:p99 ms" "6:requests/s" "9:primary CPU us/request"; do
 		col=${spec%%:*} name=${spec#*:}
 		a=$(med "$col" async 1 "$c") s=$(med "$col" sync 1 "$c")
-		pr "$name" "$a" "$s" "$(awk -v a="$a" -v s="$s" -v col="$col" 'BEGIN {printf (col == 6 ? "%+.0f" : "%+.3f"), s - a}')" "ratio $(ratios "$col" 1 "$c" | median)"
+		pr "$name" "$a" "$s" "$(awk -v a="$a" -v s="$s" -v col="$col" 'BEGIN {printf (col == 6 ? "%+.0f" : "%+.3f"), s - a}')" "ratio $(medratio "$col" 1 "$c")"
 	done
 done
 errs=$(awk -F, 'NR > 1 {e += $14} END {print e + 0}' "$results")
