@@ -23,6 +23,9 @@
 #                primary) or restart (a new primary started with
 #                --sync-replicas N for every run, the replica pointed at it)
 #   RUN_TIMEOUT  seconds after which a redis-benchmark run is abandoned (300)
+#   QUIET        the summary also gives the -P 16 ratios of the rounds where
+#                other processes used less than this % of one CPU during
+#                both runs (default 25)
 #   CELLSERVER   a prebuilt binary instead of building ./cmd/cellserver
 #
 # Every run: the mode is set, the script waits until the replica has
@@ -40,14 +43,15 @@
 # the replica divided by the requests, redis-benchmark's own CPU, the CPU
 # that other processes used meanwhile (/proc/stat busy time minus these
 # three), and the error replies the primary sent. The summary gives the
-# medians of each mode and the median of the per-round ratios sync/async.
+# medians of each mode and the median of the per-round ratios sync/async
+# (and, on a shared machine, the ratios of the quiet rounds apart).
 #
 # A build without --sync-replicas runs both columns asynchronously and says
 # so (the "sync" column is then a second async sample: a noise estimate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then sed -n 2,46p "$0"; exit 0; fi
-invocation="$(for v in ROUNDS REQUESTS CLIENTS KEYSPACE P1 REPLICA_PIN NOPIN SWITCH QUICK RUN_TIMEOUT CELLSERVER; do
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then sed -n 2,50p "$0"; exit 0; fi
+invocation="$(for v in ROUNDS REQUESTS CLIENTS KEYSPACE P1 REPLICA_PIN NOPIN SWITCH QUICK RUN_TIMEOUT QUIET CELLSERVER; do
 	if [[ -n "${!v:-}" ]]; then printf '%s=%q ' "$v" "${!v}"; fi; done)bench/sync-replicas.sh"
 if [[ -n "${QUICK:-}" ]]; then
 	ROUNDS=${ROUNDS:-1} REQUESTS=${REQUESTS:-100000} P1=${P1:-"1:2000 50:20000"}
@@ -59,6 +63,7 @@ KEYSPACE=${KEYSPACE:-100000}
 P1=${P1:-"1:20000 50:200000"}
 SWITCH=${SWITCH:-config}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+QUIET=${QUIET:-25}
 for tool in go redis-benchmark redis-cli timeout awk python3; do
 	command -v "$tool" >/dev/null || { echo "sync-replicas.sh: $tool not found" >&2; exit 1; }
 done
@@ -251,9 +256,15 @@ steal1=$(stealticks)
 # column COL MODE P CLIENTS: that column's values over the rounds
 column() { awk -F, -v col="$1" -v m="$2" -v P="$3" -v c="$4" 'NR > 1 && $2 == m && $3 == P && $4 == c {printf "%s ", $col}' "$results"; }
 # ratios COL P CLIENTS: per-round sync/async of a column
+# (with QUIETONLY=1, only the rounds where other processes used less than
+# QUIET % of a CPU during both runs)
 ratios() {
-	awk -F, -v col="$1" -v P="$2" -v c="$3" 'NR > 1 && $3 == P && $4 == c {v[$1 "," $2] = $col; r[$1] = 1}
-		END {for (k = 1; k in r; k++) if (v[k ",async"] > 0) printf "%.3f ", v[k ",sync"] / v[k ",async"]}' "$results"
+	awk -F, -v col="$1" -v P="$2" -v c="$3" -v q="${QUIETONLY:+$QUIET}" 'NR > 1 && $3 == P && $4 == c {v[$1 "," $2] = $col; o[$1 "," $2] = $12; r[$1] = 1}
+		END {
+			for (k = 1; k in r; k++)
+				if (v[k ",async"] > 0 && (q == "" || (o[k ",async"] < q && o[k ",sync"] < q)))
+					printf "%.3f ", v[k ",sync"] / v[k ",async"]
+		}' "$results"
 }
 med() { column "$@" | median | awk -v col="$1" '{printf (col == 6 ? "%.0f" : col == 12 ? "%.1f" : "%.3f"), $1}'; }
 medratio() { ratios "$@" | median | awk '{printf "%.3f", $1}'; }
@@ -277,6 +288,14 @@ rps_r=$(medratio 6 16 "$CLIENTS") p99_r=$(medratio 8 16 "$CLIENTS") cpu_r=$(medr
 awk -v a="$rps_r" -v b="$p99_r" -v c="$cpu_r" 'BEGIN {
 	printf "aims (issue 28): throughput >= 0.8x: %s (%.2f); p99 <= 2x: %s (%.2f); primary CPU/request <= 1.2x: %s (%.2f)\n",
 		(a >= 0.8 ? "met" : "MISSED"), a, (b <= 2 ? "met" : "MISSED"), b, (c <= 1.2 ? "met" : "MISSED"), c }'
+quiet=$(QUIETONLY=1 ratios 6 16 "$CLIENTS" | wc -w)
+if ((quiet)); then
+	echo "the $quiet round(s) where other processes used < $QUIET% of a CPU during both runs: sync/async requests/s" \
+		"$(QUIETONLY=1 ratios 6 16 "$CLIENTS")(median $(QUIETONLY=1 medratio 6 16 "$CLIENTS")), p99 $(QUIETONLY=1 medratio 8 16 "$CLIENTS")," \
+		"primary CPU/request $(QUIETONLY=1 medratio 9 16 "$CLIENTS")"
+else
+	echo "no round where other processes used < $QUIET% of a CPU during both runs"
+fi
 for w in $P1; do
 	c=${w%%:*}
 	echo
