@@ -295,3 +295,63 @@ func TestSyncReplicasConfig(t *testing.T) {
 		t.Fatalf("sync_replicas_timeout:%s after CONFIG SET 1.5s", got)
 	}
 }
+
+// TestSyncReplicasLeaseGrant: a lease granted to a CL.ACQUIRE ... WAIT
+// waiter by another client's CL.RELEASE is a change made for the waiter:
+// its reply, too, leaves only once the replica has the lease.
+func TestSyncReplicasLeaseGrant(t *testing.T) {
+	primary := startNode(t, server.Config{SyncReplicas: 1, SyncReplicasTimeout: time.Minute})
+	ph, pp := primary.hostPort()
+	replica := startNode(t, server.Config{ReplicaOf: ph + " " + pp})
+	waitInSync(t, primary, replica)
+	holder, waiter := resptest.MustDial(t, primary.addr), resptest.MustDial(t, primary.addr)
+	rc := resptest.MustDial(t, replica.addr)
+	for i := range 30 {
+		key := "lease:" + strconv.Itoa(i)
+		if v := holder.MustDo(t, "CL.ACQUIRE", key, "1", "30s", "a"); v.Elems[0].Str != "0" {
+			t.Fatalf("CL.ACQUIRE a = %v", v)
+		}
+		if err := waiter.Send("CL.ACQUIRE", key, "1", "30s", "b", "WAIT", "10s"); err != nil {
+			t.Fatal(err)
+		}
+		testwait.For(t, 10*time.Second, "b to wait", func() (bool, string) {
+			s, err := primary.rdb.Info(context.Background(), "clients").Result()
+			return err == nil && strings.Contains(s, "blocked_clients:1\r\n"), s
+		})
+		if v := holder.MustDo(t, "CL.RELEASE", key, "a"); v.Str != "1" {
+			t.Fatalf("CL.RELEASE = %v", v)
+		}
+		if v, err := waiter.Read(); err != nil || len(v.Elems) != 5 || v.Elems[0].Str != "0" {
+			t.Fatalf("b's CL.ACQUIRE ... WAIT = %v, %v", v, err)
+		}
+		if v := rc.MustDo(t, "CL.INFO", key); !strings.Contains(v.String(), "$1\\r\\nb\\r\\n") {
+			t.Fatalf("b was granted %s before the replica had its lease: the replica's CL.INFO = %v", key, v)
+		}
+	}
+}
+
+// TestSyncReplicasLeaseGrantUnacknowledged: with a replica that never
+// acknowledges, a lease granted to a waiter is reported to it as
+// NOREPLICAS, as the release that granted it is to its client.
+func TestSyncReplicasLeaseGrantUnacknowledged(t *testing.T) {
+	primary := startNode(t, server.Config{})
+	deafReplica(t, primary.addr)
+	holder, waiter := resptest.MustDial(t, primary.addr), resptest.MustDial(t, primary.addr)
+	if v := holder.MustDo(t, "CL.ACQUIRE", "lease", "1", "30s", "a"); v.Elems[0].Str != "0" {
+		t.Fatalf("CL.ACQUIRE a = %v", v)
+	}
+	if err := waiter.Send("CL.ACQUIRE", "lease", "1", "30s", "b", "WAIT", "30s"); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 10*time.Second, "b to wait", func() (bool, string) {
+		s, err := primary.rdb.Info(context.Background(), "clients").Result()
+		return err == nil && strings.Contains(s, "blocked_clients:1\r\n"), s
+	})
+	holder.MustDo(t, "CONFIG", "SET", "sync-replicas", "1", "sync-replicas-timeout", "100")
+	if v := holder.MustDo(t, "CL.RELEASE", "lease", "a"); v.Str != noReplicas {
+		t.Fatalf("CL.RELEASE = %v, want %s", v, noReplicas)
+	}
+	if v, err := waiter.Read(); err != nil || v.Str != noReplicas {
+		t.Fatalf("b's CL.ACQUIRE ... WAIT = %v, %v; want %s", v, err, noReplicas)
+	}
+}
