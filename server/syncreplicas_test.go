@@ -47,6 +47,15 @@ func deafReplica(t *testing.T, primary string) {
 	go io.Copy(io.Discard, br)
 }
 
+// waitDeafOnline waits until the primary counts its (only) replica online.
+func waitDeafOnline(t *testing.T, primary *node) {
+	t.Helper()
+	testwait.For(t, 10*time.Second, "the deaf replica online", func() (bool, string) {
+		s := primary.info(t, "slave0")
+		return strings.Contains(s, "state=online"), s
+	})
+}
+
 // syncModes runs f with the replies written by event loops (held while
 // other clients are served) and by a goroutine per connection (which
 // waits in BeforeWrite).
@@ -132,10 +141,7 @@ func TestSyncReplicasTimeoutAndFence(t *testing.T) {
 		ctx := context.Background()
 		primary := startNode(t, server.Config{EventLoops: loops})
 		deafReplica(t, primary.addr)
-		testwait.For(t, 10*time.Second, "the deaf replica online", func() (bool, string) {
-			s := primary.info(t, "slave0")
-			return strings.Contains(s, "state=online"), s
-		})
+		waitDeafOnline(t, primary)
 		c := resptest.MustDial(t, primary.addr)
 		// Asynchronous: admitted at once. "full" is now at its limit.
 		if v := c.MustDo(t, "CL.THROTTLE", "full", "0", "1", "3600"); v.Elems[0].Str != "0" {
@@ -336,6 +342,7 @@ func TestSyncReplicasLeaseGrant(t *testing.T) {
 func TestSyncReplicasLeaseGrantUnacknowledged(t *testing.T) {
 	primary := startNode(t, server.Config{})
 	deafReplica(t, primary.addr)
+	waitDeafOnline(t, primary)
 	holder, waiter := resptest.MustDial(t, primary.addr), resptest.MustDial(t, primary.addr)
 	if v := holder.MustDo(t, "CL.ACQUIRE", "lease", "1", "30s", "a"); v.Elems[0].Str != "0" {
 		t.Fatalf("CL.ACQUIRE a = %v", v)
