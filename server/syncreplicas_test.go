@@ -13,6 +13,7 @@ import (
 
 	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/testwait"
+	"github.com/cellserver/cellserver/keyslot"
 	"github.com/cellserver/cellserver/replication"
 	"github.com/cellserver/cellserver/server"
 )
@@ -360,5 +361,66 @@ func TestSyncReplicasLeaseGrantUnacknowledged(t *testing.T) {
 	}
 	if v, err := waiter.Read(); err != nil || v.Str != noReplicas {
 		t.Fatalf("b's CL.ACQUIRE ... WAIT = %v, %v; want %s", v, err, noReplicas)
+	}
+}
+
+// TestSyncReplicasPerShard: in cluster mode each shard's primary holds its
+// replies for its own replicas; a shard that loses its replica refuses
+// writes while the other shard keeps admitting.
+func TestSyncReplicasPerShard(t *testing.T) {
+	ctx := context.Background()
+	var masters, replicas []*node
+	for i := range 2 {
+		masters = append(masters, startNode(t, server.Config{ClusterEnabled: true, ClusterNodeID: fmt.Sprintf("sync-m%d", i), SyncReplicas: 1, SyncReplicasTimeout: time.Minute}))
+		replicas = append(replicas, startNode(t, server.Config{ClusterEnabled: true, ClusterNodeID: fmt.Sprintf("sync-r%d", i)}))
+	}
+	ranges := [][2]int{{0, 8191}, {8192, 16383}}
+	push(t, topology(t, masters, ranges, map[int][]*node{0: {replicas[0]}, 1: {replicas[1]}}), append(masters, replicas...)...)
+	for i := range 2 {
+		h, p := masters[i].hostPort()
+		if err := replicas[i].rdb.Do(ctx, "REPLICAOF", h, p).Err(); err != nil {
+			t.Fatal(err)
+		}
+		waitInSync(t, masters[i], replicas[i])
+	}
+	keyOf := func(shard, i int) string {
+		for j := i; ; j++ {
+			k := "shard:" + strconv.Itoa(j)
+			if owner(ranges, keyslot.Of([]byte(k))) == shard {
+				return k
+			}
+		}
+	}
+	onReplica := func(shard int, key string) bool {
+		sh := replicas[shard].srv.Commands().Keyspace().DB(0).Shard([]byte(key))
+		sh.Lock()
+		defer sh.Unlock()
+		return sh.Peek([]byte(key), time.Now().UnixMilli()) != nil
+	}
+	conns := []*resptest.Conn{resptest.MustDial(t, masters[0].addr), resptest.MustDial(t, masters[1].addr)}
+	for i := 0; i < 200; i += 2 {
+		for shard := range 2 {
+			key := keyOf(shard, i*7)
+			if v := conns[shard].MustDo(t, "CL.THROTTLE", key, "5", "10", "60"); len(v.Elems) != 5 {
+				t.Fatalf("CL.THROTTLE %s on shard %d = %v", key, shard, v)
+			}
+			if !onReplica(shard, key) {
+				t.Fatalf("%s admitted by shard %d before its replica had it", key, shard)
+			}
+		}
+	}
+	// Shard 1 loses its replica: it refuses writes; shard 0 admits.
+	if err := replicas[1].rdb.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 10*time.Second, "shard 1 fenced", func() (bool, string) {
+		f := masters[1].info(t, "sync_fenced")
+		return f == "1", "sync_fenced:" + f
+	})
+	if v := conns[1].MustDo(t, "CL.THROTTLE", keyOf(1, 5000), "5", "10", "60"); v.Str != noReplicas {
+		t.Fatalf("shard 1 without its replica: %v", v)
+	}
+	if v := conns[0].MustDo(t, "CL.THROTTLE", keyOf(0, 5000), "5", "10", "60"); len(v.Elems) != 5 {
+		t.Fatalf("shard 0 while shard 1 is fenced: %v", v)
 	}
 }
