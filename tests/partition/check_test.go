@@ -113,9 +113,7 @@ func (f fixedLimit) over(adm []reply) keyOver {
 		end := time.Unix(0, worstW*int64(f.period))
 		var b strings.Builder
 		fmt.Fprintf(&b, "window ending %s: %d admissions, limit %d:\n", end.Format("15:04:05.000"), len(ms), f.limit)
-		for _, r := range ms {
-			b.WriteString("  " + f.describe(r) + "\n")
-		}
+		b.WriteString(excerpt(ms, f.describe, func(prev, cur int64) bool { return cur != prev-1 }))
 		ko.worst += b.String()
 	}
 	return ko
@@ -188,15 +186,50 @@ func (g throttleLimit) over(adm []reply) keyOver {
 		fmt.Fprintf(&sb, "interval %s..%s (%v): %d admissions, GCRA allows %d:\n",
 			time.Unix(0, a).Format("15:04:05.000000"), time.Unix(0, b).Format("15:04:05.000000"),
 			time.Duration(b-a), g.allowed(b-a)+best, g.allowed(b-a))
+		var in []reply
 		for _, r := range rs {
 			if r.send >= a && r.recv <= b {
-				fmt.Fprintf(&sb, "  sent %s replied %s remaining %d\n",
-					time.Unix(0, r.send).Format("15:04:05.000000"), time.Unix(0, r.recv).Format("15:04:05.000000"), r.remaining)
+				in = append(in, r)
 			}
 		}
+		describe := func(r reply) string {
+			return fmt.Sprintf("sent %s replied %s remaining %d",
+				time.Unix(0, r.send).Format("15:04:05.000000"), time.Unix(0, r.recv).Format("15:04:05.000000"), r.remaining)
+		}
+		// Remaining moves by a unit or two per admission at twice the
+		// rate; a jump is a state the server lost or went back to.
+		sb.WriteString(excerpt(in, describe, func(prev, cur int64) bool { return cur-prev > 3 || prev-cur > 3 }))
 		ko.worst = sb.String()
 	}
 	return ko
+}
+
+// excerpt describes the admissions rs (in the order given), one a line,
+// keeping the first and last, each where jump says the remaining count
+// broke its course, and their neighbours; the others are counted.
+func excerpt(rs []reply, describe func(reply) string, jump func(prev, cur int64) bool) string {
+	keep := make([]bool, len(rs))
+	for i := range rs {
+		if i == 0 || i == len(rs)-1 || jump(rs[i-1].remaining, rs[i].remaining) {
+			for j := max(0, i-2); j <= min(len(rs)-1, i+2); j++ {
+				keep[j] = true
+			}
+		}
+	}
+	var b strings.Builder
+	skipped := 0
+	for i, r := range rs {
+		if !keep[i] {
+			skipped++
+			continue
+		}
+		if skipped > 0 {
+			fmt.Fprintf(&b, "  ... %d more\n", skipped)
+			skipped = 0
+		}
+		b.WriteString("  " + describe(r) + "\n")
+	}
+	return b.String()
 }
 
 // figures are one run's results.

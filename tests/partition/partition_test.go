@@ -42,13 +42,15 @@
 // asynchronous figures are printed, not asserted (unless
 // CELLSERVER_PARTITION_STRICT=1, which shows that the check fails).
 // CELLSERVER_PARTITION_RUNS=n repeats every run n times and prints a
-// summary table.
+// summary table; CELLSERVER_PARTITION_MODES=async,sync,minreplicas adds
+// --min-replicas-to-write 1 --min-replicas-max-lag 1 (printed only).
 package partition
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -61,7 +63,15 @@ import (
 	"github.com/cellserver/cellserver/tests/internal/harness"
 )
 
-func TestMain(m *testing.M) { binproc.Main(m) }
+func TestMain(m *testing.M) {
+	redis.SetLogger(quiet{}) // its failover notices would interleave with the test output
+	binproc.Main(m)
+}
+
+// quiet discards go-redis's log.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 // mode is how the nodes replicate.
 type mode struct {
@@ -72,10 +82,17 @@ type mode struct {
 	zero bool
 }
 
+// modes are the replication modes; CELLSERVER_PARTITION_MODES (a comma
+// list of names) picks others than the default async and sync.
 var modes = []mode{
 	{name: "async"},
 	{name: "sync", args: []string{"--sync-replicas", "1"}, flag: "--sync-replicas", zero: true},
+	// Redis's safeguard: refuse writes unless a replica acknowledged
+	// within the last second (at 1 s granularity).
+	{name: "minreplicas", args: []string{"--min-replicas-to-write", "1", "--min-replicas-max-lag", "1"}},
 }
+
+const defaultModes = "async,sync"
 
 var limits = []limit{
 	fixedLimit{limit: 100, period: time.Second},
@@ -181,11 +198,23 @@ func TestPartition(t *testing.T) {
 		runs = n
 	}
 	strict := os.Getenv("CELLSERVER_PARTITION_STRICT") == "1"
+	names := os.Getenv("CELLSERVER_PARTITION_MODES")
+	if names == "" {
+		names = defaultModes
+	}
+	var runModes []mode
+	for _, name := range strings.Split(names, ",") {
+		i := slices.IndexFunc(modes, func(m mode) bool { return m.name == name })
+		if i < 0 {
+			t.Fatalf("CELLSERVER_PARTITION_MODES: no mode %q", name)
+		}
+		runModes = append(runModes, modes[i])
+	}
 	var results []result
 	t.Cleanup(func() { fmt.Print(markdown(results, runs > 1)) })
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
-			for _, md := range modes {
+			for _, md := range runModes {
 				t.Run(md.name, func(t *testing.T) {
 					if md.flag != "" {
 						harness.NeedFlag(t, md.flag)
