@@ -34,10 +34,11 @@ type client struct {
 	lastCmd    atomic.Pointer[Spec] // read by CLIENT LIST
 	clock      clientClock          // ctx.clockNS and Service.call
 
-	repl   replState  // REPLCONF, and WAIT's offset (cmd_replication.go)
-	multi  multiState // MULTI's queue and WATCHed keys (cmd_transactions.go)
-	track  trackState // client-side caching (cmd_tracking.go)
-	keyBuf keyBufs    // keys beyond the context's inline arrays (keys.go)
+	repl   replState   // REPLCONF, and WAIT's offset (cmd_replication.go)
+	sync   syncReplies // replies held for sync-replicas (cmd_replication.go)
+	multi  multiState  // MULTI's queue and WATCHed keys (cmd_transactions.go)
+	track  trackState  // client-side caching (cmd_tracking.go)
+	keyBuf keyBufs     // keys beyond the context's inline arrays (keys.go)
 	// blocked is the client's block counted in blocked_clients (nil:
 	// none; blocked.go).
 	blocked atomic.Pointer[blockedCall]
@@ -94,6 +95,10 @@ type ctx struct {
 	inExec  bool // EXEC holds the locks the command needs
 	heldSet bool // locks are published in client.held (NOLOOP)
 	failed  bool // an error reply was written
+	// trackChg: sync-replicas needs to know whether the command changes
+	// a key (runLocked, cmdExec set changed).
+	trackChg bool
+	changed  bool
 
 	// CL.APPLY (applyKeys): the policies pinned for the command (EXEC:
 	// for the transaction), and the policy it names (nil if unknown).

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/replication"
+	"github.com/cellserver/cellserver/resp"
 	"github.com/tidwall/redcon"
 )
 
@@ -27,10 +28,11 @@ type replRole struct {
 // replState is what one client told the primary with REPLCONF before
 // PSYNC, and how far the stream had got after its last write.
 type replState struct {
-	port int    // listening-port
-	ip   string // ip-address
-	capa bool   // a cellserver replica of the current stream version (capa replication.Capability)
-	node string // node-id: the replica's node ID, checked for loops
+	port   int    // listening-port
+	ip     string // ip-address
+	capa   bool   // a cellserver replica of the current stream version (capa replication.Capability)
+	getack bool   // it acknowledges when asked (capa replication.CapaGetAck)
+	node   string // node-id: the replica's node ID, checked for loops
 	// off is the replication offset after the client's last write command
 	// (what WAIT waits for).
 	off int64
@@ -45,6 +47,12 @@ func (s *Service) replCheck(cl *client, sp *Spec) wireErr {
 	write := sp.Flags&Write != 0 || sp.Name == "exec" && queuedWrite(cl.multi.queue)
 	replica := s.repl.IsReplica()
 	if write && !replica && s.repl.minReplicas > 0 && s.repl.GoodReplicas(s.repl.minLag) < s.repl.minReplicas {
+		return msgNoReplicas
+	}
+	if write && !replica && s.repl.SyncFenced() {
+		// sync-replicas: too few replicas acknowledge in time; nothing
+		// changes until they do (the fence, see syncHeld).
+		s.repl.CountSyncRefused(1)
 		return msgNoReplicas
 	}
 	if write && replica && !s.repl.writable {
@@ -157,8 +165,11 @@ func cmdReplconf(x *ctx) {
 		case "ip-address":
 			st.ip = val
 		case "capa":
-			if val == replication.Capability {
+			switch val {
+			case replication.Capability:
 				st.capa = true
+			case replication.CapaGetAck:
+				st.getack = true
 			}
 		case "node-id":
 			// A cellserver replica names itself: refused if this node
@@ -221,6 +232,87 @@ func cmdPsync(x *ctx) {
 		x.errorReply(msgReplicationLoop)
 		return
 	}
+	sy.SetGetAck(st.getack)
 	x.c.Out = append(x.c.Out, sy.Reply...)
 	x.c.Hijack(func(nc net.Conn, rest []byte) { sy.Serve(nc, rest) })
+}
+
+// syncReplies are the replies of a client's batch that wait for the
+// acknowledgement of sync-replicas replicas: each reply of a command
+// that changed a key, with the replication offset after it. The batch
+// leaves once the largest offset is acknowledged, or as NOREPLICAS for
+// every reply whose offset is not, once the deadline passes.
+type syncReplies struct {
+	spans    []syncSpan
+	off      int64     // the largest offset in spans; 0: nothing held
+	deadline time.Time // zero until the batch's hold is registered (syncReady)
+}
+
+// syncSpan is one held reply: its position in the pending replies
+// (resp.Conn.Pending) and the offset it waits for.
+type syncSpan struct {
+	start, end int
+	off        int64
+}
+
+// noReplicasReply is what a held reply becomes when its replicas did not
+// acknowledge it in time.
+var noReplicasReply = []byte("-" + msgNoReplicas + "\r\n")
+
+// syncHold holds the reply the command just appended from mark on
+// (sync-replicas): it leaves when sync-replicas replicas acknowledged the
+// stream up to this change.
+func (s *Service) syncHold(x *ctx, mark int) {
+	sy := &x.cl.sync
+	off := s.repl.Offset()
+	sy.spans = append(sy.spans, syncSpan{start: mark, end: x.c.Pending(), off: off})
+	sy.off = max(sy.off, off)
+}
+
+// syncReady reports whether cl's held replies may leave: acknowledged,
+// past their deadline, or no longer to be held (sync-replicas turned off,
+// or the node became a replica). The first call registers the batch's
+// hold with replication, which starts its deadline and asks the replicas
+// to acknowledge at once.
+func (s *Service) syncReady(cl *client) bool {
+	sy := &cl.sync
+	if s.repl.SyncAcked(sy.off) || !s.repl.SyncOn() {
+		return true
+	}
+	if sy.deadline.IsZero() {
+		sy.deadline = s.repl.Hold(sy.off)
+		return s.repl.SyncAcked(sy.off)
+	}
+	return !time.Now().Before(sy.deadline)
+}
+
+// syncRelease prepares cl's held replies to leave: it waits (on a
+// connection without an event loop, which writes its own replies) until
+// they may, then turns each reply whose offset is not acknowledged into
+// NOREPLICAS. The change stays applied on this node; the client, told it
+// failed, does not count it as admitted: the limiter may under-admit,
+// never over-admit.
+func (s *Service) syncRelease(c *resp.Conn, cl *client) {
+	sy := &cl.sync
+	if !s.syncReady(cl) {
+		s.repl.WaitSync(sy.off, sy.deadline)
+	}
+	if n, _ := s.repl.SyncSettings(); n > 0 {
+		refused := 0
+		for i := len(sy.spans) - 1; i >= 0; i-- {
+			if sp := sy.spans[i]; !s.repl.SyncAcked(sp.off) {
+				c.ReplaceReply(sp.start, sp.end, noReplicasReply)
+				refused++
+			}
+		}
+		if refused > 0 {
+			s.repl.CountSyncRefused(refused)
+		}
+	}
+	clear(sy.spans)
+	sy.spans = sy.spans[:0]
+	if cap(sy.spans) > 1024 {
+		sy.spans = nil
+	}
+	sy.off, sy.deadline = 0, time.Time{}
 }

@@ -3,8 +3,11 @@ package commands
 import (
 	"bytes"
 	"os"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cellserver/cellserver/glob"
 )
@@ -359,9 +362,10 @@ func cmdCommandHelp(x *ctx) {
 func cmdConfigGet(x *ctx) {
 	var out []Setting
 	seen := map[string]bool{}
+	settings := x.s.liveSettings()
 	for _, pat := range x.args[2:] {
 		if !bytes.ContainsAny(pat, "[*?") {
-			for _, st := range x.s.settings {
+			for _, st := range settings {
 				if !seen[st.Name] && strings.EqualFold(st.Name, string(pat)) {
 					seen[st.Name] = true
 					out = append(out, Setting{Name: string(pat), Value: st.Value})
@@ -369,7 +373,7 @@ func cmdConfigGet(x *ctx) {
 			}
 			continue
 		}
-		for _, st := range x.s.settings {
+		for _, st := range settings {
 			if !seen[st.Name] && glob.Match(pat, []byte(st.Name), true) {
 				seen[st.Name] = true
 				out = append(out, st)
@@ -383,7 +387,93 @@ func cmdConfigGet(x *ctx) {
 	}
 }
 
-func cmdConfigSet(x *ctx) { x.errorReply(msgConfigSetRO) }
+// CONFIG SET parameter value [parameter value ...] changes the settings
+// that can change at run time: sync-replicas and sync-replicas-timeout
+// (milliseconds, or a duration such as 500ms). As Redis 7, the pairs are
+// checked first and applied together, or none is; a parameter named twice
+// is refused. Every other parameter is immutable while the server runs.
+func cmdConfigSet(x *ctx) {
+	args := x.args[2:]
+	if len(args)%2 != 0 {
+		x.errorReply(errWrongArity("config|set"))
+		return
+	}
+	n, timeout := x.s.repl.SyncSettings()
+	seen := map[string]bool{}
+	for i := 0; i < len(args); i += 2 {
+		name, val := strings.ToLower(string(args[i])), string(args[i+1])
+		if seen[name] {
+			x.errorReply(errConfigSet(string(args[i]), "duplicate parameter"))
+			return
+		}
+		seen[name] = true
+		switch name {
+		case "sync-replicas":
+			v, err := strconv.Atoi(val)
+			if err != nil || v < 0 || v > MaxSyncReplicas {
+				x.errorReply(errConfigSet(name, "argument must be between 0 and "+strconv.Itoa(MaxSyncReplicas)))
+				return
+			}
+			n = v
+		case "sync-replicas-timeout":
+			d, ok := ParseSyncTimeout(val)
+			if !ok {
+				x.errorReply(errConfigSet(name, "argument must be a positive number of milliseconds or a duration such as 500ms"))
+				return
+			}
+			timeout = d
+		default:
+			if slices.ContainsFunc(x.s.settings, func(st Setting) bool { return st.Name == name }) {
+				x.errorReply(errConfigSet(string(args[i]), "can't set immutable config"))
+				return
+			}
+			x.errorReply(errConfigSetUnknown(string(args[i])))
+			return
+		}
+	}
+	oldN, oldT := x.s.repl.SyncSettings()
+	x.s.repl.SetSync(n, timeout)
+	if n != oldN || timeout != oldT {
+		x.s.log.Info("CONFIG SET: acknowledged replication changed", "sync_replicas", n, "sync_replicas_timeout", timeout,
+			"was_sync_replicas", oldN, "was_sync_replicas_timeout", oldT)
+	}
+	x.ok()
+}
+
+// MaxSyncReplicas bounds sync-replicas.
+const MaxSyncReplicas = 64
+
+// ParseSyncTimeout parses a sync-replicas-timeout: a positive whole number
+// of milliseconds, or a positive Go duration ("500ms", "1s"); at most an
+// hour.
+func ParseSyncTimeout(v string) (time.Duration, bool) {
+	var d time.Duration
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 || n > int64(time.Hour/time.Millisecond) {
+			return 0, false
+		}
+		d = time.Duration(n) * time.Millisecond
+	} else if d, err = time.ParseDuration(v); err != nil {
+		return 0, false
+	}
+	return d, d >= time.Millisecond && d <= time.Hour
+}
+
+// liveSettings returns the settings with those that change at run time at
+// their current values (CONFIG GET).
+func (s *Service) liveSettings() []Setting {
+	n, timeout := s.repl.SyncSettings()
+	out := slices.Clone(s.settings)
+	for i := range out {
+		switch out[i].Name {
+		case "sync-replicas":
+			out[i].Value = strconv.Itoa(n)
+		case "sync-replicas-timeout":
+			out[i].Value = strconv.FormatInt(timeout.Milliseconds(), 10)
+		}
+	}
+	return out
+}
 
 func cmdConfigResetStat(x *ctx) {
 	for _, sp := range x.s.specs {
@@ -419,8 +509,8 @@ func cmdConfigHelp(x *ctx) {
 		"CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
 		"GET <pattern>",
 		"    Return parameters matching the glob-like <pattern> and their values.",
-		"SET <directive> <value>",
-		"    Not supported: the configuration is read-only at run time.",
+		"SET <directive> <value> [<directive> <value> ...]",
+		"    Set the parameters that change at run time: sync-replicas, sync-replicas-timeout.",
 		"RESETSTAT",
 		"    Reset statistics reported by the INFO command.",
 		"REWRITE",

@@ -171,7 +171,17 @@ func cmdExec(x *ctx) {
 	}
 	x.array(len(queue))
 	outer := *x
-	x.locked, x.inExec = whole, true
+	var c0 uint64
+	if outer.trackChg {
+		if whole {
+			// Every lock is held: count a transaction with writes as a
+			// change (summing every shard's count would cost more).
+			outer.changed = queuedWrite(queue)
+		} else {
+			c0 = x.lockedChanges()
+		}
+	}
+	x.locked, x.inExec, x.trackChg = whole, true, false
 	for _, q := range queue {
 		x.args = q.args
 		if whole {
@@ -189,6 +199,10 @@ func cmdExec(x *ctx) {
 	}
 	x.args, x.spec, x.failed, x.locked, x.inExec = outer.args, outer.spec, false, false, false
 	x.keys, x.locks, x.heldSet = outer.keys, outer.locks, outer.heldSet
+	x.trackChg, x.changed = outer.trackChg, outer.changed
+	if outer.trackChg && !whole {
+		x.changed = x.changed || x.lockedChanges() != c0
+	}
 }
 
 // execKey is a queued command's key as EXEC resolved it (resolveQueue),

@@ -151,10 +151,25 @@ func (s *Service) call(x *ctx, sp *Spec) {
 		start = time.Since(s.monoBase)
 		cl.clock.lastBatch = b
 	}
+	// sync-replicas: the reply of a command that changes a key waits for
+	// the replicas' acknowledgement (syncHeld). A write without keys
+	// counts as a change; EXEC finds out for its transaction.
+	syncing := !x.inExec && (sp.Flags&Write != 0 || sp.Name == "exec") && s.repl.SyncOn()
+	var syncMark int
+	if syncing {
+		syncMark = x.c.Pending()
+		x.trackChg, x.changed = true, len(x.keys) == 0 && sp.Name != "exec"
+	}
 	if x.inExec || len(x.keys) == 0 {
 		sp.Run(x) // EXEC holds the locks, or there are none to take
 	} else {
 		x.runLocked(sp)
+	}
+	if syncing {
+		x.trackChg = false
+		if x.changed {
+			s.syncHold(x, syncMark)
+		}
 	}
 	if sp.Flags&ReadOnly != 0 && cl.track.flags.Load()&trkOn != 0 {
 		s.trackRead(x, sp)

@@ -403,7 +403,7 @@ var commandDocs = map[string]Doc{
 		Summary: "Persists the effective configuration to file.",
 	},
 	"config|set": {ACL: aclAdmin, Group: "server", Since: "2.0.0", Complex: "O(1)",
-		Summary: "Not supported: the configuration is read-only at run time.",
+		Summary: "Sets the parameters that change at run time: sync-replicas, sync-replicas-timeout.",
 		Args: []Arg{
 			{Name: "data", Type: "block", Multiple: true, Args: []Arg{
 				{Name: "parameter", Type: "string"}, {Name: "value", Type: "string"},

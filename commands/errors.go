@@ -75,7 +75,6 @@ const (
 	msgCachingNotTracking    = "ERR CLIENT CACHING can be called only when the client is in tracking mode with OPTIN or OPTOUT mode enabled"
 	msgCachingYes            = "ERR CLIENT CACHING YES is only valid when tracking is enabled in OPTIN mode."
 	msgCachingNo             = "ERR CLIENT CACHING NO is only valid when tracking is enabled in OPTOUT mode."
-	msgConfigSetRO           = "ERR CONFIG SET is not supported: cellserver's configuration is read-only at run time"
 	msgConfigNoFile          = "ERR The server is running without a config file"
 	msgConfigRewrite         = "ERR Rewriting config file: %s"
 	msgNoAuthNeeded          = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
@@ -173,6 +172,18 @@ func errUnrecognizedReplconf(opt string) wireErr {
 
 // errExecAbort is what a rejected EXEC answers (Redis's execCommandAbort):
 // the reason without its "ERR " code; other codes (NOAUTH) are kept.
+// errConfigSet is CONFIG SET's refusal of one parameter (Redis 7's
+// text), why being e.g. "can't set immutable config".
+func errConfigSet(param, why string) wireErr {
+	return wireErr("ERR CONFIG SET failed (possibly related to argument '" + param + "') - " + why)
+}
+
+// errConfigSetUnknown is CONFIG SET's refusal of a parameter it does not
+// know (Redis 7's text).
+func errConfigSetUnknown(param string) wireErr {
+	return wireErr("ERR Unknown option or number of arguments for CONFIG SET - '" + param + "'")
+}
+
 func errExecAbort(reason wireErr) wireErr {
 	return wireErr(strings.Replace(msgExecAbortWhy, "%s", strings.TrimPrefix(string(reason), "ERR "), 1))
 }

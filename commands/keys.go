@@ -167,12 +167,35 @@ func (x *ctx) runLocked(sp *Spec) {
 		sh := x.keys[0].sh
 		sh.Lock()
 		defer sh.Unlock()
+		if x.trackChg {
+			c0 := sh.Changes()
+			sp.Run(x)
+			x.changed = x.changed || sh.Changes() != c0
+			return
+		}
 		sp.Run(x)
 		return
 	}
 	x.lockShards(x.keyShards(x.keys))
 	defer x.unlockShards()
+	if x.trackChg {
+		c0 := x.lockedChanges()
+		sp.Run(x)
+		x.changed = x.changed || x.lockedChanges() != c0
+		return
+	}
 	sp.Run(x)
+}
+
+// lockedChanges sums the change counts of the shards whose locks the
+// command holds (keyspace.Shard.Changes): sync-replicas holds the reply
+// of a command only if the sum moved.
+func (x *ctx) lockedChanges() uint64 {
+	var n uint64
+	for _, sh := range x.locks {
+		n += sh.Changes()
+	}
+	return n
 }
 
 // keyShards returns the shards of keys (all in one database), each once,

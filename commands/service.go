@@ -518,12 +518,21 @@ var rawDenied = []byte("-" + msgDenied + "\r\n")
 // rawMaxClients is msgMaxClients as the error reply Refuse sends.
 var rawMaxClients = []byte("-" + msgMaxClients + "\r\n")
 
-// BeforeWrite implements resp.BeforeWriter: with fsync "always", replies
-// wait until the changes of this client's write commands are durable; many
-// clients wait on the same batch (group commit).
+// BeforeWrite implements resp.BeforeWriter: with sync-replicas, the
+// replies of the writes that changed keys wait for their replicas'
+// acknowledgement, and leave as NOREPLICAS past sync-replicas-timeout
+// (syncRelease); with fsync "always", replies wait until the changes of
+// this client's write commands are durable; many clients wait on the same
+// batch (group commit).
 func (s *Service) BeforeWrite(c *resp.Conn) error {
 	cl, _ := c.Context().(*client)
-	if cl == nil || cl.pendingSeq == 0 || s.persist.durability == nil {
+	if cl == nil {
+		return nil
+	}
+	if cl.sync.off != 0 {
+		s.syncRelease(c, cl)
+	}
+	if cl.pendingSeq == 0 || s.persist.durability == nil {
 		return nil
 	}
 	seq := cl.pendingSeq
@@ -535,7 +544,13 @@ func (s *Service) BeforeWrite(c *resp.Conn) error {
 // waiting in BeforeWrite.
 func (s *Service) Ready(c *resp.Conn) bool {
 	cl, _ := c.Context().(*client)
-	if cl == nil || cl.pendingSeq == 0 || s.persist.durability == nil {
+	if cl == nil {
+		return true
+	}
+	if cl.sync.off != 0 && !s.syncReady(cl) {
+		return false
+	}
+	if cl.pendingSeq == 0 || s.persist.durability == nil {
 		return true
 	}
 	return s.persist.durability.Durable(cl.pendingSeq)
@@ -546,6 +561,7 @@ func (s *Service) SetNotify(fn func()) {
 	if s.persist.durability != nil {
 		s.persist.durability.OnDurable(fn)
 	}
+	s.repl.OnSync(fn)
 }
 
 // isLoopback reports whether a "host:port" address is on the loopback

@@ -429,6 +429,7 @@ type Shard struct {
 	ks      *Keyspace
 	journal Journal
 	chg     *changes // with Config.TrackChanges: what changed since the last collection
+	nchg    uint64   // changes told to the journal (Changes)
 	db      int      // database index, for lock ordering
 	index   int      // shard index within the database, for lock ordering
 	samples [8]uint32
@@ -436,6 +437,12 @@ type Shard struct {
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
 }
+
+// Changes returns how many changes of the shard's keys its journal has
+// been told of: a command that holds the shard's lock can tell whether it
+// changed one of them by comparing the counts before and after. (Flushes
+// are not counted: they are the keyspace's.) The lock must be held.
+func (s *Shard) Changes() uint64 { return s.nchg }
 
 // account adds delta bytes to the shard's and the keyspace's figures.
 // s.mu must be held.
@@ -459,6 +466,7 @@ func (s *Shard) removeAt(idx uint32, pos int, key []byte) {
 			key = append([]byte(nil), s.t.key(e)...)
 		}
 		s.journal.Delete(s.db, key)
+		s.nchg++
 		if s.chg != nil {
 			s.chg.removed(key)
 		}
@@ -658,6 +666,7 @@ func (s *Shard) ReplaceHash(key []byte, h uint64, cur *Value, nv Value) {
 	if s.journal != nil {
 		s.jv = nv
 		s.journal.Put(s.db, key, &s.jv)
+		s.nchg++
 		s.jv.Obj = nil // only valid during Put: keep no object alive
 		if s.chg != nil {
 			s.chg.mark(idx)

@@ -25,17 +25,25 @@ func ReplicationCollector(r *replication.Replication) prometheus.Collector {
 		partial:   d("partial_resyncs_total", "Replicas this node let continue from its backlog (INFO sync_partial_ok)."),
 		partialKO: d("partial_resyncs_refused_total", "Partial resyncs asked for and refused (INFO sync_partial_err)."),
 		received:  d("full_resyncs_received_total", "Full copies this node received as a replica."),
+		syncN:     d("sync_replicas", "sync-replicas: replicas whose acknowledgement a change's reply waits for (0: asynchronous)."),
+		fenced:    d("sync_fenced", "1 while this primary refuses writes because fewer than sync-replicas replicas acknowledge in time."),
+		pending:   d("sync_held_batches", "Batches of replies held now for the replicas' acknowledgement."),
+		held:      d("sync_held_total", "Batches of replies held for the replicas' acknowledgement (sync-replicas)."),
+		refused:   d("sync_noreplicas_total", "Replies refused with NOREPLICAS by sync-replicas: held past sync-replicas-timeout, or refused while fenced."),
+		fences:    d("sync_fences_total", "Times this primary started refusing writes for want of acknowledgements (fencing)."),
+		ackWait:   d("sync_ack_wait_seconds", "Time held replies waited for their acknowledgement."),
 	}
 }
 
 type replCollector struct {
 	r                                                                                                  *replication.Replication
 	replica, replicas, lagBytes, lagSecs, offset, linkUp, linkDown, full, partial, partialKO, received *prometheus.Desc
+	syncN, fenced, pending, held, refused, fences, ackWait                                             *prometheus.Desc
 }
 
 func (c *replCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.replica, c.replicas, c.lagBytes, c.lagSecs, c.offset, c.linkUp, c.linkDown,
-		c.full, c.partial, c.partialKO, c.received} {
+		c.full, c.partial, c.partialKO, c.received, c.syncN, c.fenced, c.pending, c.held, c.refused, c.fences, c.ackWait} {
 		ch <- d
 	}
 }
@@ -59,4 +67,16 @@ func (c *replCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(ch, c.partial, float64(s.SyncPartialOK))
 	counter(ch, c.partialKO, float64(s.SyncPartialErr))
 	counter(ch, c.received, float64(s.FullSyncsReceived))
+	sy := c.r.SyncStats()
+	gauge(ch, c.syncN, float64(sy.Replicas))
+	gauge(ch, c.fenced, b(sy.Fenced))
+	gauge(ch, c.pending, float64(sy.Pending))
+	counter(ch, c.held, float64(sy.Held))
+	counter(ch, c.refused, float64(sy.Refused))
+	counter(ch, c.fences, float64(sy.Fences))
+	buckets := make(map[float64]uint64, len(replication.AckBuckets))
+	for i, le := range replication.AckBuckets {
+		buckets[le] = sy.AckWait[i]
+	}
+	ch <- prometheus.MustNewConstHistogram(c.ackWait, sy.AckWaitCount, sy.AckWaitSum, buckets)
 }

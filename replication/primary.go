@@ -28,7 +28,9 @@ type replicaConn struct {
 	ackTime atomic.Int64 // unix ns of the last ack (or of the link's start)
 	online  atomic.Bool  // its full copy is complete (or it continued)
 	sending atomic.Bool  // a full copy is being sent
+	getack  bool         // it understands 'G' (REPLCONF capa CapaGetAck)
 	wake    chan struct{}
+	urgent  chan struct{} // replies are held: write and ask for an ack now
 	done    chan struct{}
 	once    sync.Once
 }
@@ -43,6 +45,16 @@ func (rc *replicaConn) close() {
 func (rc *replicaConn) kick() {
 	select {
 	case rc.wake <- struct{}{}:
+	default:
+	}
+}
+
+// hurry tells the sender that replies wait for this replica's
+// acknowledgement: it writes what it has at once, without gathering, and
+// asks for an acknowledgement (GETACK).
+func (rc *replicaConn) hurry() {
+	select {
+	case rc.urgent <- struct{}{}:
 	default:
 	}
 }
@@ -72,8 +84,14 @@ type Sync struct {
 	from     int64
 	ip       string
 	port     int
+	getack   bool
 	deadline time.Time // until then it counts as a link being handed over
 }
+
+// SetGetAck records that the replica announced CapaGetAck: the primary
+// may ask it for an acknowledgement at once ('G' frames) when replies
+// wait for one (sync-replicas).
+func (sy *Sync) SetGetAck(ok bool) { sy.getack = ok }
 
 // ErrMaxReplicas reports a PSYNC refused because Config.MaxReplicas
 // replicas are linked already.
@@ -153,7 +171,8 @@ func (r *Replication) countLinksLocked() {
 // ends.
 func (sy *Sync) Serve(nc net.Conn, rest []byte) {
 	r := sy.r
-	rc := &replicaConn{r: r, nc: nc, ip: sy.ip, port: sy.port, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	rc := &replicaConn{r: r, nc: nc, ip: sy.ip, port: sy.port, getack: sy.getack,
+		wake: make(chan struct{}, 1), urgent: make(chan struct{}, 1), done: make(chan struct{})}
 	rc.ack.Store(sy.from)
 	rc.sent.Store(sy.from)
 	rc.ackTime.Store(r.clock().UnixNano())
@@ -177,6 +196,7 @@ func (sy *Sync) Serve(nc net.Conn, rest []byte) {
 		r.publishSenders()
 		r.mu.Unlock()
 		r.checkWaiters()
+		r.refreshSync()
 	}()
 	go rc.readAcks(io.MultiReader(&byteReader{rest}, nc))
 	err := rc.send(sy.full, sy.from)
@@ -229,6 +249,9 @@ func (rc *replicaConn) readAcks(src io.Reader) {
 		rc.ackTime.Store(rc.r.clock().UnixNano())
 		if rc.r.nWaiters.Load() > 0 {
 			rc.r.checkWaiters()
+		}
+		if rc.r.sync.n.Load() > 0 {
+			rc.r.refreshSync()
 		}
 	}
 }
@@ -331,11 +354,18 @@ func (rc *replicaConn) send(full bool, pos int64) error {
 	}
 	rc.online.Store(true)
 	rc.ackTime.Store(r.clock().UnixNano())
+	r.refreshSync()
 	gather := time.NewTimer(time.Hour)
 	gather.Stop()
 	for {
 		if err = drain(); err != nil {
 			return err
+		}
+		if rc.getack && r.sync.pending.Load() > 0 && pos > rc.ack.Load() {
+			// Replies wait for acknowledgements: have this replica
+			// acknowledge as soon as it has applied the stream so far,
+			// rather than after its usual gathering.
+			buf = appendEmpty(buf, frameGetAck)
 		}
 		if err = write(); err != nil {
 			return err
@@ -344,17 +374,22 @@ func (rc *replicaConn) send(full bool, pos int64) error {
 		case <-rc.done:
 			return net.ErrClosed
 		case <-rc.wake:
+		case <-rc.urgent:
+			continue
 		}
 		// Let the changes of a busy moment gather into one write, as
 		// Redis writes a replica's buffer once per event-loop round:
 		// a write per change would cost the primary a system call and
-		// a goroutine switch for every change.
-		if r.offset.Load()-pos < sendChunk {
+		// a goroutine switch for every change. Replies held for an
+		// acknowledgement (sync-replicas) cut the gathering short.
+		if r.offset.Load()-pos < sendChunk && r.sync.pending.Load() == 0 {
 			gather.Reset(gatherDelay)
 			select {
 			case <-rc.done:
 				return net.ErrClosed
 			case <-gather.C:
+			case <-rc.urgent:
+				gather.Stop()
 			}
 		}
 	}

@@ -200,7 +200,8 @@ func (l *link) syncOnce() error {
 	}
 	// Both stream versions: a primary of version 1 knows only the first
 	// (and sends it), one of version 2 requires the second.
-	if _, err := cmd("REPLCONF", "capa", capabilityV1, "capa", Capability); err != nil {
+	// CapaGetAck: this replica acknowledges at once when asked.
+	if _, err := cmd("REPLCONF", "capa", capabilityV1, "capa", Capability, "capa", CapaGetAck); err != nil {
 		return err
 	}
 	// Tell the primary who this node is: it refuses a node it replicates
@@ -272,6 +273,12 @@ const handshakeLine = 64 << 10
 // is not a cellserver primary, or an older one (which knows
 // capabilityV1).
 const Capability = "cellserver-values-2"
+
+// CapaGetAck is the capability of a replica that acknowledges at once
+// when its primary asks ('G' frames): a primary sends them only to
+// replicas that announced it, while replies wait for acknowledgements
+// (sync-replicas).
+const CapaGetAck = "cellserver-getack"
 
 // capabilityV1 is the first stream version's capability, which a
 // replica also announces so that it can follow an older primary.
@@ -389,9 +396,10 @@ func (l *link) apply(nc net.Conn, br *bufio.Reader) error {
 	r := l.r
 	fr := frameReader{br: br, max: r.maxFrame, maxChange: uint64(max(r.cfg.MaxChange, 0))}
 	ackc := make(chan struct{}, 1)
+	askc := make(chan struct{}, 1)
 	stop := make(chan struct{})
 	defer close(stop)
-	go l.acker(nc, ackc, stop)
+	go l.acker(nc, ackc, askc, stop)
 	numDB := r.ks.NumDB()
 	for frames := 0; ; frames++ {
 		// The deadline and the clock are read once per read from the
@@ -421,6 +429,15 @@ func (l *link) apply(nc net.Conn, br *bufio.Reader) error {
 			l.lastIO.Store(r.clock().UnixNano())
 		}
 		switch {
+		case t == frameGetAck:
+			// Acknowledge now: everything before it is applied.
+			if l.state.Load() == stateConnected {
+				select {
+				case askc <- struct{}{}:
+				default:
+				}
+			}
+			continue
 		case t == frameSnapEnd:
 			if l.state.Load() != stateSync {
 				return fmt.Errorf("%w: end of a full copy outside one", errStream)
@@ -468,20 +485,40 @@ func (l *link) apply(nc net.Conn, br *bufio.Reader) error {
 // ackGather is how long the acker lets applied changes gather before it
 // acknowledges them: a busy replica acknowledges about 1000 times a
 // second, not once per read, and WAIT waits at most this much longer.
+// A primary holding replies for acknowledgements (sync-replicas) asks
+// for one ('G'), which is sent at once.
 const ackGather = time.Millisecond
 
-// acker acknowledges the applied offset when apply signals, at most once
-// per ackGather, until stop.
-func (l *link) acker(nc net.Conn, ackc <-chan struct{}, stop <-chan struct{}) {
+// acker acknowledges the applied offset when apply signals (ackc), at
+// most once per ackGather, or at once when the primary asks (askc), until
+// stop.
+func (l *link) acker(nc net.Conn, ackc, askc <-chan struct{}, stop <-chan struct{}) {
 	var ack []byte
 	acked := int64(-1)
 	t := time.NewTimer(time.Hour)
 	t.Stop()
+	gathering := false
 	for {
 		select {
 		case <-stop:
 			return
 		case <-ackc:
+			if gathering {
+				// Acknowledged less than ackGather ago: wait for the
+				// rest of it, or for the primary to ask.
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+				case <-askc:
+					t.Stop()
+				}
+			}
+		case <-askc:
+			t.Stop()
+		case <-t.C:
+			gathering = false
+			continue
 		}
 		if off := l.r.Offset(); off != acked {
 			ack = appendAck(ack[:0], off)
@@ -493,11 +530,7 @@ func (l *link) acker(nc net.Conn, ackc <-chan struct{}, stop <-chan struct{}) {
 			acked = off
 		}
 		t.Reset(ackGather)
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
+		gathering = true
 	}
 }
 

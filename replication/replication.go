@@ -139,6 +139,8 @@ type Replication struct {
 
 	syncFull, syncPartialOK, syncPartialErr atomic.Int64
 	fullSyncsDone                           atomic.Int64 // full copies received (as a replica)
+
+	sync syncState // sync-replicas (sync.go)
 }
 
 // New returns a primary with no replicas.
@@ -163,6 +165,7 @@ func New(cfg Config) (*Replication, error) {
 		replID: newID(), replID2: zeroID, secondOffset: -1}
 	r.port.Store(int32(cfg.Port))
 	r.dialer = r.dial
+	r.sync.timeout.Store(int64(DefaultSyncTimeout))
 	return r, nil
 }
 
@@ -222,6 +225,7 @@ func (r *Replication) Close() {
 		rc.close()
 	}
 	r.answerWaiters()
+	r.resetSync()
 }
 
 // appendLocked appends complete change frames to the backlog. blMu held.
@@ -390,6 +394,7 @@ func (r *Replication) ReplicaOf(host string, port int) (already bool) {
 		old.stop()
 	}
 	r.answerWaiters() // WAIT is for primaries
+	r.resetSync()
 	if wasPrimary {
 		r.log.Info("replication: role change: primary -> replica", "primary", net.JoinHostPort(host, strconv.Itoa(port)))
 	} else {
@@ -428,6 +433,7 @@ func (r *Replication) NoOne() {
 	for _, rc := range reps {
 		rc.close()
 	}
+	r.resetSync()
 	r.log.Info("replication: role change: replica -> primary", "replid", r.ReplID(), "offset", r.Offset())
 }
 
@@ -632,6 +638,16 @@ func (r *Replication) Info(o InfoOptions) []string {
 		fmt.Sprintf("repl_backlog_size:%d", r.size),
 		fmt.Sprintf("repl_backlog_first_byte_offset:%d", first),
 		fmt.Sprintf("repl_backlog_histlen:%d", hist))
+	// Acknowledged replication (sync.go), after Redis's fields.
+	sy := r.SyncStats()
+	lines = append(lines,
+		fmt.Sprintf("sync_replicas:%d", sy.Replicas),
+		fmt.Sprintf("sync_replicas_timeout:%d", sy.Timeout.Milliseconds()),
+		fmt.Sprintf("sync_acked_offset:%d", sy.AckedOffset),
+		fmt.Sprintf("sync_fenced:%d", b2i(sy.Fenced)),
+		fmt.Sprintf("sync_held:%d", sy.Held),
+		fmt.Sprintf("sync_refused:%d", sy.Refused),
+		fmt.Sprintf("sync_fences:%d", sy.Fences))
 	return lines
 }
 

@@ -30,6 +30,8 @@ import (
 //	'E'  end of the full copy: empty                   no
 //	'C'  continued: the first bytes of the payload     as the frame
 //	     of the next frame that is not a 'C'           it continues
+//	'G'  getack: empty; acknowledge now (sent only to   no
+//	     a replica that announced CapaGetAck)
 //	'a'  (replica to primary) ack: uvarint offset      no
 //
 // A 'P', 'S' or 'D' payload longer than frameChunk is split (stream
@@ -50,6 +52,7 @@ const (
 	frameSnap     = 'S'
 	frameSnapEnd  = 'E'
 	frameCont     = 'C'
+	frameGetAck   = 'G'
 	frameAck      = 'a'
 )
 

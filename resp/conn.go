@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -211,6 +212,31 @@ func (c *Conn) outFrom(off int) []byte {
 	default:
 		return c.Out[off-len(c.shared):]
 	}
+}
+
+// Pending returns the size of the replies pending (Out and a reply
+// AppendShared took): the position the next reply starts at, for
+// ReplaceReply. Call it only from the Handler methods of this connection.
+func (c *Conn) Pending() int { return c.outTotal() }
+
+// ReplaceReply replaces the pending replies from start to end (positions
+// Pending returned before and after they were appended; none of them
+// written yet) by b: a BeforeWrite that finds a reply must not leave as
+// it is (sync-replicas turns a write its replicas did not acknowledge
+// into an error) rewrites it. Replace from the last reply to the first,
+// so that the positions of the earlier ones still hold. Call it only
+// from the Handler methods of this connection.
+func (c *Conn) ReplaceReply(start, end int, b []byte) {
+	if c.shared != nil {
+		// Rare (a held write beside a reply over 64 KiB): fold the
+		// shared reply into Out, so that positions are Out's.
+		out := make([]byte, 0, c.outTotal())
+		out = append(out, c.Out[:c.sharedAt]...)
+		out = append(out, c.shared...)
+		c.Out = append(out, c.Out[c.sharedAt:]...)
+		c.shared, c.sharedAt = nil, 0
+	}
+	c.Out = slices.Replace(c.Out, start, end, b...)
 }
 
 // resetOut empties the replies pending, keeping Out's memory.

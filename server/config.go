@@ -211,6 +211,15 @@ type Config struct {
 	// (10s).
 	MinReplicasToWrite int
 	MinReplicasMaxLag  time.Duration
+	// SyncReplicas (sync-replicas) makes a primary hold the reply of every
+	// command that changed a key until that many replicas acknowledged the
+	// change; 0 (the default) replicates asynchronously. A reply not
+	// acknowledged within SyncReplicasTimeout (sync-replicas-timeout,
+	// default replication.DefaultSyncTimeout, 500ms) becomes NOREPLICAS,
+	// and writes are refused at once until the replicas catch up. Both
+	// change at run time with CONFIG SET.
+	SyncReplicas        int
+	SyncReplicasTimeout time.Duration
 	// TLSReplication makes a replica connect to its primary over TLS
 	// (tls-replication), verifying it with TLSCACertFile and presenting
 	// TLSClientCertFile (else TLSCertFile).
@@ -317,6 +326,7 @@ func (c Config) withDefaults() Config {
 	c.ReplBacklogSize = cmp.Or(c.ReplBacklogSize, replication.DefaultBacklogSize)
 	c.ReplicaPriority = cmp.Or(c.ReplicaPriority, replication.DefaultPriority)
 	c.MinReplicasMaxLag = cmp.Or(c.MinReplicasMaxLag, commands.DefaultMinReplicasMaxLag)
+	c.SyncReplicasTimeout = cmp.Or(c.SyncReplicasTimeout, replication.DefaultSyncTimeout)
 	return c
 }
 
@@ -404,6 +414,12 @@ func (c Config) validate() (tlsMaterial, error) {
 	}
 	if c.MinReplicasMaxLag < 0 {
 		bad("min-replicas-max-lag %v: must not be negative", c.MinReplicasMaxLag)
+	}
+	if c.SyncReplicas < 0 || c.SyncReplicas > commands.MaxSyncReplicas {
+		bad("sync-replicas %d: must be between 0 and %d", c.SyncReplicas, commands.MaxSyncReplicas)
+	}
+	if c.SyncReplicasTimeout < time.Millisecond || c.SyncReplicasTimeout > time.Hour {
+		bad("sync-replicas-timeout %v: must be between 1ms and 1h", c.SyncReplicasTimeout)
 	}
 	if c.TopPrefixes < 1 || c.TopPrefixes > 1000 {
 		bad("metrics-top-prefixes %d: must be between 1 and 1000", c.TopPrefixes)
@@ -544,6 +560,8 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "replica-serve-stale-data", Value: map[bool]string{false: "yes", true: "no"}[c.ReplicaNoStaleData]},
 		{Name: "min-replicas-to-write", Value: itoa(int64(c.MinReplicasToWrite))},
 		{Name: "min-replicas-max-lag", Value: itoa(int64(c.MinReplicasMaxLag / time.Second))},
+		{Name: "sync-replicas", Value: itoa(int64(c.SyncReplicas))},
+		{Name: "sync-replicas-timeout", Value: itoa(c.SyncReplicasTimeout.Milliseconds())},
 		{Name: "tls-replication", Value: map[bool]string{false: "no", true: "yes"}[c.TLSReplication]},
 		{Name: "cluster-enabled", Value: map[bool]string{false: "no", true: "yes"}[c.ClusterEnabled]},
 		{Name: "cluster-config-file", Value: c.ClusterConfigFile},

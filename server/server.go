@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -162,6 +163,9 @@ func New(cfg Config) (_ *Server, err error) {
 		// Replicas are clients (Redis): their links count towards
 		// maxclients (commands.Service.Refuse counts them with the others).
 		MaxReplicas: cfg.MaxClients})
+	if err == nil {
+		repl.SetSync(cfg.SyncReplicas, cfg.SyncReplicasTimeout)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +213,7 @@ func New(cfg Config) (_ *Server, err error) {
 		MultiMaxCommands:   cfg.MultiMaxCommands,
 		MultiMaxBytes:      cfg.MultiMaxBytes,
 		ConfigFile:         cfg.ConfigFile,
-		ConfigRewrite:      configRewrite(cfg.ConfigRewrite, repl.ReplicaOfSetting),
+		ConfigRewrite:      configRewrite(cfg.ConfigRewrite, repl.ReplicaOfSetting, repl.SyncSettings),
 		DumpValue:          persistence.EncodeValue,
 		Policies:           pols,
 		PolicyFile:         cfg.Policies,
@@ -245,11 +249,14 @@ func New(cfg Config) (_ *Server, err error) {
 	// no encoding to share.
 	ks.SetJournal(keyspace.Chain(cmds.Journal(), persisted, repl.Journal()))
 	rcfg := cfg.respConfig()
+	// A loop serves other clients while replies wait for fsync always or
+	// for the replicas' acknowledgements (sync-replicas, which CONFIG SET
+	// can turn on at any time).
+	rcfg.HoldReplies = true
 	if durability != nil {
 		// fsync always: one sync per round covers as many clients as
-		// possible, and a loop serves other clients while it runs.
+		// possible.
 		rcfg.GroupCommitPasses = 4
-		rcfg.HoldReplies = true
 	}
 	rcfg.Refuse = cmds.Refuse // protected mode refuses at accept
 	rs := resp.NewServer(rcfg, cmds)
@@ -262,7 +269,7 @@ func New(cfg Config) (_ *Server, err error) {
 // REWRITE hands the file writer the settings that change at run time.
 // replicaOf returns the replicaof setting ("" for a primary, "host port"
 // for a replica); nil leaves the file's replicaof lines as they are.
-func configRewrite(rewrite func([]commands.Setting) error, replicaOf func() string) func() error {
+func configRewrite(rewrite func([]commands.Setting) error, replicaOf func() string, syncSettings func() (int, time.Duration)) func() error {
 	if rewrite == nil {
 		return nil
 	}
@@ -270,6 +277,19 @@ func configRewrite(rewrite func([]commands.Setting) error, replicaOf func() stri
 		var runtime []commands.Setting
 		if replicaOf != nil {
 			runtime = append(runtime, commands.Setting{Name: "replicaof", Value: replicaOf()})
+		}
+		if syncSettings != nil {
+			// CONFIG SET changes them; at their defaults, no line.
+			n, timeout := syncSettings()
+			v, t := "", ""
+			if n != 0 {
+				v = strconv.Itoa(n)
+			}
+			if timeout != replication.DefaultSyncTimeout {
+				t = timeout.String()
+			}
+			runtime = append(runtime, commands.Setting{Name: "sync-replicas", Value: v},
+				commands.Setting{Name: "sync-replicas-timeout", Value: t})
 		}
 		return rewrite(runtime)
 	}

@@ -156,6 +156,17 @@ func setPriority(c *server.Config, v string) error {
 	return nil
 }
 
+// setSyncTimeout sets sync-replicas-timeout: milliseconds, or a duration
+// (commands.ParseSyncTimeout, as CONFIG SET takes it).
+func setSyncTimeout(c *server.Config, v string) error {
+	d, ok := commands.ParseSyncTimeout(v)
+	if !ok {
+		return fmt.Errorf("not a timeout (milliseconds, or a duration such as 500ms, from 1ms to 1h): %q", v)
+	}
+	c.SyncReplicasTimeout = d
+	return nil
+}
+
 // setNegBool sets a "Disable..." field from a yes/no option.
 func setNegBool(p func(*server.Config) *bool) func(*server.Config, string) error {
 	set := setBool(p)
@@ -231,6 +242,8 @@ var options = []option{
 	{"replica-read-only", "yes", "a replica refuses writes with READONLY (no: it takes local writes, not passed on)", setNegBool(func(c *server.Config) *bool { return &c.ReplicaWritable })},
 	{"replica-serve-stale-data", "yes", "a replica serves its data while its link is down (no: MASTERDOWN)", setNegBool(func(c *server.Config) *bool { return &c.ReplicaNoStaleData })},
 	{"min-replicas-to-write", "0", "a primary refuses writes with NOREPLICAS unless this many replicas acknowledged within --min-replicas-max-lag (0: off)", setInt(func(c *server.Config) *int { return &c.MinReplicasToWrite })},
+	{"sync-replicas", "0", "a primary holds the reply of every command that changed a key until this many replicas acknowledged it (0: asynchronous replication); see docs/high-availability.md", setInt(func(c *server.Config) *int { return &c.SyncReplicas })},
+	{"sync-replicas-timeout", replication.DefaultSyncTimeout.String(), "with --sync-replicas: a reply not acknowledged this long becomes NOREPLICAS and writes are refused until the replicas catch up (milliseconds, or a duration such as 500ms)", setSyncTimeout},
 	{"tls-replication", "no", "a replica connects to its primary over TLS, verifying it with --tls-ca-cert-file and presenting --tls-client-cert-file (else --tls-cert-file)", setBool(func(c *server.Config) *bool { return &c.TLSReplication })},
 	{"min-replicas-max-lag", strconv.Itoa(int(commands.DefaultMinReplicasMaxLag / time.Second)), "seconds: see --min-replicas-to-write", setDuration(func(c *server.Config) *time.Duration { return &c.MinReplicasMaxLag })},
 	{"cluster-enabled", "no", "cluster mode: route keys by hash slot (MOVED, CROSSSLOT) over a topology set with CELLCLUSTER CONFIG; only database 0", setBool(func(c *server.Config) *bool { return &c.ClusterEnabled })},

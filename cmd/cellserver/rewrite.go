@@ -53,7 +53,7 @@ type configRewriter struct {
 
 // runtimeOptions are the options whose value can change at run time, so
 // CONFIG REWRITE writes them.
-var runtimeOptions = []string{"replicaof"}
+var runtimeOptions = []string{"replicaof", "sync-replicas", "sync-replicas-timeout"}
 
 // newConfigRewriter returns the rewriter of the config file at path.
 // source tells where loadConfig took each option from ("flag --x",
