@@ -319,13 +319,13 @@ func markdown(rs []result, summary bool) string {
 	for _, g := range order {
 		gs := by[g]
 		fmt.Fprintf(&b, "| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", g.scenario, g.mode, g.command, len(gs),
-			span(gs, func(r result) float64 { return float64(r.f.maxOver) }, "%.0f"),
-			span(gs, func(r result) float64 { return float64(r.f.totalOver) }, "%.0f"),
-			span(gs, func(r result) float64 { return r.f.maxGapKey.Seconds() }, "%.2f s"),
-			span(gs, func(r result) float64 { return r.f.maxGap.Seconds() }, "%.2f s"),
-			span(gs, func(r result) float64 { return float64(r.f.failed) }, "%.0f"),
-			span(gs, func(r result) float64 { return r.switched.Seconds() }, "%.2f s"),
-			span(gs, func(r result) float64 { return r.moved.Seconds() }, "%.2f s"))
+			span(gs, func(r result) float64 { return float64(r.f.maxOver) }, "%.0f", ""),
+			span(gs, func(r result) float64 { return float64(r.f.totalOver) }, "%.0f", ""),
+			span(gs, func(r result) float64 { return r.f.maxGapKey.Seconds() }, "%.2f s", ""),
+			span(gs, func(r result) float64 { return r.f.maxGap.Seconds() }, "%.2f s", ""),
+			span(gs, func(r result) float64 { return float64(r.f.failed) }, "%.0f", ""),
+			span(gs, func(r result) float64 { return r.switched.Seconds() }, "%.2f s", "-"),
+			span(gs, func(r result) float64 { return r.moved.Seconds() }, "%.2f s", "-"))
 	}
 	return b.String()
 }
@@ -337,14 +337,19 @@ func switchCell(switched, moved time.Duration) string {
 	return fmt.Sprintf("%v / %v", switched.Round(time.Millisecond), moved.Round(time.Millisecond))
 }
 
-// span formats the range of get over rs: "v" or "lo–hi".
-func span(rs []result, get func(result) float64, format string) string {
+// span formats the range of get over rs: "v" or "lo–hi", and "-" when
+// every value is 0 and zero is "-" (no failover in the scenario).
+func span(rs []result, get func(result) float64, format, zero string) string {
 	lo, hi := get(rs[0]), get(rs[0])
 	for _, r := range rs[1:] {
 		lo, hi = min(lo, get(r)), max(hi, get(r))
 	}
-	if lo == hi {
-		return fmt.Sprintf(format, lo)
+	if hi == 0 && zero != "" {
+		return zero
 	}
-	return fmt.Sprintf(format, lo) + "–" + fmt.Sprintf(format, hi)
+	l, h := fmt.Sprintf(format, lo), fmt.Sprintf(format, hi)
+	if l == h {
+		return l
+	}
+	return l + "–" + h
 }
