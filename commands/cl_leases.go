@@ -263,7 +263,11 @@ func (s *Service) serveLocked(qk leaseQKey, now int64) {
 				continue
 			}
 			lw.k.replace(v, leasesValue(ls, &scratch, ls.Apply(now, lw.per, lw.token)))
-			lw.resume(appendTuple(nil, decisionTuple(d, lw.ms)))
+			if reply := appendTuple(nil, decisionTuple(d, lw.ms)); s.repl.SyncOn() {
+				s.resumeAcked(lw.resume, reply)
+			} else {
+				lw.resume(reply)
+			}
 			continue
 		}
 		blocked = true

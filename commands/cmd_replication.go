@@ -269,6 +269,26 @@ func (s *Service) syncHold(x *ctx, mark int) {
 	sy.off = max(sy.off, off)
 }
 
+// resumeAcked hands a blocked client a reply that reports a change made
+// for it by another (a lease granted to a CL.ACQUIRE ... WAIT waiter) as
+// a held reply leaves: once sync-replicas replicas acknowledged the
+// stream up to now, or as NOREPLICAS past the timeout. The caller holds
+// the changed key's shard lock. A goroutine waits for each such reply
+// (grants come one per lease released, not per command).
+func (s *Service) resumeAcked(resume func([]byte), reply []byte) {
+	off := s.repl.Offset()
+	deadline := s.repl.Hold(off)
+	go func() {
+		acked := s.repl.WaitSync(off, deadline)
+		if n, _ := s.repl.SyncSettings(); acked || n == 0 {
+			resume(reply)
+			return
+		}
+		s.repl.CountSyncRefused(1)
+		resume(noReplicasReply)
+	}()
+}
+
 // syncReady reports whether cl's held replies may leave: acknowledged,
 // past their deadline, or no longer to be held (sync-replicas turned off,
 // or the node became a replica). The first call registers the batch's

@@ -89,6 +89,67 @@
 // the commands layer compares with min-replicas-to-write before each
 // write.
 //
+// # Acknowledged replication (sync-replicas)
+//
+// With SetSync(n, timeout) and n >= 1 (the server's --sync-replicas and
+// --sync-replicas-timeout), a primary's commands layer holds the reply of
+// every command that changed a key (the keyspace's shard change counts
+// tell; a refused CL.THROTTLE, reads and CL.PEEK change nothing and are
+// not held) until n online replicas have acknowledged the stream up to
+// that change: the event loop keeps the connection's replies and serves
+// other clients meanwhile, as for fsync always, and a connection without a
+// loop waits in BeforeWrite (WaitSync). Hold registers a batch of replies
+// with its deadline: while any is registered, each sender writes at once
+// instead of gathering for 500 µs and ends its write with a 'G' frame,
+// which a replica that announced CapaGetAck answers with an
+// acknowledgement at once instead of within its 1 ms gathering. Acked
+// offsets are monotonic while the node stays a primary: SyncAcked(off)
+// holds once n replicas have acknowledged off, even if one leaves later.
+// A reply still unacknowledged at its deadline leaves as NOREPLICAS (the
+// change stays applied here) and starts the fence: SyncFenced is true,
+// and the commands layer refuses every write at once with NOREPLICAS,
+// until n replicas have acknowledged the offset of the moment the fence
+// started; it is also true whenever fewer than n replicas are online. A
+// role change forgets what was acknowledged (replies still held leave as
+// NOREPLICAS) and ends the fence.
+//
+// Why no admission a client saw is forgotten by a failover (the limiter
+// then never admits more than its limit through one), under these
+// conditions: every node runs with the same sync-replicas n; the stream is
+// applied in order, so a replica that acknowledged offset o has every
+// change before o; Sentinel promotes, among the replicas it reaches, the
+// one with the largest replication offset, whose stream is then a superset
+// of every other reachable replica's.
+//
+//  1. A client sees a change's success only after n replicas acknowledged
+//     an offset at or past it: a reply held is sent as it is only if
+//     SyncAcked(its offset) when it leaves; every other outcome is
+//     NOREPLICAS, which tells the client the change did not count (the
+//     limiter may under-admit, by the changes applied and refused; never
+//     over-admit).
+//  2. So each change a client saw succeed is on n replicas. If Sentinel
+//     reaches one of them when it fails over, the promoted replica, having
+//     the largest offset, has that change too. With n = 1 and two replicas,
+//     Sentinel must reach the acknowledging one: losing the primary and
+//     that replica at once (or partitioning both from Sentinel) can lose
+//     the change. In general, losing the primary and n replicas at once
+//     can.
+//  3. A primary cut off from its replicas (a partition that leaves its
+//     clients reaching it) admits nothing after the cut that a client
+//     sees: nothing it changes is acknowledged, so every reply becomes
+//     NOREPLICAS within the timeout, and the fence refuses every later
+//     write at once. Its changes after the cut are lost at the failover,
+//     but no client counted them.
+//  4. A promoted replica starts with no replicas: it is fenced until
+//     Sentinel has pointed the others at it and n of them have synced, so
+//     the time without admissions after a failover is Sentinel's failover
+//     plus one sync.
+//
+// Changes of a primary without sync-replicas are asynchronous: a failover
+// loses what its replicas had not received (after kill -9, about the last
+// millisecond), and a partitioned primary keeps admitting until it learns
+// of the failover, which its promoted replica does not know of.
+//
 // # Limits and loops
 //
 // Replica links count towards the server's maxclients

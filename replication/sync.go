@@ -193,8 +193,15 @@ func (r *Replication) WaitSync(off int64, deadline time.Time) bool {
 
 // CountSyncRefused adds n replies refused with NOREPLICAS by sync-replicas
 // (held past their deadline, or refused while fenced) to the count INFO
-// and the metrics show.
-func (r *Replication) CountSyncRefused(n int) { r.sync.refused.Add(int64(n)) }
+// and the metrics show. Unless the fence is on already, it looks at the
+// held replies' deadlines now rather than when the timer runs, so that a
+// client told NOREPLICAS finds the fence on.
+func (r *Replication) CountSyncRefused(n int) {
+	r.sync.refused.Add(int64(n))
+	if !r.sync.fenced.Load() {
+		r.expireHolds()
+	}
+}
 
 // refreshSync recomputes the offset acknowledged by sync-replicas
 // replicas after an acknowledgement, and ends the fence once they have

@@ -92,6 +92,7 @@ type Conn struct {
 	outOff   int   // bytes of Out already written
 	before   bool  // BeforeWrite has run for the replies in Out
 	queued   bool  // in the loop's list of replies to write this round
+	midBatch bool  // the batch stopped at held replies: the rest runs once they are written (loop.serve)
 	waitOut  bool  // blocked on a full socket: waiting for EPOLLOUT
 	outSince int64 // Unix nanoseconds of the last write progress while waitOut
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -100,5 +102,32 @@ func TestHoldReplies(t *testing.T) {
 	expectNothing(t, b, "b's write (change 2) after change 1's release")
 	h.release(2)
 	expectRead(t, b, "+OK\r\n")
+	roundTrip(t, a, "PING\r\n", "+PONG\r\n")
+}
+
+// TestHoldRepliesMidBatch: a pipeline whose replies pass maxPendingOut
+// before its end has them written in parts; a part that must wait is held
+// like a batch's end, so the loop serves its other clients meanwhile, and
+// the rest of the pipeline runs once the part is written.
+func TestHoldRepliesMidBatch(t *testing.T) {
+	h := newHoldHandler()
+	_, addr := startServer(t, Config{EventLoops: 1, HoldReplies: true}, h)
+	a, b := dial(t, addr), dial(t, addr)
+	big := strings.Repeat("x", maxPendingOut/2+1)
+	roundTrip(t, a, "SET big "+big+"\r\n", "+OK\r\n")
+	// A write, then two replies that pass maxPendingOut, in one read: the
+	// batch is written in parts, the first holding the write's reply.
+	bulk := "$" + strconv.Itoa(len(big)) + "\r\n" + big + "\r\n"
+	write(t, a, "W\r\nGET big\r\nGET big\r\nW\r\nPING\r\n")
+	// b is served while a's first part waits: a loop waiting for it in
+	// BeforeWrite would answer b only after the release.
+	roundTrip(t, b, "PING\r\n", "+PONG\r\n")
+	expectNothing(t, a, "a's replies before their release")
+	h.release(1)
+	expectRead(t, a, "+OK\r\n"+bulk+bulk)
+	expectNothing(t, a, "a's second write before its release")
+	roundTrip(t, b, "PING\r\n", "+PONG\r\n")
+	h.release(2)
+	expectRead(t, a, "+OK\r\n+PONG\r\n")
 	roundTrip(t, a, "PING\r\n", "+PONG\r\n")
 }

@@ -78,6 +78,8 @@ type loop struct {
 	conns    []*Conn // by descriptor
 	live     int     // non-nil entries of conns
 	writes   []*Conn // connections with replies to write this round
+	cont     []*Conn // connections whose batch goes on once their held replies are written (loop.written)
+	cont2    []*Conn // cont's spare array
 	waiting  int     // connections waiting for EPOLLOUT
 	events   []unix.EpollEvent
 	ev       unix.EpollEvent // argument of epoll_ctl, kept off the heap
@@ -239,6 +241,7 @@ func (l *loop) run() {
 			// level-triggered epoll would report them again at once),
 			// wait for the sync instead of spinning.
 			l.releaseHeld(l.skipped != skipped0 && l.progress == progress0)
+			l.runCont()
 			if len(l.held) > held {
 				// Let the writer start the sync these wait for: with one
 				// CPU it runs only when this goroutine yields.
@@ -313,8 +316,39 @@ func (l *loop) unhold(c *Conn) {
 		l.close(c)
 	default:
 		if l.flushOne(c) {
-			l.done(c)
+			l.written(c)
 		}
+	}
+}
+
+// written follows a complete write of c's replies from flush or unhold:
+// the batch goes on if held replies stopped it midway (serve), else it is
+// done.
+func (l *loop) written(c *Conn) {
+	if c.midBatch {
+		c.midBatch = false
+		l.cont = append(l.cont, c)
+		return
+	}
+	l.done(c)
+}
+
+// runCont runs the rest of the batches that held replies had stopped
+// (written), then writes or holds their replies, until none is left.
+func (l *loop) runCont() {
+	for len(l.cont) > 0 {
+		cont := l.cont
+		l.cont = l.cont2[:0]
+		for i, c := range cont {
+			cont[i] = nil
+			if c.fd >= 0 {
+				c.reads++ // as after a wait for the client (see Conn.Batch)
+				l.serve(c)
+			}
+		}
+		l.cont2 = cont[:0]
+		l.flush()
+		l.releaseHeld(false)
 	}
 }
 
@@ -325,6 +359,9 @@ func (l *loop) wait() (int, error) {
 		// heldN is set: a notification from now on wakes the loop, so
 		// look once more before sleeping.
 		l.releaseHeld(false)
+		if len(l.cont) > 0 {
+			return 0, nil // batches to go on with (run)
+		}
 	}
 	n, err := l.pollNow()
 	if n != 0 || err != nil {
@@ -555,6 +592,7 @@ func (l *loop) event(c *Conn) {
 			return
 		}
 		if l.write(c) {
+			c.midBatch = false
 			c.reads++  // the rest of the batch waited for the client
 			l.serve(c) // the rest of the batch the full socket held up
 		}
@@ -601,6 +639,14 @@ func (l *loop) serve(c *Conn) {
 		if r == batchDone {
 			break
 		}
+		if d := l.srv.deferrer; d != nil && !c.before && !d.Ready(c) {
+			// The replies so far must wait (a sync, or acknowledgements):
+			// hold them as at a batch's end instead of waiting here, which
+			// would stall the loop's other clients; the rest of the batch
+			// runs once they are written (written, run).
+			c.midBatch = true
+			break
+		}
 		if !l.write(c) {
 			return // closed, or waiting for EPOLLOUT
 		}
@@ -640,7 +686,7 @@ func (l *loop) flush() {
 			continue
 		}
 		if l.flushOne(c) {
-			l.done(c)
+			l.written(c)
 		}
 	}
 	l.writes = l.writes[:0]

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/testwait"
+	"github.com/cellserver/cellserver/keyslot"
 	"github.com/cellserver/cellserver/replication"
 	"github.com/cellserver/cellserver/server"
 )
@@ -45,6 +46,15 @@ func deafReplica(t *testing.T, primary string) {
 	}
 	c.SetReadDeadline(time.Time{})
 	go io.Copy(io.Discard, br)
+}
+
+// waitDeafOnline waits until the primary counts its (only) replica online.
+func waitDeafOnline(t *testing.T, primary *node) {
+	t.Helper()
+	testwait.For(t, 10*time.Second, "the deaf replica online", func() (bool, string) {
+		s := primary.info(t, "slave0")
+		return strings.Contains(s, "state=online"), s
+	})
 }
 
 // syncModes runs f with the replies written by event loops (held while
@@ -132,10 +142,7 @@ func TestSyncReplicasTimeoutAndFence(t *testing.T) {
 		ctx := context.Background()
 		primary := startNode(t, server.Config{EventLoops: loops})
 		deafReplica(t, primary.addr)
-		testwait.For(t, 10*time.Second, "the deaf replica online", func() (bool, string) {
-			s := primary.info(t, "slave0")
-			return strings.Contains(s, "state=online"), s
-		})
+		waitDeafOnline(t, primary)
 		c := resptest.MustDial(t, primary.addr)
 		// Asynchronous: admitted at once. "full" is now at its limit.
 		if v := c.MustDo(t, "CL.THROTTLE", "full", "0", "1", "3600"); v.Elems[0].Str != "0" {
@@ -293,5 +300,127 @@ func TestSyncReplicasConfig(t *testing.T) {
 	c.MustDo(t, "CONFIG", "SET", "sync-replicas-timeout", "1.5s")
 	if got := primary.info(t, "sync_replicas_timeout"); got != "1500" {
 		t.Fatalf("sync_replicas_timeout:%s after CONFIG SET 1.5s", got)
+	}
+}
+
+// TestSyncReplicasLeaseGrant: a lease granted to a CL.ACQUIRE ... WAIT
+// waiter by another client's CL.RELEASE is a change made for the waiter:
+// its reply, too, leaves only once the replica has the lease.
+func TestSyncReplicasLeaseGrant(t *testing.T) {
+	primary := startNode(t, server.Config{SyncReplicas: 1, SyncReplicasTimeout: time.Minute})
+	ph, pp := primary.hostPort()
+	replica := startNode(t, server.Config{ReplicaOf: ph + " " + pp})
+	waitInSync(t, primary, replica)
+	holder, waiter := resptest.MustDial(t, primary.addr), resptest.MustDial(t, primary.addr)
+	rc := resptest.MustDial(t, replica.addr)
+	for i := range 30 {
+		key := "lease:" + strconv.Itoa(i)
+		if v := holder.MustDo(t, "CL.ACQUIRE", key, "1", "30s", "a"); v.Elems[0].Str != "0" {
+			t.Fatalf("CL.ACQUIRE a = %v", v)
+		}
+		if err := waiter.Send("CL.ACQUIRE", key, "1", "30s", "b", "WAIT", "10s"); err != nil {
+			t.Fatal(err)
+		}
+		testwait.For(t, 10*time.Second, "b to wait", func() (bool, string) {
+			s, err := primary.rdb.Info(context.Background(), "clients").Result()
+			return err == nil && strings.Contains(s, "blocked_clients:1\r\n"), s
+		})
+		if v := holder.MustDo(t, "CL.RELEASE", key, "a"); v.Str != "1" {
+			t.Fatalf("CL.RELEASE = %v", v)
+		}
+		if v, err := waiter.Read(); err != nil || len(v.Elems) != 5 || v.Elems[0].Str != "0" {
+			t.Fatalf("b's CL.ACQUIRE ... WAIT = %v, %v", v, err)
+		}
+		if v := rc.MustDo(t, "CL.INFO", key); !strings.Contains(v.String(), "$1\\r\\nb\\r\\n") {
+			t.Fatalf("b was granted %s before the replica had its lease: the replica's CL.INFO = %v", key, v)
+		}
+	}
+}
+
+// TestSyncReplicasLeaseGrantUnacknowledged: with a replica that never
+// acknowledges, a lease granted to a waiter is reported to it as
+// NOREPLICAS, as the release that granted it is to its client.
+func TestSyncReplicasLeaseGrantUnacknowledged(t *testing.T) {
+	primary := startNode(t, server.Config{})
+	deafReplica(t, primary.addr)
+	waitDeafOnline(t, primary)
+	holder, waiter := resptest.MustDial(t, primary.addr), resptest.MustDial(t, primary.addr)
+	if v := holder.MustDo(t, "CL.ACQUIRE", "lease", "1", "30s", "a"); v.Elems[0].Str != "0" {
+		t.Fatalf("CL.ACQUIRE a = %v", v)
+	}
+	if err := waiter.Send("CL.ACQUIRE", "lease", "1", "30s", "b", "WAIT", "30s"); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 10*time.Second, "b to wait", func() (bool, string) {
+		s, err := primary.rdb.Info(context.Background(), "clients").Result()
+		return err == nil && strings.Contains(s, "blocked_clients:1\r\n"), s
+	})
+	holder.MustDo(t, "CONFIG", "SET", "sync-replicas", "1", "sync-replicas-timeout", "100")
+	if v := holder.MustDo(t, "CL.RELEASE", "lease", "a"); v.Str != noReplicas {
+		t.Fatalf("CL.RELEASE = %v, want %s", v, noReplicas)
+	}
+	if v, err := waiter.Read(); err != nil || v.Str != noReplicas {
+		t.Fatalf("b's CL.ACQUIRE ... WAIT = %v, %v; want %s", v, err, noReplicas)
+	}
+}
+
+// TestSyncReplicasPerShard: in cluster mode each shard's primary holds its
+// replies for its own replicas; a shard that loses its replica refuses
+// writes while the other shard keeps admitting.
+func TestSyncReplicasPerShard(t *testing.T) {
+	ctx := context.Background()
+	var masters, replicas []*node
+	for i := range 2 {
+		masters = append(masters, startNode(t, server.Config{ClusterEnabled: true, ClusterNodeID: fmt.Sprintf("sync-m%d", i), SyncReplicas: 1, SyncReplicasTimeout: time.Minute}))
+		replicas = append(replicas, startNode(t, server.Config{ClusterEnabled: true, ClusterNodeID: fmt.Sprintf("sync-r%d", i)}))
+	}
+	ranges := [][2]int{{0, 8191}, {8192, 16383}}
+	push(t, topology(t, masters, ranges, map[int][]*node{0: {replicas[0]}, 1: {replicas[1]}}), append(masters, replicas...)...)
+	for i := range 2 {
+		h, p := masters[i].hostPort()
+		if err := replicas[i].rdb.Do(ctx, "REPLICAOF", h, p).Err(); err != nil {
+			t.Fatal(err)
+		}
+		waitInSync(t, masters[i], replicas[i])
+	}
+	keyOf := func(shard, i int) string {
+		for j := i; ; j++ {
+			k := "shard:" + strconv.Itoa(j)
+			if owner(ranges, keyslot.Of([]byte(k))) == shard {
+				return k
+			}
+		}
+	}
+	onReplica := func(shard int, key string) bool {
+		sh := replicas[shard].srv.Commands().Keyspace().DB(0).Shard([]byte(key))
+		sh.Lock()
+		defer sh.Unlock()
+		return sh.Peek([]byte(key), time.Now().UnixMilli()) != nil
+	}
+	conns := []*resptest.Conn{resptest.MustDial(t, masters[0].addr), resptest.MustDial(t, masters[1].addr)}
+	for i := 0; i < 200; i += 2 {
+		for shard := range 2 {
+			key := keyOf(shard, i*7)
+			if v := conns[shard].MustDo(t, "CL.THROTTLE", key, "5", "10", "60"); len(v.Elems) != 5 {
+				t.Fatalf("CL.THROTTLE %s on shard %d = %v", key, shard, v)
+			}
+			if !onReplica(shard, key) {
+				t.Fatalf("%s admitted by shard %d before its replica had it", key, shard)
+			}
+		}
+	}
+	// Shard 1 loses its replica: it refuses writes; shard 0 admits.
+	if err := replicas[1].rdb.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 10*time.Second, "shard 1 fenced", func() (bool, string) {
+		f := masters[1].info(t, "sync_fenced")
+		return f == "1", "sync_fenced:" + f
+	})
+	if v := conns[1].MustDo(t, "CL.THROTTLE", keyOf(1, 5000), "5", "10", "60"); v.Str != noReplicas {
+		t.Fatalf("shard 1 without its replica: %v", v)
+	}
+	if v := conns[0].MustDo(t, "CL.THROTTLE", keyOf(0, 5000), "5", "10", "60"); len(v.Elems) != 5 {
+		t.Fatalf("shard 0 while shard 1 is fenced: %v", v)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cellserver/cellserver/commands"
 	"github.com/cellserver/cellserver/internal/servertest"
@@ -216,5 +217,54 @@ func TestConfigRewriteWarnsWhenAFlagWins(t *testing.T) {
 	rw.rewrite(replicaOf(""))
 	if logs.Len() != 0 {
 		t.Errorf("warning although the file sets replicaof: %q", logs.String())
+	}
+}
+
+// TestSyncReplicasConfigFile: sync-replicas and sync-replicas-timeout are
+// read from the config file, change with CONFIG SET, and CONFIG REWRITE
+// keeps what CONFIG SET made them (at their defaults, no line).
+func TestSyncReplicasConfigFile(t *testing.T) {
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "cellserver.conf")
+	if err := os.WriteFile(file, []byte("sync-replicas 2\nsync-replicas-timeout 250\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, code, done, _ := loadConfig([]string{"--config", file}, envFrom(nil), io.Discard, io.Discard)
+	if done {
+		t.Fatalf("loadConfig: code %d", code)
+	}
+	if cfg.SyncReplicas != 2 || cfg.SyncReplicasTimeout != 250*time.Millisecond {
+		t.Fatalf("loaded sync-replicas %d, sync-replicas-timeout %v; want 2, 250ms", cfg.SyncReplicas, cfg.SyncReplicasTimeout)
+	}
+	_, addr := servertest.Start(t, cfg)
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
+	defer c.Close()
+	if got, err := c.ConfigGet(ctx, "sync-replicas*").Result(); err != nil || got["sync-replicas"] != "2" || got["sync-replicas-timeout"] != "250" {
+		t.Fatalf("CONFIG GET sync-replicas* = %v, %v", got, err)
+	}
+	for _, step := range []struct {
+		set  []any
+		want string
+	}{
+		{[]any{"sync-replicas", 1, "sync-replicas-timeout", "1s"}, "sync-replicas 1\nsync-replicas-timeout 1s\n"},
+		{[]any{"sync-replicas", 0, "sync-replicas-timeout", 500}, ""},
+	} {
+		if err := c.Do(ctx, append([]any{"CONFIG", "SET"}, step.set...)...).Err(); err != nil {
+			t.Fatalf("CONFIG SET %v: %v", step.set, err)
+		}
+		if err := c.Do(ctx, "CONFIG", "REWRITE").Err(); err != nil {
+			t.Fatalf("CONFIG REWRITE: %v", err)
+		}
+		if got, _ := os.ReadFile(file); string(got) != step.want {
+			t.Errorf("file after CONFIG SET %v and CONFIG REWRITE: %q, want %q", step.set, got, step.want)
+		}
+	}
+	for _, bad := range []string{"0", "-5", "2h", "soon"} {
+		if _, _, done, _ := loadConfig([]string{"--sync-replicas-timeout", bad}, envFrom(nil), io.Discard, io.Discard); !done {
+			t.Errorf("--sync-replicas-timeout %s accepted", bad)
+		}
+	}
+	if _, _, done, _ := loadConfig([]string{"--sync-replicas", "65"}, envFrom(nil), io.Discard, io.Discard); !done {
+		t.Errorf("--sync-replicas 65 accepted")
 	}
 }

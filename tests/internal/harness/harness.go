@@ -20,8 +20,16 @@
 // # Gates
 //
 // NeedProcesses skips a test under -short or when a tool it runs is not
-// installed (scripts/ensure-tools.sh installs them all); NeedClusterMode
-// and NeedReplication skip when the built cellserver lacks the feature.
+// installed (scripts/ensure-tools.sh installs them all); NeedClusterMode,
+// NeedReplication and NeedFlag skip when the built cellserver lacks the
+// feature; NeedNetns skips when the test cannot create network
+// namespaces (not root).
+//
+// # Networks
+//
+// NewNet builds a private network of namespaces joined by a bridge, with
+// partitions (Cut, Heal) by policy routing; a Place (Loopback, or a Net
+// host's) says where StartAt and StartSentinelsAt run a process.
 package harness
 
 import (
@@ -157,6 +165,33 @@ func NeedClusterMode(t testing.TB) {
 		}
 	})
 	g.check(t)
+}
+
+// help is the built cellserver's --help, read once per test process.
+var help struct {
+	once sync.Once
+	out  []byte
+	err  error
+}
+
+// NeedFlag fails t on a build error and skips it when the built
+// cellserver's --help does not list flag (e.g. "--sync-replicas").
+func NeedFlag(t testing.TB, flag string) {
+	t.Helper()
+	binproc.Binary(t)
+	help.once.Do(func() {
+		help.out, help.err = exec.Command(binproc.Path(), "--help").CombinedOutput()
+		if help.err != nil {
+			help.err = fmt.Errorf("cellserver --help: %v\n%s", help.err, help.out)
+		}
+	})
+	if help.err != nil {
+		t.Fatal(help.err)
+	}
+	if !bytes.Contains(help.out, []byte(flag+" ")) && !bytes.Contains(help.out, []byte(flag+"\n")) &&
+		!bytes.Contains(help.out, []byte(flag+"=")) {
+		t.Skipf("this cellserver build has no %s (--help does not list it)", flag)
+	}
 }
 
 // NeedReplication fails t on a build error and skips it when the built

@@ -64,14 +64,21 @@ type SentinelEnv func(s *Sentinel) []string
 // period is back to its default before StartSentinels returns.
 func StartSentinels(t testing.TB, root string, ports []int, env SentinelEnv, ms ...Monitor) []*Sentinel {
 	t.Helper()
+	return StartSentinelsAt(t, Loopback, root, ports, env, ms...)
+}
+
+// StartSentinelsAt is StartSentinels with the sentinels run at place,
+// bound to and announcing its address.
+func StartSentinelsAt(t testing.TB, place Place, root string, ports []int, env SentinelEnv, ms ...Monitor) []*Sentinel {
+	t.Helper()
 	var ss []*Sentinel
 	for i, port := range ports {
-		s := &Sentinel{Name: fmt.Sprintf("sentinel-%d", i), Addr: Addr(port), Dir: filepath.Join(root, fmt.Sprintf("sentinel%d", i))}
+		s := &Sentinel{Name: fmt.Sprintf("sentinel-%d", i), Addr: place.Addr(port), Dir: filepath.Join(root, fmt.Sprintf("sentinel%d", i))}
 		if err := os.MkdirAll(s.Dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		s.Conf = filepath.Join(s.Dir, "sentinel.conf")
-		conf := fmt.Sprintf("bind 127.0.0.1\nport %d\ndir %s\nsentinel announce-ip 127.0.0.1\n", port, s.Dir)
+		conf := fmt.Sprintf("bind %s\nport %d\ndir %s\nsentinel announce-ip %s\n", place.IP, port, s.Dir, place.IP)
 		for _, m := range ms {
 			conf += fmt.Sprintf("sentinel monitor %s %s %d\nsentinel down-after-milliseconds %s %d\nsentinel failover-timeout %s %d\n",
 				m.Name, strings.ReplaceAll(m.Addr, ":", " "), Quorum, m.Name, DownAfter.Milliseconds(), m.Name, FailoverTimeout.Milliseconds())
@@ -86,7 +93,7 @@ func StartSentinels(t testing.TB, root string, ports []int, env SentinelEnv, ms 
 		if env != nil {
 			vars = env(s)
 		}
-		s.P = Start(t, s.Name, vars, "redis-sentinel", s.Conf)
+		s.P = StartAt(t, place, s.Name, vars, "redis-sentinel", s.Conf)
 		s.C = redis.NewSentinelClient(&redis.Options{Addr: s.Addr, Protocol: 2, MaxRetries: -1,
 			DialTimeout: time.Second, ReadTimeout: 3 * time.Second, WriteTimeout: 3 * time.Second})
 		t.Cleanup(func() { s.C.Close() })
