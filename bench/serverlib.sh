@@ -5,8 +5,9 @@
 #   srvpin, clipin   taskset prefixes: server on CPU 0, client on CPU 1
 #                    (empty without taskset or with one CPU)
 #   freeport         a free 127.0.0.1 port
-#   start            starts "$tmp/cellserver" on a free port (sets port and
-#                    pid) and waits until it answers PING
+#   start [ARGS...]  starts "$tmp/cellserver" on a free port with ARGS, pinned
+#                    as srvpin says (sets port and pid), and waits until it
+#                    answers PING
 #   stop             stops the server start started
 #   median           the median of the numbers on its input
 # Every server started is killed when the script exits.
@@ -19,7 +20,7 @@ if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then srvpin=(taskset -
 freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 start() {
   port=$(freeport)
-  "${srvpin[@]}" "$tmp/cellserver" --addr "127.0.0.1:$port" 2>"$tmp/server.$port.log" &
+  "${srvpin[@]}" "$tmp/cellserver" --addr "127.0.0.1:$port" "$@" 2>"$tmp/server.$port.log" &
   pids+=($!); pid=$!
   for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && return 0; sleep 0.1; done
   echo "server did not start" >&2; exit 1
