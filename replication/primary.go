@@ -357,15 +357,19 @@ func (rc *replicaConn) send(full bool, pos int64) error {
 	r.refreshSync()
 	gather := time.NewTimer(time.Hour)
 	gather.Stop()
+	asked := int64(-1) // the stream position of the last 'G' sent
 	for {
 		if err = drain(); err != nil {
 			return err
 		}
-		if rc.getack && r.sync.pending.Load() > 0 && pos > rc.ack.Load() {
+		if rc.getack && r.sync.pending.Load() > 0 && pos > rc.ack.Load() && pos > asked {
 			// Replies wait for acknowledgements: have this replica
 			// acknowledge as soon as it has applied the stream so far,
-			// rather than after its usual gathering.
+			// rather than after its usual gathering (once per
+			// position: a 'G' alone, after one that asked for the
+			// same, would cost a write for nothing).
 			buf = appendEmpty(buf, frameGetAck)
+			asked = pos
 		}
 		if err = write(); err != nil {
 			return err
