@@ -30,6 +30,10 @@ type View struct {
 	// Addr is this node's own listening address, shown for a node the
 	// topology does not list (CLUSTER NODES, SHARDS).
 	Addr Node
+	// over, while a migration hands slots over (migration.go), changes
+	// the topology's owners of some slots ahead of the closing config and
+	// marks the slots whose writes wait (Frozen). nil: none.
+	over *override
 
 	// replies are the encoded replies built for this view (Reply), per
 	// kind and protocol (0: RESP2, 1: RESP3).
@@ -84,7 +88,7 @@ func (v *View) Reply(kind ReplyKind, resp3 bool, build func() []byte) []byte {
 // READONLY client), else owner is the shard to redirect to (nil: no
 // shard serves the slot, CLUSTERDOWN).
 func (v *View) Route(slot uint16, readonlyClient, write bool) (owner *Shard, ok bool) {
-	owner = v.T.Owner(slot)
+	owner = v.owner(slot)
 	if owner == nil {
 		return nil, false
 	}
@@ -97,7 +101,24 @@ func (v *View) Route(slot uint16, readonlyClient, write bool) (owner *Shard, ok 
 // Owns reports whether slot belongs to this node's shard (as its master or
 // a replica): the slots whose keys it keeps.
 func (v *View) Owns(slot uint16) bool {
-	return v.Me != nil && v.T.Owner(slot) == v.Me
+	return v.Me != nil && v.owner(slot) == v.Me
+}
+
+// owner returns the shard serving slot: the topology's, unless a
+// migration handed the slot over already (override).
+func (v *View) owner(slot uint16) *Shard {
+	if o := v.over; o != nil {
+		if sh := o.owner[slot&(keyslot.Slots-1)]; sh != nil {
+			return sh
+		}
+	}
+	return v.T.Owner(slot)
+}
+
+// Frozen reports whether writes to slot must wait (TRYAGAIN): this node
+// is handing it over to a migration's target.
+func (v *View) Frozen(slot uint16) bool {
+	return v.over != nil && v.over.frozen[slot&(keyslot.Slots-1)]
 }
 
 // SlotStore is the keyspace's slot API: it counts, lists and deletes the
@@ -123,6 +144,9 @@ type Config struct {
 	Store SlotStore
 	// Logger receives the background deleter's lines; nil: slog.Default().
 	Logger *slog.Logger
+	// Migrations: what slot migrations need (migration.go); without a
+	// Keyspace, migrations declared by a topology stay in ERROR.
+	Migrations MigrationConfig
 }
 
 // State is a node's cluster state: its id and the installed topology. It
@@ -143,6 +167,8 @@ type State struct {
 	deleted atomic.Int64  // keys deleted by slot moves
 
 	builds atomic.Int64 // replies built by its views (View.Reply)
+
+	mig migrations // slot migrations in and out (migration.go), guarded by mu
 }
 
 // ErrInvalidID wraps the reason SetMyID refuses an id.
@@ -183,6 +209,7 @@ func New(cfg Config) (*State, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	s.mig.init(cfg.Migrations)
 	id := cfg.NodeID
 	if id != "" {
 		if why := ValidID(id); why != "" {
@@ -221,6 +248,9 @@ func New(cfg Config) (*State, error) {
 		}
 	}
 	s.view.Store(s.newView(t, id, Node{}))
+	s.mu.Lock()
+	s.syncMigrationsLocked()
+	s.mu.Unlock()
 	return s, nil
 }
 
@@ -229,6 +259,7 @@ func (s *State) idFile() string { return s.file + ".myid" }
 func (s *State) newView(t *Topology, id string, addr Node) *View {
 	v := &View{T: t, ID: id, Addr: addr, builds: &s.builds}
 	v.Me, v.Master = t.Find(id)
+	v.over = s.mig.overrideLocked(v)
 	return v
 }
 
@@ -269,6 +300,7 @@ func (s *State) SetMyID(id string) error {
 	nv := s.newView(old.T, id, old.Addr)
 	s.view.Store(nv)
 	s.dropLost(old, nv)
+	s.syncMigrationsLocked()
 	return nil
 }
 
@@ -288,7 +320,18 @@ func (s *State) Install(t *Topology) error {
 	nv := s.newView(t, old.ID, old.Addr)
 	s.view.Store(nv)
 	s.dropLost(old, nv)
+	s.syncMigrationsLocked()
 	return nil
+}
+
+// refreshLocked rebuilds the view of the same topology after a
+// migration's state changed its overrides, and deletes the keys of the
+// slots it no longer serves. s.mu held.
+func (s *State) refreshLocked() {
+	old := s.view.Load()
+	nv := s.newView(old.T, old.ID, old.Addr)
+	s.view.Store(nv)
+	s.dropLost(old, nv)
 }
 
 // dropLost queues the slots old owned and nv does not for deletion.

@@ -99,7 +99,23 @@ type Shard struct {
 	SlotRanges []SlotRange `json:"slot_ranges"`
 	Master     Node        `json:"master"`
 	Replicas   []Node      `json:"replicas"`
+	// Migrations are the slot migrations out of this shard the topology
+	// declares (Dragonfly's format): each moves some of its slots, with
+	// their keys' state, to another shard's master (migration.go).
+	Migrations []Migration `json:"migrations,omitempty"`
 }
+
+// Migration is a declared move of slots from the shard that lists it to
+// the master NodeID (at IP:Port).
+type Migration struct {
+	SlotRanges []SlotRange `json:"slot_ranges"`
+	NodeID     string      `json:"node_id"`
+	IP         string      `json:"ip"`
+	Port       int         `json:"port"`
+}
+
+// MaxMigrations bounds the migrations a topology declares.
+const MaxMigrations = 64
 
 // noShard marks a slot no shard owns (only before any topology).
 const noShard = -1
@@ -244,7 +260,84 @@ func Parse(data []byte) (*Topology, error) {
 			return nil, bad("slot %d is not owned by any shard", s)
 		}
 	}
+	if err := t.checkMigrations(bad); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// checkMigrations validates the declared migrations: each moves slots its
+// shard owns to the master of another shard, at that master's address; a
+// slot moves at most once, and a pair of nodes has one migration at most.
+func (t *Topology) checkMigrations(bad func(string, ...any) error) error {
+	n := 0
+	var moving [keyslot.Slots]bool
+	pairs := map[string]bool{}
+	for si := range t.Shards {
+		sh := &t.Shards[si]
+		for _, m := range sh.Migrations {
+			if n++; n > MaxMigrations {
+				return bad("more than %d migrations", MaxMigrations)
+			}
+			target, master := t.Find(m.NodeID)
+			switch {
+			case target == nil || !master:
+				return bad("shard %d: migration to %q, which is not the master of a shard", si, m.NodeID)
+			case target == sh:
+				return bad("shard %d: migration to its own master", si)
+			case target.Master.IP != m.IP || target.Master.Port != m.Port:
+				return bad("shard %d: migration to %q at %s:%d, but the topology has it at %s", si, m.NodeID, m.IP, m.Port, target.Master.Addr())
+			case pairs[sh.Master.ID+" "+m.NodeID]:
+				return bad("shard %d: two migrations to %q", si, m.NodeID)
+			case len(m.SlotRanges) == 0:
+				return bad("shard %d: migration to %q has no slot ranges", si, m.NodeID)
+			}
+			pairs[sh.Master.ID+" "+m.NodeID] = true
+			for _, r := range m.SlotRanges {
+				if r.Start < 0 || r.End >= keyslot.Slots || r.Start > r.End {
+					return bad("shard %d: migration to %q: invalid slot range %d-%d", si, m.NodeID, r.Start, r.End)
+				}
+				for s := r.Start; s <= r.End; s++ {
+					if t.owner[s] != int16(si) {
+						return bad("shard %d: migration to %q: slot %d is not the shard's", si, m.NodeID, s)
+					}
+					if moving[s] {
+						return bad("slot %d is in two migrations", s)
+					}
+					moving[s] = true
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// SlotSet is a set of slots.
+type SlotSet [keyslot.Slots]bool
+
+// Set returns the slots of ranges.
+func Set(ranges []SlotRange) *SlotSet {
+	var s SlotSet
+	for _, r := range ranges {
+		for i := r.Start; i <= r.End; i++ {
+			s[i] = true
+		}
+	}
+	return &s
+}
+
+// RangesString formats ranges as "a-b,c-d" (SLOT-MIGRATION-STATUS).
+func RangesString(ranges []SlotRange) string {
+	var b strings.Builder
+	for i, r := range ranges {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(r.Start))
+		b.WriteByte('-')
+		b.WriteString(strconv.Itoa(r.End))
+	}
+	return b.String()
 }
 
 // Range is a run of consecutive slots served by one shard, for CLUSTER

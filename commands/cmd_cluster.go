@@ -420,11 +420,107 @@ func cmdCellClusterHelp(x *ctx) {
 		"CELLCLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
 		"CONFIG <json>",
 		"    Install a cluster topology (Dragonfly's DFLYCLUSTER CONFIG JSON: an array of",
-		"    {slot_ranges:[{start,end}], master:{id,ip,port}, replicas:[{id,ip,port}]}).",
+		"    {slot_ranges:[{start,end}], master:{id,ip,port}, replicas:[{id,ip,port}],",
+		"    migrations:[{slot_ranges, node_id, ip, port}]}).",
 		"MYID [<id>]",
 		"    Return this node's id, or set it.",
+		"SLOT-MIGRATION-STATUS [<node_id>]",
+		"    List this node's slot migrations (with node_id: those with that node):",
+		"    [direction, peer_id, state, keys_migrated, error, slot_ranges] each.",
 		"HELP",
 		"    Print this help.")
+}
+
+// CELLCLUSTER SLOT-MIGRATION-STATUS [node_id]: the node's migrations, as
+// Dragonfly's DFLYCLUSTER SLOT-MIGRATION-STATUS lists them.
+func cmdCellClusterMigrationStatus(x *ctx) {
+	if !clusterOn(x) {
+		return
+	}
+	if len(x.args) > 3 {
+		x.errorReply(errWrongArity("cellcluster|slot-migration-status"))
+		return
+	}
+	peer := ""
+	if len(x.args) == 3 {
+		peer = string(x.args[2])
+	}
+	ms := x.s.cluster.state.Migrations(peer)
+	x.array(len(ms))
+	for _, m := range ms {
+		x.array(6)
+		x.bulkStr(m.Direction)
+		x.bulkStr(m.Peer)
+		x.bulkStr(m.State)
+		x.int(m.Keys)
+		x.bulkStr(m.Error)
+		x.bulkStr(m.Slots)
+	}
+}
+
+// The target's half of a slot migration (cluster/migration.go): commands
+// a source node sends on one authenticated connection, in order.
+
+// migrateReply answers one of them.
+func migrateReply(x *ctx, err error) {
+	if err != nil {
+		x.errorReply(errMigration(err))
+		return
+	}
+	x.ok()
+}
+
+func cmdCellClusterMigrateStart(x *ctx) {
+	if !clusterOn(x) {
+		return
+	}
+	source := string(x.args[2])
+	err := x.s.cluster.state.MigrateStart(source, x.c.ID())
+	if err == nil {
+		x.cl.migSource = source // its end, before MIGRATE-END, drops the keys (Service.Close)
+	}
+	migrateReply(x, err)
+}
+
+func cmdCellClusterMigratePut(x *ctx) {
+	if clusterOn(x) {
+		migrateReply(x, x.s.cluster.state.MigratePut(string(x.args[2]), x.c.ID(), x.args[3], x.args[4]))
+	}
+}
+
+func cmdCellClusterMigrateDel(x *ctx) {
+	if clusterOn(x) {
+		migrateReply(x, x.s.cluster.state.MigrateDel(string(x.args[2]), x.c.ID(), x.args[3]))
+	}
+}
+
+func cmdCellClusterMigrateEnd(x *ctx) {
+	if clusterOn(x) {
+		migrateReply(x, x.s.cluster.state.MigrateEnd(string(x.args[2]), x.c.ID()))
+	}
+}
+
+// migrationRecheck is the check a write makes under its shard locks while
+// slots migrate out of this node (cluster.State.StillServes): the route it
+// took before its locks may predate a handover. noErr when this node still
+// serves every key's slot; TRYAGAIN while one is being handed over; MOVED
+// once it has been.
+func (x *ctx) migrationRecheck(slots func(yield func(uint16) bool)) wireErr {
+	st := x.s.cluster.state
+	msg := wireErr(noErr)
+	slots(func(slot uint16) bool {
+		frozen, owner, ok := st.StillServes(slot, x.cl.readonly)
+		switch {
+		case frozen:
+			msg = msgTryAgainMigrating
+		case !ok && owner != nil:
+			msg = errMoved(int(slot), owner.Master.Addr())
+		case !ok:
+			msg = msgClusterDownUnbound
+		}
+		return msg == noErr
+	})
+	return msg
 }
 
 // redisMode is INFO's redis_mode and HELLO's mode.

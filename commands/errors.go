@@ -184,6 +184,17 @@ func errConfigSetUnknown(param string) wireErr {
 	return wireErr("ERR Unknown option or number of arguments for CONFIG SET - '" + param + "'")
 }
 
+// errMigration is a slot migration target's refusal of its source's
+// command (cluster/migration.go): the source shows it as the
+// migration's error, FATAL ones end the migration.
+func errMigration(err error) wireErr {
+	s := err.Error()
+	if strings.HasPrefix(s, "UNKNOWN_MIGRATION") || strings.HasPrefix(s, "FATAL ") {
+		return wireErr(s)
+	}
+	return wireErr("ERR " + s)
+}
+
 func errExecAbort(reason wireErr) wireErr {
 	return wireErr(strings.Replace(msgExecAbortWhy, "%s", strings.TrimPrefix(string(reason), "ERR "), 1))
 }
@@ -306,6 +317,10 @@ const (
 	msgClusterDisabled    = "ERR This instance has cluster support disabled"
 	msgCrossSlot          = "CROSSSLOT Keys in request don't hash to the same slot"
 	msgClusterDownUnbound = "CLUSTERDOWN Hash slot not served"
+	// msgTryAgainMigrating: a write to a slot this node is handing over
+	// to a migration's target, for the moment the handover takes; Redis
+	// Cluster clients retry on TRYAGAIN.
+	msgTryAgainMigrating  = "TRYAGAIN Slot being handed over to another node by a migration, try again"
 	msgSelectCluster      = "ERR SELECT is not allowed in cluster mode"
 	msgInvalidSlot        = "ERR Invalid slot"
 	msgInvalidSlotOrCount = "ERR Invalid slot or number of keys"

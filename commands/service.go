@@ -585,6 +585,9 @@ func (s *Service) Close(c *resp.Conn) {
 		s.pubsub.drop(cl)
 		s.dropLeaseWaiters(cl)
 		s.dropBlocked(cl)
+		if cl.migSource != "" && s.cluster.state != nil {
+			s.cluster.state.MigrateClosed(cl.migSource, c.ID())
+		}
 	}
 }
 

@@ -173,7 +173,8 @@ func New(cfg Config) (_ *Server, err error) {
 	var slots cluster.SlotStore
 	if cfg.ClusterEnabled {
 		slots = cluster.KeyspaceStore{Keyspace: ks}
-		cl, err = cluster.New(cluster.Config{NodeID: cfg.ClusterNodeID, ConfigFile: cfg.ClusterConfigFile, Logger: cfg.Logger, Store: slots})
+		cl, err = cluster.New(cluster.Config{NodeID: cfg.ClusterNodeID, ConfigFile: cfg.ClusterConfigFile, Logger: cfg.Logger, Store: slots,
+			Migrations: cfg.migrationConfig(ks, rtls)})
 		if err != nil {
 			return nil, err
 		}
@@ -247,7 +248,13 @@ func New(cfg Config) (_ *Server, err error) {
 	// 250 a change costs with both (replication's BenchmarkJournalChain),
 	// and only with replicas, and the keyspace, which calls the chain, has
 	// no encoding to share.
-	ks.SetJournal(keyspace.Chain(cmds.Journal(), persisted, repl.Journal()))
+	// 4. cl.Journal() (cluster mode): the changes to slots migrating out
+	//    of this node, queued for their target (cluster/migration.go).
+	var migrating keyspace.Journal
+	if cl != nil {
+		migrating = cl.Journal()
+	}
+	ks.SetJournal(keyspace.Chain(cmds.Journal(), persisted, repl.Journal(), migrating))
 	rcfg := cfg.respConfig()
 	// A loop serves other clients while replies wait for fsync always or
 	// for the replicas' acknowledgements (sync-replicas, which CONFIG SET
@@ -263,6 +270,23 @@ func New(cfg Config) (_ *Server, err error) {
 	cmds.SetNetwork(rs)
 	self = &Server{cfg: cfg, tls: tm.server, clientTLS: rlsClientTLS(tm), cmds: cmds, net: rs, store: store, writer: writer, repl: repl, cluster: cl}
 	return self, nil
+}
+
+// migrationConfig is what slot migrations out of this node need: the
+// keyspace, and how to reach and authenticate to a target, as a replica
+// reaches its primary (masteruser/masterauth, else the node's own
+// requirepass, which the nodes of a cluster share; TLS with
+// tls-replication).
+func (cfg Config) migrationConfig(ks *keyspace.Keyspace, tc *tls.Config) cluster.MigrationConfig {
+	mc := cluster.MigrationConfig{Keyspace: ks, User: cfg.MasterUser, Password: cfg.MasterAuth}
+	if mc.Password == "" {
+		mc.User, mc.Password = "", cfg.Password
+	}
+	if tc != nil {
+		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 10 * time.Second}, Config: tc}
+		mc.Dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
+	return mc
 }
 
 // configRewrite adapts Config.ConfigRewrite to the commands layer: CONFIG
