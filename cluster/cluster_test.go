@@ -414,3 +414,40 @@ func TestBackgroundDelete(t *testing.T) {
 	}
 	t.Logf("kept %d, deleted %d", kept, moved)
 }
+
+// TestParseMigrations: the migrations a topology declares are checked
+// against it: the target is another shard's master at its address, the
+// slots are the source's, each moves once, one migration per pair.
+func TestParseMigrations(t *testing.T) {
+	shard := func(id string, port, start, end int, migs string) string {
+		return fmt.Sprintf(`{"slot_ranges":[{"start":%d,"end":%d}],"master":{"id":"%s","ip":"127.0.0.1","port":%d},"replicas":[]%s}`, start, end, id, port, migs)
+	}
+	mig := func(id string, port int, ranges string) string {
+		return fmt.Sprintf(`{"slot_ranges":[%s],"node_id":"%s","ip":"127.0.0.1","port":%d}`, ranges, id, port)
+	}
+	cfg := func(migs string) string {
+		if migs != "" {
+			migs = `,"migrations":[` + migs + `]`
+		}
+		return "[" + shard("a", 7001, 0, 8191, migs) + "," + shard("b", 7002, 8192, 16383, "") + "]"
+	}
+	ok := mig("b", 7002, `{"start":0,"end":100}`)
+	if _, err := cluster.Parse([]byte(cfg(ok))); err != nil {
+		t.Fatalf("a valid migration: %v", err)
+	}
+	for _, tc := range []struct{ migs, want string }{
+		{mig("c", 7002, `{"start":0,"end":100}`), `migration to "c", which is not the master of a shard`},
+		{mig("a", 7001, `{"start":0,"end":100}`), "migration to its own master"},
+		{mig("b", 7003, `{"start":0,"end":100}`), "but the topology has it at 127.0.0.1:7002"},
+		{mig("b", 7002, `{"start":8000,"end":8200}`), "slot 8192 is not the shard's"},
+		{mig("b", 7002, ``), "has no slot ranges"},
+		{mig("b", 7002, `{"start":5,"end":1}`), "invalid slot range 5-1"},
+		{ok + "," + mig("b", 7002, `{"start":200,"end":300}`), `two migrations to "b"`},
+		{mig("b", 7002, `{"start":0,"end":10},{"start":5,"end":20}`), "slot 5 is in two migrations"},
+	} {
+		_, err := cluster.Parse([]byte(cfg(tc.migs)))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("migrations %s: %v, want %q", tc.migs, err, tc.want)
+		}
+	}
+}

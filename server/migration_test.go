@@ -14,8 +14,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cellserver/cellserver/cluster"
+	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/keyslot"
+	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/persistence"
 	"github.com/cellserver/cellserver/server"
 )
 
@@ -236,5 +239,197 @@ func TestMigrationUnderLoad(t *testing.T) {
 		if left, n := r[2], admitted[i].Load(); left != limit-n {
 			t.Errorf("%s (slot %d): %d admitted, but its state says %d left of %d (reset by the move?)", k, keyslot.Of([]byte(k)), n, left, limit)
 		}
+	}
+}
+
+// TestMigrationRetriesAndCancels: a target that does not expect the
+// migration yet (its topology lacks it) is retried (ERROR) until it does;
+// a target that cannot be reached leaves the source serving the slots,
+// retrying, until a topology without the migration cancels it.
+func TestMigrationRetriesAndCancels(t *testing.T) {
+	ctx := context.Background()
+	nodes := migNodes(t, 3, server.Config{})
+	ranges := [][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
+	open := topology(t, nodes, ranges, nil)
+	push(t, open, nodes...)
+	key := "retry:0"
+	for keyslot.Of([]byte(key)) > 1000 {
+		key += "x"
+	}
+	if err := nodes[0].rdb.Do(ctx, "CL.THROTTLE", key, 2, 1, 86400).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Node 2 does not have the opening topology yet.
+	mig := withMigration(t, open, 0, 2, 0, 1000)
+	push(t, mig, nodes[0], nodes[1])
+	testwait.For(t, 10*time.Second, "the source retrying", func() (bool, string) {
+		st := migrationStates(t, nodes[0])
+		return len(st) == 1 && strings.Contains(st[0], " ERROR ") && strings.Contains(st[0], "UNKNOWN_MIGRATION"), fmt.Sprint(st)
+	})
+	if r, err := nodes[0].rdb.Do(ctx, "CL.THROTTLE", key, 2, 1, 86400).Int64Slice(); err != nil || r[2] != 1 {
+		t.Fatalf("the source while its migration is retried: %v %v", r, err)
+	}
+	push(t, mig, nodes[2])
+	waitMigration(t, nodes[0], cluster.MigFinished)
+	if r, err := nodes[2].rdb.Do(ctx, "CL.THROTTLE", key, 2, 1, 86400).Int64Slice(); err != nil || r[2] != 0 {
+		t.Fatalf("the target after the retried migration: %v %v", r, err)
+	}
+
+	// A target nobody listens at: ERROR, retried; the source serves.
+	nowhere := startNode(t, server.Config{ClusterEnabled: true, ClusterNodeID: fmt.Sprintf("%040x", 0xee)})
+	ghost := topology(t, []*node{nodes[0], nodes[1], nowhere}, ranges, nil)
+	nowhere.srv.Close()
+	push(t, ghost, nodes[0], nodes[1])
+	push(t, withMigration(t, ghost, 0, 2, 2000, 2100), nodes[0], nodes[1])
+	testwait.For(t, 10*time.Second, "the source retrying an unreachable target", func() (bool, string) {
+		st := migrationStates(t, nodes[0])
+		return len(st) == 1 && strings.Contains(st[0], " ERROR "), fmt.Sprint(st)
+	})
+	k2 := "retry:1"
+	for s := keyslot.Of([]byte(k2)); s < 2000 || s > 2100; s = keyslot.Of([]byte(k2)) {
+		k2 += "x"
+	}
+	if err := nodes[0].rdb.Do(ctx, "CL.THROTTLE", k2, 2, 1, 86400).Err(); err != nil {
+		t.Fatalf("the source while its target is unreachable: %v", err)
+	}
+	// Cancelled: the topology without it.
+	push(t, ghost, nodes[0], nodes[1])
+	testwait.For(t, 10*time.Second, "the migration cancelled", func() (bool, string) {
+		st := migrationStates(t, nodes[0])
+		return len(st) == 0, fmt.Sprint(st)
+	})
+	if r, err := nodes[0].rdb.Do(ctx, "CL.THROTTLE", k2, 2, 1, 86400).Int64Slice(); err != nil || r[2] != 1 {
+		t.Fatalf("the source after the cancel: %v %v", r, err)
+	}
+}
+
+// TestMigrationTargetOutOfMemory: a target past its maxmemory refuses the
+// migration for good (FATAL on both sides) and drops the keys it had
+// received; the source keeps serving the slots with their state.
+func TestMigrationTargetOutOfMemory(t *testing.T) {
+	ctx := context.Background()
+	nodes := migNodes(t, 2, server.Config{})
+	small := startNode(t, server.Config{ClusterEnabled: true, ClusterNodeID: fmt.Sprintf("%040x", 0xb0), MaxMemory: 1 << 20, MaxMemoryPolicy: "noeviction"})
+	nodes = append(nodes, small)
+	ranges := [][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
+	open := topology(t, nodes, ranges, nil)
+	push(t, open, nodes...)
+	// About 4 MB of state in slots 0..5460 of node 0.
+	p := nodes[0].rdb.Pipeline()
+	for i := range 20000 {
+		k := fmt.Sprintf("oom:%d", i)
+		if keyslot.Of([]byte(k)) <= 5460 {
+			p.Do(ctx, "CL.SLIDINGLOG", k, 20, 3600, 10)
+		}
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := nodes[0].rdb.DBSize(ctx).Val()
+	push(t, withMigration(t, open, 0, 2, 0, 5460), nodes...)
+	out := waitMigration(t, nodes[0], cluster.MigFatal)
+	in := waitMigration(t, nodes[2], cluster.MigFatal)
+	if !strings.Contains(out, "out of memory") || !strings.Contains(in, "out of memory") {
+		t.Fatalf("statuses %q, %q: want the out-of-memory error", out, in)
+	}
+	for slot := 0; slot <= 5460; slot++ {
+		if n := small.srv.Commands().Keyspace().CountKeysInSlot(0, uint16(slot)); n != 0 {
+			t.Fatalf("the target kept %d keys of slot %d", n, slot)
+		}
+	}
+	if after := nodes[0].rdb.DBSize(ctx).Val(); after != before || before == 0 {
+		t.Fatalf("the source has %d keys, had %d", after, before)
+	}
+	k := "oom:0"
+	for keyslot.Of([]byte(k)) > 5460 {
+		k += "x"
+	}
+	if err := nodes[0].rdb.Do(ctx, "CL.SLIDINGLOG", k, 20, 3600, 10).Err(); err != nil {
+		t.Fatalf("the source after a FATAL migration: %v", err)
+	}
+}
+
+// TestMigrationSourceGone: a source whose connection ends before the
+// handover (killed) leaves nothing on the target: the keys it had sent are
+// dropped, and the status says why.
+func TestMigrationSourceGone(t *testing.T) {
+	nodes := migNodes(t, 2, server.Config{})
+	ranges := [][2]int{{0, 8191}, {8192, 16383}}
+	open := topology(t, nodes, ranges, nil)
+	// Only the target gets the opening topology; the test plays the
+	// source on a connection of its own.
+	push(t, withMigration(t, open, 0, 1, 0, 100), nodes[1])
+	src := nodes[0].srv.Cluster().MyID()
+	c := resptest.MustDial(t, nodes[1].addr)
+	if v := c.MustDo(t, "CELLCLUSTER", "MIGRATE-PUT", src, "k", "x"); v.Kind != '-' || !strings.HasPrefix(v.Str, "UNKNOWN_MIGRATION") {
+		t.Fatalf("MIGRATE-PUT before MIGRATE-START = %v", v)
+	}
+	c.MustDo(t, "CELLCLUSTER", "MIGRATE-START", src, "1")
+	var sent []string
+	for i := 0; len(sent) < 50; i++ {
+		k := fmt.Sprintf("gone:%d", i)
+		if keyslot.Of([]byte(k)) > 100 {
+			continue
+		}
+		// A value as a source encodes it: DUMP's payload without its
+		// trailer is persistence.EncodeValue.
+		payload := persistence.EncodeValue(nil, keyspace.Value{Kind: keyspace.KindString, Obj: []byte("v")})
+		if v := c.MustDo(t, "CELLCLUSTER", "MIGRATE-PUT", src, k, string(payload)); v.Str != "OK" {
+			t.Fatalf("MIGRATE-PUT %s = %v", k, v)
+		}
+		sent = append(sent, k)
+	}
+	if v := c.MustDo(t, "CELLCLUSTER", "MIGRATE-PUT", src, "not-migrating-"+strings.Repeat("z", 3), "x"); v.Kind != '-' {
+		t.Fatalf("MIGRATE-PUT of a key outside the slots = %v", v)
+	}
+	count := func() int {
+		n := 0
+		for slot := 0; slot <= 100; slot++ {
+			n += nodes[1].srv.Commands().Keyspace().CountKeysInSlot(0, uint16(slot))
+		}
+		return n
+	}
+	if n := count(); n != len(sent) {
+		t.Fatalf("the target holds %d keys of the slots, %d were sent", n, len(sent))
+	}
+	c.Close()
+	testwait.For(t, 10*time.Second, "the target to drop the keys", func() (bool, string) {
+		n := count()
+		return n == 0, fmt.Sprintf("%d keys left", n)
+	})
+	st := migrationStates(t, nodes[1])
+	if len(st) != 1 || !strings.Contains(st[0], " ERROR ") || !strings.Contains(st[0], "connection ended") {
+		t.Fatalf("the target's status after the source left: %v", st)
+	}
+}
+
+// TestMigrationReplicasConverge: the target's replicas get the migrated
+// keys through replication, as any change of the target.
+func TestMigrationReplicasConverge(t *testing.T) {
+	ctx := context.Background()
+	nodes := migNodes(t, 2, server.Config{})
+	replica := startNode(t, server.Config{ClusterEnabled: true, ClusterNodeID: fmt.Sprintf("%040x", 0xc0)})
+	ranges := [][2]int{{0, 8191}, {8192, 16383}}
+	open := topology(t, nodes, ranges, map[int][]*node{1: {replica}})
+	push(t, open, append(nodes, replica)...)
+	h, p := nodes[1].hostPort()
+	if err := replica.rdb.Do(ctx, "REPLICAOF", h, p).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitInSync(t, nodes[1], replica)
+	n := 0
+	for i := 0; n < 500; i++ {
+		if k := fmt.Sprintf("rep:%d", i); keyslot.Of([]byte(k)) <= 2000 {
+			if err := nodes[0].rdb.Do(ctx, "CL.THROTTLE", k, 5, 10, 86400).Err(); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+	}
+	push(t, withMigration(t, open, 0, 1, 0, 2000), append(nodes, replica)...)
+	waitMigration(t, nodes[0], cluster.MigFinished)
+	waitInSync(t, nodes[1], replica)
+	if got := sameState(t, nodes[1], replica); got < n {
+		t.Fatalf("the target has %d keys, want at least the %d migrated", got, n)
 	}
 }
