@@ -91,10 +91,13 @@ const maxInFlight = 20000
 // source's master) and into it (the target).
 type migrations struct {
 	cfg       MigrationConfig
-	mu        sync.Mutex                // guards the maps and the entries' states
-	out       map[string]*outMig        // by target id
-	in        map[string]*inMig         // by source id
-	active    atomic.Int32              // len(out): commands check their slots again under their locks
+	mu        sync.Mutex         // guards the maps and the entries' states
+	out       map[string]*outMig // by target id
+	in        map[string]*inMig  // by source id
+	active    atomic.Int32
+	finished  int64                     // guarded by mu
+	lastPause time.Duration             // guarded by mu
+	keysSent  atomic.Int64              // len(out): commands check their slots again under their locks
 	capturing atomic.Pointer[[]*outMig] // the outgoing migrations capturing changes
 }
 
@@ -654,6 +657,7 @@ func (om *outMig) attempt(attempt int) error {
 	var keys int64
 	count := func(n int) {
 		keys += int64(n)
+		s.mig.keysSent.Add(int64(n))
 		s.mig.mu.Lock()
 		om.keys = keys
 		s.mig.mu.Unlock()
@@ -793,6 +797,8 @@ func (om *outMig) finish(pause time.Duration) bool {
 	}
 	om.frozen, om.finished = false, true
 	om.state, om.err, om.pause = MigFinished, "", pause
+	s.mig.finished++
+	s.mig.lastPause = pause
 	s.mig.mu.Unlock()
 	s.refreshLocked()
 	return true
@@ -924,6 +930,22 @@ func (s *State) MigrateClosed(source string, conn int64) {
 	m.mu.Unlock()
 	s.log.Warn("cluster: slot migration into this node interrupted: the source's connection ended; dropping its keys", "source", source)
 	s.dropPartial(set)
+}
+
+// MigrationStats are the figures INFO cluster shows.
+type MigrationStats struct {
+	Out, In   int           // migrations declared out of and into this node
+	Finished  int64         // migrations out of this node finished since start
+	KeysSent  int64         // keys' states and changes sent to targets since start
+	LastPause time.Duration // the last handover's pause of the migrating slots' writes
+}
+
+// MigrationStats returns the node's migration figures.
+func (s *State) MigrationStats() MigrationStats {
+	m := &s.mig
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return MigrationStats{Out: len(m.out), In: len(m.in), Finished: m.finished, KeysSent: m.keysSent.Load(), LastPause: m.lastPause}
 }
 
 // MigrationStatus is one line of CELLCLUSTER SLOT-MIGRATION-STATUS.

@@ -265,6 +265,7 @@ var infoSections = []infoSection{
 	{"limiters", "Limiters", true, (*infoCall).limiters},
 	{"errorstats", "Errorstats", true, (*infoCall).errorstats},
 	{"cluster", "Cluster", true, (*infoCall).cluster},
+	{"migrations", "Migrations", false, (*infoCall).migrations},
 	{"policies", "Policies", false, (*infoCall).policies},
 	{"rls", "RLS", false, (*infoCall).rls},
 	{"keyspace", "Keyspace", true, (*infoCall).keyspace},
@@ -548,6 +549,23 @@ func (c *infoCall) errorstats() []string {
 
 func (c *infoCall) cluster() []string {
 	return []string{"cluster_enabled:" + map[bool]string{false: "0", true: "1"}[c.s.cluster.state != nil]}
+}
+
+// migrations is cellserver's section of slot migrations (cluster mode:
+// cluster/migration.go), shown when named or by INFO all.
+func (c *infoCall) migrations() []string {
+	st := c.s.cluster.state
+	if st == nil {
+		return nil
+	}
+	ms := st.MigrationStats()
+	return []string{
+		fmt.Sprintf("migrations_out:%d", ms.Out),
+		fmt.Sprintf("migrations_in:%d", ms.In),
+		fmt.Sprintf("migrations_finished:%d", ms.Finished),
+		fmt.Sprintf("migration_keys_sent:%d", ms.KeysSent),
+		fmt.Sprintf("migration_last_handover_us:%d", ms.LastPause.Microseconds()),
+	}
 }
 
 func (c *infoCall) policies() []string { return c.s.policyInfo() }
