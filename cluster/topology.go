@@ -42,9 +42,10 @@
 //
 // When a new topology (or a new node id) takes slots away from this node,
 // their keys are deleted in the background (State.Install); a node given
-// slots starts them empty: rate-limit state is soft, so a moved key's
-// limit restarts on its new owner. A key that does not move keeps its
-// state and its one owner throughout.
+// slots by a topology alone starts them empty (a moved key's limit
+// restarts on its new owner). A declared migration (Shard.Migrations,
+// migration.go) moves slots with their keys' state instead. A key that
+// does not move keeps its state and its one owner throughout.
 package cluster
 
 import (
