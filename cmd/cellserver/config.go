@@ -273,7 +273,8 @@ func loadConfig(args []string, env func(string) string, stdout, stderr io.Writer
 		vals[o.name] = fs.String(o.name, o.def, o.usage)
 	}
 	usage := func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: cellserver [options]\n\n"+
+		fmt.Fprintf(w, "Usage: cellserver [options]\n"+
+			"       cellserver cluster COMMAND ... (create, add-node, reshard, rebalance, check, info: cellserver cluster --help)\n\n"+
 			"A Redis-protocol rate-limit server answering CL.THROTTLE exactly as redis-cell.\n\n"+
 			"Every option can also be set as an environment variable (shown in brackets)\n"+
 			"or as a line \"name value\" in the --config file.\n"+
