@@ -174,22 +174,35 @@ type State struct {
 // ErrInvalidID wraps the reason SetMyID refuses an id.
 var ErrInvalidID = errors.New("cluster: invalid node id")
 
-// MaxIDLen bounds a node id's length.
-const MaxIDLen = 256
+// MaxIDLen is a node id's length: 40 lower-case hex digits, the shape of
+// Redis Cluster's node ids (a SHA-1 in hex; what NewID and redis-server
+// generate).
+const MaxIDLen = 40
 
-// ValidID reports why id cannot be a node id ("" if it can): it must be 1
-// to MaxIDLen printable non-space ASCII bytes.
+// ValidID reports why id cannot be a node id ("" if it can): it must be
+// exactly MaxIDLen lower-case hex digits. Redis's check
+// (verifyClusterNodeId) takes 40 of [a-z0-9]; every id a Redis node makes
+// is lower-case hex, and so must every id here be. Upper-case is refused
+// rather than folded: ids are compared byte for byte (CLUSTER NODES,
+// CLUSTER SLOTS, the topology), so "ABC…" and "abc…" would be two nodes,
+// and a node given one while the topology names the other would not find
+// itself in it.
 func ValidID(id string) string {
 	if id == "" {
 		return "empty node id"
 	}
-	if len(id) > MaxIDLen {
-		return fmt.Sprintf("node id longer than %d bytes", MaxIDLen)
+	if len(id) != MaxIDLen {
+		return fmt.Sprintf("node id must be %d lower-case hex digits (as Redis's), not %d bytes", MaxIDLen, len(id))
 	}
 	for i := 0; i < len(id); i++ {
-		if id[i] <= ' ' || id[i] > '~' {
-			return "node id must be printable ASCII without spaces"
+		c := id[i]
+		if c >= '0' && c <= '9' || c >= 'a' && c <= 'f' {
+			continue
 		}
+		if c >= 'A' && c <= 'F' {
+			return "node id must be lower-case hex (as Redis's): upper-case is refused"
+		}
+		return fmt.Sprintf("node id must be %d lower-case hex digits (as Redis's)", MaxIDLen)
 	}
 	return ""
 }

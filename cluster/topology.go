@@ -28,14 +28,14 @@
 // # Limits
 //
 // A topology lists at most MaxNodes nodes (masters and replicas), at most
-// MaxReplicas replicas per shard, and node ids of at most MaxIDLen bytes;
-// Parse refuses a larger one before building anything, so the node keeps
-// the topology it had. CLUSTER SLOTS lists a shard's nodes once per slot
-// range it serves, so its size is ranges × nodes per shard: with 16384
-// one-slot ranges and shards of 1 + MaxReplicas nodes, ids of MaxIDLen
-// bytes and 45-byte IPv6 addresses it is 60,156,220 bytes (RESP2 or RESP3;
-// commands' TestClusterReplySizeBound), under the default client output
-// buffer limit of 64 MiB; with 40-hex ids and IPv4 addresses about 16 MB.
+// MaxReplicas replicas per shard, and node ids of MaxIDLen (40) hex
+// digits; Parse refuses a larger one before building anything, so the
+// node keeps the topology it had. CLUSTER SLOTS lists a shard's nodes once
+// per slot range it serves, so its size is ranges × nodes per shard: with
+// 16384 one-slot ranges and shards of 1 + MaxReplicas nodes and 45-byte
+// IPv6 addresses it is 21,047,612 bytes (RESP2 or RESP3; commands'
+// TestClusterReplySizeBound), under the default client output buffer
+// limit of 64 MiB; with IPv4 addresses about 16 MB.
 // CLUSTER SHARDS and CLUSTER NODES list each node once and each range
 // once: under 1 MB. Each reply is built once per view, so per installed
 // topology, and protocol (View.Reply).
@@ -58,7 +58,6 @@ import (
 	"net/netip"
 	"sort"
 	"strconv"
-	"strings"
 
 	"github.com/cellserver/cellserver/keyslot"
 )
@@ -168,9 +167,12 @@ func (t *Topology) Find(id string) (sh *Shard, master bool) {
 
 // Parse validates a topology in DFLYCLUSTER CONFIG's JSON format: an array
 // of at least one shard, every slot 0..16383 owned exactly once, at most
-// MaxNodes nodes and MaxReplicas replicas per shard, node ids unique,
-// non-empty and at most MaxIDLen bytes, ips valid IPv4 or IPv6 addresses,
-// ports in 1..65535. Unknown fields are refused, so that a typo is not
+// MaxNodes nodes and MaxReplicas replicas per shard, node ids unique and
+// valid (ValidID: 40 lower-case hex digits), ips valid IPv4 or IPv6
+// addresses, ports in 1..65535. A shard may own no slot (slot_ranges
+// empty or absent): a master that joined empty, as a Redis Cluster master
+// without slots, or the target of a migration; it serves nothing until a
+// topology gives it slots. Unknown fields are refused, so that a typo is not
 // ignored. The sizes are checked first, before anything is built.
 func Parse(data []byte) (*Topology, error) {
 	bad := func(format string, a ...any) error {
@@ -209,11 +211,11 @@ func Parse(data []byte) (*Topology, error) {
 		if n.ID == "" {
 			return bad("%s: missing id", where)
 		}
-		if len(n.ID) > MaxIDLen {
-			return bad("%s: id longer than %d bytes", where, MaxIDLen)
-		}
-		if strings.ContainsAny(n.ID, " \t\r\n") {
-			return bad("%s: id %q contains whitespace", where, n.ID)
+		if why := ValidID(n.ID); why != "" {
+			if len(n.ID) > 2*MaxIDLen {
+				return bad("%s: id of %d bytes: %s", where, len(n.ID), why)
+			}
+			return bad("%s: id %q: %s", where, n.ID, why)
 		}
 		if ids[n.ID] {
 			return bad("duplicate node id %q", n.ID)
@@ -240,9 +242,6 @@ func Parse(data []byte) (*Topology, error) {
 			if err := checkNode(si, "replica", r); err != nil {
 				return nil, err
 			}
-		}
-		if len(sh.SlotRanges) == 0 {
-			return nil, bad("shard %d: no slot ranges", si)
 		}
 		for _, r := range sh.SlotRanges {
 			if r.Start < 0 || r.End >= keyslot.Slots || r.Start > r.End {
@@ -399,7 +398,8 @@ func ShardID(sh *Shard) string {
 }
 
 // byFirstSlot returns the indexes of t's shards ordered by their lowest
-// slot, the order CLUSTER SHARDS and CLUSTER NODES list them in.
+// slot, the order CLUSTER SHARDS and CLUSTER NODES list them in; shards
+// without slots come last, in the topology's order.
 func (t *Topology) byFirstSlot() []int {
 	first := make([]int, len(t.Shards))
 	for i := range first {

@@ -391,6 +391,22 @@ func cmdCellClusterConfig(x *ctx) {
 	x.ok()
 }
 
+// CELLCLUSTER GETCONFIG: the installed topology's JSON as CELLCLUSTER
+// CONFIG (or the config file) gave it, or a nil bulk before any: what
+// `cellserver cluster` reads to change a topology and compares across
+// nodes.
+func cmdCellClusterGetConfig(x *ctx) {
+	if !clusterOn(x) {
+		return
+	}
+	t := x.s.cluster.state.View().T
+	if t == nil {
+		x.null()
+		return
+	}
+	x.bulk(t.Raw())
+}
+
 // CELLCLUSTER MYID [<id>]: show or set this node's id.
 func cmdCellClusterMyID(x *ctx) {
 	if !clusterOn(x) {
@@ -422,6 +438,8 @@ func cmdCellClusterHelp(x *ctx) {
 		"    Install a cluster topology (Dragonfly's DFLYCLUSTER CONFIG JSON: an array of",
 		"    {slot_ranges:[{start,end}], master:{id,ip,port}, replicas:[{id,ip,port}],",
 		"    migrations:[{slot_ranges, node_id, ip, port}]}).",
+		"GETCONFIG",
+		"    Return the installed topology's JSON (nil before any).",
 		"MYID [<id>]",
 		"    Return this node's id, or set it.",
 		"SLOT-MIGRATION-STATUS [<node_id>]",

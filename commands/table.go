@@ -20,6 +20,7 @@ func commandTable() []*Spec {
 		{Name: "auth", Arity: -2, Flags: NoScript | Loading | Stale | Fast | NoAuth | AllowBusy, Run: cmdAuth},
 		{Name: "cellcluster", Arity: -2, Subs: []*Spec{
 			{Name: "cellcluster|config", Arity: 3, Flags: Admin | NoScript | Stale, Run: cmdCellClusterConfig},
+			{Name: "cellcluster|getconfig", Arity: 2, Flags: Admin | NoScript | Stale, Run: cmdCellClusterGetConfig},
 			{Name: "cellcluster|help", Arity: 2, Flags: Loading | Stale, Run: cmdCellClusterHelp},
 			{Name: "cellcluster|myid", Arity: -2, Flags: Admin | NoScript | Stale, Run: cmdCellClusterMyID},
 			{Name: "cellcluster|slot-migration-status", Arity: -2, Flags: Admin | NoScript | Stale, Run: cmdCellClusterMigrationStatus},

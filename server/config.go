@@ -234,8 +234,9 @@ type Config struct {
 	// exists) and rewritten atomically with every topology installed; the
 	// node's id is kept next to it, in ClusterConfigFile+".myid".
 	ClusterConfigFile string
-	// ClusterNodeID is this node's id in the topology; empty means the one
-	// kept next to ClusterConfigFile, or a new random 40-hex id.
+	// ClusterNodeID is this node's id in the topology, 40 lower-case hex
+	// digits as Redis's (cluster.ValidID); empty means the one kept next
+	// to ClusterConfigFile, or a new random one.
 	ClusterNodeID string
 	// ConfigRewrite, when set, is CONFIG REWRITE: it writes the settings
 	// that can change at run time, with their current values ("" for
