@@ -58,6 +58,7 @@ import (
 	"net/netip"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/cellserver/cellserver/keyslot"
 )

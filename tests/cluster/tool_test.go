@@ -257,3 +257,64 @@ func TestClusterTool(t *testing.T) {
 		t.Errorf("cellserver cluster --help: exit %d\n%s", code, out)
 	}
 }
+
+// TestClusterToolReshard: `cellserver cluster reshard` and `rebalance`
+// move slots with their keys' state, end to end: keys at their limit
+// before a move are at their limit after, on their new owner, which the
+// old one redirects to; a new empty master gets its share.
+func TestClusterToolReshard(t *testing.T) {
+	harness.NeedClusterMode(t)
+	ns := startToolNodes(t, 4)
+	pass := []string{"--pass", toolPass}
+	mustTool(t, append([]string{"create", ns[0].addr, ns[1].addr, ns[2].addr}, pass...)...)
+	ids := []string{ns[0].id(t), ns[1].id(t), ns[2].id(t)}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{ns[0].addr}, Password: toolPass, MaxRedirects: 16})
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// 600 keys, each at its limit (CL.THROTTLE key 1 1 86400: 2 admitted).
+	const nkeys = 600
+	keys := make([]string, nkeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("reshard:%d", i)
+		for range 2 {
+			if r, err := cc.Do(ctx, "CL.THROTTLE", keys[i], 1, 1, 86400).Int64Slice(); err != nil || r[0] != 0 {
+				t.Fatalf("CL.THROTTLE %s: %v %v", keys[i], r, err)
+			}
+		}
+	}
+	atLimit := func(when string) {
+		t.Helper()
+		for _, k := range keys {
+			r, err := cc.Do(ctx, "CL.THROTTLE", k, 1, 1, 86400, 0).Int64Slice()
+			if err != nil || r[2] != 0 {
+				t.Fatalf("%s: %s (slot %d): %v %v; want 0 left (its state moved with it)", when, k, keyslot.Of([]byte(k)), r, err)
+			}
+		}
+	}
+	out := mustTool(t, append([]string{"reshard", ns[0].addr, "--from", ids[0], "--to", ids[2], "--slots", "2000", "--yes"}, pass...)...)
+	t.Logf("reshard:\n%s", out)
+	atLimit("after reshard")
+	// Slots 0..1999 are node 2's now, everywhere.
+	for _, n := range ns[:3] {
+		if err := n.rdb.Do(ctx, "CL.THROTTLE", "{06S}", 1, 1, 86400, 0).Err(); n != ns[2] && (err == nil || !strings.HasPrefix(err.Error(), "MOVED 0 "+ns[2].addr)) {
+			t.Fatalf("%s: a key of slot 0 after the reshard: %v, want MOVED to %s", n.addr, err, ns[2].addr)
+		}
+	}
+	mustTool(t, append([]string{"add-node", ns[3].addr, ns[0].addr}, pass...)...)
+	out = mustTool(t, append([]string{"rebalance", ns[0].addr, "--yes"}, pass...)...)
+	t.Logf("rebalance:\n%s", out)
+	atLimit("after rebalance")
+	info := decode[infoJSON](t, mustTool(t, append([]string{"info", ns[0].addr, "--json"}, pass...)...))
+	if info.Keys != nkeys || len(info.Masters) != 4 {
+		t.Fatalf("info after rebalance: %+v, want %d keys on 4 masters", info, nkeys)
+	}
+	for _, m := range info.Masters {
+		if m.Slots < 4000 || m.Slots > 4200 {
+			t.Errorf("after rebalance %s holds %d slots, want about 4096", m.Addr, m.Slots)
+		}
+	}
+	if out := mustTool(t, append([]string{"check", ns[0].addr}, pass...)...); !strings.Contains(out, "[OK] All nodes agree") {
+		t.Fatalf("check after rebalance:\n%s", out)
+	}
+}
