@@ -158,6 +158,8 @@ type State struct {
 	log   *slog.Logger
 
 	mu sync.Mutex // serialises Install, SetMyID, SetAddr and the files
+	// watchers are told of every new view (OnChange); guarded by mu.
+	watchers []func(*View)
 
 	dmu     sync.Mutex // guards the fields below: the background deleter
 	pending []uint16   // slots whose keys are to be deleted, in order
@@ -292,7 +294,7 @@ func (s *State) SetAddr(ip string, port int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.view.Load()
-	s.view.Store(s.newView(old.T, old.ID, Node{ID: old.ID, IP: ip, Port: port}))
+	s.setView(s.newView(old.T, old.ID, Node{ID: old.ID, IP: ip, Port: port}))
 }
 
 // SetMyID changes this node's id (CELLCLUSTER MYID id). The node then
@@ -311,7 +313,7 @@ func (s *State) SetMyID(id string) error {
 	}
 	old := s.view.Load()
 	nv := s.newView(old.T, id, old.Addr)
-	s.view.Store(nv)
+	s.setView(nv)
 	s.dropLost(old, nv)
 	s.syncMigrationsLocked()
 	return nil
@@ -331,7 +333,7 @@ func (s *State) Install(t *Topology) error {
 	}
 	old := s.view.Load()
 	nv := s.newView(t, old.ID, old.Addr)
-	s.view.Store(nv)
+	s.setView(nv)
 	s.dropLost(old, nv)
 	s.syncMigrationsLocked()
 	return nil
@@ -343,8 +345,29 @@ func (s *State) Install(t *Topology) error {
 func (s *State) refreshLocked() {
 	old := s.view.Load()
 	nv := s.newView(old.T, old.ID, old.Addr)
-	s.view.Store(nv)
+	s.setView(nv)
 	s.dropLost(old, nv)
+}
+
+// setView makes nv the current view and tells the watchers. s.mu must be
+// held.
+func (s *State) setView(nv *View) {
+	s.view.Store(nv)
+	for _, f := range s.watchers {
+		f(nv)
+	}
+}
+
+// OnChange registers f, called with every view installed from now on
+// (CELLCLUSTER CONFIG, CELLCLUSTER MYID, the node's address at start), in
+// the order they are installed, and once at once with the current view.
+// f runs with the State's lock held: it must be quick and must not call
+// Install, SetMyID, SetAddr or OnChange.
+func (s *State) OnChange(f func(*View)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.watchers = append(s.watchers, f)
+	f(s.view.Load())
 }
 
 // dropLost queues the slots old owned and nv does not for deletion.

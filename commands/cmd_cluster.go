@@ -3,6 +3,7 @@ package commands
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 
 	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/keyslot"
@@ -20,6 +21,12 @@ type clusterMode struct {
 	slots cluster.SlotStore
 	// on: the dispatcher computes each key's hash slot (rkey.slot).
 	on bool
+	// bus forwards PUBLISH and SPUBLISH to the other nodes
+	// (Config.PubSubBus); nil: messages stay on this node.
+	bus PubSubBus
+	// received counts the messages other nodes forwarded here
+	// (CELLCLUSTER PUBLISH and SPUBLISH).
+	received atomic.Int64
 }
 
 // clusterCheck is the slot check of a command about to run or be queued,
@@ -74,7 +81,10 @@ func (s *Service) clusterCheck(x *ctx, sp *Spec) wireErr {
 		return noErr
 	}
 	v := s.cluster.state.View()
-	owner, ok := v.Route(slot, cl.readonly, write)
+	// Shard channels (SSUBSCRIBE, SUNSUBSCRIBE, SPUBLISH, the pub/sub
+	// commands with keys) are served by the slot's replicas too, READONLY
+	// or not, as Redis's getNodeByQuery serves them.
+	owner, ok := v.Route(slot, cl.readonly || sp.Flags&PubSub != 0, write)
 	switch {
 	case ok:
 		return noErr
@@ -431,6 +441,28 @@ func cmdCellClusterMyID(x *ctx) {
 	x.errorReply(errWrongArity("cellcluster|myid"))
 }
 
+// CELLCLUSTER PUBLISH channel message and CELLCLUSTER SPUBLISH
+// shardchannel message: a message published on another node, forwarded
+// by its pub/sub link (cluster.Bus), delivered to this node's subscribers
+// only and never forwarded again. The reply counts them. Flagged admin:
+// only an authenticated client runs it (the links authenticate as
+// replicas do).
+func cmdCellClusterPublish(x *ctx) {
+	if !clusterOn(x) {
+		return
+	}
+	x.s.cluster.received.Add(1)
+	x.int(x.s.pubsub.publish(x.args[2], x.args[3]))
+}
+
+func cmdCellClusterSPublish(x *ctx) {
+	if !clusterOn(x) {
+		return
+	}
+	x.s.cluster.received.Add(1)
+	x.int(x.s.pubsub.publishShard(x.args[2], x.args[3]))
+}
+
 func cmdCellClusterHelp(x *ctx) {
 	helpReply(x,
 		"CELLCLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -445,6 +477,11 @@ func cmdCellClusterHelp(x *ctx) {
 		"SLOT-MIGRATION-STATUS [<node_id>]",
 		"    List this node's slot migrations (with node_id: those with that node):",
 		"    [direction, peer_id, state, keys_migrated, error, slot_ranges] each.",
+		"PUBLISH <channel> <message>",
+		"    Deliver a message published on another node to this node's subscribers",
+		"    (internal: sent by the nodes' pub/sub links).",
+		"SPUBLISH <shardchannel> <message>",
+		"    The same for a shard channel (SPUBLISH on a node of this shard).",
 		"HELP",
 		"    Print this help.")
 }

@@ -62,6 +62,9 @@ const (
 	// A RESP2 client in subscribed mode; %s is the command's full name
 	// (client|list).
 	msgPubsubContext = "ERR Can't execute '%s': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
+	// SSUBSCRIBE inside MULTI (Redis 7.0.15: a client that expects one
+	// reply per command).
+	msgSSubscribeDenied = "ERR SSUBSCRIBE isn't allowed for a DENY BLOCKING client"
 	// CLIENT TRACKING and CLIENT CACHING, as Redis 7.0.15 sends them.
 	msgTrackingRedirectTwice = "ERR A client can only redirect to a single other client"
 	msgTrackingRedirectNone  = "ERR The client ID you want redirect to does not exist"

@@ -54,6 +54,9 @@ type Server struct {
 	repl   *replication.Replication
 	// cluster is the node's cluster state; nil unless ClusterEnabled.
 	cluster *cluster.State
+	// bus is the node's pub/sub links to the other nodes; nil unless
+	// ClusterEnabled. Serve starts it, stopBackground closes it.
+	bus *cluster.Bus
 
 	bgCancel context.CancelFunc
 	bgDone   chan struct{}
@@ -171,6 +174,8 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 	var cl *cluster.State
 	var slots cluster.SlotStore
+	var bus *cluster.Bus
+	var psBus commands.PubSubBus // nil unless cluster mode (not a nil *cluster.Bus)
 	if cfg.ClusterEnabled {
 		slots = cluster.KeyspaceStore{Keyspace: ks}
 		cl, err = cluster.New(cluster.Config{NodeID: cfg.ClusterNodeID, ConfigFile: cfg.ClusterConfigFile, Logger: cfg.Logger, Store: slots,
@@ -178,6 +183,17 @@ func New(cfg Config) (_ *Server, err error) {
 		if err != nil {
 			return nil, err
 		}
+		// The pub/sub links to the other nodes authenticate as a replica
+		// does (masteruser/masterauth), else with this node's own
+		// requirepass, which the nodes of a cluster share; TLS with
+		// tls-replication.
+		user, pass := cfg.MasterUser, cfg.MasterAuth
+		if pass == "" {
+			user, pass = "", cfg.Password
+		}
+		bus = cluster.NewBus(cluster.BusConfig{State: cl, TLS: rtls, User: user, Password: pass,
+			QueueLimit: cfg.ClusterPubSubQueueLimit, MaxMessage: cfg.MaxBulkLen, Logger: cfg.Logger})
+		psBus = bus
 	}
 	var self *Server // for INFO rls, which reads the front door built by Listen
 	cmds, err := commands.New(commands.Config{
@@ -189,6 +205,7 @@ func New(cfg Config) (_ *Server, err error) {
 		},
 		Cluster:            cl,
 		ClusterSlots:       slots,
+		PubSubBus:          psBus,
 		Replication:        repl,
 		ReplicaPriority:    cfg.ReplicaPriority,
 		ReplicaWritable:    cfg.ReplicaWritable,
@@ -268,7 +285,7 @@ func New(cfg Config) (_ *Server, err error) {
 	rcfg.Refuse = cmds.Refuse // protected mode refuses at accept
 	rs := resp.NewServer(rcfg, cmds)
 	cmds.SetNetwork(rs)
-	self = &Server{cfg: cfg, tls: tm.server, clientTLS: rlsClientTLS(tm), cmds: cmds, net: rs, store: store, writer: writer, repl: repl, cluster: cl}
+	self = &Server{cfg: cfg, tls: tm.server, clientTLS: rlsClientTLS(tm), cmds: cmds, net: rs, store: store, writer: writer, repl: repl, cluster: cl, bus: bus}
 	return self, nil
 }
 
@@ -387,6 +404,9 @@ func (s *Server) Serve() error {
 			s.cluster.SetAddr(a.IP.String(), a.Port)
 		}
 	}
+	if s.bus != nil {
+		s.bus.Start()
+	}
 	if host, port, ok, _ := parseReplicaOf(s.cfg.ReplicaOf); ok && !s.repl.IsReplica() {
 		s.repl.ReplicaOf(host, port)
 	}
@@ -455,6 +475,9 @@ func (s *Server) stopBackground() {
 	if cancel != nil {
 		cancel()
 		<-done
+	}
+	if s.bus != nil {
+		s.bus.Close()
 	}
 	s.closeStore()
 }
