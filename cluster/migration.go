@@ -95,9 +95,10 @@ type migrations struct {
 	out       map[string]*outMig // by target id
 	in        map[string]*inMig  // by source id
 	active    atomic.Int32
-	finished  int64                     // guarded by mu
-	lastPause time.Duration             // guarded by mu
-	keysSent  atomic.Int64              // len(out): commands check their slots again under their locks
+	finished  int64         // guarded by mu
+	lastPause time.Duration // guarded by mu
+	keysSent  atomic.Int64
+	closed    bool                      // Close: no migration starts (guarded by mu)              // len(out): commands check their slots again under their locks
 	capturing atomic.Pointer[[]*outMig] // the outgoing migrations capturing changes
 }
 
@@ -256,7 +257,7 @@ func (s *State) syncMigrationsLocked() {
 		s.log.Info("cluster: slot migration no longer declared: ended", "target", id, "slots", om.ranges, "state", om.state)
 	}
 	for id, mg := range wantOut {
-		if _, ok := m.out[id]; ok {
+		if _, ok := m.out[id]; ok || m.closed {
 			continue
 		}
 		om := &outMig{s: s, m: mg, slots: Set(mg.SlotRanges), ranges: RangesString(mg.SlotRanges),
@@ -802,6 +803,24 @@ func (om *outMig) finish(pause time.Duration) bool {
 	s.mig.mu.Unlock()
 	s.refreshLocked()
 	return true
+}
+
+// Close ends the migrations out of this node (at shutdown): each stops
+// its attempt; the slots stay this node's unless handed over already.
+// Later topologies start none.
+func (s *State) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := &s.mig
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	for id, om := range m.out {
+		close(om.stop)
+		delete(m.out, id)
+	}
+	m.active.Store(0)
+	m.publishCaptureLocked()
 }
 
 // MigrateStart begins an attempt of the migration from source on

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"github.com/cellserver/cellserver/internal/topotest"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 // pubsubNode starts a cluster-mode node with password pw.
 func pubsubNode(t *testing.T, i int, pw string) *node {
 	t.Helper()
-	n := startNode(t, server.Config{ClusterEnabled: true, ClusterNodeID: fmt.Sprintf("node-%d", i+1), Password: pw})
+	n := startNode(t, server.Config{ClusterEnabled: true, ClusterNodeID: topotest.ID(fmt.Sprintf("node-%d", i+1)), Password: pw})
 	n.rdb.Close()
 	n.rdb = redis.NewClient(&redis.Options{Addr: n.addr, Protocol: 2, MaxRetries: -1, Password: pw})
 	return n

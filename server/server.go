@@ -479,6 +479,9 @@ func (s *Server) stopBackground() {
 	if s.bus != nil {
 		s.bus.Close()
 	}
+	if s.cluster != nil {
+		s.cluster.Close() // its migrations out stop
+	}
 	s.closeStore()
 }
 
