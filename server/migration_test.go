@@ -433,3 +433,63 @@ func TestMigrationReplicasConverge(t *testing.T) {
 		t.Fatalf("the target has %d keys, want at least the %d migrated", got, n)
 	}
 }
+
+// TestMigrationTargetDropsPartial: the target drops what an unfinished
+// attempt left when the next attempt starts (a source that reconnects,
+// or a target restarted with its data), and when a topology cancels the
+// migration.
+func TestMigrationTargetDropsPartial(t *testing.T) {
+	nodes := migNodes(t, 2, server.Config{})
+	open := topology(t, nodes, [][2]int{{0, 8191}, {8192, 16383}}, nil)
+	push(t, withMigration(t, open, 0, 1, 0, 100), nodes[1])
+	src := nodes[0].srv.Cluster().MyID()
+	payload := string(persistence.EncodeValue(nil, keyspace.Value{Kind: keyspace.KindString, Obj: []byte("v")}))
+	var keys []string
+	for i := 0; len(keys) < 20; i++ {
+		if k := fmt.Sprintf("partial:%d", i); keyslot.Of([]byte(k)) <= 100 {
+			keys = append(keys, k)
+		}
+	}
+	count := func() int {
+		n := 0
+		for slot := 0; slot <= 100; slot++ {
+			n += nodes[1].srv.Commands().Keyspace().CountKeysInSlot(0, uint16(slot))
+		}
+		return n
+	}
+	attempt := func(n string) *resptest.Conn {
+		c := resptest.MustDial(t, nodes[1].addr)
+		c.MustDo(t, "CELLCLUSTER", "MIGRATE-START", src, n)
+		for _, k := range keys {
+			if v := c.MustDo(t, "CELLCLUSTER", "MIGRATE-PUT", src, k, payload); v.Str != "OK" {
+				t.Fatalf("MIGRATE-PUT %s = %v", k, v)
+			}
+		}
+		return c
+	}
+	first := attempt("1")
+	if n := count(); n != len(keys) {
+		t.Fatalf("after the first attempt: %d keys, want %d", n, len(keys))
+	}
+	// A second attempt on another connection (the first one still open):
+	// the first attempt's keys go, and its connection may write no more.
+	c := resptest.MustDial(t, nodes[1].addr)
+	c.MustDo(t, "CELLCLUSTER", "MIGRATE-START", src, "2")
+	if n := count(); n != 0 {
+		t.Fatalf("a new attempt left %d keys of the previous one", n)
+	}
+	if v := first.MustDo(t, "CELLCLUSTER", "MIGRATE-PUT", src, keys[0], payload); v.Kind != '-' {
+		t.Fatalf("MIGRATE-PUT on the first attempt's connection after a second started = %v", v)
+	}
+	c.Close()
+	second := attempt("3")
+	// Cancelled by a topology without the migration: the keys go.
+	push(t, open, nodes[1])
+	testwait.For(t, 10*time.Second, "the cancelled migration's keys dropped", func() (bool, string) {
+		n := count()
+		return n == 0, fmt.Sprintf("%d keys left", n)
+	})
+	if v := second.MustDo(t, "CELLCLUSTER", "MIGRATE-END", src, "20"); v.Kind != '-' || !strings.HasPrefix(v.Str, "UNKNOWN_MIGRATION") {
+		t.Fatalf("MIGRATE-END after the cancel = %v", v)
+	}
+}
