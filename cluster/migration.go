@@ -588,6 +588,18 @@ func (l *link) wait(max int64, stop <-chan struct{}) error {
 	}
 }
 
+// throttle waits, once more than maxInFlight commands are unanswered,
+// until half of them are.
+func (l *link) throttle(stop <-chan struct{}) error {
+	if l.sent-l.acked.Load() <= maxInFlight {
+		return nil
+	}
+	if err := l.flush(); err != nil {
+		return err
+	}
+	return l.wait(maxInFlight/2, stop)
+}
+
 // send writes commands b (n of them).
 func (l *link) send(b []byte, n int) error {
 	l.sent += int64(n)
@@ -673,13 +685,8 @@ func (om *outMig) attempt(attempt int) error {
 			if err := l.send(b, 1); err != nil {
 				return err
 			}
-			if l.sent-l.acked.Load() > maxInFlight {
-				if err := l.flush(); err != nil {
-					return err
-				}
-				if err := l.wait(maxInFlight/2, om.stop); err != nil {
-					return err
-				}
+			if err := l.throttle(om.stop); err != nil {
+				return err
 			}
 		}
 		count(len(q))
@@ -714,13 +721,8 @@ func (om *outMig) attempt(attempt int) error {
 		if err := drain(); err != nil {
 			return err
 		}
-		if l.sent-l.acked.Load() > maxInFlight {
-			if err := l.flush(); err != nil {
-				return err
-			}
-			if err := l.wait(maxInFlight/2, om.stop); err != nil {
-				return err
-			}
+		if err := l.throttle(om.stop); err != nil {
+			return err
 		}
 		if om.stopped() {
 			return errors.New("migration no longer declared")

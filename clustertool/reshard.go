@@ -82,11 +82,7 @@ type MoveResult struct {
 // belongs to: opening topology, migration until FINISHED, closing
 // topology (Tool's model). The keys move with their state.
 func (t *Tool) Reshard(addr, from, to string, n int) error {
-	a, err := resolve(addr)
-	if err != nil {
-		return err
-	}
-	top, err := t.readTopology(a.Addr())
+	top, err := t.topologyAt(addr)
 	if err != nil {
 		return err
 	}
@@ -220,11 +216,7 @@ func errSuffix(e string) string {
 // from the master with the largest surplus to the one with the largest
 // deficit, each taking the highest slots of its source.
 func (t *Tool) Rebalance(addr string, weights map[string]float64, threshold float64) error {
-	a, err := resolve(addr)
-	if err != nil {
-		return err
-	}
-	top, err := t.readTopology(a.Addr())
+	top, err := t.topologyAt(addr)
 	if err != nil {
 		return err
 	}
@@ -329,4 +321,13 @@ func abs(x int) int {
 		return -x
 	}
 	return x
+}
+
+// topologyAt reads the topology of the node at addr (HOST:PORT).
+func (t *Tool) topologyAt(addr string) (Topology, error) {
+	a, err := resolve(addr)
+	if err != nil {
+		return nil, err
+	}
+	return t.readTopology(a.Addr())
 }

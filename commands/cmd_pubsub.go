@@ -437,27 +437,7 @@ func cmdSPublish(x *ctx) {
 // PUBSUB CHANNELS [pattern]: the channels with a subscriber (pattern
 // subscriptions do not count), those matching pattern if given.
 func cmdPubsubChannels(x *ctx) {
-	if len(x.args) > 3 {
-		x.errorReply(errSubcommandSyntax(cstr(x.args[1]), "pubsub"))
-		return
-	}
-	var pat []byte
-	if len(x.args) == 3 {
-		pat = x.args[2]
-	}
-	t := x.s.pubsub
-	t.mu.RLock()
-	var out []string
-	for ch := range t.channels {
-		if pat == nil || glob.Match(pat, []byte(ch), false) {
-			out = append(out, ch)
-		}
-	}
-	t.mu.RUnlock()
-	x.array(len(out))
-	for _, ch := range out {
-		x.bulkStr(ch)
-	}
+	listChannels(x, func(t *pubsubTable) map[string]map[*client]struct{} { return t.channels })
 }
 
 // PUBSUB NUMSUB [channel ...]: each channel and its number of
@@ -487,6 +467,12 @@ func cmdPubsubNumpat(x *ctx) {
 // PUBSUB SHARDCHANNELS [pattern]: the shard channels with a subscriber on
 // this node, those matching pattern if given.
 func cmdPubsubShardChannels(x *ctx) {
+	listChannels(x, func(t *pubsubTable) map[string]map[*client]struct{} { return t.shard })
+}
+
+// listChannels answers PUBSUB CHANNELS or SHARDCHANNELS [pattern] from the
+// table's map of, under its read lock, those channels.
+func listChannels(x *ctx, of func(t *pubsubTable) map[string]map[*client]struct{}) {
 	if len(x.args) > 3 {
 		x.errorReply(errSubcommandSyntax(cstr(x.args[1]), "pubsub"))
 		return
@@ -498,7 +484,7 @@ func cmdPubsubShardChannels(x *ctx) {
 	t := x.s.pubsub
 	t.mu.RLock()
 	var out []string
-	for ch := range t.shard {
+	for ch := range of(t) {
 		if pat == nil || glob.Match(pat, []byte(ch), false) {
 			out = append(out, ch)
 		}
