@@ -8,12 +8,14 @@
 //   - the migration's time (the opening topology pushed to FINISHED on
 //     the source), keys/s, and MB/s of commands the target read (INFO
 //     stats total_net_input_bytes);
+//
 //   - the handover's pause of the migrating slots' writes (INFO
 //     migrations migration_last_handover_us);
+//
 //   - the probes' p50/p99/max before the migration (for as long as it
 //     ran) and during it.
 //
-//	go run ./bench/migrate -source 127.0.0.1:7001 -target 127.0.0.1:7002 -keys 1000000
+//     go run ./bench/migrate -source 127.0.0.1:7001 -target 127.0.0.1:7002 -keys 1000000
 //
 // Both servers must be started with --cluster-enabled yes on this machine,
 // and hold no other keys.
