@@ -9,15 +9,21 @@ import (
 // in Redis 7.0's formats. What cellserver cannot know as Redis does (it
 // has no gossip bus) is shown as a fresh Redis node shows it: ping and
 // pong times 0, the bus port as port+10000, every listed node connected.
-// A shard's config epoch is its position by lowest slot, from 1.
+// A shard's config epoch is its position by lowest slot, from 1; a shard
+// without slots has epoch 0, as a Redis master that joined empty (and its
+// replicas) shows until it is given slots.
 
-// epochs returns each shard's config epoch.
-func (t *Topology) epochs() map[*Shard]int {
-	e := map[*Shard]int{}
-	for i, sh := range t.OrderedShards() {
-		e[sh] = i + 1
+// epochs returns each shard's config epoch (absent: 0) and the highest.
+func (t *Topology) epochs() (e map[*Shard]int, current int) {
+	e = map[*Shard]int{}
+	ranges := t.RangesByShard()
+	for _, sh := range t.OrderedShards() {
+		if len(ranges[sh]) > 0 {
+			current++
+			e[sh] = current
+		}
 	}
-	return e
+	return e, current
 }
 
 // Nodes is CLUSTER NODES: one line per node, each ending in "\n".
@@ -54,7 +60,7 @@ func (v *View) Nodes() string {
 	if v.T == nil {
 		return b.String()
 	}
-	ep := v.T.epochs()
+	ep, _ := v.T.epochs()
 	ranges := v.T.RangesByShard()
 	for _, sh := range v.T.OrderedShards() {
 		flags := "master"
@@ -78,15 +84,18 @@ func (v *View) Nodes() string {
 func (v *View) Info() string {
 	state, assigned, known, size, current, mine := "fail", 0, 1, 1, 0, 0
 	if v.T != nil {
-		state, assigned, size = "ok", 16384, len(v.T.Shards)
-		known, current = 0, len(v.T.Shards)
+		// cluster_size is, as Redis's, the masters serving at least one
+		// slot: a master that joined empty is known but not counted.
+		ep, cur := v.T.epochs()
+		state, assigned, size, current = "ok", 16384, cur, cur
+		known = 0
 		for _, sh := range v.T.Shards {
 			known += 1 + len(sh.Replicas)
 		}
 		if v.Me == nil {
 			known++
 		} else {
-			mine = v.T.epochs()[v.Me]
+			mine = ep[v.Me]
 		}
 	}
 	itoa := strconv.Itoa

@@ -30,6 +30,10 @@ type View struct {
 	// Addr is this node's own listening address, shown for a node the
 	// topology does not list (CLUSTER NODES, SHARDS).
 	Addr Node
+	// over, while a migration hands slots over (migration.go), changes
+	// the topology's owners of some slots ahead of the closing config and
+	// marks the slots whose writes wait (Frozen). nil: none.
+	over *override
 
 	// replies are the encoded replies built for this view (Reply), per
 	// kind and protocol (0: RESP2, 1: RESP3).
@@ -84,7 +88,7 @@ func (v *View) Reply(kind ReplyKind, resp3 bool, build func() []byte) []byte {
 // READONLY client), else owner is the shard to redirect to (nil: no
 // shard serves the slot, CLUSTERDOWN).
 func (v *View) Route(slot uint16, readonlyClient, write bool) (owner *Shard, ok bool) {
-	owner = v.T.Owner(slot)
+	owner = v.owner(slot)
 	if owner == nil {
 		return nil, false
 	}
@@ -97,7 +101,24 @@ func (v *View) Route(slot uint16, readonlyClient, write bool) (owner *Shard, ok 
 // Owns reports whether slot belongs to this node's shard (as its master or
 // a replica): the slots whose keys it keeps.
 func (v *View) Owns(slot uint16) bool {
-	return v.Me != nil && v.T.Owner(slot) == v.Me
+	return v.Me != nil && v.owner(slot) == v.Me
+}
+
+// owner returns the shard serving slot: the topology's, unless a
+// migration handed the slot over already (override).
+func (v *View) owner(slot uint16) *Shard {
+	if o := v.over; o != nil {
+		if sh := o.owner[slot&(keyslot.Slots-1)]; sh != nil {
+			return sh
+		}
+	}
+	return v.T.Owner(slot)
+}
+
+// Frozen reports whether writes to slot must wait (TRYAGAIN): this node
+// is handing it over to a migration's target.
+func (v *View) Frozen(slot uint16) bool {
+	return v.over != nil && v.over.frozen[slot&(keyslot.Slots-1)]
 }
 
 // SlotStore is the keyspace's slot API: it counts, lists and deletes the
@@ -123,6 +144,9 @@ type Config struct {
 	Store SlotStore
 	// Logger receives the background deleter's lines; nil: slog.Default().
 	Logger *slog.Logger
+	// Migrations: what slot migrations need (migration.go); without a
+	// Keyspace, migrations declared by a topology stay in ERROR.
+	Migrations MigrationConfig
 }
 
 // State is a node's cluster state: its id and the installed topology. It
@@ -134,6 +158,8 @@ type State struct {
 	log   *slog.Logger
 
 	mu sync.Mutex // serialises Install, SetMyID, SetAddr and the files
+	// watchers are told of every new view (OnChange); guarded by mu.
+	watchers []func(*View)
 
 	dmu     sync.Mutex // guards the fields below: the background deleter
 	pending []uint16   // slots whose keys are to be deleted, in order
@@ -143,27 +169,42 @@ type State struct {
 	deleted atomic.Int64  // keys deleted by slot moves
 
 	builds atomic.Int64 // replies built by its views (View.Reply)
+
+	mig migrations // slot migrations in and out (migration.go), guarded by mu
 }
 
 // ErrInvalidID wraps the reason SetMyID refuses an id.
 var ErrInvalidID = errors.New("cluster: invalid node id")
 
-// MaxIDLen bounds a node id's length.
-const MaxIDLen = 256
+// MaxIDLen is a node id's length: 40 lower-case hex digits, the shape of
+// Redis Cluster's node ids (a SHA-1 in hex; what NewID and redis-server
+// generate).
+const MaxIDLen = 40
 
-// ValidID reports why id cannot be a node id ("" if it can): it must be 1
-// to MaxIDLen printable non-space ASCII bytes.
+// ValidID reports why id cannot be a node id ("" if it can): it must be
+// exactly MaxIDLen lower-case hex digits. Redis's check
+// (verifyClusterNodeId) takes 40 of [a-z0-9]; every id a Redis node makes
+// is lower-case hex, and so must every id here be. Upper-case is refused
+// rather than folded: ids are compared byte for byte (CLUSTER NODES,
+// CLUSTER SLOTS, the topology), so "ABC…" and "abc…" would be two nodes,
+// and a node given one while the topology names the other would not find
+// itself in it.
 func ValidID(id string) string {
 	if id == "" {
 		return "empty node id"
 	}
-	if len(id) > MaxIDLen {
-		return fmt.Sprintf("node id longer than %d bytes", MaxIDLen)
+	if len(id) != MaxIDLen {
+		return fmt.Sprintf("node id must be %d lower-case hex digits (as Redis's), not %d bytes", MaxIDLen, len(id))
 	}
 	for i := 0; i < len(id); i++ {
-		if id[i] <= ' ' || id[i] > '~' {
-			return "node id must be printable ASCII without spaces"
+		c := id[i]
+		if c >= '0' && c <= '9' || c >= 'a' && c <= 'f' {
+			continue
 		}
+		if c >= 'A' && c <= 'F' {
+			return "node id must be lower-case hex (as Redis's): upper-case is refused"
+		}
+		return fmt.Sprintf("node id must be %d lower-case hex digits (as Redis's)", MaxIDLen)
 	}
 	return ""
 }
@@ -183,6 +224,7 @@ func New(cfg Config) (*State, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	s.mig.init(cfg.Migrations)
 	id := cfg.NodeID
 	if id != "" {
 		if why := ValidID(id); why != "" {
@@ -221,6 +263,9 @@ func New(cfg Config) (*State, error) {
 		}
 	}
 	s.view.Store(s.newView(t, id, Node{}))
+	s.mu.Lock()
+	s.syncMigrationsLocked()
+	s.mu.Unlock()
 	return s, nil
 }
 
@@ -229,6 +274,7 @@ func (s *State) idFile() string { return s.file + ".myid" }
 func (s *State) newView(t *Topology, id string, addr Node) *View {
 	v := &View{T: t, ID: id, Addr: addr, builds: &s.builds}
 	v.Me, v.Master = t.Find(id)
+	v.over = s.mig.overrideLocked(v)
 	return v
 }
 
@@ -248,7 +294,7 @@ func (s *State) SetAddr(ip string, port int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.view.Load()
-	s.view.Store(s.newView(old.T, old.ID, Node{ID: old.ID, IP: ip, Port: port}))
+	s.setView(s.newView(old.T, old.ID, Node{ID: old.ID, IP: ip, Port: port}))
 }
 
 // SetMyID changes this node's id (CELLCLUSTER MYID id). The node then
@@ -267,8 +313,9 @@ func (s *State) SetMyID(id string) error {
 	}
 	old := s.view.Load()
 	nv := s.newView(old.T, id, old.Addr)
-	s.view.Store(nv)
+	s.setView(nv)
 	s.dropLost(old, nv)
+	s.syncMigrationsLocked()
 	return nil
 }
 
@@ -286,9 +333,41 @@ func (s *State) Install(t *Topology) error {
 	}
 	old := s.view.Load()
 	nv := s.newView(t, old.ID, old.Addr)
-	s.view.Store(nv)
+	s.setView(nv)
 	s.dropLost(old, nv)
+	s.syncMigrationsLocked()
 	return nil
+}
+
+// refreshLocked rebuilds the view of the same topology after a
+// migration's state changed its overrides, and deletes the keys of the
+// slots it no longer serves. s.mu held.
+func (s *State) refreshLocked() {
+	old := s.view.Load()
+	nv := s.newView(old.T, old.ID, old.Addr)
+	s.setView(nv)
+	s.dropLost(old, nv)
+}
+
+// setView makes nv the current view and tells the watchers. s.mu must be
+// held.
+func (s *State) setView(nv *View) {
+	s.view.Store(nv)
+	for _, f := range s.watchers {
+		f(nv)
+	}
+}
+
+// OnChange registers f, called with every view installed from now on
+// (CELLCLUSTER CONFIG, CELLCLUSTER MYID, the node's address at start), in
+// the order they are installed, and once at once with the current view.
+// f runs with the State's lock held: it must be quick and must not call
+// Install, SetMyID, SetAddr or OnChange.
+func (s *State) OnChange(f func(*View)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.watchers = append(s.watchers, f)
+	f(s.view.Load())
 }
 
 // dropLost queues the slots old owned and nv does not for deletion.

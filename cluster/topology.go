@@ -28,23 +28,24 @@
 // # Limits
 //
 // A topology lists at most MaxNodes nodes (masters and replicas), at most
-// MaxReplicas replicas per shard, and node ids of at most MaxIDLen bytes;
-// Parse refuses a larger one before building anything, so the node keeps
-// the topology it had. CLUSTER SLOTS lists a shard's nodes once per slot
-// range it serves, so its size is ranges × nodes per shard: with 16384
-// one-slot ranges and shards of 1 + MaxReplicas nodes, ids of MaxIDLen
-// bytes and 45-byte IPv6 addresses it is 60,156,220 bytes (RESP2 or RESP3;
-// commands' TestClusterReplySizeBound), under the default client output
-// buffer limit of 64 MiB; with 40-hex ids and IPv4 addresses about 16 MB.
+// MaxReplicas replicas per shard, and node ids of MaxIDLen (40) hex
+// digits; Parse refuses a larger one before building anything, so the
+// node keeps the topology it had. CLUSTER SLOTS lists a shard's nodes once
+// per slot range it serves, so its size is ranges × nodes per shard: with
+// 16384 one-slot ranges and shards of 1 + MaxReplicas nodes and 45-byte
+// IPv6 addresses it is 21,047,612 bytes (RESP2 or RESP3; commands'
+// TestClusterReplySizeBound), under the default client output buffer
+// limit of 64 MiB; with IPv4 addresses about 16 MB.
 // CLUSTER SHARDS and CLUSTER NODES list each node once and each range
 // once: under 1 MB. Each reply is built once per view, so per installed
 // topology, and protocol (View.Reply).
 //
 // When a new topology (or a new node id) takes slots away from this node,
 // their keys are deleted in the background (State.Install); a node given
-// slots starts them empty: rate-limit state is soft, so a moved key's
-// limit restarts on its new owner. A key that does not move keeps its
-// state and its one owner throughout.
+// slots by a topology alone starts them empty (a moved key's limit
+// restarts on its new owner). A declared migration (Shard.Migrations,
+// migration.go) moves slots with their keys' state instead. A key that
+// does not move keeps its state and its one owner throughout.
 package cluster
 
 import (
@@ -99,7 +100,23 @@ type Shard struct {
 	SlotRanges []SlotRange `json:"slot_ranges"`
 	Master     Node        `json:"master"`
 	Replicas   []Node      `json:"replicas"`
+	// Migrations are the slot migrations out of this shard the topology
+	// declares (Dragonfly's format): each moves some of its slots, with
+	// their keys' state, to another shard's master (migration.go).
+	Migrations []Migration `json:"migrations,omitempty"`
 }
+
+// Migration is a declared move of slots from the shard that lists it to
+// the master NodeID (at IP:Port).
+type Migration struct {
+	SlotRanges []SlotRange `json:"slot_ranges"`
+	NodeID     string      `json:"node_id"`
+	IP         string      `json:"ip"`
+	Port       int         `json:"port"`
+}
+
+// MaxMigrations bounds the migrations a topology declares.
+const MaxMigrations = 64
 
 // noShard marks a slot no shard owns (only before any topology).
 const noShard = -1
@@ -151,9 +168,12 @@ func (t *Topology) Find(id string) (sh *Shard, master bool) {
 
 // Parse validates a topology in DFLYCLUSTER CONFIG's JSON format: an array
 // of at least one shard, every slot 0..16383 owned exactly once, at most
-// MaxNodes nodes and MaxReplicas replicas per shard, node ids unique,
-// non-empty and at most MaxIDLen bytes, ips valid IPv4 or IPv6 addresses,
-// ports in 1..65535. Unknown fields are refused, so that a typo is not
+// MaxNodes nodes and MaxReplicas replicas per shard, node ids unique and
+// valid (ValidID: 40 lower-case hex digits), ips valid IPv4 or IPv6
+// addresses, ports in 1..65535. A shard may own no slot (slot_ranges
+// empty or absent): a master that joined empty, as a Redis Cluster master
+// without slots, or the target of a migration; it serves nothing until a
+// topology gives it slots. Unknown fields are refused, so that a typo is not
 // ignored. The sizes are checked first, before anything is built.
 func Parse(data []byte) (*Topology, error) {
 	bad := func(format string, a ...any) error {
@@ -192,11 +212,11 @@ func Parse(data []byte) (*Topology, error) {
 		if n.ID == "" {
 			return bad("%s: missing id", where)
 		}
-		if len(n.ID) > MaxIDLen {
-			return bad("%s: id longer than %d bytes", where, MaxIDLen)
-		}
-		if strings.ContainsAny(n.ID, " \t\r\n") {
-			return bad("%s: id %q contains whitespace", where, n.ID)
+		if why := ValidID(n.ID); why != "" {
+			if len(n.ID) > 2*MaxIDLen {
+				return bad("%s: id of %d bytes: %s", where, len(n.ID), why)
+			}
+			return bad("%s: id %q: %s", where, n.ID, why)
 		}
 		if ids[n.ID] {
 			return bad("duplicate node id %q", n.ID)
@@ -224,9 +244,6 @@ func Parse(data []byte) (*Topology, error) {
 				return nil, err
 			}
 		}
-		if len(sh.SlotRanges) == 0 {
-			return nil, bad("shard %d: no slot ranges", si)
-		}
 		for _, r := range sh.SlotRanges {
 			if r.Start < 0 || r.End >= keyslot.Slots || r.Start > r.End {
 				return nil, bad("shard %d: invalid slot range %d-%d", si, r.Start, r.End)
@@ -244,7 +261,84 @@ func Parse(data []byte) (*Topology, error) {
 			return nil, bad("slot %d is not owned by any shard", s)
 		}
 	}
+	if err := t.checkMigrations(bad); err != nil {
+		return nil, err
+	}
 	return t, nil
+}
+
+// checkMigrations validates the declared migrations: each moves slots its
+// shard owns to the master of another shard, at that master's address; a
+// slot moves at most once, and a pair of nodes has one migration at most.
+func (t *Topology) checkMigrations(bad func(string, ...any) error) error {
+	n := 0
+	var moving [keyslot.Slots]bool
+	pairs := map[string]bool{}
+	for si := range t.Shards {
+		sh := &t.Shards[si]
+		for _, m := range sh.Migrations {
+			if n++; n > MaxMigrations {
+				return bad("more than %d migrations", MaxMigrations)
+			}
+			target, master := t.Find(m.NodeID)
+			switch {
+			case target == nil || !master:
+				return bad("shard %d: migration to %q, which is not the master of a shard", si, m.NodeID)
+			case target == sh:
+				return bad("shard %d: migration to its own master", si)
+			case target.Master.IP != m.IP || target.Master.Port != m.Port:
+				return bad("shard %d: migration to %q at %s:%d, but the topology has it at %s", si, m.NodeID, m.IP, m.Port, target.Master.Addr())
+			case pairs[sh.Master.ID+" "+m.NodeID]:
+				return bad("shard %d: two migrations to %q", si, m.NodeID)
+			case len(m.SlotRanges) == 0:
+				return bad("shard %d: migration to %q has no slot ranges", si, m.NodeID)
+			}
+			pairs[sh.Master.ID+" "+m.NodeID] = true
+			for _, r := range m.SlotRanges {
+				if r.Start < 0 || r.End >= keyslot.Slots || r.Start > r.End {
+					return bad("shard %d: migration to %q: invalid slot range %d-%d", si, m.NodeID, r.Start, r.End)
+				}
+				for s := r.Start; s <= r.End; s++ {
+					if t.owner[s] != int16(si) {
+						return bad("shard %d: migration to %q: slot %d is not the shard's", si, m.NodeID, s)
+					}
+					if moving[s] {
+						return bad("slot %d is in two migrations", s)
+					}
+					moving[s] = true
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// SlotSet is a set of slots.
+type SlotSet [keyslot.Slots]bool
+
+// Set returns the slots of ranges.
+func Set(ranges []SlotRange) *SlotSet {
+	var s SlotSet
+	for _, r := range ranges {
+		for i := r.Start; i <= r.End; i++ {
+			s[i] = true
+		}
+	}
+	return &s
+}
+
+// RangesString formats ranges as "a-b,c-d" (SLOT-MIGRATION-STATUS).
+func RangesString(ranges []SlotRange) string {
+	var b strings.Builder
+	for i, r := range ranges {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(r.Start))
+		b.WriteByte('-')
+		b.WriteString(strconv.Itoa(r.End))
+	}
+	return b.String()
 }
 
 // Range is a run of consecutive slots served by one shard, for CLUSTER
@@ -305,7 +399,8 @@ func ShardID(sh *Shard) string {
 }
 
 // byFirstSlot returns the indexes of t's shards ordered by their lowest
-// slot, the order CLUSTER SHARDS and CLUSTER NODES list them in.
+// slot, the order CLUSTER SHARDS and CLUSTER NODES list them in; shards
+// without slots come last, in the topology's order.
 func (t *Topology) byFirstSlot() []int {
 	first := make([]int, len(t.Shards))
 	for i := range first {

@@ -49,7 +49,10 @@ type client struct {
 	killed atomic.Bool
 
 	pubsub subscriptions // pub/sub channels and patterns (cmd_pubsub.go)
-	meta   clientMeta    // CLIENT SETNAME and SETINFO (cmd_connection.go)
+	// migSource: this connection carries a slot migration from that
+	// source node into this one (CELLCLUSTER MIGRATE-START).
+	migSource string
+	meta      clientMeta // CLIENT SETNAME and SETINFO (cmd_connection.go)
 }
 
 // clientScratch is the client's reusable buffers, so that the hot paths

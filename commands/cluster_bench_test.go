@@ -7,6 +7,7 @@ import (
 
 	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/commands"
+	"github.com/cellserver/cellserver/internal/topotest"
 	"github.com/cellserver/cellserver/resp"
 )
 
@@ -19,11 +20,12 @@ func BenchmarkDispatchCluster(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			cfg := commands.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 			if on {
-				st, err := cluster.New(cluster.Config{NodeID: "me"})
+				me := topotest.ID("me")
+				st, err := cluster.New(cluster.Config{NodeID: me})
 				if err != nil {
 					b.Fatal(err)
 				}
-				top, err := cluster.Parse([]byte(`[{"slot_ranges":[{"start":0,"end":16383}],"master":{"id":"me","ip":"127.0.0.1","port":6379}}]`))
+				top, err := cluster.Parse([]byte(`[{"slot_ranges":[{"start":0,"end":16383}],"master":{"id":"` + me + `","ip":"127.0.0.1","port":6379}}]`))
 				if err != nil {
 					b.Fatal(err)
 				}

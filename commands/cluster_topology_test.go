@@ -25,14 +25,19 @@ import (
 // longIP is the longest address a topology accepts (45 bytes).
 const longIP = "0000:0000:0000:0000:0000:ffff:255.255.255.255"
 
-const threeShards = `[{"slot_ranges":[{"start":0,"end":5460}],"master":{"id":"m1","ip":"127.0.0.1","port":7001},"replicas":[{"id":"r1","ip":"127.0.0.1","port":7004}]},` +
-	`{"slot_ranges":[{"start":5461,"end":10922}],"master":{"id":"m2","ip":"127.0.0.1","port":7002},"replicas":[]},` +
-	`{"slot_ranges":[{"start":10923,"end":16383}],"master":{"id":"m3","ip":"::1","port":7003}}]`
+// id is topotest.ID: a valid node id named name.
+var id = topotest.ID
 
-// newClusterDirect is a direct harness in cluster mode, node id id.
-func newClusterDirect(t *testing.T, id string) (*direct, *cluster.State) {
+// threeShards is Redis's default split, shard 0 with one replica; the
+// nodes are id("m1"), id("r1"), id("m2"), id("m3").
+var threeShards = fmt.Sprintf(`[{"slot_ranges":[{"start":0,"end":5460}],"master":{"id":%q,"ip":"127.0.0.1","port":7001},"replicas":[{"id":%q,"ip":"127.0.0.1","port":7004}]},`+
+	`{"slot_ranges":[{"start":5461,"end":10922}],"master":{"id":%q,"ip":"127.0.0.1","port":7002},"replicas":[]},`+
+	`{"slot_ranges":[{"start":10923,"end":16383}],"master":{"id":%q,"ip":"::1","port":7003}}]`, id("m1"), id("r1"), id("m2"), id("m3"))
+
+// newClusterDirect is a direct harness in cluster mode, node id nodeID.
+func newClusterDirect(t *testing.T, nodeID string) (*direct, *cluster.State) {
 	t.Helper()
-	st, err := cluster.New(cluster.Config{NodeID: id})
+	st, err := cluster.New(cluster.Config{NodeID: nodeID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,21 +46,22 @@ func newClusterDirect(t *testing.T, id string) (*direct, *cluster.State) {
 
 // TestClusterTopologyOverLimitsRefused: a topology with more replicas per
 // shard or more nodes than the limits (the issue's: 2 shards of 1000
-// replicas over 16384 one-slot ranges), or a node id over MaxIDLen bytes,
-// is refused with its reason before anything is built, and the topology
+// replicas over 16384 one-slot ranges), or a node id that is not 40 hex
+// digits, is refused with its reason before anything is built, and the topology
 // installed before stays, replies included.
 func TestClusterTopologyOverLimitsRefused(t *testing.T) {
-	d, st := newClusterDirect(t, "m1")
+	d, st := newClusterDirect(t, id("m1"))
 	d.want("+OK", "CELLCLUSTER", "CONFIG", threeShards)
 	slots := d.do("CLUSTER", "SLOTS")
 	top := st.View().T
 	built := st.RepliesBuilt()
 	for _, c := range []struct{ json, want string }{
-		{topotest.Wide(2, 1000, 6, "127.0.0.1"), "shard 0 has 1000 replicas, more than the limit of 10"},
-		{topotest.Wide(2, 11, 40, "127.0.0.1"), "shard 0 has 11 replicas, more than the limit of 10"},
-		{topotest.Wide(91, 10, 40, "127.0.0.1"), "1001 nodes (masters and replicas), more than the limit of 1000"},
-		{topotest.Wide(1001, 0, 40, "127.0.0.1"), "1001 nodes (masters and replicas), more than the limit of 1000"},
-		{topotest.Wide(2, 0, 257, "127.0.0.1"), "shard 0 master: id longer than 256 bytes"},
+		{topotest.Wide(2, 1000, "127.0.0.1"), "shard 0 has 1000 replicas, more than the limit of 10"},
+		{topotest.Wide(2, 11, "127.0.0.1"), "shard 0 has 11 replicas, more than the limit of 10"},
+		{topotest.Wide(91, 10, "127.0.0.1"), "1001 nodes (masters and replicas), more than the limit of 1000"},
+		{topotest.Wide(1001, 0, "127.0.0.1"), "1001 nodes (masters and replicas), more than the limit of 1000"},
+		{strings.Replace(topotest.Wide(2, 0, "127.0.0.1"), topotest.WideID(10000), strings.Repeat("a", 257), 1), "shard 0 master: id of 257 bytes: node id must be 40 lower-case hex digits (as Redis's), not 257 bytes"},
+		{strings.Replace(topotest.Wide(2, 0, "127.0.0.1"), topotest.WideID(10001), topotest.WideID(10001)+"0", 1), `shard 1 master: id "` + topotest.WideID(10001) + `0": node id must be 40 lower-case hex digits (as Redis's), not 41 bytes`},
 	} {
 		want := "-ERR Invalid cluster configuration: " + c.want + "\r\n"
 		if got := d.do("CELLCLUSTER", "CONFIG", c.json); got != want {
@@ -72,8 +78,8 @@ func TestClusterTopologyOverLimitsRefused(t *testing.T) {
 		t.Fatalf("%d replies built for refused topologies, want 0", n)
 	}
 	// At the limits: accepted.
-	d.want("+OK", "CELLCLUSTER", "CONFIG", topotest.Wide(90, 10, 40, "127.0.0.1"))
-	d.want("+OK", "CELLCLUSTER", "CONFIG", topotest.Wide(1000, 0, 256, "127.0.0.1"))
+	d.want("+OK", "CELLCLUSTER", "CONFIG", topotest.Wide(90, 10, "127.0.0.1"))
+	d.want("+OK", "CELLCLUSTER", "CONFIG", topotest.Wide(1000, 0, "127.0.0.1"))
 }
 
 // TestClusterRepliesBuiltOnce: CLUSTER SLOTS, SHARDS and NODES are built
@@ -81,7 +87,7 @@ func TestClusterTopologyOverLimitsRefused(t *testing.T) {
 // and clients; a new topology or node id gets new replies (never the old
 // one's), each built once again.
 func TestClusterRepliesBuiltOnce(t *testing.T) {
-	d, st := newClusterDirect(t, "m1")
+	d, st := newClusterDirect(t, id("m1"))
 	d.want("+OK", "CELLCLUSTER", "CONFIG", threeShards)
 	conns := []*resp.Conn{d.conn}
 	for range 3 {
@@ -127,21 +133,21 @@ func TestClusterRepliesBuiltOnce(t *testing.T) {
 	}
 
 	// A new topology: its replies, built once.
-	one := `[{"slot_ranges":[{"start":0,"end":16383}],"master":{"id":"m1","ip":"10.0.0.1","port":6380},"replicas":[]}]`
+	one := `[{"slot_ranges":[{"start":0,"end":16383}],"master":{"id":"` + id("m1") + `","ip":"10.0.0.1","port":6380},"replicas":[]}]`
 	d.want("+OK", "CELLCLUSTER", "CONFIG", one)
 	got, n := calls("SLOTS")
-	if want := "*1\r\n*3\r\n:0\r\n:16383\r\n*4\r\n$8\r\n10.0.0.1\r\n:6380\r\n$2\r\nm1\r\n%0\r\n"; got != want || n != 1 {
+	if want := "*1\r\n*3\r\n:0\r\n:16383\r\n*4\r\n$8\r\n10.0.0.1\r\n:6380\r\n$40\r\n" + id("m1") + "\r\n%0\r\n"; got != want || n != 1 {
 		t.Errorf("CLUSTER SLOTS after a new topology: %q (%d built), want %q (1 built)", got, n, want)
 	}
 	got, n = calls("NODES")
-	if want := "m1 10.0.0.1:6380@16380 myself,master - 0 0 1 connected 0-16383\n"; !strings.HasSuffix(got, want+"\r\n") || n != 1 {
+	if want := id("m1") + " 10.0.0.1:6380@16380 myself,master - 0 0 1 connected 0-16383\n"; !strings.HasSuffix(got, want+"\r\n") || n != 1 {
 		t.Errorf("CLUSTER NODES after a new topology: %q (%d built), want it to end %q (1 built)", got, n, want)
 	}
 	// A new node id: CLUSTER NODES no longer marks m1 as myself.
-	d.want("+OK", "CELLCLUSTER", "MYID", "other")
+	d.want("+OK", "CELLCLUSTER", "MYID", id("other"))
 	got, n = calls("NODES")
-	if !strings.Contains(got, "m1 10.0.0.1:6380@16380 master -") || strings.Contains(got, "myself,master - 0 0 1") || n != 1 {
-		t.Errorf("CLUSTER NODES after CELLCLUSTER MYID other: %q (%d built)", got, n)
+	if !strings.Contains(got, id("m1")+" 10.0.0.1:6380@16380 master -") || strings.Contains(got, "myself,master - 0 0 1") || n != 1 {
+		t.Errorf("CLUSTER NODES after CELLCLUSTER MYID %s: %q (%d built)", id("other"), got, n)
 	}
 }
 
@@ -259,13 +265,18 @@ func refNodes(v *cluster.View, resp3 bool) []byte {
 			if sh.Master.ID == v.ID {
 				flags = "myself,master"
 			}
-			line(sh.Master, flags, "-", i+1, v.T.ShardRanges(sh))
+			rs := v.T.ShardRanges(sh)
+			epoch := i + 1
+			if len(rs) == 0 {
+				epoch = 0 // a master without slots, as Redis shows one
+			}
+			line(sh.Master, flags, "-", epoch, rs)
 			for _, r := range sh.Replicas {
 				flags := "slave"
 				if r.ID == v.ID {
 					flags = "myself,slave"
 				}
-				line(r, flags, sh.Master.ID, i+1, nil)
+				line(r, flags, sh.Master.ID, epoch, nil)
 			}
 		}
 	}
@@ -275,8 +286,9 @@ func refNodes(v *cluster.View, resp3 bool) []byte {
 // randomTopology returns a valid topology: 1 to 12 shards of 0 to
 // MaxReplicas replicas (mostly few), the slots cut into random runs dealt
 // to random shards (adjacent runs of one shard included, which CLUSTER
-// SLOTS merges), ids of 1 to 40 bytes, IPv4 and IPv6 addresses; and the
-// ids of its nodes.
+// SLOTS merges), shards without slots among them (slot_ranges empty or
+// absent) in one topology of two, random 40-hex ids, IPv4 and IPv6
+// addresses; and the ids of its nodes.
 func randomTopology(rng *rand.Rand) (string, []string) {
 	nShards := 1 + rng.IntN(12)
 	var runs [][2]int
@@ -297,33 +309,43 @@ func randomTopology(rng *rand.Rand) (string, []string) {
 	var ids []string
 	port := 1000
 	node := func(b *strings.Builder) {
-		id := fmt.Sprintf("%x", rng.Uint64())
-		id = strings.Repeat(id, 3)[:1+rng.IntN(40)] + strconv.Itoa(port)
+		id := fmt.Sprintf("%016x%016x%08d", rng.Uint64(), rng.Uint64(), port)
 		ip := []string{"127.0.0.1", "10.1.2.3", "::1", "2001:db8::7", longIP}[rng.IntN(5)]
 		fmt.Fprintf(b, `{"id":%q,"ip":%q,"port":%d}`, id, ip, port)
 		ids = append(ids, id)
 		port++
 	}
+	withEmpty := rng.IntN(2) == 0
+	if withEmpty {
+		for range 1 + rng.IntN(2) {
+			i := rng.IntN(len(owned) + 1)
+			owned = append(owned[:i], append([][][2]int{nil}, owned[i:]...)...)
+		}
+	}
 	var b strings.Builder
 	b.WriteByte('[')
 	first := true
 	for _, rs := range owned {
-		if len(rs) == 0 {
+		if len(rs) == 0 && !withEmpty {
 			continue
 		}
 		if !first {
 			b.WriteByte(',')
 		}
 		first = false
-		b.WriteString(`{"slot_ranges":[`)
-		rng.Shuffle(len(rs), func(i, j int) { rs[i], rs[j] = rs[j], rs[i] })
-		for i, r := range rs {
-			if i > 0 {
-				b.WriteByte(',')
+		if len(rs) == 0 && rng.IntN(2) == 0 {
+			b.WriteString(`{"master":`) // slot_ranges absent
+		} else {
+			b.WriteString(`{"slot_ranges":[`)
+			rng.Shuffle(len(rs), func(i, j int) { rs[i], rs[j] = rs[j], rs[i] })
+			for i, r := range rs {
+				if i > 0 {
+					b.WriteByte(',')
+				}
+				fmt.Fprintf(&b, `{"start":%d,"end":%d}`, r[0], r[1])
 			}
-			fmt.Fprintf(&b, `{"start":%d,"end":%d}`, r[0], r[1])
+			b.WriteString(`],"master":`)
 		}
-		b.WriteString(`],"master":`)
 		node(&b)
 		b.WriteString(`,"replicas":[`)
 		nr := []int{0, 1, 2, rng.IntN(cluster.MaxReplicas + 1)}[rng.IntN(4)]
@@ -346,18 +368,21 @@ func randomTopology(rng *rand.Rand) (string, []string) {
 func TestClusterRepliesMatchUncached(t *testing.T) {
 	const topologies = 300
 	rng := rand.New(rand.NewPCG(26, 3))
-	d, st := newClusterDirect(t, "unlisted")
+	d, st := newClusterDirect(t, id("unlisted"))
 	refs := map[string]func(*cluster.View, bool) []byte{"SLOTS": refSlots, "SHARDS": refShards, "NODES": refNodes}
-	checked := 0
+	checked, withEmpty := 0, 0
 	for i := range topologies {
 		js, ids := randomTopology(rng)
-		me := "unlisted"
+		me := id("unlisted")
 		if rng.IntN(4) > 0 {
 			me = ids[rng.IntN(len(ids))]
 		}
 		d.want("+OK", "CELLCLUSTER", "MYID", me)
 		d.want("+OK", "CELLCLUSTER", "CONFIG", js)
 		v := st.View()
+		if len(v.T.RangesByShard()) < len(v.T.Shards) {
+			withEmpty++
+		}
 		for _, proto := range []string{"2", "3"} {
 			d.do("HELLO", proto)
 			for _, sub := range []string{"SLOTS", "SHARDS", "NODES"} {
@@ -375,21 +400,24 @@ func TestClusterRepliesMatchUncached(t *testing.T) {
 	if want := topologies * 2 * 3 * 2; checked != want {
 		t.Fatalf("checked %d replies, want %d", checked, want)
 	}
-	t.Logf("%d replies of %d random topologies equal to the reference", checked, topologies)
+	if withEmpty < topologies/4 {
+		t.Fatalf("%d topologies had a shard without slots, want at least %d", withEmpty, topologies/4)
+	}
+	t.Logf("%d replies of %d random topologies (%d with shards without slots) equal to the reference", checked, topologies, withEmpty)
 }
 
 // TestClusterReplySizeBound: the largest replies any accepted topology
 // gives. CLUSTER SLOTS is largest with every slot its own range and every
-// shard at MaxReplicas replicas (90 shards of 11 nodes), node ids of
-// MaxIDLen bytes and 45-byte addresses: it stays under the default client
+// shard at MaxReplicas replicas (90 shards of 11 nodes) and 45-byte
+// addresses: it stays under the default client
 // output buffer limit, so it is built once and sent whole. CLUSTER SHARDS
 // and NODES list each node and range once: under 1 MB.
 func TestClusterReplySizeBound(t *testing.T) {
-	d, st := newClusterDirect(t, "n00001")
+	d, st := newClusterDirect(t, id("unlisted"))
 	sizes := map[string]int{}
 	for _, top := range []string{
-		topotest.Wide(cluster.MaxNodes/(1+cluster.MaxReplicas), cluster.MaxReplicas, cluster.MaxIDLen, longIP),
-		topotest.Wide(cluster.MaxNodes, 0, cluster.MaxIDLen, longIP),
+		topotest.Wide(cluster.MaxNodes/(1+cluster.MaxReplicas), cluster.MaxReplicas, longIP),
+		topotest.Wide(cluster.MaxNodes, 0, longIP),
 	} {
 		d.want("+OK", "CELLCLUSTER", "CONFIG", top)
 		for _, proto := range []string{"2", "3"} {
@@ -423,7 +451,7 @@ func TestClusterSlotsOverOutputLimit(t *testing.T) {
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	top := topotest.Wide(2, cluster.MaxReplicas, 40, "127.0.0.1")
+	top := topotest.Wide(2, cluster.MaxReplicas, "127.0.0.1")
 	fmt.Fprintf(c, "*3\r\n$11\r\nCELLCLUSTER\r\n$6\r\nCONFIG\r\n$%d\r\n%s\r\n", len(top), top)
 	ok := make([]byte, 5)
 	if _, err := io.ReadFull(c, ok); err != nil || string(ok) != "+OK\r\n" {
@@ -455,7 +483,7 @@ func TestClusterSlotsOverOutputLimit(t *testing.T) {
 // pipelined replies, in RESP2 and RESP3, by several clients.
 func TestClusterSlotsLargeOverWire(t *testing.T) {
 	srv, addr := servertest.Start(t, server.Config{ClusterEnabled: true})
-	top := topotest.Wide(2, cluster.MaxReplicas, 40, "127.0.0.1")
+	top := topotest.Wide(2, cluster.MaxReplicas, "127.0.0.1")
 	for i := range 3 {
 		c, err := net.Dial("tcp", addr)
 		if err != nil {

@@ -3,6 +3,7 @@ package commands
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 
 	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/keyslot"
@@ -20,6 +21,12 @@ type clusterMode struct {
 	slots cluster.SlotStore
 	// on: the dispatcher computes each key's hash slot (rkey.slot).
 	on bool
+	// bus forwards PUBLISH and SPUBLISH to the other nodes
+	// (Config.PubSubBus); nil: messages stay on this node.
+	bus PubSubBus
+	// received counts the messages other nodes forwarded here
+	// (CELLCLUSTER PUBLISH and SPUBLISH).
+	received atomic.Int64
 }
 
 // clusterCheck is the slot check of a command about to run or be queued,
@@ -74,7 +81,10 @@ func (s *Service) clusterCheck(x *ctx, sp *Spec) wireErr {
 		return noErr
 	}
 	v := s.cluster.state.View()
-	owner, ok := v.Route(slot, cl.readonly, write)
+	// Shard channels (SSUBSCRIBE, SUNSUBSCRIBE, SPUBLISH, the pub/sub
+	// commands with keys) are served by the slot's replicas too, READONLY
+	// or not, as Redis's getNodeByQuery serves them.
+	owner, ok := v.Route(slot, cl.readonly || sp.Flags&PubSub != 0, write)
 	switch {
 	case ok:
 		return noErr
@@ -391,6 +401,22 @@ func cmdCellClusterConfig(x *ctx) {
 	x.ok()
 }
 
+// CELLCLUSTER GETCONFIG: the installed topology's JSON as CELLCLUSTER
+// CONFIG (or the config file) gave it, or a nil bulk before any: what
+// `cellserver cluster` reads to change a topology and compares across
+// nodes.
+func cmdCellClusterGetConfig(x *ctx) {
+	if !clusterOn(x) {
+		return
+	}
+	t := x.s.cluster.state.View().T
+	if t == nil {
+		x.null()
+		return
+	}
+	x.bulk(t.Raw())
+}
+
 // CELLCLUSTER MYID [<id>]: show or set this node's id.
 func cmdCellClusterMyID(x *ctx) {
 	if !clusterOn(x) {
@@ -415,16 +441,141 @@ func cmdCellClusterMyID(x *ctx) {
 	x.errorReply(errWrongArity("cellcluster|myid"))
 }
 
+// CELLCLUSTER PUBLISH channel message and CELLCLUSTER SPUBLISH
+// shardchannel message: a message published on another node, forwarded
+// by its pub/sub link (cluster.Bus), delivered to this node's subscribers
+// only and never forwarded again. The reply counts them. Flagged admin:
+// only an authenticated client runs it (the links authenticate as
+// replicas do).
+func cmdCellClusterPublish(x *ctx) {
+	if !clusterOn(x) {
+		return
+	}
+	x.s.cluster.received.Add(1)
+	x.int(x.s.pubsub.publish(x.args[2], x.args[3]))
+}
+
+func cmdCellClusterSPublish(x *ctx) {
+	if !clusterOn(x) {
+		return
+	}
+	x.s.cluster.received.Add(1)
+	x.int(x.s.pubsub.publishShard(x.args[2], x.args[3]))
+}
+
 func cmdCellClusterHelp(x *ctx) {
 	helpReply(x,
 		"CELLCLUSTER <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
 		"CONFIG <json>",
 		"    Install a cluster topology (Dragonfly's DFLYCLUSTER CONFIG JSON: an array of",
-		"    {slot_ranges:[{start,end}], master:{id,ip,port}, replicas:[{id,ip,port}]}).",
+		"    {slot_ranges:[{start,end}], master:{id,ip,port}, replicas:[{id,ip,port}],",
+		"    migrations:[{slot_ranges, node_id, ip, port}]}).",
+		"GETCONFIG",
+		"    Return the installed topology's JSON (nil before any).",
 		"MYID [<id>]",
 		"    Return this node's id, or set it.",
+		"SLOT-MIGRATION-STATUS [<node_id>]",
+		"    List this node's slot migrations (with node_id: those with that node):",
+		"    [direction, peer_id, state, keys_migrated, error, slot_ranges] each.",
+		"PUBLISH <channel> <message>",
+		"    Deliver a message published on another node to this node's subscribers",
+		"    (internal: sent by the nodes' pub/sub links).",
+		"SPUBLISH <shardchannel> <message>",
+		"    The same for a shard channel (SPUBLISH on a node of this shard).",
 		"HELP",
 		"    Print this help.")
+}
+
+// CELLCLUSTER SLOT-MIGRATION-STATUS [node_id]: the node's migrations, as
+// Dragonfly's DFLYCLUSTER SLOT-MIGRATION-STATUS lists them.
+func cmdCellClusterMigrationStatus(x *ctx) {
+	if !clusterOn(x) {
+		return
+	}
+	if len(x.args) > 3 {
+		x.errorReply(errWrongArity("cellcluster|slot-migration-status"))
+		return
+	}
+	peer := ""
+	if len(x.args) == 3 {
+		peer = string(x.args[2])
+	}
+	ms := x.s.cluster.state.Migrations(peer)
+	x.array(len(ms))
+	for _, m := range ms {
+		x.array(6)
+		x.bulkStr(m.Direction)
+		x.bulkStr(m.Peer)
+		x.bulkStr(m.State)
+		x.int(m.Keys)
+		x.bulkStr(m.Error)
+		x.bulkStr(m.Slots)
+	}
+}
+
+// The target's half of a slot migration (cluster/migration.go): commands
+// a source node sends on one authenticated connection, in order.
+
+// migrateReply answers one of them.
+func migrateReply(x *ctx, err error) {
+	if err != nil {
+		x.errorReply(errMigration(err))
+		return
+	}
+	x.ok()
+}
+
+func cmdCellClusterMigrateStart(x *ctx) {
+	if !clusterOn(x) {
+		return
+	}
+	source := string(x.args[2])
+	err := x.s.cluster.state.MigrateStart(source, x.c.ID())
+	if err == nil {
+		x.cl.migSource = source // its end, before MIGRATE-END, drops the keys (Service.Close)
+	}
+	migrateReply(x, err)
+}
+
+func cmdCellClusterMigratePut(x *ctx) {
+	if clusterOn(x) {
+		migrateReply(x, x.s.cluster.state.MigratePut(string(x.args[2]), x.c.ID(), x.args[3], x.args[4]))
+	}
+}
+
+func cmdCellClusterMigrateDel(x *ctx) {
+	if clusterOn(x) {
+		migrateReply(x, x.s.cluster.state.MigrateDel(string(x.args[2]), x.c.ID(), x.args[3]))
+	}
+}
+
+func cmdCellClusterMigrateEnd(x *ctx) {
+	if clusterOn(x) {
+		migrateReply(x, x.s.cluster.state.MigrateEnd(string(x.args[2]), x.c.ID()))
+	}
+}
+
+// migrationRecheck is the check a write makes under its shard locks while
+// slots migrate out of this node (cluster.State.StillServes): the route it
+// took before its locks may predate a handover. noErr when this node still
+// serves every key's slot; TRYAGAIN while one is being handed over; MOVED
+// once it has been.
+func (x *ctx) migrationRecheck(slots func(yield func(uint16) bool)) wireErr {
+	st := x.s.cluster.state
+	msg := wireErr(noErr)
+	slots(func(slot uint16) bool {
+		frozen, owner, ok := st.StillServes(slot, x.cl.readonly)
+		switch {
+		case frozen:
+			msg = msgTryAgainMigrating
+		case !ok && owner != nil:
+			msg = errMoved(int(slot), owner.Master.Addr())
+		case !ok:
+			msg = msgClusterDownUnbound
+		}
+		return msg == noErr
+	})
+	return msg
 }
 
 // redisMode is INFO's redis_mode and HELLO's mode.

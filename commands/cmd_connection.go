@@ -460,7 +460,7 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 		"db=" + strconv.Itoa(int(cl.db.Load())),
 		"sub=" + itoa(int(cl.pubsub.nChans.Load())),
 		"psub=" + itoa(int(cl.pubsub.nPats.Load())),
-		"ssub=0",
+		"ssub=" + itoa(int(cl.pubsub.nShard.Load())),
 		"multi=" + strconv.Itoa(int(multi)),
 		"qbuf=" + itoa(qbuf),
 		"qbuf-free=" + itoa(qbufFree),

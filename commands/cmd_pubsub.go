@@ -6,26 +6,52 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/glob"
+	"github.com/cellserver/cellserver/keyslot"
 	"github.com/cellserver/cellserver/resp"
 )
 
 // Pub/sub, with Redis 7.0's replies (src/pubsub.c). A client subscribes to
-// channels (SUBSCRIBE) and to glob patterns (PSUBSCRIBE); PUBLISH sends
-// each subscriber of the channel a message, and each client subscribed to
-// a matching pattern a pmessage per pattern, and answers how many were
-// sent. Messages reach the subscriber through resp.Conn.Push, which queues
-// them without waiting on the subscriber's socket: a slow subscriber never
-// blocks a publisher, and one whose queue passes the output buffer limit
-// is closed (as Redis's client-output-buffer-limit pubsub class closes
-// it). A publisher pushes while holding the table's read lock, so for
-// every subscriber the messages of one channel are queued in the order of
-// the PUBLISH calls that sent them, and none is sent to a client after its
-// UNSUBSCRIBE removed the channel.
+// channels (SUBSCRIBE), to glob patterns (PSUBSCRIBE) and to shard
+// channels (SSUBSCRIBE); PUBLISH sends each subscriber of the channel a
+// message, and each client subscribed to a matching pattern a pmessage per
+// pattern, SPUBLISH each subscriber of the shard channel an smessage, and
+// both answer how many were sent on this node. Messages reach the
+// subscriber through resp.Conn.Push, which queues them without waiting on
+// the subscriber's socket: a slow subscriber never blocks a publisher, and
+// one whose queue passes the output buffer limit is closed (as Redis's
+// client-output-buffer-limit pubsub class closes it). A publisher pushes
+// while holding the table's read lock, so for every subscriber the
+// messages of one channel are queued in the order of the PUBLISH calls
+// that sent them, and none is sent to a client after its UNSUBSCRIBE
+// removed the channel.
 //
-// In RESP2 a subscribed client may only run (P)SUBSCRIBE, (P)UNSUBSCRIBE,
-// PING, QUIT and RESET (Service.dispatch); in RESP3 messages are push
-// frames and every command is allowed, as in Redis.
+// In cluster mode (Redis Cluster's semantics) a PUBLISH is also forwarded
+// to every other node of the topology, and an SPUBLISH to the other nodes
+// of this node's shard, over the node's pub/sub links (cluster.Bus), which
+// deliver it with CELLCLUSTER PUBLISH or SPUBLISH to their own subscribers
+// only; the reply still counts this node's receivers, as Redis's does.
+// Shard channels are routed by their hash slot as keys are: SSUBSCRIBE,
+// SUNSUBSCRIBE with channels and SPUBLISH are served by the slot's master
+// and, without READONLY, by its replicas, and get MOVED elsewhere and
+// CROSSSLOT for channels of several slots. A node that stops serving a
+// slot unsubscribes its shard channels' subscribers (an sunsubscribe
+// each, as Redis 7). In standalone mode shard channels are channels of
+// their own on this node.
+//
+// In RESP2 a subscribed client may only run (P|S)SUBSCRIBE,
+// (P|S)UNSUBSCRIBE, PING, QUIT and RESET (Service.dispatch); in RESP3
+// messages are push frames and every command is allowed, as in Redis.
+
+// PubSubBus forwards the messages published on this node to the other
+// nodes of the cluster (cluster.Bus); the node's INFO cluster lists its
+// links.
+type PubSubBus interface {
+	Publish(channel, msg []byte)
+	SPublish(channel, msg []byte)
+	Links() []cluster.LinkStats
+}
 
 // pubsubTable is the server's subscription registry. It is safe for
 // concurrent use.
@@ -37,28 +63,33 @@ type pubsubTable struct {
 	mu       sync.RWMutex
 	channels map[string]map[*client]struct{} // channel -> subscribers
 	patterns map[string]map[*client]struct{} // pattern -> subscribers
+	shard    map[string]map[*client]struct{} // shard channel -> subscribers
 }
 
-// subscriptions is a client's part of the registry. chans and pats, in
-// subscription order, are guarded by pubsubTable.mu; nChans and nPats are
-// their lengths, read by CLIENT LIST and the dispatcher.
+// subscriptions is a client's part of the registry. chans, pats and
+// schans (shard channels), in subscription order, are guarded by
+// pubsubTable.mu; nChans, nPats and nShard are their lengths, read by
+// CLIENT LIST and the dispatcher.
 type subscriptions struct {
 	chans  []string
 	pats   []string
+	schans []string
 	nChans atomic.Int32
 	nPats  atomic.Int32
+	nShard atomic.Int32
 }
 
 func newPubsubTable() *pubsubTable {
 	return &pubsubTable{
 		channels: make(map[string]map[*client]struct{}),
 		patterns: make(map[string]map[*client]struct{}),
+		shard:    make(map[string]map[*client]struct{}),
 	}
 }
 
-// subscribed reports whether cl has a channel or pattern subscription
-// (Redis's CLIENT_PUBSUB flag).
-func (cl *client) subscribed() bool { return cl.subCount() > 0 }
+// subscribed reports whether cl has a channel, pattern or shard channel
+// subscription (Redis's CLIENT_PUBSUB flag).
+func (cl *client) subscribed() bool { return cl.subCount() > 0 || cl.pubsub.nShard.Load() > 0 }
 
 // subCount is Redis's clientSubscriptionsCount: channels plus patterns.
 func (cl *client) subCount() int64 {
@@ -81,8 +112,7 @@ func (t *pubsubTable) add(m map[string]map[*client]struct{}, list *[]string, cl 
 	}
 	cls[cl] = struct{}{}
 	*list = append(*list, name)
-	cl.pubsub.nChans.Store(int32(len(cl.pubsub.chans)))
-	cl.pubsub.nPats.Store(int32(len(cl.pubsub.pats)))
+	cl.pubsub.storeCounts()
 	return true
 }
 
@@ -107,19 +137,44 @@ func (t *pubsubTable) removeLocked(m map[string]map[*client]struct{}, list *[]st
 	if i := slices.Index(*list, name); i >= 0 {
 		*list = slices.Delete(*list, i, i+1)
 	}
-	cl.pubsub.nChans.Store(int32(len(cl.pubsub.chans)))
-	cl.pubsub.nPats.Store(int32(len(cl.pubsub.pats)))
+	cl.pubsub.storeCounts()
 	return true
 }
 
-// names returns a copy of cl's channels (pats false) or patterns.
-func (t *pubsubTable) names(cl *client, pats bool) []string {
+// storeCounts publishes the lengths of the lists. pubsubTable.mu must be
+// held.
+func (s *subscriptions) storeCounts() {
+	s.nChans.Store(int32(len(s.chans)))
+	s.nPats.Store(int32(len(s.pats)))
+	s.nShard.Store(int32(len(s.schans)))
+}
+
+// subKind is one of the three kinds of subscription.
+type subKind int
+
+const (
+	subChannel subKind = iota // SUBSCRIBE
+	subPattern                // PSUBSCRIBE
+	subShard                  // SSUBSCRIBE
+)
+
+// of returns the registry's map of kind k and cl's list of it.
+func (t *pubsubTable) of(k subKind, cl *client) (map[string]map[*client]struct{}, *[]string) {
+	switch k {
+	case subPattern:
+		return t.patterns, &cl.pubsub.pats
+	case subShard:
+		return t.shard, &cl.pubsub.schans
+	}
+	return t.channels, &cl.pubsub.chans
+}
+
+// names returns a copy of cl's subscriptions of kind k.
+func (t *pubsubTable) names(cl *client, k subKind) []string {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if pats {
-		return slices.Clone(cl.pubsub.pats)
-	}
-	return slices.Clone(cl.pubsub.chans)
+	_, list := t.of(k, cl)
+	return slices.Clone(*list)
 }
 
 // drop removes every subscription of cl, without replies (RESET, the
@@ -136,6 +191,42 @@ func (t *pubsubTable) drop(cl *client) {
 	for len(cl.pubsub.pats) > 0 {
 		t.removeLocked(t.patterns, &cl.pubsub.pats, cl, cl.pubsub.pats[0])
 	}
+	for len(cl.pubsub.schans) > 0 {
+		t.removeLocked(t.shard, &cl.pubsub.schans, cl, cl.pubsub.schans[0])
+	}
+}
+
+// dropSlots unsubscribes every subscriber of the shard channels whose
+// slot lost says, each told with an sunsubscribe push (Redis 7's
+// pubsubShardUnsubscribeAllChannelsInSlot, when a node stops serving a
+// slot). It returns how many subscriptions it removed.
+func (t *pubsubTable) dropSlots(lost func(slot uint16) bool) int {
+	if t.active.Load() == 0 {
+		return 0
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for ch, cls := range t.shard {
+		if !lost(keyslot.Of([]byte(ch))) {
+			continue
+		}
+		for cl := range cls {
+			t.removeLocked(t.shard, &cl.pubsub.schans, cl, ch)
+			p := resp.RESP2
+			if cl.resp3() {
+				p = resp.RESP3
+			}
+			b := resp.AppendPushLen(nil, p, 3)
+			b = appendBulk(b, []byte("sunsubscribe"))
+			b = appendBulk(b, []byte(ch))
+			b = append(b, ':')
+			b = strconv.AppendInt(b, int64(len(cl.pubsub.schans)), 10)
+			cl.conn.Push(append(b, '\r', '\n'))
+			n++
+		}
+	}
+	return n
 }
 
 // publish sends msg on channel to its subscribers and to the clients of
@@ -173,6 +264,27 @@ func (t *pubsubTable) publish(channel, msg []byte) int64 {
 	return n
 }
 
+// publishShard sends msg on shard channel to its subscribers, as an
+// smessage; it returns how many messages it sent.
+func (t *pubsubTable) publishShard(channel, msg []byte) int64 {
+	if t.active.Load() == 0 {
+		return 0
+	}
+	var n int64
+	var frames [2][]byte // RESP2, RESP3
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for cl := range t.shard[string(channel)] {
+		p := protoIndex(cl)
+		if frames[p] == nil {
+			frames[p] = appendMessage(p, "smessage", nil, channel, msg)
+		}
+		cl.conn.Push(frames[p])
+		n++
+	}
+	return n
+}
+
 func protoIndex(cl *client) int {
 	if cl.resp3() {
 		return 1
@@ -183,6 +295,15 @@ func protoIndex(cl *client) int {
 // messageFrame encodes a message (pattern nil) or a pmessage: an array in
 // RESP2 (proto 0), a push in RESP3 (proto 1).
 func messageFrame(proto int, pattern, channel, msg []byte) []byte {
+	if pattern == nil {
+		return appendMessage(proto, "message", nil, channel, msg)
+	}
+	return appendMessage(proto, "pmessage", pattern, channel, msg)
+}
+
+// appendMessage encodes a message of kind (message, pmessage with
+// pattern, smessage).
+func appendMessage(proto int, kind string, pattern, channel, msg []byte) []byte {
 	b := make([]byte, 0, 48+len(pattern)+len(channel)+len(msg))
 	p := resp.RESP2
 	if proto == 1 {
@@ -190,10 +311,11 @@ func messageFrame(proto int, pattern, channel, msg []byte) []byte {
 	}
 	if pattern == nil {
 		b = resp.AppendPushLen(b, p, 3)
-		b = appendBulk(b, []byte("message"))
 	} else {
 		b = resp.AppendPushLen(b, p, 4)
-		b = appendBulk(b, []byte("pmessage"))
+	}
+	b = appendBulk(b, []byte(kind))
+	if pattern != nil {
 		b = appendBulk(b, pattern)
 	}
 	b = appendBulk(b, channel)
@@ -214,8 +336,9 @@ func (x *ctx) pushLen(n int) { x.c.Out = resp.AppendPushLen(x.c.Out, x.proto(), 
 
 // subReply writes one (un)subscribe confirmation: kind, the channel or
 // pattern (nil: a null, for an UNSUBSCRIBE with nothing to remove), and
-// the client's remaining subscription count.
-func (x *ctx) subReply(kind string, name []byte) {
+// the client's remaining subscription count: channels and patterns, or
+// shard channels for shard (Redis counts these apart).
+func (x *ctx) subReply(kind string, name []byte, shard bool) {
 	x.pushLen(3)
 	x.bulkStr(kind)
 	if name == nil {
@@ -223,86 +346,98 @@ func (x *ctx) subReply(kind string, name []byte) {
 	} else {
 		x.bulk(name)
 	}
-	x.int(x.cl.subCount())
-}
-
-// SUBSCRIBE channel [channel ...]
-func cmdSubscribe(x *ctx) {
-	t := x.s.pubsub
-	for _, ch := range x.args[1:] {
-		t.add(t.channels, &x.cl.pubsub.chans, x.cl, string(ch))
-		x.subReply("subscribe", ch)
+	if shard {
+		x.int(int64(x.cl.pubsub.nShard.Load()))
+	} else {
+		x.int(x.cl.subCount())
 	}
 }
 
+// SUBSCRIBE channel [channel ...]
+func cmdSubscribe(x *ctx) { x.subscribe(subChannel, "subscribe") }
+
 // PSUBSCRIBE pattern [pattern ...]
-func cmdPSubscribe(x *ctx) {
+func cmdPSubscribe(x *ctx) { x.subscribe(subPattern, "psubscribe") }
+
+// SSUBSCRIBE shardchannel [shardchannel ...]: refused inside a
+// transaction, as Redis refuses it to a client that expects one reply per
+// command. The dispatcher checked the channels' slot in cluster mode.
+func cmdSSubscribe(x *ctx) {
+	if x.inExec {
+		x.errorReply(msgSSubscribeDenied)
+		return
+	}
+	x.subscribe(subShard, "ssubscribe")
+}
+
+func (x *ctx) subscribe(k subKind, kind string) {
 	t := x.s.pubsub
-	for _, p := range x.args[1:] {
-		t.add(t.patterns, &x.cl.pubsub.pats, x.cl, string(p))
-		x.subReply("psubscribe", p)
+	m, list := t.of(k, x.cl)
+	for _, ch := range x.args[1:] {
+		t.add(m, list, x.cl, string(ch))
+		x.subReply(kind, ch, k == subShard)
 	}
 }
 
 // UNSUBSCRIBE [channel ...]: without channels, from every channel, one
 // reply each, or a single reply with a null channel when there is none.
-func cmdUnsubscribe(x *ctx) { x.unsubscribe(false, "unsubscribe") }
+func cmdUnsubscribe(x *ctx) { x.unsubscribe(subChannel, "unsubscribe") }
 
 // PUNSUBSCRIBE [pattern ...], as UNSUBSCRIBE for patterns.
-func cmdPUnsubscribe(x *ctx) { x.unsubscribe(true, "punsubscribe") }
+func cmdPUnsubscribe(x *ctx) { x.unsubscribe(subPattern, "punsubscribe") }
 
-func (x *ctx) unsubscribe(pats bool, kind string) {
+// SUNSUBSCRIBE [shardchannel ...], as UNSUBSCRIBE for shard channels.
+func cmdSUnsubscribe(x *ctx) { x.unsubscribe(subShard, "sunsubscribe") }
+
+func (x *ctx) unsubscribe(k subKind, kind string) {
 	t := x.s.pubsub
-	m, list := t.channels, &x.cl.pubsub.chans
-	if pats {
-		m, list = t.patterns, &x.cl.pubsub.pats
-	}
+	m, list := t.of(k, x.cl)
+	shard := k == subShard
 	names := x.args[1:]
 	if len(names) == 0 {
-		all := t.names(x.cl, pats)
+		all := t.names(x.cl, k)
 		if len(all) == 0 {
-			x.subReply(kind, nil)
+			x.subReply(kind, nil, shard)
 			return
 		}
 		for _, n := range all {
 			t.remove(m, list, x.cl, n)
-			x.subReply(kind, []byte(n))
+			x.subReply(kind, []byte(n), shard)
 		}
 		return
 	}
 	for _, n := range names {
 		t.remove(m, list, x.cl, string(n))
-		x.subReply(kind, n)
+		x.subReply(kind, n, shard)
 	}
 }
 
-// PUBLISH channel message
-func cmdPublish(x *ctx) { x.int(x.s.pubsub.publish(x.args[1], x.args[2])) }
+// PUBLISH channel message: to this node's subscribers, and in cluster
+// mode to every other node's; the reply counts this node's receivers.
+func cmdPublish(x *ctx) {
+	n := x.s.pubsub.publish(x.args[1], x.args[2])
+	if b := x.s.cluster.bus; b != nil {
+		b.Publish(x.args[1], x.args[2])
+	}
+	x.int(n)
+}
+
+// SPUBLISH shardchannel message: to this node's shard channel
+// subscribers, and in cluster mode to those of the other nodes of its
+// shard (the dispatcher sent MOVED unless this node serves the channel's
+// slot).
+func cmdSPublish(x *ctx) {
+	n := x.s.pubsub.publishShard(x.args[1], x.args[2])
+	if b := x.s.cluster.bus; b != nil {
+		b.SPublish(x.args[1], x.args[2])
+	}
+	x.int(n)
+}
 
 // PUBSUB CHANNELS [pattern]: the channels with a subscriber (pattern
 // subscriptions do not count), those matching pattern if given.
 func cmdPubsubChannels(x *ctx) {
-	if len(x.args) > 3 {
-		x.errorReply(errSubcommandSyntax(cstr(x.args[1]), "pubsub"))
-		return
-	}
-	var pat []byte
-	if len(x.args) == 3 {
-		pat = x.args[2]
-	}
-	t := x.s.pubsub
-	t.mu.RLock()
-	var out []string
-	for ch := range t.channels {
-		if pat == nil || glob.Match(pat, []byte(ch), false) {
-			out = append(out, ch)
-		}
-	}
-	t.mu.RUnlock()
-	x.array(len(out))
-	for _, ch := range out {
-		x.bulkStr(ch)
-	}
+	listChannels(x, func(t *pubsubTable) map[string]map[*client]struct{} { return t.channels })
 }
 
 // PUBSUB NUMSUB [channel ...]: each channel and its number of
@@ -329,22 +464,50 @@ func cmdPubsubNumpat(x *ctx) {
 	x.int(int64(n))
 }
 
-// PUBSUB SHARDCHANNELS [pattern] and SHARDNUMSUB [channel ...]: cellserver
-// has no shard channels (SSUBSCRIBE), so none is active.
+// PUBSUB SHARDCHANNELS [pattern]: the shard channels with a subscriber on
+// this node, those matching pattern if given.
 func cmdPubsubShardChannels(x *ctx) {
+	listChannels(x, func(t *pubsubTable) map[string]map[*client]struct{} { return t.shard })
+}
+
+// listChannels answers PUBSUB CHANNELS or SHARDCHANNELS [pattern] from the
+// table's map of, under its read lock, those channels.
+func listChannels(x *ctx, of func(t *pubsubTable) map[string]map[*client]struct{}) {
 	if len(x.args) > 3 {
 		x.errorReply(errSubcommandSyntax(cstr(x.args[1]), "pubsub"))
 		return
 	}
-	x.array(0)
+	var pat []byte
+	if len(x.args) == 3 {
+		pat = x.args[2]
+	}
+	t := x.s.pubsub
+	t.mu.RLock()
+	var out []string
+	for ch := range of(t) {
+		if pat == nil || glob.Match(pat, []byte(ch), false) {
+			out = append(out, ch)
+		}
+	}
+	t.mu.RUnlock()
+	x.array(len(out))
+	for _, ch := range out {
+		x.bulkStr(ch)
+	}
 }
 
+// PUBSUB SHARDNUMSUB [shardchannel ...]: each shard channel and its number
+// of subscribers on this node.
 func cmdPubsubShardNumsub(x *ctx) {
+	t := x.s.pubsub
 	chans := x.args[2:]
 	x.array(2 * len(chans))
 	for _, ch := range chans {
+		t.mu.RLock()
+		n := len(t.shard[string(ch)])
+		t.mu.RUnlock()
 		x.bulk(ch)
-		x.int(0)
+		x.int(int64(n))
 	}
 }
 
@@ -366,11 +529,12 @@ func cmdPubsubHelp(x *ctx) {
 		"    Prints this help.")
 }
 
-// pubsubStats returns INFO's pubsub_channels and pubsub_patterns.
-func (t *pubsubTable) stats() (channels, patterns int) {
+// pubsubStats returns INFO's pubsub_channels, pubsub_patterns and
+// pubsubshard_channels.
+func (t *pubsubTable) stats() (channels, patterns, shard int) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return len(t.channels), len(t.patterns)
+	return len(t.channels), len(t.patterns), len(t.shard)
 }
 
 // allowedSubscribed reports whether a RESP2 client in subscribed mode may

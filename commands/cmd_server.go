@@ -258,7 +258,7 @@ func cmdCommandGetKeys(x *ctx) {
 	case sp == nil:
 		x.errorReply(msgNoSuchCommand)
 		return
-	case sp.FirstKey == 0 && sp.Keys == nil:
+	case sp.FirstKey == 0 && sp.Keys == nil, slices.Contains(sp.KeyFlags, "not_key"):
 		x.errorReply(msgNoKeyArgs)
 		return
 	case !sp.arityOK(len(args)):

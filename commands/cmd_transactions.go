@@ -160,6 +160,20 @@ func cmdExec(x *ctx) {
 		// again here, before the locks are taken.
 		x.lockShards(shards)
 		defer x.unlockShards()
+		if x.s.cluster.state != nil && x.s.cluster.state.Migrating() && queuedWrite(queue) {
+			msg := x.migrationRecheck(func(yield func(uint16) bool) {
+				for _, k := range keys {
+					if !yield(k.slot) {
+						return
+					}
+				}
+			})
+			if msg != noErr {
+				x.s.unwatchAll(cl)
+				x.errorReply(msg)
+				return
+			}
+		}
 	}
 	if len(cl.multi.watched) > 0 {
 		broken := x.watchBroken()

@@ -62,6 +62,9 @@ const (
 	// A RESP2 client in subscribed mode; %s is the command's full name
 	// (client|list).
 	msgPubsubContext = "ERR Can't execute '%s': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context"
+	// SSUBSCRIBE inside MULTI (Redis 7.0.15: a client that expects one
+	// reply per command).
+	msgSSubscribeDenied = "ERR SSUBSCRIBE isn't allowed for a DENY BLOCKING client"
 	// CLIENT TRACKING and CLIENT CACHING, as Redis 7.0.15 sends them.
 	msgTrackingRedirectTwice = "ERR A client can only redirect to a single other client"
 	msgTrackingRedirectNone  = "ERR The client ID you want redirect to does not exist"
@@ -182,6 +185,17 @@ func errConfigSet(param, why string) wireErr {
 // know (Redis 7's text).
 func errConfigSetUnknown(param string) wireErr {
 	return wireErr("ERR Unknown option or number of arguments for CONFIG SET - '" + param + "'")
+}
+
+// errMigration is a slot migration target's refusal of its source's
+// command (cluster/migration.go): the source shows it as the
+// migration's error, FATAL ones end the migration.
+func errMigration(err error) wireErr {
+	s := err.Error()
+	if strings.HasPrefix(s, "UNKNOWN_MIGRATION") || strings.HasPrefix(s, "FATAL ") {
+		return wireErr(s)
+	}
+	return wireErr("ERR " + s)
 }
 
 func errExecAbort(reason wireErr) wireErr {
@@ -306,6 +320,10 @@ const (
 	msgClusterDisabled    = "ERR This instance has cluster support disabled"
 	msgCrossSlot          = "CROSSSLOT Keys in request don't hash to the same slot"
 	msgClusterDownUnbound = "CLUSTERDOWN Hash slot not served"
+	// msgTryAgainMigrating: a write to a slot this node is handing over
+	// to a migration's target, for the moment the handover takes; Redis
+	// Cluster clients retry on TRYAGAIN.
+	msgTryAgainMigrating  = "TRYAGAIN Slot being handed over to another node by a migration, try again"
 	msgSelectCluster      = "ERR SELECT is not allowed in cluster mode"
 	msgInvalidSlot        = "ERR Invalid slot"
 	msgInvalidSlotOrCount = "ERR Invalid slot or number of keys"

@@ -265,6 +265,7 @@ var infoSections = []infoSection{
 	{"limiters", "Limiters", true, (*infoCall).limiters},
 	{"errorstats", "Errorstats", true, (*infoCall).errorstats},
 	{"cluster", "Cluster", true, (*infoCall).cluster},
+	{"migrations", "Migrations", false, (*infoCall).migrations},
 	{"policies", "Policies", false, (*infoCall).policies},
 	{"rls", "RLS", false, (*infoCall).rls},
 	{"keyspace", "Keyspace", true, (*infoCall).keyspace},
@@ -337,7 +338,7 @@ func (c *infoCall) clients() []string {
 	lq, lw := s.leaseWaitCounts()
 	return []string{
 		fmt.Sprintf("connected_clients:%d", c.net.connected),
-		"cluster_connections:0",
+		fmt.Sprintf("cluster_connections:%d", c.clusterConnections()),
 		"maxclients:" + s.setting("maxclients"),
 		fmt.Sprintf("client_recent_max_input_buffer:%d", maxIn),
 		fmt.Sprintf("client_recent_max_output_buffer:%d", maxOut),
@@ -446,7 +447,7 @@ func (c *infoCall) stats() []string {
 	var expiredKeys = s.stats.expired.Load()
 	rst := s.repl.Stats()
 	trkKeys, trkItems, trkPrefixes := s.track.stats()
-	psChannels, psPatterns := s.pubsub.stats()
+	psChannels, psPatterns, psShard := s.pubsub.stats()
 	s.stats.inst.mu.Lock()
 	ops, inKbps, outKbps := s.stats.inst.ops.rate(), s.stats.inst.in.rate()/1024, s.stats.inst.out.rate()/1024
 	s.stats.inst.mu.Unlock()
@@ -473,7 +474,7 @@ func (c *infoCall) stats() []string {
 		fmt.Sprintf("keyspace_misses:%d", s.stats.keyspaceMisses.Load()),
 		fmt.Sprintf("pubsub_channels:%d", psChannels),
 		fmt.Sprintf("pubsub_patterns:%d", psPatterns),
-		"pubsubshard_channels:0",
+		fmt.Sprintf("pubsubshard_channels:%d", psShard),
 		fmt.Sprintf("tracking_total_keys:%d", trkKeys),
 		fmt.Sprintf("tracking_total_items:%d", trkItems),
 		fmt.Sprintf("tracking_total_prefixes:%d", trkPrefixes),
@@ -546,8 +547,73 @@ func (c *infoCall) errorstats() []string {
 	return lines
 }
 
+// clusterConnections is INFO's cluster_connections: the pub/sub links up
+// (Redis counts its cluster bus links).
+func (c *infoCall) clusterConnections() int {
+	if c.s.cluster.bus == nil {
+		return 0
+	}
+	n := 0
+	for _, l := range c.s.cluster.bus.Links() {
+		if l.Up {
+			n++
+		}
+	}
+	return n
+}
+
+// cluster is INFO cluster: cluster_enabled, as Redis, then in cluster
+// mode cellserver's pub/sub links (cluster.Bus): how many, the messages
+// other nodes forwarded here, and per link (one per other node of the
+// topology) its state and the messages it forwarded and dropped.
 func (c *infoCall) cluster() []string {
-	return []string{"cluster_enabled:" + map[bool]string{false: "0", true: "1"}[c.s.cluster.state != nil]}
+	cm := &c.s.cluster
+	lines := []string{"cluster_enabled:" + map[bool]string{false: "0", true: "1"}[cm.state != nil]}
+	if cm.state == nil || cm.bus == nil {
+		return lines
+	}
+	links := cm.bus.Links()
+	up := 0
+	var fwd, dropped int64
+	for _, l := range links {
+		if l.Up {
+			up++
+		}
+		fwd += l.Forwarded
+		dropped += l.Dropped
+	}
+	lines = append(lines,
+		fmt.Sprintf("cluster_pubsub_links:%d", len(links)),
+		fmt.Sprintf("cluster_pubsub_links_up:%d", up),
+		fmt.Sprintf("cluster_pubsub_forwarded:%d", fwd),
+		fmt.Sprintf("cluster_pubsub_dropped:%d", dropped),
+		fmt.Sprintf("cluster_pubsub_received:%d", cm.received.Load()))
+	for i, l := range links {
+		state := "down"
+		if l.Up {
+			state = "up"
+		}
+		lines = append(lines, fmt.Sprintf("cluster_pubsub_link%d:id=%s,addr=%s,state=%s,forwarded=%d,dropped=%d,queued_bytes=%d",
+			i, l.ID, l.Addr, state, l.Forwarded, l.Dropped, l.QueuedBytes))
+	}
+	return lines
+}
+
+// migrations is cellserver's section of slot migrations (cluster mode:
+// cluster/migration.go), shown when named or by INFO all.
+func (c *infoCall) migrations() []string {
+	st := c.s.cluster.state
+	if st == nil {
+		return nil
+	}
+	ms := st.MigrationStats()
+	return []string{
+		fmt.Sprintf("migrations_out:%d", ms.Out),
+		fmt.Sprintf("migrations_in:%d", ms.In),
+		fmt.Sprintf("migrations_finished:%d", ms.Finished),
+		fmt.Sprintf("migration_keys_sent:%d", ms.KeysSent),
+		fmt.Sprintf("migration_last_handover_us:%d", ms.LastPause.Microseconds()),
+	}
 }
 
 func (c *infoCall) policies() []string { return c.s.policyInfo() }

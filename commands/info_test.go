@@ -403,8 +403,8 @@ func TestModulesConsistent(t *testing.T) {
 func TestInfoSectionsSelected(t *testing.T) {
 	_, addr := servertest.Start(t, server.Config{})
 	every := []string{"Server", "Clients", "Memory", "Persistence", "Stats", "Replication", "CPU", "Modules",
-		"Commandstats", "Limiters", "Errorstats", "Cluster", "Policies", "RLS", "Keyspace"}
-	notDefault := []string{"Commandstats", "Policies", "RLS"}
+		"Commandstats", "Limiters", "Errorstats", "Cluster", "Migrations", "Policies", "RLS", "Keyspace"}
+	notDefault := []string{"Commandstats", "Migrations", "Policies", "RLS"}
 	deflt := slices.DeleteFunc(slices.Clone(every), func(s string) bool { return slices.Contains(notDefault, s) })
 	for _, tc := range []struct {
 		args []string

@@ -167,6 +167,9 @@ func (x *ctx) runLocked(sp *Spec) {
 		sh := x.keys[0].sh
 		sh.Lock()
 		defer sh.Unlock()
+		if x.s.migrating(sp) && !x.keysStillServed() {
+			return
+		}
 		if x.trackChg {
 			c0 := sh.Changes()
 			sp.Run(x)
@@ -178,6 +181,9 @@ func (x *ctx) runLocked(sp *Spec) {
 	}
 	x.lockShards(x.keyShards(x.keys))
 	defer x.unlockShards()
+	if x.s.migrating(sp) && !x.keysStillServed() {
+		return
+	}
 	if x.trackChg {
 		c0 := x.lockedChanges()
 		sp.Run(x)
@@ -185,6 +191,30 @@ func (x *ctx) runLocked(sp *Spec) {
 		return
 	}
 	sp.Run(x)
+}
+
+// migrating reports whether a write must check its keys' slots again
+// under its locks: slots migrate out of this node (migrationRecheck).
+func (s *Service) migrating(sp *Spec) bool {
+	return sp.Flags&Write != 0 && s.cluster.state != nil && s.cluster.state.Migrating()
+}
+
+// keysStillServed checks, under the locks, that this node still serves
+// the command's keys (migrationRecheck); if not it answers the error and
+// returns false.
+func (x *ctx) keysStillServed() bool {
+	msg := x.migrationRecheck(func(yield func(uint16) bool) {
+		for i := range x.keys {
+			if !yield(x.keys[i].slot) {
+				return
+			}
+		}
+	})
+	if msg != noErr {
+		x.errorReply(msg)
+		return false
+	}
+	return true
 }
 
 // lockedChanges sums the change counts of the shards whose locks the

@@ -161,6 +161,10 @@ type Config struct {
 	// COUNTKEYSINSLOT, GETKEYSINSLOT); nil means cluster.KeyspaceStore
 	// over Keyspace (a full scan per call without its slot index).
 	ClusterSlots cluster.SlotStore
+	// PubSubBus, with Cluster, forwards PUBLISH to the other nodes of the
+	// topology and SPUBLISH to the other nodes of this node's shard
+	// (cluster.Bus); nil keeps messages on this node.
+	PubSubBus PubSubBus
 	// DumpValue encodes a value for DUMP (server wires the persistence
 	// codec, persistence.EncodeValue): appended to dst. Nil makes DUMP
 	// answer that it is unavailable.
@@ -333,6 +337,15 @@ func New(cfg Config) (*Service, error) {
 		pubsub:  newPubsubTable(),
 		rewrite: cfg.ConfigRewrite,
 		cluster: clusterMode{state: cfg.Cluster, slots: cfg.ClusterSlots},
+	}
+	if cfg.Cluster != nil {
+		s.cluster.bus = cfg.PubSubBus
+		// A node that stops serving a slot unsubscribes the subscribers
+		// of its shard channels (Redis 7): they resubscribe where the
+		// slot went.
+		cfg.Cluster.OnChange(func(v *cluster.View) {
+			s.pubsub.dropSlots(func(slot uint16) bool { return !v.Owns(slot) })
+		})
 	}
 	if s.cluster.slots == nil {
 		s.cluster.slots = cluster.KeyspaceStore{Keyspace: cfg.Keyspace}
@@ -585,6 +598,9 @@ func (s *Service) Close(c *resp.Conn) {
 		s.pubsub.drop(cl)
 		s.dropLeaseWaiters(cl)
 		s.dropBlocked(cl)
+		if cl.migSource != "" && s.cluster.state != nil {
+			s.cluster.state.MigrateClosed(cl.migSource, c.ID())
+		}
 	}
 }
 

@@ -11,6 +11,9 @@ var (
 	keyRWUpd = []string{"RW", "update"}
 	keyRM    = []string{"RM", "delete"}
 	keyRO0   = []string{"RO"}
+	// keyNotKey marks the channels of the shard channel commands: routed
+	// by slot as keys are, but not keys (COMMAND GETKEYS lists none).
+	keyNotKey = []string{"not_key"}
 )
 
 // commandTable returns the dispatch rows, without their docs.
@@ -20,8 +23,16 @@ func commandTable() []*Spec {
 		{Name: "auth", Arity: -2, Flags: NoScript | Loading | Stale | Fast | NoAuth | AllowBusy, Run: cmdAuth},
 		{Name: "cellcluster", Arity: -2, Subs: []*Spec{
 			{Name: "cellcluster|config", Arity: 3, Flags: Admin | NoScript | Stale, Run: cmdCellClusterConfig},
+			{Name: "cellcluster|getconfig", Arity: 2, Flags: Admin | NoScript | Stale, Run: cmdCellClusterGetConfig},
 			{Name: "cellcluster|help", Arity: 2, Flags: Loading | Stale, Run: cmdCellClusterHelp},
 			{Name: "cellcluster|myid", Arity: -2, Flags: Admin | NoScript | Stale, Run: cmdCellClusterMyID},
+			{Name: "cellcluster|slot-migration-status", Arity: -2, Flags: Admin | NoScript | Stale, Run: cmdCellClusterMigrationStatus},
+			{Name: "cellcluster|migrate-start", Arity: 4, Flags: Admin | NoScript | Write, Run: cmdCellClusterMigrateStart},
+			{Name: "cellcluster|migrate-put", Arity: 5, Flags: Admin | NoScript | Write, Run: cmdCellClusterMigratePut},
+			{Name: "cellcluster|migrate-del", Arity: 4, Flags: Admin | NoScript | Write, Run: cmdCellClusterMigrateDel},
+			{Name: "cellcluster|migrate-end", Arity: 4, Flags: Admin | NoScript | Write, Run: cmdCellClusterMigrateEnd},
+			{Name: "cellcluster|publish", Arity: 4, Flags: Admin | NoScript | Loading | Stale | Fast, Run: cmdCellClusterPublish},
+			{Name: "cellcluster|spublish", Arity: 4, Flags: Admin | NoScript | Loading | Stale | Fast, Run: cmdCellClusterSPublish},
 		}},
 		{Name: "cl.acquire", Arity: -5, Flags: Write | Module, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW,
 			Run: cmdAcquire},
@@ -186,9 +197,15 @@ func commandTable() []*Spec {
 			{Name: "slowlog|len", Arity: 2, Flags: Admin | Loading | Stale, Run: cmdSlowlogLen},
 			{Name: "slowlog|reset", Arity: 2, Flags: Admin | Loading | Stale, Run: cmdSlowlogReset},
 		}},
+		{Name: "spublish", Arity: 3, Flags: PubSub | Loading | Stale | Fast, FirstKey: 1, LastKey: 1, Step: 1,
+			KeyFlags: keyNotKey, Run: cmdSPublish},
+		{Name: "ssubscribe", Arity: -2, Flags: PubSub | NoScript | Loading | Stale, FirstKey: 1, LastKey: -1, Step: 1,
+			KeyFlags: keyNotKey, Run: cmdSSubscribe},
 		{Name: "strlen", Arity: 2, Flags: ReadOnly | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO0,
 			Run: cmdStrlen},
 		{Name: "subscribe", Arity: -2, Flags: PubSub | NoScript | Loading | Stale, Run: cmdSubscribe},
+		{Name: "sunsubscribe", Arity: -1, Flags: PubSub | NoScript | Loading | Stale, FirstKey: 1, LastKey: -1, Step: 1,
+			KeyFlags: keyNotKey, Run: cmdSUnsubscribe},
 		{Name: "sync", Arity: 1, Flags: Admin | NoScript | NoMulti, Run: cmdPsync},
 		{Name: "ttl", Arity: 2, Flags: ReadOnly | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO,
 			Run: cmdTTL},

@@ -218,6 +218,11 @@ func hasKeyArg(args []docArg) bool {
 	return false
 }
 
+// notKeyChannels are the shard channel commands: Redis documents their
+// channels as strings, with a key spec flagged not_key (routed by hash
+// slot as keys are, but no key).
+var notKeyChannels = map[string]bool{"spublish": true, "ssubscribe": true, "sunsubscribe": true}
+
 // checkKeys checks that a command documented with a key argument has key
 // positions (FirstKey > 0, a key spec) with its first key where the docs
 // put it, that COMMAND GETKEYS finds that key, and that commands without
@@ -235,6 +240,13 @@ func checkKeys(t *testing.T, c *resptest.Conn, name string, row infoRow) {
 		if fields[i].Str == "arguments" {
 			args = parseDocArgs(fields[i+1])
 		}
+	}
+	if notKeyChannels[name] {
+		// Routed by slot, not keys: GETKEYS finds none, as Redis's.
+		if g := c.MustDo(t, "COMMAND", "GETKEYS", name, "ch", "msg"); g.Kind != '-' {
+			t.Errorf("COMMAND GETKEYS %s: %v, want an error", name, g)
+		}
+		return
 	}
 	if !hasKeyArg(args) {
 		if row.firstKey != 0 || row.lastKey != 0 || row.step != 0 || row.keySpecs != 0 {

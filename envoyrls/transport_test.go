@@ -26,6 +26,7 @@ import (
 	"github.com/cellserver/cellserver/envoyrls"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/internal/testpki"
+	"github.com/cellserver/cellserver/internal/topotest"
 	"github.com/cellserver/cellserver/keyslot"
 	"github.com/cellserver/cellserver/persistence/changelog"
 	"github.com/cellserver/cellserver/persistence/pebblestore"
@@ -92,7 +93,7 @@ func TestCluster(t *testing.T) {
 	}
 	var nodes []node
 	for i := 0; i < 2; i++ {
-		cfg := server.Config{ClusterEnabled: true, ClusterNodeID: fmt.Sprintf("node-%d", i+1)}
+		cfg := server.Config{ClusterEnabled: true, ClusterNodeID: topotest.ID(fmt.Sprintf("node-%d", i+1))}
 		if i == 0 {
 			cfg.RLSAddr, cfg.RLSConfig, cfg.RLS = "127.0.0.1:0", dir, envoyrls.New
 		}

@@ -273,3 +273,35 @@ func (d *DB) scanSlot(slot uint16, fn func(s *Shard, idx uint32) bool) {
 		s.mu.Unlock()
 	}
 }
+
+// RangeSlots calls fn for every entry of the shard whose hash slot is set
+// in slots (expired entries not yet removed included: their expiry goes
+// with them), until fn returns false. With the slot index it visits only
+// those slots' entries; without it, every entry. v is the shard's view
+// (see Lookup); fn must not modify the shard. s.mu must be held.
+func (s *Shard) RangeSlots(slots *[keyslot.Slots]bool, fn func(key []byte, v *Value) bool) {
+	if x := s.t.sx; x != nil {
+		for slot := range slots {
+			if !slots[slot] {
+				continue
+			}
+			for j := x.heads.get(uint16(slot)); j != 0; j = x.link(j - 1).next {
+				if !fn(s.t.key(s.t.at(j-1)), s.load(j-1)) {
+					return
+				}
+			}
+		}
+		return
+	}
+	for j := uint32(0); j < s.t.next; j++ {
+		e := s.t.at(j)
+		if e.meta == 0 {
+			continue
+		}
+		if k := s.t.key(e); slots[keyslot.Of(k)] {
+			if !fn(k, s.load(j)) {
+				return
+			}
+		}
+	}
+}

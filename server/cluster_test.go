@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/cluster"
+	"github.com/cellserver/cellserver/internal/topotest"
 	"github.com/cellserver/cellserver/keyslot"
 	"github.com/cellserver/cellserver/server"
 	"github.com/redis/go-redis/v9"
@@ -20,7 +21,7 @@ import (
 func clusterNodes(t *testing.T, n int) []*node {
 	nodes := make([]*node, n)
 	for i := range nodes {
-		nodes[i] = startNode(t, server.Config{ClusterEnabled: true, ClusterNodeID: fmt.Sprintf("node-%d", i+1)})
+		nodes[i] = startNode(t, server.Config{ClusterEnabled: true, ClusterNodeID: topotest.ID(fmt.Sprintf("node-%d", i+1))})
 	}
 	return nodes
 }
@@ -304,6 +305,15 @@ func TestClusterConfigFile(t *testing.T) {
 	if err := (server.Config{ClusterEnabled: true, ClusterNodeID: "a b"}).Validate(); err == nil {
 		t.Fatal("an id with a space accepted")
 	}
+	// An id must be 40 lower-case hex digits: one more digit is refused
+	// (it would not be the id the topology names, and the node would show
+	// itself as a stray master without slots).
+	if err := (server.Config{ClusterEnabled: true, ClusterNodeID: topotest.ID("n") + "0"}).Validate(); err == nil || !strings.Contains(err.Error(), "not 41 bytes") {
+		t.Fatalf("a 41-digit id: %v", err)
+	}
+	if err := (server.Config{ClusterEnabled: true, ClusterNodeID: topotest.ID("n")}).Validate(); err != nil {
+		t.Fatalf("a 40-hex id: %v", err)
+	}
 	if _, err := server.New(server.Config{ClusterEnabled: true, ClusterConfigFile: t.TempDir()}); err == nil {
 		t.Fatal("a directory as the cluster config file accepted")
 	}
@@ -314,7 +324,7 @@ func TestClusterConfigFile(t *testing.T) {
 func TestClusterAdminNeedsAuth(t *testing.T) {
 	ctx := context.Background()
 	n := startNode(t, server.Config{ClusterEnabled: true, Password: "pw"})
-	for _, args := range [][]any{{"CELLCLUSTER", "CONFIG", "[]"}, {"CELLCLUSTER", "MYID", "x"}, {"CLUSTER", "SLOTS"}, {"READONLY"}} {
+	for _, args := range [][]any{{"CELLCLUSTER", "CONFIG", "[]"}, {"CELLCLUSTER", "MYID", topotest.ID("x")}, {"CLUSTER", "SLOTS"}, {"READONLY"}} {
 		if err := n.rdb.Do(ctx, args...).Err(); err == nil || !strings.HasPrefix(err.Error(), "NOAUTH") {
 			t.Fatalf("%v before AUTH: %v", args, err)
 		}
@@ -324,10 +334,10 @@ func TestClusterAdminNeedsAuth(t *testing.T) {
 	if err := c.Do(ctx, "AUTH", "pw").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Do(ctx, "CELLCLUSTER", "MYID", "x").Err(); err != nil {
+	if err := c.Do(ctx, "CELLCLUSTER", "MYID", topotest.ID("x")).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if id, _ := c.Do(ctx, "CLUSTER", "MYID").Text(); id != "x" {
+	if id, _ := c.Do(ctx, "CLUSTER", "MYID").Text(); id != topotest.ID("x") {
 		t.Fatalf("CLUSTER MYID = %q", id)
 	}
 }

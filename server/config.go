@@ -234,9 +234,16 @@ type Config struct {
 	// exists) and rewritten atomically with every topology installed; the
 	// node's id is kept next to it, in ClusterConfigFile+".myid".
 	ClusterConfigFile string
-	// ClusterNodeID is this node's id in the topology; empty means the one
-	// kept next to ClusterConfigFile, or a new random 40-hex id.
+	// ClusterNodeID is this node's id in the topology, 40 lower-case hex
+	// digits as Redis's (cluster.ValidID); empty means the one kept next
+	// to ClusterConfigFile, or a new random one.
 	ClusterNodeID string
+	// ClusterPubSubQueueLimit (cluster-pubsub-queue-limit) bounds, in
+	// bytes, the queue of each pub/sub link to another node of the
+	// cluster (cluster.Bus): a PUBLISH or SPUBLISH that would pass it is
+	// not sent to that node (counted in INFO cluster). The default value
+	// is cluster.DefaultBusQueueLimit (32 MiB).
+	ClusterPubSubQueueLimit int64
 	// ConfigRewrite, when set, is CONFIG REWRITE: it writes the settings
 	// that can change at run time, with their current values ("" for
 	// unset), to the config file. cmd/cellserver sets it when it runs from
@@ -327,6 +334,7 @@ func (c Config) withDefaults() Config {
 	c.ReplicaPriority = cmp.Or(c.ReplicaPriority, replication.DefaultPriority)
 	c.MinReplicasMaxLag = cmp.Or(c.MinReplicasMaxLag, commands.DefaultMinReplicasMaxLag)
 	c.SyncReplicasTimeout = cmp.Or(c.SyncReplicasTimeout, replication.DefaultSyncTimeout)
+	c.ClusterPubSubQueueLimit = cmp.Or(c.ClusterPubSubQueueLimit, cluster.DefaultBusQueueLimit)
 	return c
 }
 
@@ -453,6 +461,9 @@ func (c Config) validate() (tlsMaterial, error) {
 			bad("cluster-node-id %q: %s", c.ClusterNodeID, why)
 		}
 	}
+	if c.ClusterPubSubQueueLimit != 0 && (c.ClusterPubSubQueueLimit < 64<<10 || c.ClusterPubSubQueueLimit > 1<<40) {
+		bad("cluster-pubsub-queue-limit %d: must be between 64kb and 1tb", c.ClusterPubSubQueueLimit)
+	}
 	if !c.ClusterEnabled && (c.ClusterConfigFile != "" || c.ClusterNodeID != "") {
 		bad("cluster-config-file and cluster-node-id need cluster-enabled yes")
 	}
@@ -565,6 +576,7 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "tls-replication", Value: map[bool]string{false: "no", true: "yes"}[c.TLSReplication]},
 		{Name: "cluster-enabled", Value: map[bool]string{false: "no", true: "yes"}[c.ClusterEnabled]},
 		{Name: "cluster-config-file", Value: c.ClusterConfigFile},
+		{Name: "cluster-pubsub-queue-limit", Value: itoa(c.ClusterPubSubQueueLimit)},
 		{Name: "policies", Value: c.Policies},
 	}
 }

@@ -54,6 +54,9 @@ type Server struct {
 	repl   *replication.Replication
 	// cluster is the node's cluster state; nil unless ClusterEnabled.
 	cluster *cluster.State
+	// bus is the node's pub/sub links to the other nodes; nil unless
+	// ClusterEnabled. Serve starts it, stopBackground closes it.
+	bus *cluster.Bus
 
 	bgCancel context.CancelFunc
 	bgDone   chan struct{}
@@ -171,12 +174,26 @@ func New(cfg Config) (_ *Server, err error) {
 	}
 	var cl *cluster.State
 	var slots cluster.SlotStore
+	var bus *cluster.Bus
+	var psBus commands.PubSubBus // nil unless cluster mode (not a nil *cluster.Bus)
 	if cfg.ClusterEnabled {
 		slots = cluster.KeyspaceStore{Keyspace: ks}
-		cl, err = cluster.New(cluster.Config{NodeID: cfg.ClusterNodeID, ConfigFile: cfg.ClusterConfigFile, Logger: cfg.Logger, Store: slots})
+		cl, err = cluster.New(cluster.Config{NodeID: cfg.ClusterNodeID, ConfigFile: cfg.ClusterConfigFile, Logger: cfg.Logger, Store: slots,
+			Migrations: cfg.migrationConfig(ks, rtls)})
 		if err != nil {
 			return nil, err
 		}
+		// The pub/sub links to the other nodes authenticate as a replica
+		// does (masteruser/masterauth), else with this node's own
+		// requirepass, which the nodes of a cluster share; TLS with
+		// tls-replication.
+		user, pass := cfg.MasterUser, cfg.MasterAuth
+		if pass == "" {
+			user, pass = "", cfg.Password
+		}
+		bus = cluster.NewBus(cluster.BusConfig{State: cl, TLS: rtls, User: user, Password: pass,
+			QueueLimit: cfg.ClusterPubSubQueueLimit, MaxMessage: cfg.MaxBulkLen, Logger: cfg.Logger})
+		psBus = bus
 	}
 	var self *Server // for INFO rls, which reads the front door built by Listen
 	cmds, err := commands.New(commands.Config{
@@ -188,6 +205,7 @@ func New(cfg Config) (_ *Server, err error) {
 		},
 		Cluster:            cl,
 		ClusterSlots:       slots,
+		PubSubBus:          psBus,
 		Replication:        repl,
 		ReplicaPriority:    cfg.ReplicaPriority,
 		ReplicaWritable:    cfg.ReplicaWritable,
@@ -247,7 +265,13 @@ func New(cfg Config) (_ *Server, err error) {
 	// 250 a change costs with both (replication's BenchmarkJournalChain),
 	// and only with replicas, and the keyspace, which calls the chain, has
 	// no encoding to share.
-	ks.SetJournal(keyspace.Chain(cmds.Journal(), persisted, repl.Journal()))
+	// 4. cl.Journal() (cluster mode): the changes to slots migrating out
+	//    of this node, queued for their target (cluster/migration.go).
+	var migrating keyspace.Journal
+	if cl != nil {
+		migrating = cl.Journal()
+	}
+	ks.SetJournal(keyspace.Chain(cmds.Journal(), persisted, repl.Journal(), migrating))
 	rcfg := cfg.respConfig()
 	// A loop serves other clients while replies wait for fsync always or
 	// for the replicas' acknowledgements (sync-replicas, which CONFIG SET
@@ -261,8 +285,25 @@ func New(cfg Config) (_ *Server, err error) {
 	rcfg.Refuse = cmds.Refuse // protected mode refuses at accept
 	rs := resp.NewServer(rcfg, cmds)
 	cmds.SetNetwork(rs)
-	self = &Server{cfg: cfg, tls: tm.server, clientTLS: rlsClientTLS(tm), cmds: cmds, net: rs, store: store, writer: writer, repl: repl, cluster: cl}
+	self = &Server{cfg: cfg, tls: tm.server, clientTLS: rlsClientTLS(tm), cmds: cmds, net: rs, store: store, writer: writer, repl: repl, cluster: cl, bus: bus}
 	return self, nil
+}
+
+// migrationConfig is what slot migrations out of this node need: the
+// keyspace, and how to reach and authenticate to a target, as a replica
+// reaches its primary (masteruser/masterauth, else the node's own
+// requirepass, which the nodes of a cluster share; TLS with
+// tls-replication).
+func (cfg Config) migrationConfig(ks *keyspace.Keyspace, tc *tls.Config) cluster.MigrationConfig {
+	mc := cluster.MigrationConfig{Keyspace: ks, User: cfg.MasterUser, Password: cfg.MasterAuth}
+	if mc.Password == "" {
+		mc.User, mc.Password = "", cfg.Password
+	}
+	if tc != nil {
+		d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 10 * time.Second}, Config: tc}
+		mc.Dial = func(ctx context.Context, addr string) (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) }
+	}
+	return mc
 }
 
 // configRewrite adapts Config.ConfigRewrite to the commands layer: CONFIG
@@ -363,6 +404,9 @@ func (s *Server) Serve() error {
 			s.cluster.SetAddr(a.IP.String(), a.Port)
 		}
 	}
+	if s.bus != nil {
+		s.bus.Start()
+	}
 	if host, port, ok, _ := parseReplicaOf(s.cfg.ReplicaOf); ok && !s.repl.IsReplica() {
 		s.repl.ReplicaOf(host, port)
 	}
@@ -431,6 +475,12 @@ func (s *Server) stopBackground() {
 	if cancel != nil {
 		cancel()
 		<-done
+	}
+	if s.bus != nil {
+		s.bus.Close()
+	}
+	if s.cluster != nil {
+		s.cluster.Close() // its migrations out stop
 	}
 	s.closeStore()
 }

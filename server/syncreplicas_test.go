@@ -13,6 +13,7 @@ import (
 
 	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/testwait"
+	"github.com/cellserver/cellserver/internal/topotest"
 	"github.com/cellserver/cellserver/keyslot"
 	"github.com/cellserver/cellserver/replication"
 	"github.com/cellserver/cellserver/server"
@@ -371,8 +372,8 @@ func TestSyncReplicasPerShard(t *testing.T) {
 	ctx := context.Background()
 	var masters, replicas []*node
 	for i := range 2 {
-		masters = append(masters, startNode(t, server.Config{ClusterEnabled: true, ClusterNodeID: fmt.Sprintf("sync-m%d", i), SyncReplicas: 1, SyncReplicasTimeout: time.Minute}))
-		replicas = append(replicas, startNode(t, server.Config{ClusterEnabled: true, ClusterNodeID: fmt.Sprintf("sync-r%d", i)}))
+		masters = append(masters, startNode(t, server.Config{ClusterEnabled: true, ClusterNodeID: topotest.ID(fmt.Sprintf("sync-m%d", i)), SyncReplicas: 1, SyncReplicasTimeout: time.Minute}))
+		replicas = append(replicas, startNode(t, server.Config{ClusterEnabled: true, ClusterNodeID: topotest.ID(fmt.Sprintf("sync-r%d", i))}))
 	}
 	ranges := [][2]int{{0, 8191}, {8192, 16383}}
 	push(t, topology(t, masters, ranges, map[int][]*node{0: {replicas[0]}, 1: {replicas[1]}}), append(masters, replicas...)...)

@@ -9,10 +9,11 @@
 // The topology has -shards shards of one master and -replicas replicas
 // each, and 16384 one-slot ranges dealt to the shards in turn, so that no
 // two adjacent slots share a shard: CLUSTER SLOTS then lists every shard's
-// nodes 16384/shards times. -idlen pads node ids to that length; -ipv6
-// gives every node the longest address the topology accepts (45 bytes).
+// nodes 16384/shards times. Node ids are 40 hex digits (the only length
+// a topology accepts); -ipv6 gives every node the longest address the
+// topology accepts (45 bytes).
 //
-//	go run ./bench/clustertopo -addr 127.0.0.1:7001 -shards 2 -replicas 1000 -idlen 6
+//	go run ./bench/clustertopo -addr 127.0.0.1:7001 -shards 2 -replicas 1000
 //
 // Needs a server started with --cluster-enabled yes on the same machine.
 // It reads only replies; it never stores one.
@@ -38,30 +39,26 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:6379", "server address")
 	shards := flag.Int("shards", 2, "shards")
 	replicas := flag.Int("replicas", 1000, "replicas per shard")
-	idlen := flag.Int("idlen", 6, "node id length (at least 6)")
 	ipv6 := flag.Bool("ipv6", false, "45-byte IPv6 addresses instead of 127.0.0.1")
 	clients := flag.Int("clients", 4, "connections looping the command")
 	cmd := flag.String("cmd", "SLOTS", "CLUSTER subcommand the clients loop: SLOTS, SHARDS or NODES")
 	duration := flag.Duration("duration", 60*time.Second, "how long the clients loop")
 	pingEvery := flag.Duration("ping-every", 100*time.Millisecond, "pause between two PINGs of the probe")
 	flag.Parse()
-	if err := run(*addr, *shards, *replicas, *idlen, *ipv6, *clients, *cmd, *duration, *pingEvery); err != nil {
+	if err := run(*addr, *shards, *replicas, *ipv6, *clients, *cmd, *duration, *pingEvery); err != nil {
 		fmt.Fprintln(os.Stderr, "clustertopo:", err)
 		os.Exit(1)
 	}
 }
 
-func topology(shards, replicas, idlen int, ipv6 bool) string {
+func topology(shards, replicas int, ipv6 bool) string {
 	ip := "127.0.0.1"
 	if ipv6 {
 		ip = "0000:0000:0000:0000:0000:ffff:255.255.255.255"
 	}
 	port := 10000
 	node := func(b *strings.Builder) {
-		id := fmt.Sprintf("n%05d", port-10000)
-		if len(id) < idlen {
-			id += strings.Repeat("x", idlen-len(id))
-		}
+		id := fmt.Sprintf("%040d", port)
 		fmt.Fprintf(b, `{"id":%q,"ip":%q,"port":%d}`, id, ip, port)
 		port++
 	}
@@ -187,7 +184,7 @@ func vmHWM(pid string) string {
 	return "?"
 }
 
-func run(addr string, shards, replicas, idlen int, ipv6 bool, clients int, cmd string, duration, pingEvery time.Duration) error {
+func run(addr string, shards, replicas int, ipv6 bool, clients int, cmd string, duration, pingEvery time.Duration) error {
 	admin, err := dial(addr)
 	if err != nil {
 		return err
@@ -210,9 +207,9 @@ func run(addr string, shards, replicas, idlen int, ipv6 bool, clients int, cmd s
 			pid = v
 		}
 	}
-	top := topology(shards, replicas, idlen, ipv6)
-	fmt.Printf("topology: %d shards x (1 master + %d replicas) = %d nodes, 16384 one-slot ranges, ids of %d bytes, config %d bytes\n",
-		shards, replicas, shards*(1+replicas), max(idlen, 6), len(top))
+	top := topology(shards, replicas, ipv6)
+	fmt.Printf("topology: %d shards x (1 master + %d replicas) = %d nodes, 16384 one-slot ranges, config %d bytes\n",
+		shards, replicas, shards*(1+replicas), len(top))
 	fmt.Printf("server pid %s, VmHWM before: %s\n", pid, vmHWM(pid))
 	t0 := time.Now()
 	first, err := admin.do("CELLCLUSTER", "CONFIG", top)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/commands"
 	"github.com/cellserver/cellserver/envoyrls"
 	"github.com/cellserver/cellserver/keyspace"
@@ -248,7 +249,8 @@ var options = []option{
 	{"min-replicas-max-lag", strconv.Itoa(int(commands.DefaultMinReplicasMaxLag / time.Second)), "seconds: see --min-replicas-to-write", setDuration(func(c *server.Config) *time.Duration { return &c.MinReplicasMaxLag })},
 	{"cluster-enabled", "no", "cluster mode: route keys by hash slot (MOVED, CROSSSLOT) over a topology set with CELLCLUSTER CONFIG; only database 0", setBool(func(c *server.Config) *bool { return &c.ClusterEnabled })},
 	{"cluster-config-file", "", "with --cluster-enabled: load the topology (DFLYCLUSTER CONFIG JSON) from this file at start and keep the last one installed in it; the node id is kept in FILE.myid", setString(func(c *server.Config) *string { return &c.ClusterConfigFile })},
-	{"cluster-node-id", "", "with --cluster-enabled: this node's id in the topology (default: the one in FILE.myid, else a random 40-hex id)", setString(func(c *server.Config) *string { return &c.ClusterNodeID })},
+	{"cluster-pubsub-queue-limit", sizeString(cluster.DefaultBusQueueLimit), "with --cluster-enabled: bytes queued at most per pub/sub link to another node; a PUBLISH or SPUBLISH past it is not sent to that node (counted in INFO cluster)", setInt64(func(c *server.Config) *int64 { return &c.ClusterPubSubQueueLimit })},
+	{"cluster-node-id", "", "with --cluster-enabled: this node's id in the topology, 40 lower-case hex digits as Redis's (default: the one in FILE.myid, else a random one)", setString(func(c *server.Config) *string { return &c.ClusterNodeID })},
 	{"log-format", server.DefaultLogFormat, "log format: text or json", setString(func(c *server.Config) *string { return &c.LogFormat })},
 	{"log-level", server.DefaultLogLevel, "log level: debug, info, warn or error", setString(func(c *server.Config) *string { return &c.LogLevel })},
 	{"policies", "", "read CL.APPLY's named policies from this YAML file (an invalid file stops the start, listing every problem); CL.POLICY RELOAD and SIGHUP read it again", setString(func(c *server.Config) *string { return &c.Policies })},
@@ -273,7 +275,8 @@ func loadConfig(args []string, env func(string) string, stdout, stderr io.Writer
 		vals[o.name] = fs.String(o.name, o.def, o.usage)
 	}
 	usage := func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: cellserver [options]\n\n"+
+		fmt.Fprintf(w, "Usage: cellserver [options]\n"+
+			"       cellserver cluster COMMAND ... (create, add-node, reshard, rebalance, check, info: cellserver cluster --help)\n\n"+
 			"A Redis-protocol rate-limit server answering CL.THROTTLE exactly as redis-cell.\n\n"+
 			"Every option can also be set as an environment variable (shown in brackets)\n"+
 			"or as a line \"name value\" in the --config file.\n"+

@@ -47,6 +47,9 @@ func main() {
 // run parses args, starts the server and blocks until SIGINT/SIGTERM. It
 // returns the process exit code. See handleSignals for the other signals.
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "cluster" {
+		return runCluster(args[1:], os.Getenv, os.Stdin, stdout, stderr)
+	}
 	cfg, code, done, health := loadConfig(args, os.Getenv, stdout, stderr)
 	if done {
 		return code

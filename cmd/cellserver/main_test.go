@@ -135,6 +135,15 @@ func TestInvalidConfigReportsEveryProblem(t *testing.T) {
 	if code := run([]string{"--config", filepath.Join(dir, "missing.conf")}, io.Discard, io.Discard); code != 2 {
 		t.Errorf("missing config file: exit %d, want 2", code)
 	}
+	// A node id is 40 lower-case hex digits, as Redis's: a 41-digit one
+	// (which would leave the node out of the topology naming its first 40,
+	// a stray master without slots) is refused at start.
+	errb.Reset()
+	id41 := "0123456789abcdef0123456789abcdef012345678"
+	if code := run([]string{"--cluster-enabled", "yes", "--cluster-node-id", id41}, io.Discard, &errb); code != 2 ||
+		!strings.Contains(errb.String(), `cluster-node-id "`+id41+`": node id must be 40 lower-case hex digits (as Redis's), not 41 bytes`) {
+		t.Errorf("--cluster-node-id of 41 digits: exit %d, want 2 with the reason; stderr %q", code, errb.String())
+	}
 }
 
 // TestMain removes the binary binproc.Binary builds, once per test run,

@@ -1,26 +1,48 @@
 // Package topotest builds cluster topologies (CELLCLUSTER CONFIG's JSON)
-// for tests.
+// and node ids for tests.
 package topotest
 
 import (
+	"encoding/hex"
 	"fmt"
 	"strings"
 
 	"github.com/cellserver/cellserver/keyslot"
 )
 
+// ID returns a valid node id (40 lower-case hex digits, as Redis's) named
+// after name: name's bytes in hex, left-padded with zeros, so that
+// ID("m1") is "0000…6d31" and a failure message still says which node it
+// is (hex.DecodeString of the id, zeros trimmed, gives name back). Two
+// names give two ids. name must be at most 20 bytes.
+func ID(name string) string {
+	if len(name) > 20 {
+		panic(fmt.Sprintf("topotest.ID(%q): more than 20 bytes", name))
+	}
+	h := hex.EncodeToString([]byte(name))
+	return strings.Repeat("0", 40-len(h)) + h
+}
+
+// Name returns the name ID was given for id, or id itself if it is not
+// one ID made.
+func Name(id string) string {
+	b, err := hex.DecodeString(strings.TrimLeft(id, "0"))
+	if err != nil || len(id) != 40 {
+		return id
+	}
+	return string(b)
+}
+
 // Wide returns a topology of shards shards of one master and replicas
 // replicas each, the 16384 slots dealt to them one at a time in turn
 // (every range is one slot, so CLUSTER SLOTS lists a shard's nodes once
-// per slot), node ids padded to idLen bytes (at least 6), every node at
-// ip, ports from 10000 (five digits, as most are).
-func Wide(shards, replicas, idLen int, ip string) string {
+// per slot), every node at ip, ports from 10000 (five digits, as most
+// are), node ids the port in 40 decimal digits (WideID).
+func Wide(shards, replicas int, ip string) string {
 	var b strings.Builder
 	port := 10000
 	node := func() {
-		id := fmt.Sprintf("n%05d", port)
-		id += strings.Repeat("x", max(idLen-len(id), 0))
-		fmt.Fprintf(&b, `{"id":%q,"ip":%q,"port":%d}`, id, ip, port)
+		fmt.Fprintf(&b, `{"id":%q,"ip":%q,"port":%d}`, WideID(port), ip, port)
 		port++
 	}
 	b.WriteByte('[')
@@ -49,3 +71,6 @@ func Wide(shards, replicas, idLen int, ip string) string {
 	b.WriteByte(']')
 	return b.String()
 }
+
+// WideID is the id Wide gives the node at port.
+func WideID(port int) string { return fmt.Sprintf("%040d", port) }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cellserver/cellserver/internal/topotest"
 	"github.com/cellserver/cellserver/tests/internal/harness"
 )
 
@@ -231,9 +232,8 @@ func TestReconfigScript(t *testing.T) {
 	dead.Close()
 	fb, fc, fd, sent := newFakeNode(t), newFakeNode(t), newFakeNode(t), newFakeNode(t)
 	b, c, d := fb.addr, fc.addr, fd.addr
-	// Ids need not be 40 hex digits (--cluster-node-id takes any printable
-	// id); one has a quote that the JSON must escape.
-	ids := map[string]string{a: strings.Repeat("a", 40), b: `node-"b"`, c: strings.Repeat("c", 40), d: "d"}
+	// Ids are 40 lower-case hex digits, the only ids a node accepts.
+	ids := map[string]string{a: strings.Repeat("a", 40), b: topotest.ID("node-b"), c: strings.Repeat("c", 40), d: topotest.ID("d")}
 	ranges := []string{"0-8191", "8192-16000 16001 16002-16383"}
 	before := clusterNodesText([][]string{{a, b}, {c, d}}, ranges, ids)
 	env := []string{"CELLSERVER_SENTINEL=" + sent.addr}
@@ -388,7 +388,7 @@ func TestReconfigScript(t *testing.T) {
 		}
 		sent.set("", sentinelMasters(map[string]string{"shard-0": a, "shard-1": c}), "")
 		code, out := runScript(t, append(env, "CELLSERVER_RECONFIG_DRYRUN=1"), failoverArgs("shard-0", "leader", a, b)...)
-		if code != 0 || !strings.Contains(out, `"master":{"id":"node-\"b\""`) {
+		if code != 0 || !strings.Contains(out, `"master":{"id":"`+ids[b]+`"`) {
 			t.Fatalf("exit %d\n%s", code, out)
 		}
 		for _, f := range []*fakeNode{fb, fc, fd} {

@@ -15,6 +15,7 @@ import (
 	"github.com/cellserver/cellserver/cellservertest"
 	"github.com/cellserver/cellserver/client/httplimit"
 	"github.com/cellserver/cellserver/cluster"
+	"github.com/cellserver/cellserver/internal/topotest"
 	"github.com/cellserver/cellserver/server"
 )
 
@@ -130,7 +131,7 @@ func TestBreakerRecovery(t *testing.T) {
 // In a cluster, keys of several limits in different slots get CROSSSLOT,
 // reported as ErrCrossSlot; a hash tag in Prefix puts them together.
 func TestCrossSlot(t *testing.T) {
-	srv := startServer(t, cellservertest.WithConfig(func(c *server.Config) { c.ClusterEnabled, c.ClusterNodeID = true, "node-1" }))
+	srv := startServer(t, cellservertest.WithConfig(func(c *server.Config) { c.ClusterEnabled, c.ClusterNodeID = true, topotest.ID("node-1") }))
 	addr := srv.Addr()
 	host, port, _ := net.SplitHostPort(addr)
 	pn, _ := strconv.Atoi(port)

@@ -3,6 +3,8 @@ package harness
 import (
 	"reflect"
 	"testing"
+
+	"github.com/cellserver/cellserver/internal/topotest"
 )
 
 func TestInfoFields(t *testing.T) {
@@ -15,11 +17,11 @@ func TestInfoFields(t *testing.T) {
 
 func TestTopologyJSON(t *testing.T) {
 	got := TopologyJSON([]Shard{
-		{SlotRanges: []SlotRange{{0, 8191}}, Master: Peer{"a", "127.0.0.1", 7000}, Replicas: []Peer{{"b", "127.0.0.1", 7001}}},
-		{SlotRanges: []SlotRange{{8192, 16383}}, Master: Peer{"c", "127.0.0.1", 7002}},
+		{SlotRanges: []SlotRange{{0, 8191}}, Master: Peer{topotest.ID("a"), "127.0.0.1", 7000}, Replicas: []Peer{{topotest.ID("b"), "127.0.0.1", 7001}}},
+		{SlotRanges: []SlotRange{{8192, 16383}}, Master: Peer{topotest.ID("c"), "127.0.0.1", 7002}},
 	})
-	want := `[{"slot_ranges":[{"start":0,"end":8191}],"master":{"id":"a","ip":"127.0.0.1","port":7000},"replicas":[{"id":"b","ip":"127.0.0.1","port":7001}]},` +
-		`{"slot_ranges":[{"start":8192,"end":16383}],"master":{"id":"c","ip":"127.0.0.1","port":7002},"replicas":[]}]`
+	want := `[{"slot_ranges":[{"start":0,"end":8191}],"master":{"id":"0000000000000000000000000000000000000061","ip":"127.0.0.1","port":7000},"replicas":[{"id":"0000000000000000000000000000000000000062","ip":"127.0.0.1","port":7001}]},` +
+		`{"slot_ranges":[{"start":8192,"end":16383}],"master":{"id":"0000000000000000000000000000000000000063","ip":"127.0.0.1","port":7002},"replicas":[]}]`
 	if got != want {
 		t.Errorf("TopologyJSON =\n%s\nwant\n%s", got, want)
 	}
