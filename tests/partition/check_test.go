@@ -33,7 +33,9 @@ type keyOver struct {
 	// (CL.FIXED: a reply slower than the window); they are put in the
 	// window with the fewest admissions, which can only hide excess.
 	ambiguous int
-	worst     string // the admissions of the worst window, for a report
+	// skewed counts admissions placed only with clockSlack (CL.FIXED).
+	skewed int
+	worst  string // the admissions of the worst window, for a report
 }
 
 func keyName(k int) string { return fmt.Sprintf("partition:%d", k) }
@@ -77,12 +79,22 @@ func (f fixedLimit) ready(_ *load, now time.Time) bool {
 // returned are lo..hi (as indices end/period), several for a reply
 // slower than a window, none (lo > hi) for a reply no correct server
 // gives.
-func (f fixedLimit) windowOf(r reply) (lo, hi int64) {
+//
+// slack widens the interval by that much each way: the server's clock is
+// not the client's (cellserver derives the wall clock from the monotonic
+// one and rebases every millisecond, and a slewing clock can move tens of
+// µs apart in that time), so a reply whose reset_after fits no window by
+// the client's clock is placed again with clockSlack.
+func (f fixedLimit) windowOf(r reply, slack time.Duration) (lo, hi int64) {
 	p := int64(f.period)
-	from := r.send + (r.resetAfter-1)*int64(time.Millisecond)
-	to := r.recv + r.resetAfter*int64(time.Millisecond)
+	from := r.send - int64(slack) + (r.resetAfter-1)*int64(time.Millisecond)
+	to := r.recv + int64(slack) + r.resetAfter*int64(time.Millisecond)
 	return (from + p - 1) / p, to / p
 }
+
+// clockSlack is how far the server's clock may be from the client's when
+// an admission fits no window without it.
+const clockSlack = time.Millisecond
 
 func (f fixedLimit) over(adm []reply) keyOver {
 	var ko keyOver
@@ -90,7 +102,12 @@ func (f fixedLimit) over(adm []reply) keyOver {
 	members := map[int64][]reply{}
 	var ambiguous []reply
 	for _, r := range adm {
-		lo, hi := f.windowOf(r)
+		lo, hi := f.windowOf(r, 0)
+		if lo > hi {
+			if lo, hi = f.windowOf(r, clockSlack); lo <= hi {
+				ko.skewed++
+			}
+		}
 		switch {
 		case lo > hi:
 			// No window fits: the reply contradicts the window model. It
@@ -107,7 +124,10 @@ func (f fixedLimit) over(adm []reply) keyOver {
 	}
 	ko.ambiguous = len(ambiguous)
 	for _, r := range ambiguous {
-		lo, hi := f.windowOf(r)
+		lo, hi := f.windowOf(r, 0)
+		if lo > hi {
+			lo, hi = f.windowOf(r, clockSlack)
+		}
 		best := lo
 		for w := lo; w <= hi; w++ {
 			if count[w] < count[best] {
@@ -266,6 +286,7 @@ type figures struct {
 	maxOver                             int64          // the largest excess of one key-window
 	totalOver                           int64          // summed over keys (and windows)
 	ambiguous                           int
+	skewed                              int
 	maxGapKey                           time.Duration // longest time without an admission on one key
 	maxGap                              time.Duration // longest time without any admission
 	worst                               string        // the worst key's admissions, when over-admitted
@@ -296,6 +317,7 @@ func analyze(lim limit, replies []reply, end time.Time) figures {
 		ko := lim.over(adm)
 		f.totalOver += ko.total
 		f.ambiguous += ko.ambiguous
+		f.skewed += ko.skewed
 		if ko.worst != "" && (f.worst == "" || ko.max > worstKey) {
 			worstKey = ko.max
 			f.worst = fmt.Sprintf("key %s: %s", keyName(k), ko.worst)
@@ -442,6 +464,19 @@ func checkFixed(t *testing.T, f fixedLimit) {
 	}
 	if ko := f.over(adm); ko.ambiguous != 1 || ko.total != 0 {
 		t.Errorf("slow reply: %+v, want 1 ambiguous, 0 over", ko)
+	}
+	// A server clock behind the client's (seen once in a 10 s run): sent
+	// 13 µs after the latest instant that reset_after allows, the reply
+	// fits its window only with the slack, and is no excess.
+	end := start + int64(10*f.period)
+	ra := int64(765)
+	adm = []reply{{send: end - (ra-1)*int64(time.Millisecond) + int64(13*time.Microsecond), resetAfter: ra}}
+	adm[0].recv = adm[0].send + int64(100*time.Microsecond)
+	if ko := f.over(adm); ko.skewed != 1 || ko.total != 0 {
+		t.Errorf("server clock behind: %+v, want 1 skewed, 0 over", ko)
+	}
+	if ko := f.over([]reply{{send: adm[0].send - int64(20*time.Microsecond), recv: adm[0].recv, resetAfter: ra}}); ko.skewed != 0 || ko.total != 0 {
+		t.Errorf("clocks agreeing: %+v, want 0 skewed, 0 over", ko)
 	}
 	// A reset_after no window fits is an excess, not hidden.
 	adm = []reply{{send: start + ms(100), recv: start + ms(101), resetAfter: ms(300) / int64(time.Millisecond)}}

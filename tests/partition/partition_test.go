@@ -437,9 +437,9 @@ func runOne(t *testing.T, sc scenario, md mode, lim limit) (figures, time.Durati
 	sc.inject(r)
 	replies, end := l.stop(t)
 	f := analyze(lim, replies, end)
-	t.Logf("%s/%s/%s/%v: setup %v, load %v (fault after %v); %d requests, %d admitted, %d refused, errors %s; over-admission max %d per key-window, %d in total (%d admissions of ambiguous window); longest without admission %v on a key, %v on all; sentinels switched %v after the fault, clients moved %v. %s",
+	t.Logf("%s/%s/%s/%v: setup %v, load %v (fault after %v); %d requests, %d admitted, %d refused, errors %s; over-admission max %d per key-window, %d in total (%d admissions of ambiguous window, %d placed with the clock slack); longest without admission %v on a key, %v on all; sentinels switched %v after the fault, clients moved %v. %s",
 		sc.name, md.name, lim.name(), lim.window(), setup.Round(time.Millisecond), end.Sub(l.start).Round(time.Millisecond), r.faultAt.Sub(l.start).Round(time.Millisecond),
-		f.requests, f.admitted, f.refused, f.errSummary(), f.maxOver, f.totalOver, f.ambiguous,
+		f.requests, f.admitted, f.refused, f.errSummary(), f.maxOver, f.totalOver, f.ambiguous, f.skewed,
 		f.maxGapKey.Round(time.Millisecond), f.maxGap.Round(time.Millisecond),
 		r.switched.Round(time.Millisecond), r.moved.Round(time.Millisecond), r.note)
 	if f.worst != "" && os.Getenv("CELLSERVER_PARTITION_LOGS") != "" {
