@@ -16,6 +16,10 @@ type limit interface {
 	name() string
 	args(key int) []any
 	rate() float64 // admissions per second per key, in the long run
+	window() time.Duration
+	// ready reports whether the load l has run into the state in which
+	// a fault shows the most at now (beyond the suite's common warm-up).
+	ready(l *load, now time.Time) bool
 	// over returns the over-admission of adm (the admissions of one key,
 	// in no particular order).
 	over(adm []reply) keyOver
@@ -29,7 +33,9 @@ type keyOver struct {
 	// (CL.FIXED: a reply slower than the window); they are put in the
 	// window with the fewest admissions, which can only hide excess.
 	ambiguous int
-	worst     string // the admissions of the worst window, for a report
+	// skewed counts admissions placed only with clockSlack (CL.FIXED).
+	skewed int
+	worst  string // the admissions of the worst window, for a report
 }
 
 func keyName(k int) string { return fmt.Sprintf("partition:%d", k) }
@@ -39,6 +45,11 @@ func keyName(k int) string { return fmt.Sprintf("partition:%d", k) }
 type fixedLimit struct {
 	limit  int64
 	period time.Duration
+	// phase, if not 0, is how far into a window a fault is injected (to
+	// 200 ms later): at twice the rate a window admits during its first
+	// half only, so a fault late in a window can lose nothing the rest
+	// of the window would admit again. 0: whenever the warm-up ends.
+	phase time.Duration
 }
 
 func (f fixedLimit) name() string { return "CL.FIXED" }
@@ -49,7 +60,17 @@ func (f fixedLimit) args(key int) []any {
 
 func (f fixedLimit) rate() float64 { return float64(f.limit) / f.period.Seconds() }
 
-// window returns the window (its end, in Unix ns) that an admission
+func (f fixedLimit) window() time.Duration { return f.period }
+
+func (f fixedLimit) ready(_ *load, now time.Time) bool {
+	if f.phase == 0 {
+		return true
+	}
+	in := time.Duration(now.UnixNano() % int64(f.period))
+	return in >= f.phase && in < f.phase+200*time.Millisecond
+}
+
+// windowOf returns the window (its end, in Unix ns) that an admission
 // counted in, from its reply: reset_after is the time from the server's
 // decision to the window's end in ms rounded up, so the end E satisfies
 // now+(ra-1)ms < E <= now+ra ms, and the decision time now lies between
@@ -58,12 +79,22 @@ func (f fixedLimit) rate() float64 { return float64(f.limit) / f.period.Seconds(
 // returned are lo..hi (as indices end/period), several for a reply
 // slower than a window, none (lo > hi) for a reply no correct server
 // gives.
-func (f fixedLimit) window(r reply) (lo, hi int64) {
+//
+// slack widens the interval by that much each way: the server's clock is
+// not the client's (cellserver derives the wall clock from the monotonic
+// one and rebases every millisecond, and a slewing clock can move tens of
+// µs apart in that time), so a reply whose reset_after fits no window by
+// the client's clock is placed again with clockSlack.
+func (f fixedLimit) windowOf(r reply, slack time.Duration) (lo, hi int64) {
 	p := int64(f.period)
-	from := r.send + (r.resetAfter-1)*int64(time.Millisecond)
-	to := r.recv + r.resetAfter*int64(time.Millisecond)
+	from := r.send - int64(slack) + (r.resetAfter-1)*int64(time.Millisecond)
+	to := r.recv + int64(slack) + r.resetAfter*int64(time.Millisecond)
 	return (from + p - 1) / p, to / p
 }
+
+// clockSlack is how far the server's clock may be from the client's when
+// an admission fits no window without it.
+const clockSlack = time.Millisecond
 
 func (f fixedLimit) over(adm []reply) keyOver {
 	var ko keyOver
@@ -71,7 +102,12 @@ func (f fixedLimit) over(adm []reply) keyOver {
 	members := map[int64][]reply{}
 	var ambiguous []reply
 	for _, r := range adm {
-		lo, hi := f.window(r)
+		lo, hi := f.windowOf(r, 0)
+		if lo > hi {
+			if lo, hi = f.windowOf(r, clockSlack); lo <= hi {
+				ko.skewed++
+			}
+		}
 		switch {
 		case lo > hi:
 			// No window fits: the reply contradicts the window model. It
@@ -88,7 +124,10 @@ func (f fixedLimit) over(adm []reply) keyOver {
 	}
 	ko.ambiguous = len(ambiguous)
 	for _, r := range ambiguous {
-		lo, hi := f.window(r)
+		lo, hi := f.windowOf(r, 0)
+		if lo > hi {
+			lo, hi = f.windowOf(r, clockSlack)
+		}
 		best := lo
 		for w := lo; w <= hi; w++ {
 			if count[w] < count[best] {
@@ -141,6 +180,14 @@ func (g throttleLimit) args(key int) []any {
 }
 
 func (g throttleLimit) rate() float64 { return float64(g.count) / g.period.Seconds() }
+
+func (g throttleLimit) window() time.Duration { return g.period }
+
+// ready waits until every key has used up its burst: before, GCRA has
+// slack (burst+1 admissions at once), and admissions a failover forgets
+// only show once the slack is gone. At twice the rate the burst lasts
+// burst+1 emission intervals: 1 s with a 1 s period, 10 s with 10 s.
+func (g throttleLimit) ready(l *load, _ time.Time) bool { return l.allKeysRefused() }
 
 // allowed is the most admissions GCRA gives in an interval of span ns.
 func (g throttleLimit) allowed(span int64) int64 {
@@ -239,6 +286,7 @@ type figures struct {
 	maxOver                             int64          // the largest excess of one key-window
 	totalOver                           int64          // summed over keys (and windows)
 	ambiguous                           int
+	skewed                              int
 	maxGapKey                           time.Duration // longest time without an admission on one key
 	maxGap                              time.Duration // longest time without any admission
 	worst                               string        // the worst key's admissions, when over-admitted
@@ -269,6 +317,7 @@ func analyze(lim limit, replies []reply, end time.Time) figures {
 		ko := lim.over(adm)
 		f.totalOver += ko.total
 		f.ambiguous += ko.ambiguous
+		f.skewed += ko.skewed
 		if ko.worst != "" && (f.worst == "" || ko.max > worstKey) {
 			worstKey = ko.max
 			f.worst = fmt.Sprintf("key %s: %s", keyName(k), ko.worst)
@@ -366,45 +415,71 @@ func (s *fixedServer) decide(now int64) (bool, int64, int64) {
 	return true, s.f.limit - s.count, ra
 }
 
+// TestFixedCheck runs the CL.FIXED checker on the suite's limits (1 s
+// and 10 s windows).
 func TestFixedCheck(t *testing.T) {
-	f := fixedLimit{limit: 100, period: time.Second}
+	for _, ws := range windowSets {
+		f := ws.limits[0].(fixedLimit)
+		t.Run(ws.name, func(t *testing.T) { checkFixed(t, f) })
+	}
+}
+
+func checkFixed(t *testing.T, f fixedLimit) {
 	rnd := rand.New(rand.NewPCG(1, 2))
 	start := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC).UnixNano()
-	every := 5 * time.Millisecond // 2 per ms on average: 200 per window, twice the limit
+	// At twice the limit: 2*limit per window, 2 per every on average.
+	every := time.Duration(float64(f.period) / float64(2*f.limit))
+	n := int(10 * 2 * f.limit) // 10 windows
 
 	s := &fixedServer{f: f}
-	adm := simulate(rnd, start, 2000, 2*every, s.decide)
+	adm := simulate(rnd, start, n, 2*every, s.decide)
 	if ko := f.over(adm); ko.total != 0 || ko.max != 0 || ko.ambiguous != 0 {
 		t.Errorf("exact limit: over %+v, want 0", ko)
 	}
 
-	// A failover 300 ms into a window to a replica that missed the
-	// window's last 30 admissions: the window admits them again.
+	// A failover 30% into a window (while it still admits) to a replica
+	// that missed the window's last 30 admissions: the window admits
+	// them again.
 	s = &fixedServer{f: f}
-	failAt := start + int64(4300*time.Millisecond)
+	failAt := start + int64(4*f.period+3*f.period/10)
 	lost := false
-	adm = simulate(rnd, start, 2000, 2*every, func(now int64) (bool, int64, int64) {
+	adm = simulate(rnd, start, n, 2*every, func(now int64) (bool, int64, int64) {
 		if now >= failAt && !lost {
 			lost = true
 			s.count = max(0, s.count-30)
 		}
 		return s.decide(now)
 	})
-	if ko := f.over(adm); ko.total != 30 || ko.max != 30 || !strings.Contains(ko.worst, "130 admissions, limit 100") {
+	want := fmt.Sprintf("%d admissions, limit %d", f.limit+30, f.limit)
+	if ko := f.over(adm); ko.total != 30 || ko.max != 30 || !strings.Contains(ko.worst, want) {
 		t.Errorf("30 lost admissions: over %d max %d, want 30 30\n%s", ko.total, ko.max, ko.worst)
 	}
 
 	// A reply slower than a window could be in two windows: it is put in
 	// the emptier one and counted as ambiguous.
+	ms := func(d int64) int64 { return int64(time.Duration(d) * f.period / 1000) } // thousandths of a window
 	adm = []reply{
-		{send: start + int64(300*time.Millisecond), recv: start + int64(1900*time.Millisecond), resetAfter: 500},
-		{send: start + int64(900*time.Millisecond), recv: start + int64(900*time.Millisecond), resetAfter: 100},
+		{send: start + ms(300), recv: start + ms(1900), resetAfter: ms(500) / int64(time.Millisecond)},
+		{send: start + ms(900), recv: start + ms(900), resetAfter: ms(100) / int64(time.Millisecond)},
 	}
 	if ko := f.over(adm); ko.ambiguous != 1 || ko.total != 0 {
 		t.Errorf("slow reply: %+v, want 1 ambiguous, 0 over", ko)
 	}
+	// A server clock behind the client's (seen once in a 10 s run): sent
+	// 13 µs after the latest instant that reset_after allows, the reply
+	// fits its window only with the slack, and is no excess.
+	end := start + int64(10*f.period)
+	ra := int64(765)
+	adm = []reply{{send: end - (ra-1)*int64(time.Millisecond) + int64(13*time.Microsecond), resetAfter: ra}}
+	adm[0].recv = adm[0].send + int64(100*time.Microsecond)
+	if ko := f.over(adm); ko.skewed != 1 || ko.total != 0 {
+		t.Errorf("server clock behind: %+v, want 1 skewed, 0 over", ko)
+	}
+	if ko := f.over([]reply{{send: adm[0].send - int64(20*time.Microsecond), recv: adm[0].recv, resetAfter: ra}}); ko.skewed != 0 || ko.total != 0 {
+		t.Errorf("clocks agreeing: %+v, want 0 skewed, 0 over", ko)
+	}
 	// A reset_after no window fits is an excess, not hidden.
-	adm = []reply{{send: start + int64(100*time.Millisecond), recv: start + int64(101*time.Millisecond), resetAfter: 300}}
+	adm = []reply{{send: start + ms(100), recv: start + ms(101), resetAfter: ms(300) / int64(time.Millisecond)}}
 	if ko := f.over(adm); ko.total != 1 {
 		t.Errorf("impossible reset_after: %+v, want 1 over", ko)
 	}
@@ -426,30 +501,39 @@ func (s *gcraServer) decide(now int64) (bool, int64, int64) {
 	return true, (s.g.burst+1)*T - (newTAT - now), 0
 }
 
+// TestThrottleCheck runs the CL.THROTTLE checker on the suite's limits
+// (1 s and 10 s periods).
 func TestThrottleCheck(t *testing.T) {
-	g := throttleLimit{burst: 99, count: 100, period: time.Second}
+	for _, ws := range windowSets {
+		g := ws.limits[1].(throttleLimit)
+		t.Run(ws.name, func(t *testing.T) { checkThrottle(t, g) })
+	}
+}
+
+func checkThrottle(t *testing.T, g throttleLimit) {
 	rnd := rand.New(rand.NewPCG(3, 4))
 	start := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC).UnixNano()
-	every := 5 * time.Millisecond // twice the rate
+	every := time.Duration(float64(g.period) / float64(2*g.count)) // twice the rate
+	n := int(10 * 2 * g.count)                                     // 10 periods
 
 	s := &gcraServer{g: g}
-	adm := simulate(rnd, start, 2000, 2*every, s.decide)
+	adm := simulate(rnd, start, n, 2*every, s.decide)
 	if ko := g.over(adm); ko.total != 0 {
 		t.Errorf("exact limit: over %d, want 0\n%s", ko.total, ko.worst)
 	}
 
-	// A failover to a replica whose TAT is 1 s old: about one more burst
-	// (100) in the same interval, less what the reply times hide.
+	// A failover to a replica whose TAT is one period old: about count
+	// more in the same interval, less what the reply times hide.
 	s = &gcraServer{g: g}
-	failAt := start + int64(4300*time.Millisecond)
+	failAt := start + int64(4*g.period+3*g.period/10)
 	var stale []int64 // TATs by decision, to roll back to
 	var at []int64
 	lost := false
-	adm = simulate(rnd, start, 2000, 2*every, func(now int64) (bool, int64, int64) {
+	adm = simulate(rnd, start, n, 2*every, func(now int64) (bool, int64, int64) {
 		if now >= failAt && !lost {
 			lost = true
 			for i := len(at) - 1; i >= 0; i-- {
-				if at[i] <= now-int64(time.Second) {
+				if at[i] <= now-int64(g.period) {
 					s.tat = stale[i]
 					break
 				}
@@ -459,7 +543,7 @@ func TestThrottleCheck(t *testing.T) {
 		at, stale = append(at, now), append(stale, s.tat)
 		return ok, rem, ra
 	})
-	if ko := g.over(adm); ko.total < 90 || ko.total > 100 {
-		t.Errorf("TAT rolled back 1 s: over %d, want about 100\n%s", ko.total, ko.worst)
+	if ko := g.over(adm); ko.total < g.count*9/10 || ko.total > g.count {
+		t.Errorf("TAT rolled back one period: over %d, want about %d\n%s", ko.total, g.count, ko.worst)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,7 @@ type cluster struct {
 	nodes     []*node // nodes[0] is the first primary
 	sentinels []*harness.Sentinel
 	senHost   *harness.Host
+	args      []string // the nodes' flags, after --config
 }
 
 // newCluster starts the nodes with args (the mode's flags) after their
@@ -51,7 +53,7 @@ func newCluster(t *testing.T, args []string) *cluster {
 	t.Helper()
 	root := t.TempDir()
 	nt := harness.NewNet(t, "n0", "n1", "n2", "sen")
-	cl := &cluster{t: t, net: nt, senHost: nt.Host("sen")}
+	cl := &cluster{t: t, net: nt, senHost: nt.Host("sen"), args: args}
 	for i := range 3 {
 		h := nt.Host(fmt.Sprintf("n%d", i))
 		n := &node{name: fmt.Sprintf("cellserver-%d", i), host: h, addr: h.Place().Addr(nodePort)}
@@ -60,15 +62,11 @@ func newCluster(t *testing.T, args []string) *cluster {
 			t.Fatal(err)
 		}
 		n.conf = filepath.Join(dir, "node.conf")
-		conf := fmt.Sprintf("# written by tests/partition\naddr %s\nprotected-mode no\nreplica-announce-ip %s\n", n.addr, h.IP)
+		var primary *node
 		if i > 0 {
-			conf += fmt.Sprintf("replicaof %s %d\n", cl.nodes[0].host.IP, nodePort)
+			primary = cl.nodes[0]
 		}
-		if err := os.WriteFile(n.conf, []byte(conf), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		argv := append([]string{binproc.Binary(t), "--config", n.conf}, args...)
-		n.p = harness.StartAt(t, h.Place(), n.name, nil, argv...)
+		cl.start(n, primary)
 		cl.nodes = append(cl.nodes, n)
 	}
 	t.Cleanup(func() {
@@ -87,6 +85,64 @@ func newCluster(t *testing.T, args []string) *cluster {
 	cl.sentinels = harness.StartSentinelsAt(t, cl.senHost.Place(), root, sentinelPorts, nil,
 		harness.Monitor{Name: masterName, Addr: cl.nodes[0].addr, Replicas: 2})
 	return cl
+}
+
+// start writes n's config file, a replica of primary (nil: a primary),
+// and starts n with the cluster's flags.
+func (cl *cluster) start(n *node, primary *node) {
+	cl.t.Helper()
+	conf := fmt.Sprintf("# written by tests/partition\naddr %s\nprotected-mode no\nreplica-announce-ip %s\n", n.addr, n.host.IP)
+	if primary != nil {
+		conf += fmt.Sprintf("replicaof %s %d\n", primary.host.IP, nodePort)
+	}
+	if err := os.WriteFile(n.conf, []byte(conf), 0o644); err != nil {
+		cl.t.Fatal(err)
+	}
+	argv := append([]string{binproc.Binary(cl.t), "--config", n.conf}, cl.args...)
+	n.p = harness.StartAt(cl.t, n.host.Place(), n.name, nil, argv...)
+}
+
+// restart starts n again (it was killed), empty, as a replica of
+// primary, and waits until it is linked.
+func (cl *cluster) restart(n, primary *node) {
+	cl.t.Helper()
+	cl.start(n, primary)
+	harness.WaitPing(cl.t, n.p, n.addr, 20*time.Second)
+	harness.WaitReplicaOf(cl.t, n.name, n.addr, primary.addr, 30*time.Second)
+}
+
+// newestReplica returns the replica of primary with the largest
+// acknowledged offset in primary's INFO (the first listed on a tie), and
+// the offsets, for a report.
+func (cl *cluster) newestReplica(primary *node) (*node, string) {
+	cl.t.Helper()
+	m, err := harness.Info(context.Background(), primary.addr, "replication")
+	if err != nil {
+		cl.t.Fatalf("INFO replication of %s: %v", primary.name, err)
+	}
+	var best *node
+	bestOff := int64(-1)
+	var offsets []string
+	for i := 0; m[fmt.Sprintf("slave%d", i)] != ""; i++ {
+		f := map[string]string{}
+		for _, kv := range strings.Split(m[fmt.Sprintf("slave%d", i)], ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			f[k] = v
+		}
+		off, err := strconv.ParseInt(f["offset"], 10, 64)
+		if err != nil {
+			cl.t.Fatalf("%s: slave%d:%s: no offset", primary.name, i, m[fmt.Sprintf("slave%d", i)])
+		}
+		n := cl.nodeAt(net.JoinHostPort(f["ip"], f["port"]))
+		offsets = append(offsets, fmt.Sprintf("%s %d", n.name, off))
+		if off > bestOff {
+			best, bestOff = n, off
+		}
+	}
+	if best == nil {
+		cl.t.Fatalf("%s lists no replica: %v", primary.name, m)
+	}
+	return best, fmt.Sprintf("%s, primary %s", strings.Join(offsets, ", "), m["master_repl_offset"])
 }
 
 // nodeAt returns the node listening on addr.

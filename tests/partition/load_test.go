@@ -55,13 +55,15 @@ type load struct {
 	replies []reply
 
 	admittedKeys [keys]atomic.Int64 // admissions per key
+	refusedKeys  [keys]atomic.Int64 // refusals per key
 	cancel       context.CancelFunc
 	done         chan struct{}
 }
 
 // startLoad starts the workers on fc: each sends lim's command on key
 // n%keys for the n-th command of all, one every workers/(2*keys*rate).
-func startLoad(fc *redis.Client, lim limit) *load {
+// With wait > 0 each command goes with WAIT 1 wait (see send).
+func startLoad(fc *redis.Client, lim limit, wait time.Duration) *load {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &load{lim: lim, start: time.Now(), cancel: cancel, done: make(chan struct{})}
 	// Twice the limit on every key: 2*keys*rate commands per second in
@@ -97,10 +99,10 @@ func startLoad(fc *redis.Client, lim limit) *load {
 				}
 				key := int(seq.Add(1)-1) % keys
 				r := reply{key: key, send: time.Now().UnixNano()}
-				vals, err := fc.Do(ctx, lim.args(key)...).Int64Slice()
+				vals, acked, werr, err := send(ctx, fc, lim.args(key), wait)
 				r.recv = time.Now().UnixNano()
 				switch {
-				case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+				case (errors.Is(err, context.Canceled) || errors.Is(werr, context.Canceled)) && ctx.Err() != nil:
 					return // the load stopped: no reply to record
 				case err != nil:
 					r.outcome, r.err = failed, errKind(err)
@@ -109,7 +111,17 @@ func startLoad(fc *redis.Client, lim limit) *load {
 				default:
 					r.remaining, r.resetAfter = vals[2], vals[4]
 					r.outcome = refused
-					if vals[0] == 0 {
+					switch {
+					case vals[0] != 0:
+						l.refusedKeys[key].Add(1)
+					case werr != nil:
+						r.outcome, r.err = failed, errKind(werr) // admitted, unconfirmed
+					case wait > 0 && acked < 1:
+						// Admitted by the primary, but no replica confirmed
+						// it: the client refuses it, not knowing whether a
+						// successor will remember it.
+						r.outcome, r.err = failed, "wait-short"
+					default:
 						r.outcome = admitted
 						l.admittedKeys[key].Add(1)
 					}
@@ -125,10 +137,46 @@ func startLoad(fc *redis.Client, lim limit) *load {
 	return l
 }
 
+// send sends args on fc and returns the integers of the reply. With wait
+// > 0 it sends WAIT 1 wait after it in one pipeline, which go-redis
+// writes and reads on one connection (one connection per pipeline
+// attempt, of the main pool: runOne opts out of go-redis's pipeline
+// pool; and the load makes one attempt): WAIT then counts the
+// replicas that acknowledged this connection's last change, the
+// command's own if it changed anything. acked is WAIT's reply and werr
+// its error (0 and nil without WAIT); err is the command's.
+func send(ctx context.Context, fc *redis.Client, args []any, wait time.Duration) (vals []int64, acked int64, werr, err error) {
+	if wait <= 0 {
+		vals, err = fc.Do(ctx, args...).Int64Slice()
+		return vals, 0, nil, err
+	}
+	var cmd *redis.Cmd
+	var wcmd *redis.Cmd
+	_, _ = fc.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmd = p.Do(ctx, args...)
+		wcmd = p.Do(ctx, "WAIT", 1, wait.Milliseconds())
+		return nil
+	})
+	vals, err = cmd.Int64Slice()
+	acked, werr = wcmd.Int64()
+	return vals, acked, werr, err
+}
+
 // allKeysAdmitted reports whether every key had an admission.
 func (l *load) allKeysAdmitted() bool {
 	for i := range l.admittedKeys {
 		if l.admittedKeys[i].Load() == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// allKeysRefused reports whether every key had a refusal: the load has
+// used up each key's burst.
+func (l *load) allKeysRefused() bool {
+	for i := range l.refusedKeys {
+		if l.refusedKeys[i].Load() == 0 {
 			return false
 		}
 	}
