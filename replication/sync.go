@@ -81,7 +81,7 @@ func (r *Replication) SetSync(n int, timeout time.Duration) {
 		r.log.Info("replication: fencing ended: sync-replicas changed", "sync_replicas", n)
 	}
 	r.refreshSync()
-	r.releaseSync()
+	r.releaseSync(true)
 }
 
 // SyncSettings returns sync-replicas and sync-replicas-timeout.
@@ -250,24 +250,37 @@ func (r *Replication) refreshSync() {
 		}
 	}
 	if sy.pending.Load() > 0 {
-		r.releaseSync()
+		r.releaseSync(false)
 	}
 }
 
 // releaseSync forgets the holds that are acknowledged and wakes whoever
-// waits for held replies.
-func (r *Replication) releaseSync() {
+// waits for held replies: the event loops if a hold was acknowledged, or
+// whatever (all) the setting or the role changed.
+func (r *Replication) releaseSync(all bool) {
 	sy := &r.sync
 	acked := sy.acked.Load()
 	now := time.Now()
 	sy.mu.Lock()
-	i := 0
-	for ; i < len(sy.holds) && sy.holds[i].off <= acked; i++ {
-		sy.observeAck(now.Sub(sy.holds[i].start))
-	}
-	sy.holds = slices.Delete(sy.holds, 0, i)
+	// Holds are in deadline order, and their offsets nearly so (loops
+	// register them concurrently): look at each.
+	n := len(sy.holds)
+	sy.holds = slices.DeleteFunc(sy.holds, func(h hold) bool {
+		if h.off <= acked {
+			sy.observeAck(now.Sub(h.start))
+			return true
+		}
+		return false
+	})
+	i := n - len(sy.holds)
 	sy.pending.Store(int32(len(sy.holds)))
-	fns := sy.notify
+	var fns []func()
+	if i > 0 || all {
+		// Wake the event loops only when a batch of replies may leave:
+		// an acknowledgement that releases none would cost each loop a
+		// wake-up for nothing.
+		fns = sy.notify
+	}
 	c := sy.waitc
 	sy.waitc = nil
 	sy.mu.Unlock()
@@ -346,7 +359,7 @@ func (r *Replication) resetSync() {
 	if wasFenced {
 		r.log.Info("replication: fencing ended: role change")
 	}
-	r.releaseSync()
+	r.releaseSync(true)
 }
 
 // SyncStats are the figures of acknowledged replication.
