@@ -773,23 +773,23 @@ func (om *outMig) attempt(attempt int) error {
 // setFrozen freezes the slots' writes; false if the migration is no
 // longer declared.
 func (om *outMig) setFrozen() bool {
-	s := om.s
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.mig.mu.Lock()
-	if s.mig.out[om.m.NodeID] != om {
-		s.mig.mu.Unlock()
-		return false
-	}
-	om.frozen = true
-	s.mig.mu.Unlock()
-	s.refreshLocked()
-	return true
+	return om.update(func() { om.frozen = true })
 }
 
 // finish records the handover: the slots are the target's from now on
 // (MOVED), and their keys here are deleted.
 func (om *outMig) finish(pause time.Duration) bool {
+	return om.update(func() {
+		om.frozen, om.finished = false, true
+		om.state, om.err, om.pause = MigFinished, "", pause
+		om.s.mig.finished++
+		om.s.mig.lastPause = pause
+	})
+}
+
+// update applies f to the migration, if it is still declared, and
+// rebuilds the view from its new state; false if it is not.
+func (om *outMig) update(f func()) bool {
 	s := om.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -798,10 +798,7 @@ func (om *outMig) finish(pause time.Duration) bool {
 		s.mig.mu.Unlock()
 		return false
 	}
-	om.frozen, om.finished = false, true
-	om.state, om.err, om.pause = MigFinished, "", pause
-	s.mig.finished++
-	s.mig.lastPause = pause
+	f()
 	s.mig.mu.Unlock()
 	s.refreshLocked()
 	return true

@@ -235,31 +235,30 @@ func (t *pubsubTable) publish(channel, msg []byte) int64 {
 	if t.active.Load() == 0 {
 		return 0
 	}
-	var n int64
-	var frames [2][]byte // RESP2, RESP3
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	for cl := range t.channels[string(channel)] {
+	n := pushAll(t.channels[string(channel)], "message", nil, channel, msg)
+	for pat, cls := range t.patterns {
+		if glob.Match([]byte(pat), channel, false) {
+			n += pushAll(cls, "pmessage", []byte(pat), channel, msg)
+		}
+	}
+	return n
+}
+
+// pushAll pushes one message of kind to every subscriber of subs, each
+// in its protocol, encoding it at most once per protocol; it returns how
+// many it pushed.
+func pushAll(subs map[*client]struct{}, kind string, pattern, channel, msg []byte) int64 {
+	var frames [2][]byte // RESP2, RESP3
+	var n int64
+	for cl := range subs {
 		p := protoIndex(cl)
 		if frames[p] == nil {
-			frames[p] = messageFrame(p, nil, channel, msg)
+			frames[p] = appendMessage(p, kind, pattern, channel, msg)
 		}
 		cl.conn.Push(frames[p])
 		n++
-	}
-	for pat, cls := range t.patterns {
-		if !glob.Match([]byte(pat), channel, false) {
-			continue
-		}
-		var pframes [2][]byte
-		for cl := range cls {
-			p := protoIndex(cl)
-			if pframes[p] == nil {
-				pframes[p] = messageFrame(p, []byte(pat), channel, msg)
-			}
-			cl.conn.Push(pframes[p])
-			n++
-		}
 	}
 	return n
 }
@@ -270,19 +269,9 @@ func (t *pubsubTable) publishShard(channel, msg []byte) int64 {
 	if t.active.Load() == 0 {
 		return 0
 	}
-	var n int64
-	var frames [2][]byte // RESP2, RESP3
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	for cl := range t.shard[string(channel)] {
-		p := protoIndex(cl)
-		if frames[p] == nil {
-			frames[p] = appendMessage(p, "smessage", nil, channel, msg)
-		}
-		cl.conn.Push(frames[p])
-		n++
-	}
-	return n
+	return pushAll(t.shard[string(channel)], "smessage", nil, channel, msg)
 }
 
 func protoIndex(cl *client) int {
@@ -290,15 +279,6 @@ func protoIndex(cl *client) int {
 		return 1
 	}
 	return 0
-}
-
-// messageFrame encodes a message (pattern nil) or a pmessage: an array in
-// RESP2 (proto 0), a push in RESP3 (proto 1).
-func messageFrame(proto int, pattern, channel, msg []byte) []byte {
-	if pattern == nil {
-		return appendMessage(proto, "message", nil, channel, msg)
-	}
-	return appendMessage(proto, "pmessage", pattern, channel, msg)
 }
 
 // appendMessage encodes a message of kind (message, pmessage with
