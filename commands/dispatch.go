@@ -154,7 +154,7 @@ func (s *Service) call(x *ctx, sp *Spec) {
 	// sync-replicas: the reply of a command that changes a key waits for
 	// the replicas' acknowledgement (syncHeld). A write without keys
 	// counts as a change; EXEC finds out for its transaction.
-	syncing := !x.inExec && (sp.Flags&Write != 0 || sp.Name == "exec") && s.repl.SyncOn()
+	syncing := !x.inExec && s.repl.SyncOn() && (sp.Flags&Write != 0 || sp.Name == "exec")
 	var syncMark int
 	if syncing {
 		syncMark = x.c.Pending()
