@@ -355,6 +355,7 @@ func (c *infoCall) clients() []string {
 var maxmemoryPolicies = map[keyspace.Policy]string{
 	keyspace.AllKeysLRU: "allkeys-lru",
 	keyspace.NoEviction: "noeviction",
+	keyspace.AllKeysLFU: "allkeys-lfu",
 }
 
 func (c *infoCall) memory() []string {

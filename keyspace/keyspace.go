@@ -117,7 +117,16 @@ const (
 	// NoEviction refuses to create keys or grow values past the limit
 	// (the OOM error; see CanInsert and CanReplace).
 	NoEviction
+	// AllKeysLFU evicts the least frequently used of a few sampled keys,
+	// as AllKeysLRU does by recency (Redis's allkeys-lfu): each key keeps
+	// Redis's 8-bit logarithmic access counter, which decays by one a
+	// minute, in the bits that hold its last access time otherwise
+	// (access.go), so it costs no memory.
+	AllKeysLFU
 )
+
+// evicts reports whether p makes room by evicting keys.
+func (p Policy) evicts() bool { return p == AllKeysLRU || p == AllKeysLFU }
 
 // EntryOverhead is the estimated memory of one entry beyond its key bytes
 // and its object: the 56-byte entry (which holds a key of up to 23 bytes
@@ -267,7 +276,7 @@ func (ks *Keyspace) CanReplace(cur *Value, nv Value) bool {
 // returns the number of keys evicted; it is a no-op (one atomic load)
 // below MaxMemory, without a cap, and under NoEviction.
 func (ks *Keyspace) Evict() int {
-	if ks.replica.Load() || ks.maxMemory == 0 || ks.policy != AllKeysLRU || ks.used.Load() <= ks.maxMemory {
+	if ks.replica.Load() || ks.maxMemory == 0 || !ks.policy.evicts() || ks.used.Load() <= ks.maxMemory {
 		return 0
 	}
 	perDB := uint64(len(ks.dbs[0].shards))
@@ -342,6 +351,7 @@ func New(cfg Config) (*Keyspace, error) {
 			db.shards[j].index = j
 			db.shards[j].journal = cfg.Journal
 			db.shards[j].ks = ks
+			db.shards[j].lfu = cfg.Policy == AllKeysLFU
 			if cfg.TrackChanges {
 				db.shards[j].chg = new(changes)
 			}
@@ -434,6 +444,7 @@ type Shard struct {
 	index   int      // shard index within the database, for lock ordering
 	samples [8]uint32
 	sec     int64 // the latest now seen by Lookup or Peek, in seconds (new keys' LRU clock)
+	lfu     bool  // the policy is AllKeysLFU: entries keep an access counter (access.go)
 
 	_ [64]byte // keep neighbouring shards' locks off one cache line
 }
@@ -497,13 +508,16 @@ func (s *Shard) makeRoom(need int64, force bool) {
 	}
 }
 
-// evictOne evicts the least recently used of up to 5 sampled entries of
-// the shard, which must hold one. s.mu must be held.
+// evictOne evicts the least recently used (under AllKeysLFU: the least
+// frequently used) of up to 5 sampled entries of the shard, which must
+// hold one. s.mu must be held.
 func (s *Shard) evictOne() {
 	cand := s.t.sample(5, s.samples[:0])
 	victim := cand[0]
+	lfu := s.lfu
 	for _, i := range cand[1:] {
-		if older(s.t.at(i).atime(), s.t.at(victim).atime()) {
+		a, b := s.t.at(i).atime(), s.t.at(victim).atime()
+		if lfu && lfuCount(a, s.sec) < lfuCount(b, s.sec) || !lfu && older(a, b) {
 			victim = i
 		}
 	}
@@ -569,7 +583,7 @@ func (s *Shard) LookupHash(key []byte, h uint64, now int64) *Value {
 		}
 		return nil
 	}
-	e.touch(s.sec)
+	s.touch(e)
 	return s.load(idx)
 }
 
@@ -591,7 +605,7 @@ func (s *Shard) PeekHash(key []byte, h uint64, now int64) *Value {
 		return nil
 	}
 	s.sec = now / 1000
-	e.touch(s.sec) // recency only: not a change to persist
+	s.touch(e) // recency only: not a change to persist
 	return s.load(idx)
 }
 
@@ -644,14 +658,14 @@ func (s *Shard) ReplaceHash(key []byte, h uint64, cur *Value, nv Value) {
 		if ok {
 			idx, old = i, s.t.size(s.t.at(i))
 		} else {
-			if s.ks.maxMemory > 0 && s.ks.policy == AllKeysLRU && !s.ks.replica.Load() {
+			if s.ks.maxMemory > 0 && s.ks.policy.evicts() && !s.ks.replica.Load() {
 				s.makeRoom(int64(len(key))+EntryOverhead+int64(objSize(nv.Obj)), false)
 			}
 			if s.t.live >= cmp.Or(s.t.limit, maxEntries) {
 				s.makeRoom(0, true)
 			}
 			idx = s.t.insert(s.ks.seed, key, h, nv.Kind)
-			s.t.at(idx).touch(s.sec)
+			s.t.at(idx).meta |= s.newAccess() << 8
 		}
 	}
 	e := s.t.at(idx)

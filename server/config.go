@@ -111,8 +111,10 @@ type Config struct {
 	// no cap, the default). MaxMemoryPolicy says what happens at the cap:
 	// "allkeys-lru" (the default: evict the least recently used keys —
 	// an evicted limiter key starts afresh, which for a rate limiter is
-	// better than refusing service) or "noeviction" (refuse to create
-	// keys with Redis's OOM error).
+	// better than refusing service), "allkeys-lfu" (evict the least
+	// frequently used keys, as Redis counts accesses; OBJECT FREQ and
+	// redis-cli --hotkeys report the counts) or "noeviction" (refuse to
+	// create keys with Redis's OOM error).
 	MaxMemory       int64
 	MaxMemoryPolicy string
 	// DataDir, when set, keeps every key's state in the store OpenStore
@@ -385,7 +387,7 @@ func (c Config) validate() (tlsMaterial, error) {
 		bad("maxmemory %d: must not be negative", c.MaxMemory)
 	}
 	if _, err := parsePolicy(c.MaxMemoryPolicy); err != nil {
-		bad("maxmemory-policy %q: must be allkeys-lru or noeviction", c.MaxMemoryPolicy)
+		bad("maxmemory-policy %q: must be allkeys-lru, allkeys-lfu or noeviction", c.MaxMemoryPolicy)
 	}
 	if c.CheckpointBytes < 0 {
 		bad("checkpoint-bytes %d: must be positive", c.CheckpointBytes)
@@ -587,6 +589,8 @@ func parsePolicy(s string) (keyspace.Policy, error) {
 		return keyspace.AllKeysLRU, nil
 	case "noeviction":
 		return keyspace.NoEviction, nil
+	case "allkeys-lfu":
+		return keyspace.AllKeysLFU, nil
 	}
 	return 0, fmt.Errorf("unknown maxmemory policy %q", s)
 }

@@ -222,7 +222,7 @@ var options = []option{
 	{"shards", strconv.Itoa(keyspace.DefaultShards), "lock shards per database (rounded up to a power of two)", setInt(func(c *server.Config) *int { return &c.Shards })},
 	{"shutdown-timeout", server.DefaultShutdownTimeout.String(), "how long shutdown waits for in-flight commands", setDuration(func(c *server.Config) *time.Duration { return &c.ShutdownTimeout })},
 	{"maxmemory", "0", "cap on the limiter state's memory, in bytes (k/m/g suffixes; 0: no cap)", setInt64(func(c *server.Config) *int64 { return &c.MaxMemory })},
-	{"maxmemory-policy", server.DefaultMaxMemoryPolicy, "at maxmemory: allkeys-lru (evict; the key starts afresh) or noeviction (refuse new keys)", setString(func(c *server.Config) *string { return &c.MaxMemoryPolicy })},
+	{"maxmemory-policy", server.DefaultMaxMemoryPolicy, "at maxmemory: allkeys-lru (evict; the key starts afresh), allkeys-lfu (evict the least frequently used) or noeviction (refuse new keys)", setString(func(c *server.Config) *string { return &c.MaxMemoryPolicy })},
 	{"data-dir", "", "keep state in a Pebble database in this directory (in memory only when empty)", setString(func(c *server.Config) *string { return &c.DataDir })},
 	{"fsync", server.DefaultFsync, "with --data-dir: always (reply after the change is on disk), everysec or no", setString(func(c *server.Config) *string { return &c.Fsync })},
 	{"checkpoint-bytes", sizeString(changelog.DefaultCheckpointBytes), "with --data-dir: a checkpoint (the keys changed since the previous one, written to the store) starts once the change log written since the previous one passes this size; the log, and what a restart after a crash replays, stay about this size", setInt64(func(c *server.Config) *int64 { return &c.CheckpointBytes })},
