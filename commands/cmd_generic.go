@@ -93,17 +93,16 @@ func ttlGeneric(x *ctx, ms, abs bool) {
 	}
 }
 
-func cmdExpire(x *ctx)  { expireGeneric(x, "expire", 1000) }
-func cmdPExpire(x *ctx) { expireGeneric(x, "pexpire", 1) }
+func cmdExpire(x *ctx)    { expireGeneric(x, "expire", 1000, false) }
+func cmdPExpire(x *ctx)   { expireGeneric(x, "pexpire", 1, false) }
+func cmdExpireAt(x *ctx)  { expireGeneric(x, "expireat", 1000, true) }
+func cmdPExpireAt(x *ctx) { expireGeneric(x, "pexpireat", 1, true) }
 
-// EXPIRE key seconds [NX | XX | GT | LT], and PEXPIRE in ms. A time in the
-// past deletes the key, as in Redis.
-func expireGeneric(x *ctx, name string, unit int64) {
-	n, ok := parseRedisInt(x.args[2])
-	if !ok {
-		x.errorReply(msgNotInt)
-		return
-	}
+// EXPIRE key seconds [NX | XX | GT | LT], PEXPIRE in ms, and EXPIREAT and
+// PEXPIREAT (abs) at a Unix time, as Redis's expireGenericCommand: the
+// options are checked before the time, and a time in the past deletes
+// the key.
+func expireGeneric(x *ctx, name string, unit int64, abs bool) {
 	var nx, xx, gt, lt bool
 	for _, a := range x.args[3:] {
 		switch {
@@ -128,13 +127,21 @@ func expireGeneric(x *ctx, name string, unit int64) {
 		x.errorReply(msgExpireGTAndLT)
 		return
 	}
+	n, ok := parseRedisInt(x.args[2])
+	if !ok {
+		x.errorReply(msgNotInt)
+		return
+	}
 	now := x.clockMS()
-	if (unit == 1000 && (n > math.MaxInt64/1000 || n < math.MinInt64/1000)) ||
-		(n*unit > 0 && n*unit > math.MaxInt64-now) {
+	base := now
+	if abs {
+		base = 0
+	}
+	if (unit == 1000 && (n > math.MaxInt64/1000 || n < math.MinInt64/1000)) || n*unit > math.MaxInt64-base {
 		x.errorReply(errInvalidExpire(name))
 		return
 	}
-	when := n*unit + now
+	when := n*unit + base
 	k := &x.keys[0]
 	v := k.lookup(now)
 	if v == nil {

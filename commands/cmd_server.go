@@ -84,7 +84,10 @@ func (x *ctx) commandInfo(sp *Spec) {
 	for _, c := range sp.ACL {
 		x.status("@" + c)
 	}
-	x.setLen(0) // tips
+	x.setLen(len(sp.Tips))
+	for _, t := range sp.Tips {
+		x.bulkStr(t)
+	}
 	x.keySpecs(sp)
 	if len(sp.Subs) == 0 {
 		x.setLen(0) // as Redis: an empty set, subcommands an array
@@ -98,17 +101,32 @@ func (x *ctx) commandInfo(sp *Spec) {
 
 // keySpecs writes the key specs derived from the legacy key positions: one
 // spec of type index/range, as Redis reports for a command registered with
-// firstkey/lastkey/keystep.
+// firstkey/lastkey/keystep, or two single-key ones with KeyFlags2.
 func (x *ctx) keySpecs(sp *Spec) {
 	if sp.FirstKey == 0 {
 		x.setLen(0)
 		return
 	}
+	if sp.KeyFlags2 != nil {
+		x.setLen(2)
+		x.keySpec(sp.KeyFlags, sp.FirstKey, 0, 1)
+		x.keySpec(sp.KeyFlags2, sp.FirstKey+1, 0, 1)
+		return
+	}
 	x.setLen(1)
+	last := sp.LastKey
+	if last > 0 {
+		last -= sp.FirstKey
+	}
+	x.keySpec(sp.KeyFlags, sp.FirstKey, last, sp.Step)
+}
+
+// keySpec writes one key spec of type index/range.
+func (x *ctx) keySpec(flags []string, index, last, step int) {
 	x.mapLen(3)
 	x.bulkStr("flags")
-	x.setLen(len(sp.KeyFlags))
-	for _, f := range sp.KeyFlags {
+	x.setLen(len(flags))
+	for _, f := range flags {
 		x.status(f)
 	}
 	x.bulkStr("begin_search")
@@ -118,7 +136,7 @@ func (x *ctx) keySpecs(sp *Spec) {
 	x.bulkStr("spec")
 	x.mapLen(1)
 	x.bulkStr("index")
-	x.int(int64(sp.FirstKey))
+	x.int(int64(index))
 	x.bulkStr("find_keys")
 	x.mapLen(2)
 	x.bulkStr("type")
@@ -126,13 +144,9 @@ func (x *ctx) keySpecs(sp *Spec) {
 	x.bulkStr("spec")
 	x.mapLen(3)
 	x.bulkStr("lastkey")
-	last := sp.LastKey
-	if last > 0 {
-		last -= sp.FirstKey
-	}
 	x.int(int64(last))
 	x.bulkStr("keystep")
-	x.int(int64(sp.Step))
+	x.int(int64(step))
 	x.bulkStr("limit")
 	x.int(0)
 }

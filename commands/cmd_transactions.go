@@ -140,7 +140,7 @@ func cmdExec(x *ctx) {
 	}
 	whole := false
 	for _, q := range queue {
-		if q.spec.Flags&WholeKeyspace != 0 {
+		if q.spec.Flags&WholeKeyspace != 0 || q.spec.crossDB != nil && q.spec.crossDB(x, q.args) {
 			whole = true
 			break
 		}

@@ -437,6 +437,15 @@ const (
 	msgExpireGTAndLT     = "ERR GT and LT options at the same time are not compatible"
 )
 
+// RENAME, COPY and OBJECT, as Redis 7.0.15 sends them.
+const (
+	msgNoSuchKey   = "ERR no such key"
+	msgSameObject  = "ERR source and destination objects are the same"
+	msgCopyCluster = "ERR Copying to another database is not allowed in cluster mode"
+	msgNoLFU       = "ERR An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."
+	msgLFUNoIdle   = "ERR An LFU maxmemory policy is selected, idle time not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."
+)
+
 // errExpireOption is the EXPIRE family's error for an option it does not know.
 func errExpireOption(opt []byte) wireErr { return wireErr("ERR Unsupported option " + string(opt)) }
 

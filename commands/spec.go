@@ -33,6 +33,10 @@ const (
 	// use (SELECT): a transaction holding one runs with every shard lock
 	// held. Not reported.
 	WholeKeyspace
+	// DenyOOM: refused with the OOM error while the memory is over
+	// maxmemory under noeviction, whatever it would add ("denyoom"; the
+	// handler checks, with Keyspace.CanInsert).
+	DenyOOM
 )
 
 // flagNames lists the reported flags in the order Redis 7 replies them.
@@ -40,7 +44,7 @@ var flagNames = []struct {
 	f    Flags
 	name string
 }{
-	{Write, "write"}, {ReadOnly, "readonly"}, {Module, "module"},
+	{Write, "write"}, {ReadOnly, "readonly"}, {DenyOOM, "denyoom"}, {Module, "module"},
 	{Admin, "admin"}, {PubSub, "pubsub"}, {NoScript, "noscript"}, {Loading, "loading"},
 	{Stale, "stale"}, {SkipSlowlog, "skip_slowlog"}, {Fast, "fast"}, {NoAuth, "no_auth"},
 	{NoMulti, "no_multi"}, {MovableKeys, "movablekeys"}, {AllowBusy, "allow_busy"},
@@ -61,6 +65,7 @@ type Arg struct {
 // its dispatch row: one entry of the docs table, keyed by the command's name.
 type Doc struct {
 	ACL     []string // ACL categories without "@"
+	Tips    []string // COMMAND INFO's command tips (e.g. "nondeterministic_output")
 	Group   string   // COMMAND DOCS group: generic, string, connection, server, transactions, module
 	Module  string   // COMMAND DOCS module name for module commands
 	Summary string
@@ -80,7 +85,11 @@ type Spec struct {
 	// KeyFlags describe the key spec for COMMAND INFO (e.g. "RW", "access",
 	// "update"); empty for commands without keys.
 	KeyFlags []string
-	Subs     []*Spec // subcommands of a container command (CLIENT, COMMAND, CONFIG)
+	// KeyFlags2, when set, are the flags of a second key spec, for the
+	// key at FirstKey+1 (LastKey): the two keys of RENAME and COPY play
+	// different parts (source, destination), as Redis's two key specs say.
+	KeyFlags2 []string
+	Subs      []*Spec // subcommands of a container command (CLIENT, COMMAND, CONFIG)
 	// Doc is filled in from the docs table (docs.go) when the table is
 	// built; the dispatcher never reads it.
 	Doc
@@ -94,6 +103,10 @@ type Spec struct {
 	// derive, when set, resolves the command's keys instead of the
 	// positions above: CL.APPLY's keys come from its policy too.
 	derive func(x *ctx, db *keyspace.DB)
+	// crossDB, when set, reports whether a call with args reaches a key
+	// of another database than x's client's (COPY ... DB n): a
+	// transaction that queued one runs with every shard lock held.
+	crossDB func(x *ctx, args [][]byte) bool
 
 	id    int // index in the flat list of specs, for statistics
 	subs  map[string]*Spec

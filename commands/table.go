@@ -11,6 +11,10 @@ var (
 	keyRWUpd = []string{"RW", "update"}
 	keyRM    = []string{"RM", "delete"}
 	keyRO0   = []string{"RO"}
+	// The two keys of RENAME, RENAMENX and COPY (Spec.KeyFlags2).
+	keyRWDel = []string{"RW", "access", "delete"}
+	keyOWUpd = []string{"OW", "update"}
+	keyOWIns = []string{"OW", "insert"}
 	// keyNotKey marks the channels of the shard channel commands: routed
 	// by slot as keys are, but not keys (COMMAND GETKEYS lists none).
 	keyNotKey = []string{"not_key"}
@@ -111,6 +115,8 @@ func commandTable() []*Spec {
 			{Name: "config|rewrite", Arity: 2, Flags: Admin | NoScript | Loading | Stale, Run: cmdConfigRewrite},
 			{Name: "config|set", Arity: -4, Flags: Admin | NoScript | Loading | Stale, Run: cmdConfigSet},
 		}},
+		{Name: "copy", Arity: -3, Flags: Write | DenyOOM, FirstKey: 1, LastKey: 2, Step: 1, KeyFlags: keyRO,
+			KeyFlags2: keyOWUpd, derive: copyKeys, crossDB: copyCrossDB, Run: cmdCopy},
 		{Name: "dbsize", Arity: 1, Flags: ReadOnly | Fast | WholeKeyspace, Run: cmdDBSize},
 		{Name: "del", Arity: -2, Flags: Write, FirstKey: 1, LastKey: -1, Step: 1, KeyFlags: keyRM, Run: cmdDel},
 		{Name: "discard", Arity: 1, Flags: NoScript | Loading | Stale | Fast | AllowBusy | RunsInMulti,
@@ -122,6 +128,8 @@ func commandTable() []*Spec {
 			Run: cmdExists},
 		{Name: "expire", Arity: -3, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWUpd,
 			Run: cmdExpire},
+		{Name: "expireat", Arity: -3, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWUpd,
+			Run: cmdExpireAt},
 		{Name: "expiretime", Arity: 2, Flags: ReadOnly | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO,
 			Run: cmdExpireTime},
 		{Name: "flushall", Arity: -1, Flags: Write | WholeKeyspace, Run: cmdFlushAll},
@@ -157,10 +165,23 @@ func commandTable() []*Spec {
 			{Name: "module|unload", Arity: 3, Flags: Admin | NoScript, Run: cmdModuleLoad},
 		}},
 		{Name: "multi", Arity: 1, Flags: NoScript | Loading | Stale | Fast | AllowBusy | RunsInMulti, Run: cmdMulti},
+		{Name: "object", Arity: -2, Subs: []*Spec{
+			{Name: "object|encoding", Arity: 3, Flags: ReadOnly, FirstKey: 2, LastKey: 2, Step: 1, KeyFlags: keyRO0,
+				Run: cmdObjectEncoding},
+			{Name: "object|freq", Arity: 3, Flags: ReadOnly, FirstKey: 2, LastKey: 2, Step: 1, KeyFlags: keyRO0,
+				Run: cmdObjectFreq},
+			{Name: "object|help", Arity: 2, Flags: Loading | Stale, Run: cmdObjectHelp},
+			{Name: "object|idletime", Arity: 3, Flags: ReadOnly, FirstKey: 2, LastKey: 2, Step: 1, KeyFlags: keyRO0,
+				Run: cmdObjectIdletime},
+			{Name: "object|refcount", Arity: 3, Flags: ReadOnly, FirstKey: 2, LastKey: 2, Step: 1, KeyFlags: keyRO0,
+				Run: cmdObjectRefcount},
+		}},
 		{Name: "persist", Arity: 2, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWUpd,
 			Run: cmdPersist},
 		{Name: "pexpire", Arity: -3, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWUpd,
 			Run: cmdPExpire},
+		{Name: "pexpireat", Arity: -3, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWUpd,
+			Run: cmdPExpireAt},
 		{Name: "pexpiretime", Arity: 2, Flags: ReadOnly | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO,
 			Run: cmdPExpireTime},
 		{Name: "ping", Arity: -1, Flags: Fast, Run: cmdPing},
@@ -180,8 +201,13 @@ func commandTable() []*Spec {
 		{Name: "punsubscribe", Arity: -1, Flags: PubSub | NoScript | Loading | Stale, Run: cmdPUnsubscribe},
 		{Name: "quit", Arity: -1, Flags: NoScript | Loading | Stale | Fast | NoAuth | AllowBusy | RunsInMulti,
 			Run: cmdQuit},
+		{Name: "randomkey", Arity: 1, Flags: ReadOnly | WholeKeyspace, Run: cmdRandomKey},
 		{Name: "readonly", Arity: 1, Flags: Loading | Stale | Fast, Run: cmdReadonly},
 		{Name: "readwrite", Arity: 1, Flags: Loading | Stale | Fast, Run: cmdReadwrite},
+		{Name: "rename", Arity: 3, Flags: Write, FirstKey: 1, LastKey: 2, Step: 1, KeyFlags: keyRWDel,
+			KeyFlags2: keyOWUpd, Run: cmdRename},
+		{Name: "renamenx", Arity: 3, Flags: Write | Fast, FirstKey: 1, LastKey: 2, Step: 1, KeyFlags: keyRWDel,
+			KeyFlags2: keyOWIns, Run: cmdRenameNX},
 		{Name: "replconf", Arity: -1, Flags: Admin | NoScript | Loading | Stale | AllowBusy, Run: cmdReplconf},
 		{Name: "replicaof", Arity: 3, Flags: Admin | NoScript | Stale, Run: cmdReplicaOf},
 		{Name: "reset", Arity: 1, Flags: NoScript | Loading | Stale | Fast | NoAuth | AllowBusy | RunsInMulti,
@@ -207,6 +233,8 @@ func commandTable() []*Spec {
 		{Name: "sunsubscribe", Arity: -1, Flags: PubSub | NoScript | Loading | Stale, FirstKey: 1, LastKey: -1, Step: 1,
 			KeyFlags: keyNotKey, Run: cmdSUnsubscribe},
 		{Name: "sync", Arity: 1, Flags: Admin | NoScript | NoMulti, Run: cmdPsync},
+		{Name: "touch", Arity: -2, Flags: ReadOnly | Fast, FirstKey: 1, LastKey: -1, Step: 1, KeyFlags: keyRO0,
+			Run: cmdTouch},
 		{Name: "ttl", Arity: 2, Flags: ReadOnly | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO,
 			Run: cmdTTL},
 		{Name: "type", Arity: 2, Flags: ReadOnly | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO0,
