@@ -62,12 +62,10 @@ func (s *Shard) newAccess() uint32 {
 	return uint32(s.sec) & atimeMask
 }
 
-// touch records an access to e at s.sec. s.mu must be held.
-func (s *Shard) touch(e *entry) {
-	if !s.lfu {
-		e.touch(s.sec)
-		return
-	}
+// touchLFU records an access to e at s.sec under AllKeysLFU (Lookup and
+// Peek call it, or entry.touch otherwise): Redis's updateLFU, decay then
+// maybe increment. s.mu must be held.
+func (s *Shard) touchLFU(e *entry) {
 	c := lfuIncr(lfuCount(e.atime(), s.sec))
 	e.meta = e.meta&0xff | (lfuMinutes(s.sec)<<8|c)<<8
 }

@@ -583,7 +583,11 @@ func (s *Shard) LookupHash(key []byte, h uint64, now int64) *Value {
 		}
 		return nil
 	}
-	s.touch(e)
+	if s.lfu {
+		s.touchLFU(e)
+	} else {
+		e.touch(s.sec)
+	}
 	return s.load(idx)
 }
 
@@ -605,7 +609,11 @@ func (s *Shard) PeekHash(key []byte, h uint64, now int64) *Value {
 		return nil
 	}
 	s.sec = now / 1000
-	s.touch(e) // recency only: not a change to persist
+	if s.lfu { // recency or frequency only: not a change to persist
+		s.touchLFU(e)
+	} else {
+		e.touch(s.sec)
+	}
 	return s.load(idx)
 }
 
