@@ -43,7 +43,7 @@ func cmdExists(x *ctx) {
 	now := x.clockMS()
 	var n int64
 	for i := range x.keys {
-		found := x.keys[i].peek(now) != nil
+		found := x.keys[i].quiet(now) != nil
 		x.s.lookedUp(found)
 		if found {
 			n++
@@ -53,7 +53,7 @@ func cmdExists(x *ctx) {
 }
 
 func cmdType(x *ctx) {
-	v := x.keys[0].peek(x.clockMS())
+	v := x.keys[0].quiet(x.clockMS())
 	x.s.lookedUp(v != nil)
 	if v == nil {
 		x.status("none")
@@ -73,7 +73,7 @@ func cmdPExpireTime(x *ctx) { ttlGeneric(x, true, true) }
 // -1 without expiry; -2 for a missing key.
 func ttlGeneric(x *ctx, ms, abs bool) {
 	now := x.clockMS()
-	v := x.keys[0].peek(now)
+	v := x.keys[0].quiet(now)
 	x.s.lookedUp(v != nil)
 	switch {
 	case v == nil:

@@ -43,6 +43,14 @@ type rkey struct {
 func (k *rkey) lookup(now int64) *keyspace.Value { return k.sh.LookupHash(k.key, k.hash, now) }
 func (k *rkey) peek(now int64) *keyspace.Value   { return k.sh.PeekHash(k.key, k.hash, now) }
 func (k *rkey) del(now int64) bool               { return k.sh.DeleteHash(k.key, k.hash, now) }
+
+// quiet is peek without counting as an access to the key (Redis's
+// LOOKUP_NOTOUCH: EXISTS, TYPE, TTL and the like leave OBJECT IDLETIME and
+// FREQ alone).
+func (k *rkey) quiet(now int64) *keyspace.Value {
+	v, _ := k.sh.InspectHash(k.key, k.hash, now)
+	return v
+}
 func (k *rkey) replace(cur *keyspace.Value, nv keyspace.Value) {
 	k.sh.ReplaceHash(k.key, k.hash, cur, nv)
 }
