@@ -25,6 +25,12 @@
 // removes it. Sweep removes expired keys that nobody reads, a bounded number
 // per shard per call, so idle keys do not pin memory.
 //
+// Each entry also records its accesses (Lookup and Peek; Inspect reads
+// without counting one) in 24 bits beside its Kind: the last access time,
+// or under AllKeysLFU Redis's logarithmic access counter (access.go). The
+// eviction policies and OBJECT IDLETIME and FREQ read them; they cost no
+// byte per key.
+//
 // # Hash slots
 //
 // With Config.SlotIndex (cluster mode) each database also indexes its keys
