@@ -220,3 +220,50 @@ func TestRedisCLIHotkeys(t *testing.T) {
 // lfuTestPolicy is TestLFUEvictsRarelyUsed's policy (a variable so that
 // the test can be seen failing under allkeys-lru).
 var lfuTestPolicy = "allkeys-lfu"
+
+// COPY copies a limiter's state: using the copy leaves the source as it
+// was (DUMP encodes the exact state), for every kind, reservations and
+// leases included.
+func TestCopyLimiterIndependent(t *testing.T) {
+	clk := servertest.NewClock(goldenT0)
+	_, addr := servertest.Start(t, server.Config{Clock: clk.Now})
+	c := resptest.MustDial(t, addr)
+	for _, tc := range []struct {
+		name string
+		cmd  func(key string, i int) []string
+	}{
+		{"cl.throttle", func(k string, i int) []string { return []string{"CL.THROTTLE", k, "100", "10", "60"} }},
+		{"cl.fixed", func(k string, i int) []string { return []string{"CL.FIXED", k, "100", "60"} }},
+		{"cl.sliding", func(k string, i int) []string { return []string{"CL.SLIDING", k, "100", "60"} }},
+		{"cl.slidinglog", func(k string, i int) []string { return []string{"CL.SLIDINGLOG", k, "100", "60"} }},
+		{"cl.acquire", func(k string, i int) []string { return []string{"CL.ACQUIRE", k, "100", "60", fmt.Sprint("tok", i)} }},
+		{"cl.reserve", func(k string, i int) []string {
+			return []string{"CL.RESERVE", k, "SLIDINGLOG", "100", "60", "1", "60"}
+		}},
+	} {
+		src, dst := "src:"+tc.name, "dst:"+tc.name
+		for i := range 3 {
+			if v := c.MustDo(t, tc.cmd(src, i)...); v.Kind == '-' {
+				t.Fatalf("%v: %v", tc.cmd(src, i), v)
+			}
+			clk.Advance(time.Millisecond)
+		}
+		before := c.MustDo(t, "DUMP", src).Str
+		if v := c.MustDo(t, "COPY", src, dst); v.Str != "1" {
+			t.Fatalf("COPY %s: %v", tc.name, v)
+		}
+		if got := c.MustDo(t, "DUMP", dst).Str; got != before {
+			t.Errorf("%s: the copy's state differs from the source's", tc.name)
+		}
+		for i := range 3 {
+			clk.Advance(time.Millisecond)
+			c.MustDo(t, tc.cmd(dst, i+10)...)
+		}
+		if got := c.MustDo(t, "DUMP", src).Str; got != before {
+			t.Errorf("%s: using the copy changed the source", tc.name)
+		}
+		if got := c.MustDo(t, "DUMP", dst).Str; got == before {
+			t.Errorf("%s: the copy did not change", tc.name)
+		}
+	}
+}
