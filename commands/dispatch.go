@@ -71,6 +71,14 @@ func (s *Service) dispatch(x *ctx) {
 		s.clusterReject(x, sp, msg)
 		return
 	}
+	// A denyoom command over maxmemory under noeviction is refused
+	// before it is queued or run, as Redis's processCommand does (and
+	// EXEC runs it only if the memory allows then: its handler checks).
+	if sp.Flags&DenyOOM != 0 && !s.ks.CanInsert() {
+		s.stats.oomRefusals.Add(1)
+		s.reject(x, sp, msgOOM)
+		return
+	}
 	if s.persist.admitWrite != nil && (sp.Flags&Write != 0 || sp.Name == "exec" && queuedWrite(cl.multi.queue)) {
 		if err := s.persist.admitWrite(); err != nil {
 			s.reject(x, sp, errMisconf(err))

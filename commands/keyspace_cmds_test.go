@@ -267,3 +267,25 @@ func TestCopyLimiterIndependent(t *testing.T) {
 		}
 	}
 }
+
+// Over the cap, a COPY is refused when MULTI would queue it, and EXEC
+// then aborts, as Redis.
+func TestCopyDenyOOMInMulti(t *testing.T) {
+	_, c, _ := startCapped(t, 4<<10, "noeviction")
+	c.MustDo(t, "SET", "a", "v")
+	for i := 0; ; i++ {
+		if v := c.MustDo(t, "SET", fmt.Sprintf("fill%d", i), strings.Repeat("x", 100)); v.Kind == '-' {
+			break
+		}
+		if i > 1000 {
+			t.Fatal("no OOM")
+		}
+	}
+	c.MustDo(t, "MULTI")
+	if v := c.MustDo(t, "COPY", "a", "b"); v.Str != msgOOMText {
+		t.Errorf("COPY queued over the cap = %v, want %q", v, msgOOMText)
+	}
+	if v := c.MustDo(t, "EXEC"); !strings.HasPrefix(v.Str, "EXECABORT") {
+		t.Errorf("EXEC after a refused COPY = %v, want EXECABORT", v)
+	}
+}
