@@ -72,9 +72,9 @@ func (s *Service) dispatch(x *ctx) {
 		return
 	}
 	// A denyoom command over maxmemory under noeviction is refused
-	// before it is queued or run, as Redis's processCommand does (and
-	// EXEC runs it only if the memory allows then: its handler checks).
-	if sp.Flags&DenyOOM != 0 && !s.ks.CanInsert() {
+	// before it is queued or run, and so is an EXEC that queued one, as
+	// Redis's processCommand does.
+	if (sp.Flags&DenyOOM != 0 || sp.Name == "exec" && cl.multi.on && queuedDenyOOM(cl.multi.queue)) && !s.ks.CanInsert() {
 		s.stats.oomRefusals.Add(1)
 		s.reject(x, sp, msgOOM)
 		return
@@ -115,6 +115,17 @@ func (s *Service) dispatch(x *ctx) {
 func queuedWrite(q []queued) bool {
 	for _, c := range q {
 		if c.spec.Flags&Write != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// queuedDenyOOM reports whether a transaction holds a command flagged
+// DenyOOM (Redis: c->mstate.cmd_flags & CMD_DENYOOM).
+func queuedDenyOOM(q []queued) bool {
+	for _, c := range q {
+		if c.spec.Flags&DenyOOM != 0 {
 			return true
 		}
 	}

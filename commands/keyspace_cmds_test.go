@@ -289,3 +289,28 @@ func TestCopyDenyOOMInMulti(t *testing.T) {
 		t.Errorf("EXEC after a refused COPY = %v, want EXECABORT", v)
 	}
 }
+
+// An EXEC that queued a COPY is refused whole once the memory is over the
+// cap, as Redis: EXECABORT with the OOM text, nothing run.
+func TestExecDenyOOM(t *testing.T) {
+	_, c, _ := startCapped(t, 4<<10, "noeviction")
+	c.MustDo(t, "SET", "a", "v")
+	c.MustDo(t, "MULTI")
+	c.MustDo(t, "COPY", "a", "b")
+	c.MustDo(t, "SET", "c", "v")
+	c2 := resptest.MustDial(t, c.C.RemoteAddr().String())
+	for i := 0; ; i++ {
+		if v := c2.MustDo(t, "SET", fmt.Sprintf("fill%d", i), strings.Repeat("x", 100)); v.Kind == '-' {
+			break
+		}
+		if i > 1000 {
+			t.Fatal("no OOM")
+		}
+	}
+	if v, want := c.MustDo(t, "EXEC"), "EXECABORT Transaction discarded because of: "+msgOOMText; v.Str != want {
+		t.Errorf("EXEC = %v, want %q", v, want)
+	}
+	if v := c.MustDo(t, "EXISTS", "b", "c"); v.Str != "0" {
+		t.Errorf("EXISTS b c after the refused EXEC = %v, want 0", v)
+	}
+}
