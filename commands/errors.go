@@ -83,6 +83,13 @@ const (
 	msgNoAuthNeeded          = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
 	msgDumpUnavailable       = "ERR DUMP is unavailable: this server has no value encoder"
 	msgLatencyGraph          = "ERR No samples available for event '%s'"
+	// SAVE, BGSAVE, SHUTDOWN (cmd_shutdown.go), as Redis 7.0.15 sends
+	// them, and cellserver's own for a server without a data directory
+	// (Redis would write an RDB file; cellserver has nowhere to save).
+	msgBgsaveInProgress = "ERR Background save already in progress"
+	msgNoShutdown       = "ERR No shutdown in progress."
+	msgShutdownFailed   = "ERR Errors trying to SHUTDOWN. Check logs."
+	msgNoDataDir        = "ERR persistence is off: start cellserver with --data-dir to save"
 	// Replication, as Redis 7.0.15 sends them, and cellserver's own for
 	// the replication handshake.
 	msgReadOnly             = "READONLY You can't write against a read only replica."

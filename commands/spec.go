@@ -33,6 +33,7 @@ const (
 	// use (SELECT): a transaction holding one runs with every shard lock
 	// held. Not reported.
 	WholeKeyspace
+	NoAsyncLoading // "no_async_loading" (SAVE, BGSAVE)
 )
 
 // flagNames lists the reported flags in the order Redis 7 replies them.
@@ -43,7 +44,7 @@ var flagNames = []struct {
 	{Write, "write"}, {ReadOnly, "readonly"}, {Module, "module"},
 	{Admin, "admin"}, {PubSub, "pubsub"}, {NoScript, "noscript"}, {Loading, "loading"},
 	{Stale, "stale"}, {SkipSlowlog, "skip_slowlog"}, {Fast, "fast"}, {NoAuth, "no_auth"},
-	{NoMulti, "no_multi"}, {MovableKeys, "movablekeys"}, {AllowBusy, "allow_busy"},
+	{NoAsyncLoading, "no_async_loading"}, {NoMulti, "no_multi"}, {MovableKeys, "movablekeys"}, {AllowBusy, "allow_busy"},
 }
 
 // Arg documents one argument for COMMAND DOCS, with Redis 7's fields.
