@@ -62,6 +62,7 @@ func cmdReset(x *ctx) {
 	x.s.unwatchAll(cl)
 	x.s.track.disable(cl)
 	x.s.pubsub.drop(cl)
+	x.s.dropMonitor(cl)
 	cl.db.Store(0)
 	cl.readonly = false
 	cl.meta.mu.Lock()

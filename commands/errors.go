@@ -90,6 +90,9 @@ const (
 	msgNoShutdown       = "ERR No shutdown in progress."
 	msgShutdownFailed   = "ERR Errors trying to SHUTDOWN. Check logs."
 	msgNoDataDir        = "ERR persistence is off: start cellserver with --data-dir to save"
+	// MONITOR inside EXEC (Redis: a DENY BLOCKING client).
+	msgMonitorDenyBlocking = "ERR MONITOR isn't allowed for DENY BLOCKING client"
+	msgMonitorKeyspace     = "ERR Replica can't interact with the keyspace"
 	// Replication, as Redis 7.0.15 sends them, and cellserver's own for
 	// the replication handshake.
 	msgReadOnly             = "READONLY You can't write against a read only replica."

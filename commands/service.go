@@ -255,10 +255,11 @@ type Service struct {
 	repl     replRole       // the node's replication and its settings (cmd_replication.go)
 	cluster  clusterMode    // cmd_cluster.go
 
-	leases  leaseWaits   // CL.ACQUIRE ... WAIT's queues (cl_leases.go)
-	blocked atomic.Int64 // clients blocked in WAIT or CL.ACQUIRE ... WAIT (blocked.go)
-	pol     policyState  // CL.APPLY's policies (cl_policy.go)
-	life    lifecycle    // SAVE, BGSAVE, SHUTDOWN (cmd_shutdown.go)
+	leases   leaseWaits   // CL.ACQUIRE ... WAIT's queues (cl_leases.go)
+	blocked  atomic.Int64 // clients blocked in WAIT or CL.ACQUIRE ... WAIT (blocked.go)
+	pol      policyState  // CL.APPLY's policies (cl_policy.go)
+	life     lifecycle    // SAVE, BGSAVE, SHUTDOWN (cmd_shutdown.go)
+	monitors monitorTable // MONITOR (cmd_monitor.go)
 }
 
 // persistHooks are what the persistence write path lends the commands
@@ -611,6 +612,7 @@ func (s *Service) Close(c *resp.Conn) {
 		s.pubsub.drop(cl)
 		s.dropLeaseWaiters(cl)
 		s.dropBlocked(cl)
+		s.dropMonitor(cl)
 		if cl.migSource != "" && s.cluster.state != nil {
 			s.cluster.state.MigrateClosed(cl.migSource, c.ID())
 		}

@@ -158,6 +158,7 @@ func commandTable() []*Spec {
 			{Name: "module|loadex", Arity: -3, Flags: Admin | NoScript, Run: cmdModuleLoad},
 			{Name: "module|unload", Arity: 3, Flags: Admin | NoScript, Run: cmdModuleLoad},
 		}},
+		{Name: "monitor", Arity: 1, Flags: Admin | NoScript | Loading | Stale, Run: cmdMonitor},
 		{Name: "multi", Arity: 1, Flags: NoScript | Loading | Stale | Fast | AllowBusy | RunsInMulti, Run: cmdMulti},
 		{Name: "persist", Arity: 2, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWUpd,
 			Run: cmdPersist},
