@@ -837,6 +837,12 @@ var commandDocs = map[string]Doc{
 			"connection is completed.",
 		Args: []Arg{{Name: "numreplicas", Type: "integer"}, {Name: "timeout", Type: "integer"}},
 	},
+	"waitaof": {ACL: aclSlowConn, Group: "generic", Since: "7.2.0", Complex: "O(1)",
+		Summary: "Blocks until all of the preceding write commands sent by the connection are written to the " +
+			"append-only file of the master and/or replicas.",
+		Args: []Arg{{Name: "numlocal", Type: "integer"}, {Name: "numreplicas", Type: "integer"},
+			{Name: "timeout", Type: "integer"}},
+	},
 	"watch": {ACL: []string{"fast", "transaction"}, Group: "transactions", Since: "2.2.0",
 		Complex: "O(1) for every key.",
 		Summary: "Monitors changes to keys to determine the execution of a transaction.",

@@ -93,6 +93,11 @@ const (
 	// MONITOR inside EXEC (Redis: a DENY BLOCKING client).
 	msgMonitorDenyBlocking = "ERR MONITOR isn't allowed for DENY BLOCKING client"
 	msgMonitorKeyspace     = "ERR Replica can't interact with the keyspace"
+	// WAITAOF, as Redis 7.2 sends them (no 7.0 reference).
+	msgWaitAOFLocalRange = "ERR value is out of range, value must between 0 and 1"
+	msgNotPositive       = "ERR value is out of range, must be positive"
+	msgWaitAOFReplica    = "ERR WAITAOF cannot be used with replica instances. Please also note that writes to replicas are just local and are not propagated."
+	msgWaitAOFNoAOF      = "ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled."
 	// Replication, as Redis 7.0.15 sends them, and cellserver's own for
 	// the replication handshake.
 	msgReadOnly             = "READONLY You can't write against a read only replica."

@@ -189,6 +189,9 @@ type Config struct {
 	// one was.
 	Shutdown      func(ShutdownOptions) error
 	AbortShutdown func() bool
+	// AOF is the persistence write path WAITAOF counts local syncs on; nil
+	// without persistence (WAITAOF numlocal > 0 is refused then).
+	AOF AOFSyncer
 }
 
 // Durability is what the persistence write path offers for group commit.
@@ -260,6 +263,7 @@ type Service struct {
 	pol      policyState  // CL.APPLY's policies (cl_policy.go)
 	life     lifecycle    // SAVE, BGSAVE, SHUTDOWN (cmd_shutdown.go)
 	monitors monitorTable // MONITOR (cmd_monitor.go)
+	aof      AOFSyncer    // WAITAOF's local syncs (cmd_replication.go); nil without persistence
 }
 
 // persistHooks are what the persistence write path lends the commands
@@ -325,6 +329,7 @@ func New(cfg Config) (*Service, error) {
 			writeErr:   cfg.WriteError,
 			admitWrite: cfg.AdmitWrite,
 		},
+		aof:        cfg.AOF,
 		life:       lifecycle{saver: cfg.Saver, shutdown: cfg.Shutdown, abort: cfg.AbortShutdown},
 		auth:       authConfig{password: cfg.Password, protected: cfg.ProtectedMode, loopback: cfg.Loopback},
 		ks:         cfg.Keyspace,

@@ -222,6 +222,7 @@ func commandTable() []*Spec {
 		{Name: "unsubscribe", Arity: -1, Flags: PubSub | NoScript | Loading | Stale, Run: cmdUnsubscribe},
 		{Name: "unwatch", Arity: 1, Flags: NoScript | Loading | Stale | Fast | AllowBusy, Run: cmdUnwatch},
 		{Name: "wait", Arity: 3, Flags: NoScript, Run: cmdWait},
+		{Name: "waitaof", Arity: 4, Flags: NoScript, Run: cmdWaitAOF},
 		{Name: "watch", Arity: -2, Flags: NoScript | Loading | Stale | Fast | AllowBusy | RunsInMulti, FirstKey: 1,
 			LastKey: -1, Step: 1, KeyFlags: keyRO0, Run: cmdWatch},
 	}

@@ -242,6 +242,7 @@ func New(cfg Config) (_ *Server, err error) {
 		Policies:           pols,
 		PolicyFile:         cfg.Policies,
 		Saver:              sv,
+		AOF:                aofSyncer(writer),
 		Shutdown:           func(o commands.ShutdownOptions) error { return self.shutdownCommand(o) },
 		AbortShutdown:      func() bool { return self.abortShutdown() },
 	})

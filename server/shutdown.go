@@ -65,6 +65,15 @@ func (v saver) LastSave() time.Time {
 	return time.Time{}
 }
 
+// aofSyncer is WAITAOF's view of the write path: nil without one (a nil
+// *persistence.Writer must not become a non-nil interface).
+func aofSyncer(w *persistence.Writer) commands.AOFSyncer {
+	if w == nil {
+		return nil
+	}
+	return w
+}
+
 // shutdownCommand is commands.Config.Shutdown.
 func (s *Server) shutdownCommand(o commands.ShutdownOptions) error {
 	sh := &s.shut
