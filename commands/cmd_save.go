@@ -1,7 +1,6 @@
 package commands
 
 import (
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -9,8 +8,8 @@ import (
 	"github.com/tidwall/redcon"
 )
 
-// TIME, SAVE, BGSAVE, LASTSAVE and SHUTDOWN: the server's clock and its
-// lifecycle. A checkpoint of the data directory (persistence/changelog)
+// SAVE, BGSAVE, LASTSAVE and SHUTDOWN: the data directory's checkpoints
+// and the server's clean stop, which ends with one. A checkpoint of the data directory (persistence/changelog)
 // stands for Redis's RDB save: SAVE writes one and answers when it is
 // stored, BGSAVE starts one in the background, LASTSAVE says when the
 // last one succeeded. SHUTDOWN asks the server package for the clean
@@ -42,15 +41,6 @@ type lifecycle struct {
 
 	mu       sync.Mutex
 	bgsaving bool // a BGSAVE's checkpoint runs
-}
-
-// TIME: [unix seconds, microseconds], as bulk strings, from the server's
-// clock (the command's reading, so an injected clock gives fixed replies).
-func cmdTime(x *ctx) {
-	ns := x.clockNS()
-	x.array(2)
-	x.c.Out = redcon.AppendBulkString(x.c.Out, strconv.FormatInt(ns/1e9, 10))
-	x.c.Out = redcon.AppendBulkString(x.c.Out, strconv.FormatInt(ns%1e9/1e3, 10))
 }
 
 // LASTSAVE: the Unix time of the last successful checkpoint; as in Redis,
