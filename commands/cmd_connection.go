@@ -407,6 +407,9 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 		cmd = sp.Name
 	}
 	flags := ""
+	if x.s.monitors.has(cl) {
+		flags += "O" // Redis: a monitor
+	}
 	if cl.subscribed() {
 		flags += "P"
 	}

@@ -65,6 +65,17 @@ func queuedKeyspace(q []queued) bool {
 	return false
 }
 
+// has reports whether cl is in monitor mode (CLIENT LIST's flag O).
+func (m *monitorTable) has(cl *client) bool {
+	if m.n.Load() == 0 {
+		return false
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	_, on := m.set[cl]
+	return on
+}
+
 // dropMonitor takes cl out of monitor mode (RESET, or it left).
 func (s *Service) dropMonitor(cl *client) {
 	cl.monitor = false

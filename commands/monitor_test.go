@@ -105,3 +105,23 @@ func TestMonitorSlowIsDropped(t *testing.T) {
 		})
 	}
 }
+
+// TestMonitorClientListFlag: CLIENT LIST shows a monitor with flag O, as
+// Redis does, and drops it after RESET.
+func TestMonitorClientListFlag(t *testing.T) {
+	_, addr := servertest.Start(t, server.Config{})
+	m, o := resptest.MustDial(t, addr), resptest.MustDial(t, addr)
+	m.MustDo(t, "MONITOR")
+	id := m.MustDo(t, "CLIENT", "ID") // fed to itself after the reply
+	if _, err := m.Read(); err != nil {
+		t.Fatal(err)
+	}
+	list := o.MustDo(t, "CLIENT", "LIST", "ID", id.Str).Str
+	if !strings.Contains(list, " flags=O ") {
+		t.Fatalf("CLIENT LIST of a monitor: %q", list)
+	}
+	m.MustDo(t, "RESET")
+	if list := o.MustDo(t, "CLIENT", "LIST", "ID", id.Str).Str; !strings.Contains(list, " flags=N ") {
+		t.Fatalf("CLIENT LIST after RESET: %q", list)
+	}
+}
