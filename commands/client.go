@@ -24,6 +24,9 @@ type client struct {
 	// readonly: READONLY, a replica may serve this client's reads
 	// (cluster mode; cmd_cluster.go).
 	readonly bool
+	// monitor: in monitor mode (MONITOR; cmd_monitor.go). Set and read on
+	// the connection's goroutine only.
+	monitor bool
 	// shard is the statistics' shard this client counts in (its event
 	// loop's); 16 bits fit in the padding after readonly.
 	shard uint16

@@ -62,6 +62,7 @@ func cmdReset(x *ctx) {
 	x.s.unwatchAll(cl)
 	x.s.track.disable(cl)
 	x.s.pubsub.drop(cl)
+	x.s.dropMonitor(cl)
 	cl.db.Store(0)
 	cl.readonly = false
 	cl.meta.mu.Lock()
@@ -406,6 +407,9 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 		cmd = sp.Name
 	}
 	flags := ""
+	if x.s.monitors.has(cl) {
+		flags += "O" // Redis: a monitor
+	}
 	if cl.subscribed() {
 		flags += "P"
 	}

@@ -592,17 +592,30 @@ func cmdRandomKey(x *ctx) {
 	for i := range n {
 		sh := db.ShardAt(i)
 		x.lock(sh)
-		sizes[i] = sh.Len()
+		sizes[i] = sh.Positions()
 		x.unlock(sh)
 		total += sizes[i]
 	}
-	for total > 0 {
-		r := rand.IntN(total)
-		i := 0
-		for r >= sizes[i] {
-			r -= sizes[i]
-			i++
+	// Rejection sampling over every table position of the database: each
+	// live key equally likely, whatever the shards' share of free and
+	// expired positions. After randomKeyDraws misses (a keyspace mostly
+	// expired) a shard is drawn from and emptied of candidates in turn,
+	// which bounds the work.
+	for range randomKeyDraws {
+		if total == 0 {
+			break
 		}
+		sh := db.ShardAt(pickWeighted(sizes, total))
+		x.lock(sh)
+		key := sh.RandomDraw(now)
+		x.unlock(sh)
+		if key != nil {
+			x.bulk(key)
+			return
+		}
+	}
+	for total > 0 {
+		i := pickWeighted(sizes, total)
 		sh := db.ShardAt(i)
 		x.lock(sh)
 		key := sh.RandomKey(now)
@@ -615,6 +628,22 @@ func cmdRandomKey(x *ctx) {
 		sizes[i] = 0
 	}
 	x.null()
+}
+
+// randomKeyDraws bounds RANDOMKEY's uniform draws before it falls back
+// to a shard-by-shard search.
+const randomKeyDraws = 128
+
+// pickWeighted returns an index of sizes drawn with probability
+// sizes[i]/total.
+func pickWeighted(sizes []int, total int) int {
+	r := rand.IntN(total)
+	i := 0
+	for r >= sizes[i] {
+		r -= sizes[i]
+		i++
+	}
+	return i
 }
 
 // OBJECT subcommands read a key without counting it as an access

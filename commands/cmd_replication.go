@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cellserver/cellserver/replication"
@@ -335,4 +336,150 @@ func (s *Service) syncRelease(c *resp.Conn, cl *client) {
 		sy.spans = nil
 	}
 	sy.off, sy.deadline = 0, time.Time{}
+}
+
+// AOFSyncer is what WAITAOF asks of the persistence write path
+// (persistence.Writer): the changes queued so far, and whether (or when)
+// they are synced to disk.
+type AOFSyncer interface {
+	Seq() uint64
+	Synced(seq uint64) bool
+	OnSynced(seq uint64, fn func()) (cancel func())
+}
+
+// WAITAOF numlocal numreplicas timeout (Redis 7.2): [local, replicas], local
+// 1 once the changes queued before the command (this client's writes
+// among them) are synced to the data directory's change log, replicas the
+// replicas that acknowledged this client's last write. A replica's
+// acknowledgement means it applied the changes, not that it synced them
+// to its own disk (cellserver replicas report no fsync offset): the
+// replica count is as strong as WAIT's. The connection is parked as
+// WAIT's is; it answers when both counts are reached or the timeout (ms,
+// 0 for none) passes.
+func cmdWaitAOF(x *ctx) {
+	s := x.s
+	numlocal, err := strconv.ParseInt(string(x.args[1]), 10, 64)
+	if err != nil {
+		x.errorReply(msgNotInt)
+		return
+	}
+	if numlocal < 0 || numlocal > 1 {
+		x.errorReply(msgWaitAOFLocalRange)
+		return
+	}
+	numreplicas, err := strconv.ParseInt(string(x.args[2]), 10, 64)
+	if err != nil {
+		x.errorReply(msgNotInt)
+		return
+	}
+	if numreplicas < 0 {
+		x.errorReply(msgNotPositive)
+		return
+	}
+	ms, err := strconv.ParseInt(string(x.args[3]), 10, 64)
+	if err != nil {
+		x.errorReply(msgTimeoutNotInt)
+		return
+	}
+	if ms < 0 {
+		x.errorReply(msgTimeoutNegative)
+		return
+	}
+	if s.repl.IsReplica() {
+		x.errorReply(msgWaitAOFReplica)
+		return
+	}
+	aof := s.aof
+	if numlocal > 0 && aof == nil {
+		x.errorReply(msgWaitAOFNoAOF)
+		return
+	}
+	var seq uint64
+	if aof != nil {
+		seq = aof.Seq()
+	}
+	off := x.cl.repl.off
+	counts := func() (int64, int64) {
+		local := int64(0)
+		if aof != nil && aof.Synced(seq) {
+			local = 1
+		}
+		return local, int64(s.repl.Acked(off))
+	}
+	if l, r := counts(); l >= numlocal && r >= numreplicas || x.inExec {
+		x.array(2)
+		x.int(l)
+		x.int(r)
+		return
+	}
+	resume, b := x.block()
+	w := &aofWait{reply: func() {
+		l, r := counts()
+		reply := redcon.AppendArray(nil, 2)
+		reply = redcon.AppendInt(reply, l)
+		reply = redcon.AppendInt(reply, r)
+		resume(reply)
+	}}
+	w.mu.Lock()
+	if numlocal > 0 {
+		if ms > 0 {
+			w.timer = time.AfterFunc(time.Duration(ms)*time.Millisecond, w.doneLocal)
+		}
+	} else {
+		w.local = true
+	}
+	w.mu.Unlock()
+	if numlocal > 0 {
+		c := aof.OnSynced(seq, w.doneLocal)
+		w.mu.Lock()
+		w.cancelLocal = c
+		w.mu.Unlock()
+	}
+	cancelRepl := s.repl.Wait(off, int(min(numreplicas, 1<<30)), time.Duration(ms)*time.Millisecond, func(int) { w.doneRepl() })
+	b.leave = func() {
+		cancelRepl()
+		w.stop()
+	}
+}
+
+// aofWait is a parked WAITAOF: its local wait (a sync, or the timeout) and
+// its replicas' (replication.Wait, which has its own timeout) each end
+// once; the reply goes when both have.
+type aofWait struct {
+	mu          sync.Mutex
+	local, repl bool
+	replied     bool
+	timer       *time.Timer
+	cancelLocal func()
+	reply       func()
+}
+
+func (w *aofWait) doneLocal() { w.done(func() { w.local = true }) }
+func (w *aofWait) doneRepl()  { w.done(func() { w.repl = true }) }
+
+func (w *aofWait) done(set func()) {
+	w.mu.Lock()
+	set()
+	fire := w.local && w.repl && !w.replied
+	if fire {
+		w.replied = true
+	}
+	w.mu.Unlock()
+	if fire {
+		w.stop()
+		w.reply()
+	}
+}
+
+// stop forgets the local wait and its timer.
+func (w *aofWait) stop() {
+	w.mu.Lock()
+	t, c := w.timer, w.cancelLocal
+	w.mu.Unlock()
+	if t != nil {
+		t.Stop()
+	}
+	if c != nil {
+		c()
+	}
 }

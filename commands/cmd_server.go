@@ -613,3 +613,12 @@ func flushArgsOK(x *ctx) bool {
 	}
 	return true
 }
+
+// TIME: [unix seconds, microseconds], as bulk strings, from the server's
+// clock (the command's reading, so an injected clock gives fixed replies).
+func cmdTime(x *ctx) {
+	ns := x.clockNS()
+	x.array(2)
+	x.bulkStr(strconv.FormatInt(ns/1e9, 10))
+	x.bulkStr(strconv.FormatInt(ns%1e9/1e3, 10))
+}

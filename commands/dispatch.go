@@ -95,6 +95,12 @@ func (s *Service) dispatch(x *ctx) {
 		s.reject(x, sp, errPubsubContext(sp.Name))
 		return
 	}
+	// A monitor is a replica to Redis: no command that reads or changes
+	// keys (EXEC of a transaction holding one included).
+	if cl.monitor && (sp.Flags&(Write|ReadOnly) != 0 || sp.Name == "exec" && queuedKeyspace(cl.multi.queue)) {
+		s.reject(x, sp, msgMonitorKeyspace)
+		return
+	}
 	if cl.multi.on && sp.Flags&RunsInMulti == 0 {
 		if sp.Flags&NoMulti != 0 {
 			s.reject(x, sp, msgNotInMulti)
@@ -203,6 +209,9 @@ func (s *Service) call(x *ctx, sp *Spec) {
 	d := end - start
 	sp.stats.observe(cl.shard, d.Nanoseconds())
 	s.slowlog.maybeAdd(x, d)
+	if s.monitors.n.Load() != 0 && sp.Flags&Admin == 0 {
+		s.feedMonitors(x) // Redis: admin commands are never shown
+	}
 	sp.stats.calls.Add(cl.shard, 1)
 	if x.failed {
 		sp.stats.failed.Add(cl.shard, 1)

@@ -83,6 +83,21 @@ const (
 	msgNoAuthNeeded          = "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"
 	msgDumpUnavailable       = "ERR DUMP is unavailable: this server has no value encoder"
 	msgLatencyGraph          = "ERR No samples available for event '%s'"
+	// SAVE, BGSAVE, SHUTDOWN (cmd_shutdown.go), as Redis 7.0.15 sends
+	// them, and cellserver's own for a server without a data directory
+	// (Redis would write an RDB file; cellserver has nowhere to save).
+	msgBgsaveInProgress = "ERR Background save already in progress"
+	msgNoShutdown       = "ERR No shutdown in progress."
+	msgShutdownFailed   = "ERR Errors trying to SHUTDOWN. Check logs."
+	msgNoDataDir        = "ERR persistence is off: start cellserver with --data-dir to save"
+	// MONITOR inside EXEC (Redis: a DENY BLOCKING client).
+	msgMonitorDenyBlocking = "ERR MONITOR isn't allowed for DENY BLOCKING client"
+	msgMonitorKeyspace     = "ERR Replica can't interact with the keyspace"
+	// WAITAOF, as Redis 7.2 sends them (no 7.0 reference).
+	msgWaitAOFLocalRange = "ERR value is out of range, value must between 0 and 1"
+	msgNotPositive       = "ERR value is out of range, must be positive"
+	msgWaitAOFReplica    = "ERR WAITAOF cannot be used with replica instances. Please also note that writes to replicas are just local and are not propagated."
+	msgWaitAOFNoAOF      = "ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled."
 	// Replication, as Redis 7.0.15 sends them, and cellserver's own for
 	// the replication handshake.
 	msgReadOnly             = "READONLY You can't write against a read only replica."

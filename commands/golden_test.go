@@ -52,7 +52,8 @@ import (
 // another client, for WATCH), push (one more reply is read after the
 // command's: a push frame sent to this connection, for CLIENT TRACKING;
 // the two replies' lines follow the command in the order they arrived;
-// push2: two such frames, for a message and a pmessage).
+// push2: two such frames, for a message and a pmessage; pushN: N, for
+// MONITOR's lines).
 //
 // Arguments may use {{ns+N}}, {{ms+N}} and {{s+N}}: the current Unix time
 // in ns, ms or s (of the injected clock, or of the real one in -reference
@@ -77,6 +78,7 @@ type goldenCase struct {
 	lineNo  int
 	text    string // the whole command line as written
 	flags   map[string]bool
+	pushes  int // pushN
 	args    []string
 	advance time.Duration // "at" lines
 	isAt    bool
@@ -177,6 +179,10 @@ func parseGoldenCommand(line string, lineNo int) (*goldenCase, error) {
 			case "sort", "cellserver", "time", "modules", "c2", "c3", "push", "push2":
 				c.flags[f] = true
 			default:
+				if n, err := strconv.Atoi(strings.TrimPrefix(f, "push")); err == nil && n > 0 && strings.HasPrefix(f, "push") {
+					c.pushes = n
+					continue
+				}
 				return nil, fmt.Errorf("unknown flag %q", f)
 			}
 		}
@@ -380,6 +386,9 @@ func goldenExchange(c *resptest.Conn, gc *goldenCase, now time.Time) ([]string, 
 	}
 	if gc.flags["push2"] {
 		pushes = 2
+	}
+	if gc.pushes > 0 {
+		pushes = gc.pushes
 	}
 	for range pushes {
 		v, err := c.Read()

@@ -178,6 +178,20 @@ type Config struct {
 	// RLSInfo returns the lines of INFO's rls section (the Envoy rate
 	// limit service's counts); nil means the section is empty.
 	RLSInfo func() []string
+	// Saver writes a checkpoint on demand (SAVE, BGSAVE) and tells when
+	// the last one succeeded (LASTSAVE); nil means persistence is off.
+	Saver Saver
+	// Shutdown runs the server's clean shutdown for SHUTDOWN (the path
+	// SIGTERM takes, cmd_shutdown.go): it returns an error, and the server
+	// keeps running, when it could not; on success the process is
+	// stopping. nil makes SHUTDOWN fail. AbortShutdown cancels a shutdown
+	// still waiting for its replicas (SHUTDOWN ABORT) and reports whether
+	// one was.
+	Shutdown      func(ShutdownOptions) error
+	AbortShutdown func() bool
+	// AOF is the persistence write path WAITAOF counts local syncs on; nil
+	// without persistence (WAITAOF numlocal > 0 is refused then).
+	AOF AOFSyncer
 }
 
 // Durability is what the persistence write path offers for group commit.
@@ -244,9 +258,12 @@ type Service struct {
 	repl     replRole       // the node's replication and its settings (cmd_replication.go)
 	cluster  clusterMode    // cmd_cluster.go
 
-	leases  leaseWaits   // CL.ACQUIRE ... WAIT's queues (cl_leases.go)
-	blocked atomic.Int64 // clients blocked in WAIT or CL.ACQUIRE ... WAIT (blocked.go)
-	pol     policyState  // CL.APPLY's policies (cl_policy.go)
+	leases   leaseWaits   // CL.ACQUIRE ... WAIT's queues (cl_leases.go)
+	blocked  atomic.Int64 // clients blocked in WAIT or CL.ACQUIRE ... WAIT (blocked.go)
+	pol      policyState  // CL.APPLY's policies (cl_policy.go)
+	life     lifecycle    // SAVE, BGSAVE, SHUTDOWN (cmd_shutdown.go)
+	monitors monitorTable // MONITOR (cmd_monitor.go)
+	aof      AOFSyncer    // WAITAOF's local syncs (cmd_replication.go); nil without persistence
 }
 
 // persistHooks are what the persistence write path lends the commands
@@ -312,6 +329,8 @@ func New(cfg Config) (*Service, error) {
 			writeErr:   cfg.WriteError,
 			admitWrite: cfg.AdmitWrite,
 		},
+		aof:        cfg.AOF,
+		life:       lifecycle{saver: cfg.Saver, shutdown: cfg.Shutdown, abort: cfg.AbortShutdown},
 		auth:       authConfig{password: cfg.Password, protected: cfg.ProtectedMode, loopback: cfg.Loopback},
 		ks:         cfg.Keyspace,
 		clock:      cfg.Clock,
@@ -598,6 +617,7 @@ func (s *Service) Close(c *resp.Conn) {
 		s.pubsub.drop(cl)
 		s.dropLeaseWaiters(cl)
 		s.dropBlocked(cl)
+		s.dropMonitor(cl)
 		if cl.migSource != "" && s.cluster.state != nil {
 			s.cluster.state.MigrateClosed(cl.migSource, c.ID())
 		}

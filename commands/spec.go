@@ -37,6 +37,7 @@ const (
 	// maxmemory under noeviction, whatever it would add ("denyoom"; the
 	// handler checks, with Keyspace.CanInsert).
 	DenyOOM
+	NoAsyncLoading // "no_async_loading" (SAVE, BGSAVE)
 )
 
 // flagNames lists the reported flags in the order Redis 7 replies them.
@@ -47,7 +48,7 @@ var flagNames = []struct {
 	{Write, "write"}, {ReadOnly, "readonly"}, {DenyOOM, "denyoom"}, {Module, "module"},
 	{Admin, "admin"}, {PubSub, "pubsub"}, {NoScript, "noscript"}, {Loading, "loading"},
 	{Stale, "stale"}, {SkipSlowlog, "skip_slowlog"}, {Fast, "fast"}, {NoAuth, "no_auth"},
-	{NoMulti, "no_multi"}, {MovableKeys, "movablekeys"}, {AllowBusy, "allow_busy"},
+	{NoAsyncLoading, "no_async_loading"}, {NoMulti, "no_multi"}, {MovableKeys, "movablekeys"}, {AllowBusy, "allow_busy"},
 }
 
 // Arg documents one argument for COMMAND DOCS, with Redis 7's fields.

@@ -25,6 +25,7 @@ func commandTable() []*Spec {
 	return []*Spec{
 		{Name: "asking", Arity: 1, Flags: Fast, Run: cmdAsking},
 		{Name: "auth", Arity: -2, Flags: NoScript | Loading | Stale | Fast | NoAuth | AllowBusy, Run: cmdAuth},
+		{Name: "bgsave", Arity: -1, Flags: Admin | NoScript | NoAsyncLoading, Run: cmdBgsave},
 		{Name: "cellcluster", Arity: -2, Subs: []*Spec{
 			{Name: "cellcluster|config", Arity: 3, Flags: Admin | NoScript | Stale, Run: cmdCellClusterConfig},
 			{Name: "cellcluster|getconfig", Arity: 2, Flags: Admin | NoScript | Stale, Run: cmdCellClusterGetConfig},
@@ -141,6 +142,7 @@ func commandTable() []*Spec {
 		{Name: "hello", Arity: -1, Flags: NoScript | Loading | Stale | Fast | NoAuth | AllowBusy, Run: cmdHello},
 		{Name: "info", Arity: -1, Flags: Loading | Stale | WholeKeyspace, Run: cmdInfo},
 		{Name: "keys", Arity: 2, Flags: ReadOnly | WholeKeyspace, Run: cmdKeys},
+		{Name: "lastsave", Arity: 1, Flags: Loading | Stale | Fast, Run: cmdLastSave},
 		{Name: "latency", Arity: -2, Subs: []*Spec{
 			{Name: "latency|doctor", Arity: 2, Flags: Admin | NoScript | Loading | Stale, Run: cmdLatencyDoctor},
 			{Name: "latency|graph", Arity: 3, Flags: Admin | NoScript | Loading | Stale, Run: cmdLatencyGraph},
@@ -164,6 +166,7 @@ func commandTable() []*Spec {
 			{Name: "module|loadex", Arity: -3, Flags: Admin | NoScript, Run: cmdModuleLoad},
 			{Name: "module|unload", Arity: 3, Flags: Admin | NoScript, Run: cmdModuleLoad},
 		}},
+		{Name: "monitor", Arity: 1, Flags: Admin | NoScript | Loading | Stale, Run: cmdMonitor},
 		{Name: "multi", Arity: 1, Flags: NoScript | Loading | Stale | Fast | AllowBusy | RunsInMulti, Run: cmdMulti},
 		{Name: "object", Arity: -2, Subs: []*Spec{
 			{Name: "object|encoding", Arity: 3, Flags: ReadOnly, FirstKey: 2, LastKey: 2, Step: 1, KeyFlags: keyRO0,
@@ -213,9 +216,11 @@ func commandTable() []*Spec {
 		{Name: "reset", Arity: 1, Flags: NoScript | Loading | Stale | Fast | NoAuth | AllowBusy | RunsInMulti,
 			Run: cmdReset},
 		{Name: "role", Arity: 1, Flags: NoScript | Loading | Stale | Fast, Run: cmdRole},
+		{Name: "save", Arity: 1, Flags: Admin | NoScript | NoAsyncLoading | NoMulti, Run: cmdSave},
 		{Name: "scan", Arity: -2, Flags: ReadOnly | WholeKeyspace, Run: cmdScan},
 		{Name: "select", Arity: 2, Flags: Loading | Stale | Fast | WholeKeyspace, Run: cmdSelect},
 		{Name: "set", Arity: -3, Flags: Write, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW, Run: cmdSet},
+		{Name: "shutdown", Arity: -1, Flags: Admin | NoScript | Loading | Stale | NoMulti | AllowBusy, Run: cmdShutdown},
 		{Name: "slaveof", Arity: 3, Flags: Admin | NoScript | Stale, Run: cmdReplicaOf},
 		{Name: "slowlog", Arity: -2, Subs: []*Spec{
 			{Name: "slowlog|get", Arity: -2, Flags: Admin | Loading | Stale, Run: cmdSlowlogGet},
@@ -233,6 +238,7 @@ func commandTable() []*Spec {
 		{Name: "sunsubscribe", Arity: -1, Flags: PubSub | NoScript | Loading | Stale, FirstKey: 1, LastKey: -1, Step: 1,
 			KeyFlags: keyNotKey, Run: cmdSUnsubscribe},
 		{Name: "sync", Arity: 1, Flags: Admin | NoScript | NoMulti, Run: cmdPsync},
+		{Name: "time", Arity: 1, Flags: Loading | Stale | Fast, Run: cmdTime},
 		{Name: "touch", Arity: -2, Flags: ReadOnly | Fast, FirstKey: 1, LastKey: -1, Step: 1, KeyFlags: keyRO0,
 			Run: cmdTouch},
 		{Name: "ttl", Arity: 2, Flags: ReadOnly | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO,
@@ -244,6 +250,7 @@ func commandTable() []*Spec {
 		{Name: "unsubscribe", Arity: -1, Flags: PubSub | NoScript | Loading | Stale, Run: cmdUnsubscribe},
 		{Name: "unwatch", Arity: 1, Flags: NoScript | Loading | Stale | Fast | AllowBusy, Run: cmdUnwatch},
 		{Name: "wait", Arity: 3, Flags: NoScript, Run: cmdWait},
+		{Name: "waitaof", Arity: 4, Flags: NoScript, Run: cmdWaitAOF},
 		{Name: "watch", Arity: -2, Flags: NoScript | Loading | Stale | Fast | AllowBusy | RunsInMulti, FirstKey: 1,
 			LastKey: -1, Step: 1, KeyFlags: keyRO0, Run: cmdWatch},
 	}

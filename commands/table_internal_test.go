@@ -79,6 +79,13 @@ var subGroups = map[string]string{
 	"slaveof":   "replication",
 	"sync":      "replication",
 	"wait":      "replication",
+	"waitaof":   "replication",
+
+	"monitor":  "monitor",
+	"save":     "save",
+	"bgsave":   "save",
+	"lastsave": "save",
+	"shutdown": "save",
 
 	"client|caching":      "tracking",
 	"client|getredir":     "tracking",

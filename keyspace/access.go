@@ -125,6 +125,29 @@ func (s *Shard) SetAccessHash(key []byte, h uint64, a Access) {
 	}
 }
 
+// Positions is the size of the shard's table, live, free and expired
+// entries alike: RandomDraw's range. s.mu must be held.
+func (s *Shard) Positions() int {
+	if s.t.live == 0 {
+		return 0
+	}
+	return int(s.t.next)
+}
+
+// RandomDraw probes one random position of the table and returns its key
+// when it holds a live entry at now (ms), else nil. A caller that weighs
+// shards by Positions and retries on nil draws every live key of the
+// database with the same probability. s.mu must be held.
+func (s *Shard) RandomDraw(now int64) []byte {
+	if s.t.live == 0 || s.t.next == 0 {
+		return nil
+	}
+	if e := s.t.at(rand.Uint32N(s.t.next)); e.meta != 0 && (e.exp == 0 || now <= e.exp) {
+		return append([]byte(nil), s.t.key(e)...)
+	}
+	return nil
+}
+
 // RandomKey returns a live key of the shard at now (ms), chosen at
 // random, or nil when it has none. It probes random positions of the
 // table, each live entry as likely as the others, and after 64 misses

@@ -145,6 +145,15 @@ type CheckpointStats struct {
 	LogBytes        int64         // bytes logged since the last checkpoint began
 	CheckpointBytes int64         // the log size that starts a checkpoint
 	Err             error         // the last checkpoint's error, nil after a success
+	LastOK          time.Time     // when the last checkpoint succeeded (zero: none yet)
+}
+
+// A Saver is a Store that writes a checkpoint on demand (SAVE, BGSAVE,
+// SHUTDOWN: changelog.Store) and can be closed without its last one
+// (SHUTDOWN NOSAVE).
+type Saver interface {
+	Checkpoint() error
+	SkipFinalCheckpoint()
 }
 
 // A Flusher is a Store that can write what it buffers in memory to its

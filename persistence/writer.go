@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -141,6 +142,10 @@ type Writer struct {
 	failErr    error
 	failedAt   time.Time // when the current failure began
 	closed     bool
+	// synced counts the changes known synced to disk (WAITAOF): written
+	// with FsyncAlways, or written before a Sync that succeeded.
+	synced      uint64
+	syncWaiters []*syncWaiter
 
 	failing  atomic.Pointer[error] // err, for Failing (read per command)
 	pending  atomic.Int64          // bytes of the changes queued or being written (see opOverhead)
@@ -551,9 +556,16 @@ func (w *Writer) write(b *batch) bool {
 	if b.hi > w.durable {
 		w.durable = b.hi
 	}
+	var fire []func()
+	if sync {
+		fire = w.syncedLocked(b.hi)
+	}
 	w.durMu.Unlock()
 	w.durCond.Broadcast()
 	w.notified()
+	for _, fn := range fire {
+		fn()
+	}
 	return true
 }
 
@@ -639,6 +651,9 @@ func guard(call func() error) (err error) {
 // syncNow syncs the store; a success ends a sync failure.
 func (w *Writer) syncNow() error {
 	start := time.Now()
+	w.durMu.Lock()
+	written := w.durable // what this sync covers, at least
+	w.durMu.Unlock()
 	if err := guard(w.store.Sync); err != nil {
 		return err
 	}
@@ -647,8 +662,72 @@ func (w *Writer) syncNow() error {
 	w.lastSync.Store(now.UnixNano())
 	w.durMu.Lock()
 	w.syncFailed = false
+	fire := w.syncedLocked(written)
 	w.durMu.Unlock()
+	for _, fn := range fire {
+		fn()
+	}
 	return nil
+}
+
+// syncWaiter is an OnSynced call waiting.
+type syncWaiter struct {
+	seq uint64
+	fn  func()
+}
+
+// syncedLocked records that the first seq changes are synced and returns
+// the functions of the waiters that are done, to be called without
+// durMu.
+func (w *Writer) syncedLocked(seq uint64) []func() {
+	if seq <= w.synced {
+		return nil
+	}
+	w.synced = seq
+	var fire []func()
+	kept := w.syncWaiters[:0]
+	for _, sw := range w.syncWaiters {
+		if sw.seq <= seq {
+			fire = append(fire, sw.fn)
+		} else {
+			kept = append(kept, sw)
+		}
+	}
+	clear(w.syncWaiters[len(kept):])
+	w.syncWaiters = kept
+	return fire
+}
+
+// Synced reports whether the first seq changes are synced to disk
+// (WAITAOF's local count): with FsyncAlways once written, with
+// FsyncEverySec after the next sync (within about a second), with
+// FsyncNo only when the Writer closes.
+func (w *Writer) Synced(seq uint64) bool {
+	w.durMu.Lock()
+	defer w.durMu.Unlock()
+	return w.synced >= seq
+}
+
+// OnSynced calls fn, once, on another goroutine or the caller's, when the
+// first seq changes are synced. cancel forgets fn (a client that left, a
+// WAITAOF that timed out).
+func (w *Writer) OnSynced(seq uint64, fn func()) (cancel func()) {
+	w.durMu.Lock()
+	if w.synced >= seq {
+		w.durMu.Unlock()
+		fn()
+		return func() {}
+	}
+	sw := &syncWaiter{seq: seq, fn: fn}
+	w.syncWaiters = append(w.syncWaiters, sw)
+	w.durMu.Unlock()
+	return func() {
+		w.durMu.Lock()
+		defer w.durMu.Unlock()
+		if i := slices.Index(w.syncWaiters, sw); i >= 0 {
+			w.syncWaiters = slices.Delete(w.syncWaiters, i, i+1)
+		}
+	}
 }
 
 // WriterStats are the write path's figures for INFO and metrics.

@@ -62,6 +62,8 @@ type Server struct {
 	bgDone   chan struct{}
 
 	rls rlsState // the Envoy front door, when RLSAddr is set
+
+	shut shutdownState // SHUTDOWN (shutdown.go)
 }
 
 // New builds a Server from cfg; it does not listen yet. When it fails
@@ -196,6 +198,10 @@ func New(cfg Config) (_ *Server, err error) {
 		psBus = bus
 	}
 	var self *Server // for INFO rls, which reads the front door built by Listen
+	var sv commands.Saver
+	if store != nil {
+		sv = saver{store}
+	}
 	cmds, err := commands.New(commands.Config{
 		RLSInfo: func() []string {
 			if self == nil {
@@ -235,6 +241,10 @@ func New(cfg Config) (_ *Server, err error) {
 		DumpValue:          persistence.EncodeValue,
 		Policies:           pols,
 		PolicyFile:         cfg.Policies,
+		Saver:              sv,
+		AOF:                aofSyncer(writer),
+		Shutdown:           func(o commands.ShutdownOptions) error { return self.shutdownCommand(o) },
+		AbortShutdown:      func() bool { return self.abortShutdown() },
 	})
 	if err != nil {
 		return nil, err
@@ -286,6 +296,7 @@ func New(cfg Config) (_ *Server, err error) {
 	rs := resp.NewServer(rcfg, cmds)
 	cmds.SetNetwork(rs)
 	self = &Server{cfg: cfg, tls: tm.server, clientTLS: rlsClientTLS(tm), cmds: cmds, net: rs, store: store, writer: writer, repl: repl, cluster: cl, bus: bus}
+	self.shut.stopReq = make(chan struct{})
 	return self, nil
 }
 
@@ -557,11 +568,23 @@ func (s *Server) Run(ctx context.Context) error {
 			" can read /metrics (no password; key prefixes, traffic). Bind --metrics-addr to 127.0.0.1 or firewall its port.")
 	}
 	errc := make(chan error, 1)
+	s.shut.mu.Lock()
+	s.shut.running = true
+	s.shut.mu.Unlock()
 	go func() { errc <- s.Serve() }()
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
+		// SIGTERM: the replicas are given time to catch up as SHUTDOWN
+		// gives them, unless a SHUTDOWN in progress did already.
+		s.shut.mu.Lock()
+		waited := s.shut.waited
+		s.shut.mu.Unlock()
+		if !waited {
+			s.waitReplicas(nil)
+		}
+	case <-s.shut.stopReq: // SHUTDOWN (shutdown.go) did its part
 	}
 	s.cfg.Logger.Info("shutting down", "timeout", s.cfg.ShutdownTimeout.String())
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)

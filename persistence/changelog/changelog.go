@@ -54,6 +54,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -120,6 +121,8 @@ type Store struct {
 	log   *slog.Logger
 	o     Options
 
+	noFinal atomic.Bool // Close makes no last checkpoint (SkipFinalCheckpoint)
+
 	mu      sync.Mutex // guards the fields below
 	f       *os.File
 	seg     uint64
@@ -150,6 +153,7 @@ type Store struct {
 	stats struct {
 		sync.Mutex
 		checkpoints, failed, replayed int64
+		lastOK                        time.Time // when the last checkpoint succeeded (LASTSAVE)
 		lastKeys                      int
 		lastDur                       time.Duration
 		damage                        persistence.WALDamage
@@ -550,11 +554,13 @@ func (s *Store) Checkpoint() (err error) {
 	defer s.ckMu.Unlock()
 	defer func() {
 		s.ckErr, s.lastCk = err, time.Now()
+		s.stats.Lock()
 		if err != nil {
-			s.stats.Lock()
 			s.stats.failed++
-			s.stats.Unlock()
+		} else {
+			s.stats.lastOK = s.lastCk
 		}
+		s.stats.Unlock()
 	}()
 	start := time.Now()
 	old, err := s.rotate()
@@ -777,6 +783,7 @@ type Stats struct {
 	SegmentBytes      int64         // bytes logged since the last rotation
 	CheckpointBytes   int64         // Options.CheckpointBytes
 	Err               error         // the last checkpoint's error, nil after a success
+	LastOK            time.Time     // when the last checkpoint succeeded (zero: none yet)
 }
 
 // Stats returns the current figures.
@@ -790,6 +797,7 @@ func (s *Store) Stats() Stats {
 	s.stats.Lock()
 	st.Checkpoints, st.FailedCheckpoints, st.LastCheckpoint, st.LastKeys, st.Replayed =
 		s.stats.checkpoints, s.stats.failed, s.stats.lastDur, s.stats.lastKeys, s.stats.replayed
+	st.LastOK = s.stats.lastOK
 	s.stats.Unlock()
 	return st
 }
@@ -799,7 +807,7 @@ func (s *Store) CheckpointStats() persistence.CheckpointStats {
 	st := s.Stats()
 	return persistence.CheckpointStats{Checkpoints: st.Checkpoints, Failed: st.FailedCheckpoints,
 		LastDuration: st.LastCheckpoint, LastKeys: st.LastKeys, LogBytes: st.SegmentBytes,
-		CheckpointBytes: st.CheckpointBytes, Err: st.Err}
+		CheckpointBytes: st.CheckpointBytes, Err: st.Err, LastOK: st.LastOK}
 }
 
 // Info returns INFO persistence's lines about the change log.
@@ -831,6 +839,11 @@ func (s *Store) Info() []string {
 	return lines
 }
 
+// SkipFinalCheckpoint makes Close leave out its last checkpoint (SHUTDOWN
+// NOSAVE): the change log stays, written and synced, and the next start
+// replays it.
+func (s *Store) SkipFinalCheckpoint() { s.noFinal.Store(true) }
+
 // Close implements persistence.Store: a last checkpoint, then the empty
 // current segment is removed and the wrapped store closed. If the
 // checkpoint fails the segments stay, to be replayed at the next start.
@@ -843,7 +856,10 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	close(s.stop)
 	<-s.done
-	err := s.Checkpoint()
+	var err error
+	if !s.noFinal.Load() {
+		err = s.Checkpoint()
+	}
 	if fl, ok := s.inner.(persistence.Flusher); ok && err == nil {
 		// The last checkpoint is in pebble's WAL: flushed to tables, the
 		// next start reads tables instead of replaying it.

@@ -310,3 +310,42 @@ func TestParseRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestLastOKAndSkipFinalCheckpoint: a successful checkpoint sets LastOK
+// (LASTSAVE); SkipFinalCheckpoint makes Close keep the synced log instead
+// of a last checkpoint (SHUTDOWN NOSAVE), and the next open replays it.
+func TestLastOKAndSkipFinalCheckpoint(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	s := open(t, dir, persistence.OpenOptions{}, noCheckpoint)
+	if !s.CheckpointStats().LastOK.IsZero() {
+		t.Fatal("LastOK set before any checkpoint")
+	}
+	m := storetest.Model{}
+	ops := randomOps(rand.New(rand.NewPCG(7, 8)), 200, 0)
+	storetest.MustWrite(t, s, true, ops...)
+	m.Apply(ops)
+	before := time.Now()
+	if err := s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if ok := s.CheckpointStats().LastOK; ok.Before(before) {
+		t.Fatalf("LastOK %v after a checkpoint that began at %v", ok, before)
+	}
+	more := randomOps(rand.New(rand.NewPCG(9, 10)), 200, 0)
+	storetest.MustWrite(t, s, true, more...)
+	m.Apply(more)
+	s.SkipFinalCheckpoint()
+	ck := s.Stats().Checkpoints
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Stats().Checkpoints; got != ck {
+		t.Fatalf("Close after SkipFinalCheckpoint ran a checkpoint (%d, was %d)", got, ck)
+	}
+	if segs := segFiles(t, dir); len(segs) == 0 {
+		t.Fatal("no segment kept after SkipFinalCheckpoint")
+	}
+	s2 := open(t, dir, persistence.OpenOptions{}, noCheckpoint)
+	defer s2.Close()
+	storetest.CheckRecords(t, s2, m.Records())
+}
