@@ -106,8 +106,8 @@ type Spec struct {
 	// aclSetFlags: the key's permissions depend on the arguments (SET's
 	// GET option; setKeyNeed).
 	aclSetFlags bool
-	subs      map[string]*Spec
-	stats     cmdStats
+	subs        map[string]*Spec
+	stats       cmdStats
 }
 
 // keyPositions appends the indexes of the key arguments in args to dst
