@@ -731,6 +731,25 @@ func (s *Service) aclDenied(x *ctx, sp *Spec, st *aclState) bool {
 	return true
 }
 
+// aclExecDenied checks a queued command again as EXEC runs it: a denial
+// is logged (context multi) and answered in the command's place.
+func (s *Service) aclExecDenied(x *ctx, sp *Spec, st *aclState) bool {
+	res, pos := st.check(sp, x.args, x.keys)
+	if res == aclAllowed {
+		return false
+	}
+	object, reason := sp.Name, "no permission to execute the command or subcommand"
+	switch res {
+	case aclDeniedKey:
+		object, reason = string(x.keys[pos].key), "no permission to touch the specified keys"
+	case aclDeniedChannel:
+		object, reason = string(x.args[pos]), "no permission to access one of the channels used as arguments"
+	}
+	s.aclLogAdd(x, res, object, x.cl.user.Load().name)
+	x.errorReply(errNoPermExec(reason))
+	return true
+}
+
 // authRequired is Redis's authRequired for a client that has not
 // authenticated: the default user has a password, or is off.
 func (s *Service) authRequired() bool {

@@ -40,7 +40,7 @@ const aclLogGroupMS = 60000
 func (s *Service) aclLogAdd(x *ctx, reason int, object, username string) {
 	var b strings.Builder
 	writeClientInfo(&b, x.c, time.Now(), x)
-	e := &aclLogEntry{count: 1, reason: reason, multi: x.cl.multi.on, object: object,
+	e := &aclLogEntry{count: 1, reason: reason, multi: x.cl.multi.on || x.inExec, object: object,
 		username: username, ctimeMS: s.clock().UnixMilli(),
 		cinfo: strings.TrimSuffix(b.String(), "\n")}
 	t := &s.acl

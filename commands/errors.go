@@ -535,3 +535,9 @@ func errACLUserNotFound(user []byte) wireErr {
 func errACLCommandNotFound(name []byte) wireErr {
 	return wireErr("ERR Command '" + cstr(name) + "' not found")
 }
+
+// errNoPermExec is EXEC's error for a queued command the user's rules no
+// longer allow.
+func errNoPermExec(reason string) wireErr {
+	return wireErr("NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC call. This command is no longer allowed for the following reason: " + reason)
+}
