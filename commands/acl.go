@@ -79,15 +79,17 @@ const (
 
 // Limits on what ACL rules may hold, checked before memory is spent.
 const (
-	aclMaxUsers       = 10000 // users, the default one included
-	aclMaxRules       = 1024  // rules in one ACL SETUSER or aclfile line
-	aclMaxPatterns    = 1024  // key plus channel patterns of a user, all selectors
-	aclMaxPatternLen  = 1024  // bytes of one key or channel pattern
-	aclMaxSelectors   = 64    // selectors of a user, the root one excluded
-	aclMaxNameLen     = 1024  // bytes of a user name
-	aclMaxPasswords   = 64    // passwords of a user
-	aclDefaultLogSize = 128   // acllog-max-len
+	aclMaxUsers      = 10000 // users, the default one included
+	aclMaxRules      = 1024  // rules in one ACL SETUSER or aclfile line
+	aclMaxPatterns   = 1024  // key plus channel patterns of a user, all selectors
+	aclMaxPatternLen = 1024  // bytes of one key or channel pattern
+	aclMaxSelectors  = 64    // selectors of a user, the root one excluded
+	aclMaxNameLen    = 1024  // bytes of a user name
+	aclMaxPasswords  = 64    // passwords of a user
 )
+
+// DefaultACLLogMaxLen is acllog-max-len's default: entries the ACL LOG keeps.
+const DefaultACLLogMaxLen = 128
 
 // aclKeyPat is one key pattern of a selector.
 type aclKeyPat struct {

@@ -379,7 +379,7 @@ func New(cfg Config) (*Service, error) {
 	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock, statShards())
 	s.stats.cmdsTotal = counter{newShards(statShards()), 0}
 	s.buildTable(commandSpecs())
-	s.initACL(cfg.Password, cfg.ACLFile, cmp.Or(cfg.ACLLogMaxLen, aclDefaultLogSize))
+	s.initACL(cfg.Password, cfg.ACLFile, cmp.Or(cfg.ACLLogMaxLen, DefaultACLLogMaxLen))
 	if err := s.loadUsers(cfg.Users); err != nil {
 		return nil, err
 	}
