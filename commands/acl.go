@@ -322,6 +322,9 @@ func (st *aclState) patterns() int {
 	n := 0
 	for i := range st.sels {
 		n += len(st.sels[i].keys) + len(st.sels[i].chans)
+		for _, a := range st.sels[i].firstArgs {
+			n += len(a)
+		}
 	}
 	return n
 }
@@ -1137,6 +1140,9 @@ func (s *Service) loadUsers(lines []string) error {
 		name := f[0]
 		if name == "" || hasSpaces([]byte(name)) {
 			return errors.New("commands: Spaces not allowed in ACL usernames")
+		}
+		if len(name) > aclMaxNameLen || len(f)-1 > aclMaxRules {
+			return errors.New("commands: user " + name[:min(len(name), 64)] + ": name past 1024 bytes or more than 1024 rules")
 		}
 		if seen[name] {
 			return errors.New("commands: user " + name + ": " + string(aclErrDup))

@@ -482,8 +482,8 @@ func (s *Service) parseACLFile(data []byte) (map[string]*aclState, []string, str
 			fmt.Fprintf(&errs, "WARNING: Duplicate user '%s' found on line %d. ", args[1], n)
 			continue
 		}
-		if len(users) >= aclMaxUsers || len(args)-2 > aclMaxRules {
-			fmt.Fprintf(&errs, "%s:%d: too many users or rules. ", file, n)
+		if len(users) >= aclMaxUsers || len(args)-2 > aclMaxRules || len(args[1]) > aclMaxNameLen {
+			fmt.Fprintf(&errs, "%s:%d: too many users or rules, or a name too long (limits: 10000 users, 1024 rules, 1024 bytes). ", file, n)
 			continue
 		}
 		st := s.acl.newState()
