@@ -91,6 +91,9 @@ const (
 // DefaultACLLogMaxLen is acllog-max-len's default: entries the ACL LOG keeps.
 const DefaultACLLogMaxLen = 128
 
+// aclLogMaxCap bounds acllog-max-len: a larger value keeps this many.
+const aclLogMaxCap = 1 << 20
+
 // aclKeyPat is one key pattern of a selector.
 type aclKeyPat struct {
 	pat  string
@@ -251,7 +254,7 @@ func (s *Service) initACL(password, file string, logMax int) {
 	t.words = (len(s.specs) + 63) / 64
 	t.users = make(map[string]*aclUser)
 	t.file = file
-	t.log.max = logMax
+	t.log.max = min(logMax, aclLogMaxCap)
 	t.def = &aclUser{name: "default"}
 	t.def.publish(s.defaultState(password))
 	t.users["default"] = t.def

@@ -68,6 +68,19 @@ func (s *Service) aclLogAdd(x *ctx, reason int, object, username string) {
 	}
 }
 
+// setACLLogMax sets acllog-max-len (CONFIG SET), dropping the oldest
+// entries past it.
+func (s *Service) setACLLogMax(n int) {
+	t := &s.acl
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.log.max = n
+	if len(t.log.entries) > n {
+		clear(t.log.entries[n:])
+		t.log.entries = t.log.entries[:n]
+	}
+}
+
 // ACL SETUSER username [rule ...]
 func cmdACLSetUser(x *ctx) {
 	name := x.args[2]
