@@ -201,7 +201,8 @@ func TestACLLimits(t *testing.T) {
 
 // TestACLHelloAuth: HELLO ... AUTH user pass switches the user and the
 // protocol at once; CLIENT LIST shows the user; RESET goes back to the
-// default user.
+// default user; a new connection is authenticated when the default user
+// is nopass and on (Redis's authRequired).
 func TestACLHelloAuth(t *testing.T) {
 	_, addr := servertest.Start(t, server.Config{Password: "top"})
 	c := resptest.MustDial(t, addr)
@@ -221,6 +222,11 @@ func TestACLHelloAuth(t *testing.T) {
 	mustReply(t, h, "-WRONGPASS invalid username-password pair or user is disabled.\r\n", "HELLO", "2", "AUTH", "h", "nope")
 	mustReply(t, h, "+OK\r\n", "AUTH", "default", "top")
 	mustReply(t, h, "$7\r\ndefault\r\n", "ACL", "WHOAMI")
+	// A nopass default user lets new connections in, unless it is off.
+	mustReply(t, h, "+OK\r\n", "ACL", "SETUSER", "default", "nopass")
+	mustReply(t, resptest.MustDial(t, addr), "+PONG\r\n", "PING")
+	mustReply(t, h, "+OK\r\n", "ACL", "SETUSER", "default", "off")
+	mustReply(t, resptest.MustDial(t, addr), "-NOAUTH Authentication required.\r\n", "PING")
 }
 
 // TestACLDefaultUserAllocs: the default user's commands and a confined
