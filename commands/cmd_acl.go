@@ -371,12 +371,10 @@ func cmdACLDryrun(x *ctx) {
 	}
 	args := x.args[3:]
 	sp := s.lookup(x.cl, args[0])
-	if sp != nil && sp.subs != nil {
-		if len(args) < 2 {
-			sp = nil
-		} else {
-			sp = sp.subs[strings.ToLower(string(args[1]))]
-		}
+	if sp != nil && sp.subs != nil && len(args) >= 2 {
+		// Redis's lookupCommand: the container alone is itself (and
+		// fails its arity below).
+		sp = sp.subs[strings.ToLower(string(args[1]))]
 	}
 	if sp == nil {
 		x.errorReply(errACLCommandNotFound(args[0]))
