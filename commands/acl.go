@@ -468,6 +468,11 @@ func (s *Service) applySelRule(st *aclState, sel *aclSel, op []byte) aclRuleErr 
 					return aclErrSyntax
 				}
 			}
+			if perm == 0 {
+				// "%~pattern": Redis 7.0.15 takes it and panics when it
+				// describes the user (7.2 refuses it, as here).
+				return aclErrSyntax
+			}
 		} else {
 			perm = aclRW
 		}
