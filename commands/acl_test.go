@@ -1,6 +1,7 @@
 package commands_test
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -298,5 +299,75 @@ func BenchmarkThrottleACL(b *testing.B) {
 				b.Fatalf("reply %q", conn.Out)
 			}
 		})
+	}
+}
+
+// TestACLConcurrentChanges: rules changed, users deleted and recreated
+// while their clients run commands and authenticate: every reply is one
+// of the expected ones (run with -race: no data race).
+func TestACLConcurrentChanges(t *testing.T) {
+	_, addr := servertest.Start(t, server.Config{})
+	admin := resptest.MustDial(t, addr)
+	mustReply(t, admin, "+OK\r\n", "ACL", "SETUSER", "u", "on", "nopass", "+@all", "~*")
+	done := make(chan struct{})
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			c, err := resptest.Dial(addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer func() { c.Close() }()
+			for {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				v, err := c.Do("AUTH", "u", "x")
+				if err != nil { // deleted while authenticated: closed
+					if c, err = resptest.Dial(addr); err != nil {
+						errs <- err
+						return
+					}
+					continue
+				}
+				if v.Kind == '-' && !strings.HasPrefix(v.Str, "WRONGPASS") {
+					errs <- fmt.Errorf("AUTH: %v", v)
+					return
+				}
+				v, err = c.Do("GET", "k")
+				if err != nil {
+					if c, err = resptest.Dial(addr); err != nil {
+						errs <- err
+						return
+					}
+					continue
+				}
+				if !(v.Kind == '$' || v.Kind == '-' && strings.HasPrefix(v.Str, "NOPERM this user has no permissions to run the 'get' command")) {
+					errs <- fmt.Errorf("GET: %v", v)
+					return
+				}
+			}
+		}()
+	}
+	for i := range 300 {
+		switch i % 3 {
+		case 0:
+			admin.MustDo(t, "ACL", "SETUSER", "u", "-get")
+		case 1:
+			admin.MustDo(t, "ACL", "SETUSER", "u", "on", "nopass", "+@all", "~*")
+		case 2:
+			admin.MustDo(t, "ACL", "DELUSER", "u")
+			admin.MustDo(t, "ACL", "SETUSER", "u", "on", "nopass", "+@all", "~*")
+		}
+	}
+	close(done)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
