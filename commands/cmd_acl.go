@@ -465,22 +465,17 @@ func (s *Service) saveACLFile() error {
 
 // parseACLFile is ACLLoadFromFile's parsing and validation: the users of
 // the file's lines, or the errors of every bad line, one string as Redis.
-func (s *Service) parseACLFile(data []byte) (map[string]*aclState, []string, string) {
+func (s *Service) parseACLFile(data []byte) (map[string]*aclState, string) {
 	file := s.acl.file
 	var errs strings.Builder
 	users := make(map[string]*aclState)
-	var order []string
 	for i, line := range strings.Split(string(data), "\n") {
 		n := i + 1
 		line = strings.Trim(line, " \t\r\n")
 		if line == "" {
 			continue
 		}
-		argv := strings.Split(line, " ")
-		var args []string
-		for _, a := range argv {
-			args = append(args, a)
-		}
+		args := strings.Split(line, " ")
 		if args[0] != "user" || len(args) < 2 {
 			fmt.Fprintf(&errs, "%s:%d should start with user keyword followed by the username. ", file, n)
 			continue
@@ -499,7 +494,6 @@ func (s *Service) parseACLFile(data []byte) (map[string]*aclState, []string, str
 		}
 		st := s.acl.newState()
 		users[args[1]] = st
-		order = append(order, args[1])
 		rules := make([][]byte, 0, len(args)-2)
 		for _, a := range args[2:] {
 			rules = append(rules, []byte(a))
@@ -521,7 +515,7 @@ func (s *Service) parseACLFile(data []byte) (map[string]*aclState, []string, str
 			}
 		}
 	}
-	return users, order, errs.String()
+	return users, errs.String()
 }
 
 // loadACLFile is ACL LOAD (and the startup load): every user of the file,
@@ -533,7 +527,7 @@ func (s *Service) loadACLFile(x *ctx) string {
 	if err != nil {
 		return "Error loading ACLs, opening file '" + s.acl.file + "': " + errnoText(err)
 	}
-	users, _, errs := s.parseACLFile(data)
+	users, errs := s.parseACLFile(data)
 	if errs != "" {
 		return errs + "WARNING: ACL errors detected, no change to the previously active ACL rules was performed"
 	}
