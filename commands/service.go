@@ -3,7 +3,6 @@ package commands
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"log/slog"
 	"net"
@@ -58,6 +57,16 @@ type Config struct {
 	Version string
 	// Password, when not empty, is required by AUTH before other commands.
 	Password string
+	// ACLFile is the aclfile (Redis's format: "user name rules..."
+	// lines) loaded at start and by ACL LOAD, written by ACL SAVE; ""
+	// (the default) for none.
+	ACLFile string
+	// Users are ACL users from the configuration file's "user" lines,
+	// each "name rules..." (split on spaces). Not allowed with ACLFile.
+	Users []string
+	// ACLLogMaxLen bounds the ACL LOG (acllog-max-len). The default
+	// value is 128.
+	ACLLogMaxLen int
 	// SweepInterval is the period of the active-expiry sweep.
 	// The default value is DefaultSweepInterval (100ms, Redis's hz 10).
 	SweepInterval time.Duration
@@ -246,6 +255,8 @@ type Service struct {
 	rlsInfo       func() []string
 
 	auth    authConfig   // AUTH, HELLO, protected mode (cmd_connection.go)
+	acl     aclTable     // users and the ACL log (acl.go)
+	aclTop  []*Spec      // the top-level specs in table order (acl.go)
 	persist persistHooks // the persistence write path's hooks
 	stats   serviceStats // INFO's counters (stats.go, info.go)
 
@@ -383,11 +394,14 @@ func New(cfg Config) (*Service, error) {
 	}
 	s.stats.inst.startupMemory = heapObjects()
 	s.notePeak(s.stats.inst.startupMemory)
-	s.auth.digest = sha256.Sum256([]byte(cfg.Password))
 	s.slowlog = slowlog{slowerThan: cfg.SlowlogSlowerThan, maxLen: cfg.SlowlogMaxLen}
 	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock, statShards())
 	s.stats.cmdsTotal = counter{newShards(statShards()), 0}
 	s.buildTable(commandSpecs())
+	s.initACL(cfg.Password, cfg.ACLFile, cmp.Or(cfg.ACLLogMaxLen, DefaultACLLogMaxLen))
+	if err := s.loadUsers(cfg.Users); err != nil {
+		return nil, err
+	}
 	s.installWatch(cfg.TrackingTableMaxKeys)
 	s.maxClients, _ = strconv.Atoi(s.setting("maxclients"))
 	s.repl.Replication = cfg.Replication
@@ -421,6 +435,7 @@ func (s *Service) buildTable(rows []*Spec) {
 	add := func(sp *Spec) {
 		sp.id = len(s.specs)
 		sp.stats = newCmdStats(statShards())
+		aclPrepare(sp)
 		s.specs = append(s.specs, sp)
 	}
 	for _, sp := range rows {
@@ -498,7 +513,8 @@ func (s *Service) Open(c *resp.Conn) {
 	cl := &client{conn: c}
 	// Before the first read, so the connection's limits for clients that
 	// have not authenticated apply from the first byte.
-	cl.setAuthed(s.auth.password == "")
+	cl.user.Store(s.acl.def)
+	cl.setAuthed(!s.authRequired())
 	cl.multi.seen.Store(-1) // not in MULTI
 	cl.x.s = s
 	cl.x.c = c
@@ -515,7 +531,7 @@ func (s *Service) Open(c *resp.Conn) {
 	// resp.Config.Refuse). Should a connection layer without that hook
 	// serve a remote client, its first command gets the DENIED error,
 	// then the connection closes.
-	cl.denied = s.auth.protected && !s.auth.loopback(c.RemoteAddr())
+	cl.denied = s.protectedNow() && !s.auth.loopback(c.RemoteAddr())
 }
 
 // Refuse is resp.Config.Refuse for this server: with protected mode on, a
@@ -531,7 +547,7 @@ func (s *Service) Refuse(remote net.Addr) []byte {
 			return rawMaxClients
 		}
 	}
-	if !s.auth.protected {
+	if !s.protectedNow() {
 		return nil
 	}
 	addr := ""
@@ -542,6 +558,14 @@ func (s *Service) Refuse(remote net.Addr) []byte {
 		return nil
 	}
 	return rawDenied
+}
+
+// protectedNow reports whether protected mode applies: it is on and the
+// default user needs no password (Redis 7.0: a password given to the
+// default user by ACL SETUSER or the aclfile lifts it, as requirepass
+// does).
+func (s *Service) protectedNow() bool {
+	return s.auth.protected && s.acl.def.state.Load().nopass
 }
 
 // rawDenied is msgDenied as the error reply Refuse sends.

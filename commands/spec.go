@@ -109,9 +109,19 @@ type Spec struct {
 	// transaction that queued one runs with every shard lock held.
 	crossDB func(x *ctx, args [][]byte) bool
 
-	id    int // index in the flat list of specs, for statistics
-	subs  map[string]*Spec
-	stats cmdStats
+	id int // index in the flat list of specs, for statistics and ACL bits
+	// ACL facts (aclPrepare): the categories' bits, the permissions the
+	// keys need (aclRead, aclWrite), the channel arguments, and whether
+	// the key spec is not_key (shard channels, checked as channels).
+	aclCats   uint32
+	aclKeys   uint8
+	aclChan   uint8
+	aclNotKey bool
+	// aclSetFlags: the key's permissions depend on the arguments (SET's
+	// GET option; setKeyNeed).
+	aclSetFlags bool
+	subs        map[string]*Spec
+	stats       cmdStats
 }
 
 // keyPositions appends the indexes of the key arguments in args to dst
