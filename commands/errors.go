@@ -496,3 +496,15 @@ func errConfigRewrite(err error) wireErr {
 func errPubsubContext(full string) wireErr {
 	return wireErr(strings.Replace(msgPubsubContext, "%s", full, 1))
 }
+
+// The string and counter commands, as Redis 7.0.15's t_string.c sends
+// them (msgIncrexBounds is cellserver's: Redis 8.8's INCREX text is not
+// recorded here).
+const (
+	msgNotFloat      = "ERR value is not a valid float"
+	msgIncrOverflow  = "ERR increment or decrement would overflow"
+	msgDecrOverflow  = "ERR decrement would overflow"
+	msgFloatNaNInf   = "ERR increment would produce NaN or Infinity"
+	msgStringTooLong = "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
+	msgIncrexBounds  = "ERR LBOUND must be less than or equal to UBOUND"
+)

@@ -11,6 +11,10 @@ var (
 	keyRWUpd = []string{"RW", "update"}
 	keyRM    = []string{"RM", "delete"}
 	keyRO0   = []string{"RO"}
+	keyRWIns = []string{"RW", "insert"}
+	keyRWDel = []string{"RW", "access", "delete"}
+	keyOWUpd = []string{"OW", "update"}
+	keyOWIns = []string{"OW", "insert"}
 	// keyNotKey marks the channels of the shard channel commands: routed
 	// by slot as keys are, but not keys (COMMAND GETKEYS lists none).
 	keyNotKey = []string{"not_key"}
@@ -19,6 +23,8 @@ var (
 // commandTable returns the dispatch rows, without their docs.
 func commandTable() []*Spec {
 	return []*Spec{
+		{Name: "append", Arity: 3, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWIns,
+			Run: cmdAppend},
 		{Name: "asking", Arity: 1, Flags: Fast, Run: cmdAsking},
 		{Name: "auth", Arity: -2, Flags: NoScript | Loading | Stale | Fast | NoAuth | AllowBusy, Run: cmdAuth},
 		{Name: "cellcluster", Arity: -2, Subs: []*Spec{
@@ -112,6 +118,9 @@ func commandTable() []*Spec {
 			{Name: "config|set", Arity: -4, Flags: Admin | NoScript | Loading | Stale, Run: cmdConfigSet},
 		}},
 		{Name: "dbsize", Arity: 1, Flags: ReadOnly | Fast | WholeKeyspace, Run: cmdDBSize},
+		{Name: "decr", Arity: 2, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW, Run: cmdDecr},
+		{Name: "decrby", Arity: 3, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW,
+			Run: cmdDecrBy},
 		{Name: "del", Arity: -2, Flags: Write, FirstKey: 1, LastKey: -1, Step: 1, KeyFlags: keyRM, Run: cmdDel},
 		{Name: "discard", Arity: 1, Flags: NoScript | Loading | Stale | Fast | AllowBusy | RunsInMulti,
 			Run: cmdDiscard},
@@ -130,7 +139,20 @@ func commandTable() []*Spec {
 			Run: cmdGCRA},
 		{Name: "get", Arity: 2, Flags: ReadOnly | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO,
 			Run: cmdGet},
+		{Name: "getdel", Arity: 2, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWDel,
+			Run: cmdGetDel},
+		{Name: "getex", Arity: -2, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW,
+			Run: cmdGetEx},
+		{Name: "getset", Arity: 3, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW,
+			Run: cmdGetSet},
 		{Name: "hello", Arity: -1, Flags: NoScript | Loading | Stale | Fast | NoAuth | AllowBusy, Run: cmdHello},
+		{Name: "incr", Arity: 2, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW, Run: cmdIncr},
+		{Name: "incrby", Arity: 3, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW,
+			Run: cmdIncrBy},
+		{Name: "incrbyfloat", Arity: 3, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW,
+			Run: cmdIncrByFloat},
+		{Name: "increx", Arity: -2, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW,
+			Run: cmdIncrex},
 		{Name: "info", Arity: -1, Flags: Loading | Stale | WholeKeyspace, Run: cmdInfo},
 		{Name: "keys", Arity: 2, Flags: ReadOnly | WholeKeyspace, Run: cmdKeys},
 		{Name: "latency", Arity: -2, Subs: []*Spec{
@@ -149,6 +171,8 @@ func commandTable() []*Spec {
 			{Name: "memory|usage", Arity: -3, Flags: ReadOnly, FirstKey: 2, LastKey: 2, Step: 1, KeyFlags: keyRO0,
 				Run: cmdMemoryUsage},
 		}},
+		{Name: "mget", Arity: -2, Flags: ReadOnly | Fast, FirstKey: 1, LastKey: -1, Step: 1, KeyFlags: keyRO,
+			Run: cmdMGet},
 		{Name: "module", Arity: -2, Subs: []*Spec{
 			{Name: "module|help", Arity: 2, Flags: Loading | Stale, Run: cmdModuleHelp},
 			{Name: "module|list", Arity: 2, Flags: Admin | NoScript, Run: cmdModuleList},
@@ -156,6 +180,9 @@ func commandTable() []*Spec {
 			{Name: "module|loadex", Arity: -3, Flags: Admin | NoScript, Run: cmdModuleLoad},
 			{Name: "module|unload", Arity: 3, Flags: Admin | NoScript, Run: cmdModuleLoad},
 		}},
+		{Name: "mset", Arity: -3, Flags: Write, FirstKey: 1, LastKey: -1, Step: 2, KeyFlags: keyOWUpd, Run: cmdMSet},
+		{Name: "msetnx", Arity: -3, Flags: Write, FirstKey: 1, LastKey: -1, Step: 2, KeyFlags: keyOWIns,
+			Run: cmdMSetNX},
 		{Name: "multi", Arity: 1, Flags: NoScript | Loading | Stale | Fast | AllowBusy | RunsInMulti, Run: cmdMulti},
 		{Name: "persist", Arity: 2, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWUpd,
 			Run: cmdPersist},
@@ -164,6 +191,7 @@ func commandTable() []*Spec {
 		{Name: "pexpiretime", Arity: 2, Flags: ReadOnly | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO,
 			Run: cmdPExpireTime},
 		{Name: "ping", Arity: -1, Flags: Fast, Run: cmdPing},
+		{Name: "psetex", Arity: 4, Flags: Write, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyOWUpd, Run: cmdPSetEx},
 		{Name: "psubscribe", Arity: -2, Flags: PubSub | NoScript | Loading | Stale, Run: cmdPSubscribe},
 		{Name: "psync", Arity: -3, Flags: Admin | NoScript | NoMulti, Run: cmdPsync},
 		{Name: "pttl", Arity: 2, Flags: ReadOnly | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO,
@@ -190,6 +218,9 @@ func commandTable() []*Spec {
 		{Name: "scan", Arity: -2, Flags: ReadOnly | WholeKeyspace, Run: cmdScan},
 		{Name: "select", Arity: 2, Flags: Loading | Stale | Fast | WholeKeyspace, Run: cmdSelect},
 		{Name: "set", Arity: -3, Flags: Write, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW, Run: cmdSet},
+		{Name: "setex", Arity: 4, Flags: Write, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyOWUpd, Run: cmdSetEx},
+		{Name: "setnx", Arity: 3, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyOWIns,
+			Run: cmdSetNX},
 		{Name: "slaveof", Arity: 3, Flags: Admin | NoScript | Stale, Run: cmdReplicaOf},
 		{Name: "slowlog", Arity: -2, Subs: []*Spec{
 			{Name: "slowlog|get", Arity: -2, Flags: Admin | Loading | Stale, Run: cmdSlowlogGet},
