@@ -538,7 +538,7 @@ var commandDocs = map[string]Doc{
 		}}},
 	},
 	"getset": {ACL: aclStrFast("write"), Group: "string", Since: "1.0.0", Complex: "O(1)",
-		Summary: "Set the string value of a key and return its old value (deprecated since 6.2.0: SET with GET)",
+		Summary: "Set the string value of a key and return its old value",
 		Args:    []Arg{argKey, {Name: "value", Type: "string"}},
 	},
 	"hello": {ACL: aclFastConn, Group: "connection", Since: "6.0.0", Complex: "O(1)",

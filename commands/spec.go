@@ -33,6 +33,10 @@ const (
 	// use (SELECT): a transaction holding one runs with every shard lock
 	// held. Not reported.
 	WholeKeyspace
+	// DenyOOM marks commands that may grow the keyspace ("denyoom"): past
+	// maxmemory they answer OOM when what they store needs more room
+	// (Keyspace.CanReplace).
+	DenyOOM
 )
 
 // flagNames lists the reported flags in the order Redis 7 replies them.
@@ -40,7 +44,7 @@ var flagNames = []struct {
 	f    Flags
 	name string
 }{
-	{Write, "write"}, {ReadOnly, "readonly"}, {Module, "module"},
+	{Write, "write"}, {ReadOnly, "readonly"}, {DenyOOM, "denyoom"}, {Module, "module"},
 	{Admin, "admin"}, {PubSub, "pubsub"}, {NoScript, "noscript"}, {Loading, "loading"},
 	{Stale, "stale"}, {SkipSlowlog, "skip_slowlog"}, {Fast, "fast"}, {NoAuth, "no_auth"},
 	{NoMulti, "no_multi"}, {MovableKeys, "movablekeys"}, {AllowBusy, "allow_busy"},
