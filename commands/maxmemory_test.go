@@ -38,6 +38,9 @@ var growthCases = []growthCase{
 	{"set", func(t *testing.T, c *resptest.Conn, key string, i int) resptest.Value {
 		return c.MustDo(t, "SET", key, strings.Repeat("v", 64<<10))
 	}, func(int64) int64 { return 64<<10 + 256 }},
+	{"append", func(t *testing.T, c *resptest.Conn, key string, i int) resptest.Value {
+		return c.MustDo(t, "APPEND", key, strings.Repeat("a", 1<<10))
+	}, func(int64) int64 { return 1<<10 + 256 }},
 	{"cl.slidinglog", func(t *testing.T, c *resptest.Conn, key string, i int) resptest.Value {
 		return c.MustDo(t, "CL.SLIDINGLOG", key, "1000000000", "1h", "1")
 	}, func(used int64) int64 { return used }},
