@@ -296,7 +296,7 @@ func increxInt(cur, incr, lb, ub int64, saturate bool) (int64, bool) {
 	over := incr > 0 && n < cur  // past MaxInt64
 	under := incr < 0 && n > cur // past MinInt64
 	switch {
-	case over || n > ub:
+	case over || (!under && n > ub): // n wrapped round when over or under
 		if !saturate {
 			return cur, false
 		}
