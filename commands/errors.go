@@ -565,3 +565,15 @@ func errACLCommandNotFound(name []byte) wireErr {
 func errNoPermExec(reason string) wireErr {
 	return wireErr("NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC call. This command is no longer allowed for the following reason: " + reason)
 }
+
+// The string and counter commands, as Redis 7.0.15's t_string.c sends
+// them (msgIncrexBounds is cellserver's: Redis 8.8's INCREX text is not
+// recorded here).
+const (
+	msgNotFloat      = "ERR value is not a valid float"
+	msgIncrOverflow  = "ERR increment or decrement would overflow"
+	msgDecrOverflow  = "ERR decrement would overflow"
+	msgFloatNaNInf   = "ERR increment would produce NaN or Infinity"
+	msgStringTooLong = "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
+	msgIncrexBounds  = "ERR LBOUND must be less than or equal to UBOUND"
+)

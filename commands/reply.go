@@ -1,6 +1,7 @@
 package commands
 
 import (
+	"math/big"
 	"strconv"
 
 	"github.com/cellserver/cellserver/resp"
@@ -52,4 +53,11 @@ func (x *ctx) verbatim(s string) { x.c.Out = resp.AppendVerbatim(x.c.Out, x.prot
 func (x *ctx) bulkInt(n int64) {
 	var b [20]byte
 	x.bulk(strconv.AppendInt(b[:0], n, 10))
+}
+
+// longDouble writes a long double result (INCREX BYFLOAT): as
+// formatLongDouble's digits in a bulk string in RESP2, a double in RESP3.
+func (x *ctx) longDouble(f *big.Float) {
+	var buf [64]byte
+	x.c.Out = resp.AppendDouble(x.c.Out, x.proto(), ldToFloat64(f), formatLongDouble(buf[:0], f))
 }

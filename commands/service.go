@@ -119,6 +119,10 @@ type Config struct {
 	// DefaultMultiMaxCommands and DefaultMultiMaxBytes.
 	MultiMaxCommands int
 	MultiMaxBytes    int64
+	// MaxStringLen is the longest string APPEND may build, in bytes
+	// (Redis's proto-max-bulk-len). The default value is
+	// resp.DefaultMaxBulkLen (16 MiB); the server passes its MaxBulkLen.
+	MaxStringLen int64
 	// TrackingTableMaxKeys bounds the keys the client-side caching table
 	// remembers (Redis's tracking-table-max-keys); 0 means
 	// DefaultTrackingTableMaxKeys, negative means no bound.
@@ -242,6 +246,8 @@ type Service struct {
 	specs []*Spec          // every spec, subcommands included, by id
 
 	net atomic.Pointer[netHolder]
+	// maxStringLen is Config.MaxStringLen (APPEND's limit).
+	maxStringLen int64
 	// maxClients is the maxclients setting (0: unknown), which Refuse
 	// applies to clients and replica links together.
 	maxClients int
@@ -340,21 +346,22 @@ func New(cfg Config) (*Service, error) {
 			writeErr:   cfg.WriteError,
 			admitWrite: cfg.AdmitWrite,
 		},
-		aof:        cfg.AOF,
-		life:       lifecycle{saver: cfg.Saver, shutdown: cfg.Shutdown, abort: cfg.AbortShutdown},
-		auth:       authConfig{password: cfg.Password, protected: cfg.ProtectedMode, loopback: cfg.Loopback},
-		ks:         cfg.Keyspace,
-		clock:      cfg.Clock,
-		realClock:  realClock,
-		version:    cfg.Version,
-		settings:   cfg.Settings,
-		sweepInt:   cfg.SweepInterval,
-		log:        cfg.Logger,
-		started:    cfg.Clock(),
-		stats:      serviceStats{errors: make(map[string]int64)},
-		multi:      multiLimits{maxCommands: cfg.MultiMaxCommands, maxBytes: cfg.MultiMaxBytes},
-		replID:     newRunID(),
-		configFile: absPath(cfg.ConfigFile),
+		aof:          cfg.AOF,
+		life:         lifecycle{saver: cfg.Saver, shutdown: cfg.Shutdown, abort: cfg.AbortShutdown},
+		auth:         authConfig{password: cfg.Password, protected: cfg.ProtectedMode, loopback: cfg.Loopback},
+		ks:           cfg.Keyspace,
+		clock:        cfg.Clock,
+		realClock:    realClock,
+		version:      cfg.Version,
+		settings:     cfg.Settings,
+		sweepInt:     cfg.SweepInterval,
+		log:          cfg.Logger,
+		started:      cfg.Clock(),
+		stats:        serviceStats{errors: make(map[string]int64)},
+		multi:        multiLimits{maxCommands: cfg.MultiMaxCommands, maxBytes: cfg.MultiMaxBytes},
+		maxStringLen: cmp.Or(cfg.MaxStringLen, resp.DefaultMaxBulkLen),
+		replID:       newRunID(),
+		configFile:   absPath(cfg.ConfigFile),
 
 		repl: replRole{
 			priority:    max(cfg.ReplicaPriority, 0),

@@ -11,6 +11,7 @@ var (
 	keyRWUpd = []string{"RW", "update"}
 	keyRM    = []string{"RM", "delete"}
 	keyRO0   = []string{"RO"}
+	keyRWIns = []string{"RW", "insert"}
 	// The two keys of RENAME, RENAMENX and COPY (Spec.KeyFlags2).
 	keyRWDel = []string{"RW", "access", "delete"}
 	keyOWUpd = []string{"OW", "update"}
@@ -38,6 +39,8 @@ func commandTable() []*Spec {
 			{Name: "acl|users", Arity: 2, Flags: Admin | NoScript | Loading | Stale, Run: cmdACLUsers},
 			{Name: "acl|whoami", Arity: 2, Flags: NoScript | Loading | Stale, Run: cmdACLWhoami},
 		}},
+		{Name: "append", Arity: 3, Flags: Write | DenyOOM | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWIns,
+			Run: cmdAppend},
 		{Name: "asking", Arity: 1, Flags: Fast, Run: cmdAsking},
 		{Name: "auth", Arity: -2, Flags: NoScript | Loading | Stale | Fast | NoAuth | AllowBusy, Run: cmdAuth},
 		{Name: "bgsave", Arity: -1, Flags: Admin | NoScript | NoAsyncLoading, Run: cmdBgsave},
@@ -134,6 +137,9 @@ func commandTable() []*Spec {
 		{Name: "copy", Arity: -3, Flags: Write | DenyOOM, FirstKey: 1, LastKey: 2, Step: 1, KeyFlags: keyRO,
 			KeyFlags2: keyOWUpd, derive: copyKeys, crossDB: copyCrossDB, Run: cmdCopy},
 		{Name: "dbsize", Arity: 1, Flags: ReadOnly | Fast | WholeKeyspace, Run: cmdDBSize},
+		{Name: "decr", Arity: 2, Flags: Write | DenyOOM | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW, Run: cmdDecr},
+		{Name: "decrby", Arity: 3, Flags: Write | DenyOOM | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW,
+			Run: cmdDecrBy},
 		{Name: "del", Arity: -2, Flags: Write, FirstKey: 1, LastKey: -1, Step: 1, KeyFlags: keyRM, Run: cmdDel},
 		{Name: "discard", Arity: 1, Flags: NoScript | Loading | Stale | Fast | AllowBusy | RunsInMulti,
 			Run: cmdDiscard},
@@ -154,7 +160,20 @@ func commandTable() []*Spec {
 			Run: cmdGCRA},
 		{Name: "get", Arity: 2, Flags: ReadOnly | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO,
 			Run: cmdGet},
+		{Name: "getdel", Arity: 2, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWDel,
+			Run: cmdGetDel},
+		{Name: "getex", Arity: -2, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW,
+			Run: cmdGetEx},
+		{Name: "getset", Arity: 3, Flags: Write | DenyOOM | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW,
+			Run: cmdGetSet},
 		{Name: "hello", Arity: -1, Flags: NoScript | Loading | Stale | Fast | NoAuth | AllowBusy, Run: cmdHello},
+		{Name: "incr", Arity: 2, Flags: Write | DenyOOM | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW, Run: cmdIncr},
+		{Name: "incrby", Arity: 3, Flags: Write | DenyOOM | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW,
+			Run: cmdIncrBy},
+		{Name: "incrbyfloat", Arity: 3, Flags: Write | DenyOOM | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW,
+			Run: cmdIncrByFloat},
+		{Name: "increx", Arity: -2, Flags: Write | DenyOOM | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW,
+			Run: cmdIncrex},
 		{Name: "info", Arity: -1, Flags: Loading | Stale | WholeKeyspace, Run: cmdInfo},
 		{Name: "keys", Arity: 2, Flags: ReadOnly | WholeKeyspace, Run: cmdKeys},
 		{Name: "lastsave", Arity: 1, Flags: Loading | Stale | Fast, Run: cmdLastSave},
@@ -174,6 +193,8 @@ func commandTable() []*Spec {
 			{Name: "memory|usage", Arity: -3, Flags: ReadOnly, FirstKey: 2, LastKey: 2, Step: 1, KeyFlags: keyRO0,
 				Run: cmdMemoryUsage},
 		}},
+		{Name: "mget", Arity: -2, Flags: ReadOnly | Fast, FirstKey: 1, LastKey: -1, Step: 1, KeyFlags: keyRO,
+			Run: cmdMGet},
 		{Name: "module", Arity: -2, Subs: []*Spec{
 			{Name: "module|help", Arity: 2, Flags: Loading | Stale, Run: cmdModuleHelp},
 			{Name: "module|list", Arity: 2, Flags: Admin | NoScript, Run: cmdModuleList},
@@ -182,6 +203,9 @@ func commandTable() []*Spec {
 			{Name: "module|unload", Arity: 3, Flags: Admin | NoScript, Run: cmdModuleLoad},
 		}},
 		{Name: "monitor", Arity: 1, Flags: Admin | NoScript | Loading | Stale, Run: cmdMonitor},
+		{Name: "mset", Arity: -3, Flags: Write | DenyOOM, FirstKey: 1, LastKey: -1, Step: 2, KeyFlags: keyOWUpd, Run: cmdMSet},
+		{Name: "msetnx", Arity: -3, Flags: Write | DenyOOM, FirstKey: 1, LastKey: -1, Step: 2, KeyFlags: keyOWIns,
+			Run: cmdMSetNX},
 		{Name: "multi", Arity: 1, Flags: NoScript | Loading | Stale | Fast | AllowBusy | RunsInMulti, Run: cmdMulti},
 		{Name: "object", Arity: -2, Subs: []*Spec{
 			{Name: "object|encoding", Arity: 3, Flags: ReadOnly, FirstKey: 2, LastKey: 2, Step: 1, KeyFlags: keyRO0,
@@ -203,6 +227,7 @@ func commandTable() []*Spec {
 		{Name: "pexpiretime", Arity: 2, Flags: ReadOnly | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO,
 			Run: cmdPExpireTime},
 		{Name: "ping", Arity: -1, Flags: Fast, Run: cmdPing},
+		{Name: "psetex", Arity: 4, Flags: Write | DenyOOM, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyOWUpd, Run: cmdPSetEx},
 		{Name: "psubscribe", Arity: -2, Flags: PubSub | NoScript | Loading | Stale, Run: cmdPSubscribe},
 		{Name: "psync", Arity: -3, Flags: Admin | NoScript | NoMulti, Run: cmdPsync},
 		{Name: "pttl", Arity: 2, Flags: ReadOnly | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO,
@@ -234,7 +259,10 @@ func commandTable() []*Spec {
 		{Name: "save", Arity: 1, Flags: Admin | NoScript | NoAsyncLoading | NoMulti, Run: cmdSave},
 		{Name: "scan", Arity: -2, Flags: ReadOnly | WholeKeyspace, Run: cmdScan},
 		{Name: "select", Arity: 2, Flags: Loading | Stale | Fast | WholeKeyspace, Run: cmdSelect},
-		{Name: "set", Arity: -3, Flags: Write, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW, Run: cmdSet},
+		{Name: "set", Arity: -3, Flags: Write | DenyOOM, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRW, Run: cmdSet},
+		{Name: "setex", Arity: 4, Flags: Write | DenyOOM, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyOWUpd, Run: cmdSetEx},
+		{Name: "setnx", Arity: 3, Flags: Write | DenyOOM | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyOWIns,
+			Run: cmdSetNX},
 		{Name: "shutdown", Arity: -1, Flags: Admin | NoScript | Loading | Stale | NoMulti | AllowBusy, Run: cmdShutdown},
 		{Name: "slaveof", Arity: 3, Flags: Admin | NoScript | Stale, Run: cmdReplicaOf},
 		{Name: "slowlog", Arity: -2, Subs: []*Spec{

@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"math"
 	"strconv"
 	"sync/atomic"
 )
@@ -45,6 +46,33 @@ func AppendNull(b []byte, p Protocol) []byte {
 		return append(b, "_\r\n"...)
 	}
 	return append(b, "$-1\r\n"...)
+}
+
+// AppendDouble appends a floating-point number: a double (,text) in
+// RESP3, where text is f written the shortest way that reads back as f
+// ("inf", "-inf", "nan" for those), and in RESP2 the bulk string human,
+// the number as the command writes it as a string (Redis's
+// addReplyHumanLongDouble).
+func AppendDouble(b []byte, p Protocol, f float64, human []byte) []byte {
+	if p != RESP3 {
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(len(human)), 10)
+		b = append(b, "\r\n"...)
+		b = append(b, human...)
+		return append(b, "\r\n"...)
+	}
+	b = append(b, ',')
+	switch {
+	case math.IsInf(f, 1):
+		b = append(b, "inf"...)
+	case math.IsInf(f, -1):
+		b = append(b, "-inf"...)
+	case math.IsNaN(f):
+		b = append(b, "nan"...)
+	default:
+		b = strconv.AppendFloat(b, f, 'g', -1, 64)
+	}
+	return append(b, "\r\n"...)
 }
 
 // AppendNullArray appends a missing aggregate (EXEC aborted by WATCH):

@@ -239,6 +239,7 @@ func New(cfg Config) (_ *Server, err error) {
 		Loopback:           cfg.Loopback,
 		MultiMaxCommands:   cfg.MultiMaxCommands,
 		MultiMaxBytes:      cfg.MultiMaxBytes,
+		MaxStringLen:       cfg.MaxBulkLen,
 		ConfigFile:         cfg.ConfigFile,
 		ConfigRewrite:      configRewrite(cfg.ConfigRewrite, repl.ReplicaOfSetting, repl.SyncSettings),
 		DumpValue:          persistence.EncodeValue,

@@ -144,6 +144,9 @@ func (g *opGen) op() []any {
 	for {
 		switch n := g.r.IntN(100); {
 		case n < 22:
+			if g.r.IntN(3) == 0 {
+				return g.stringOp()
+			}
 			a := []any{"SET", g.key("str"), g.value()}
 			switch g.r.IntN(6) {
 			case 0:
@@ -211,6 +214,37 @@ func (g *opGen) op() []any {
 	}
 }
 
+// stringOp returns one of the string and counter commands (t_string.c's
+// and INCREX) on a "str" key: counters, floats (replicated as the digits
+// the primary computed), appends, TTLs set and removed, multi-key sets.
+func (g *opGen) stringOp() []any {
+	k := g.key("str")
+	switch g.r.IntN(10) {
+	case 0:
+		return []any{"INCRBY", k, g.r.IntN(200) - 100}
+	case 1:
+		return []any{"INCRBYFLOAT", k, fmt.Sprintf("%.3f", g.r.Float64()*10-5)}
+	case 2:
+		return []any{"APPEND", k, g.value()}
+	case 3:
+		return []any{"GETEX", k, "PX", 3600000 + g.r.IntN(3600000)}
+	case 4:
+		return []any{"GETEX", k, "PERSIST"}
+	case 5:
+		return []any{"GETSET", k, g.value()}
+	case 6:
+		return []any{"MSET", k, g.value(), g.key("str"), g.value()}
+	case 7:
+		return []any{"SETEX", k, 3600 + g.r.IntN(3600), g.value()}
+	case 8:
+		if g.generic { // Redis 7.0 has no INCREX
+			break
+		}
+		return []any{"INCREX", k, "BYINT", g.r.IntN(5) - 2, "UBOUND", 50, "PX", 3600000, "ENX"}
+	}
+	return []any{"GETDEL", k}
+}
+
 // driver applies commands on the primary through one connection, keeping
 // track of its SELECTed database, and counts them.
 type driver struct {
@@ -233,7 +267,9 @@ func newDriver(t *testing.T, primary *node, g *opGen) *driver {
 // key of another kind; nil: SET NX/XX that did nothing).
 func acceptable(err error) bool {
 	return err == nil || errors.Is(err, redis.Nil) || strings.HasPrefix(err.Error(), "WRONGTYPE ") ||
-		strings.HasPrefix(err.Error(), "ERR no such reservation") || strings.HasPrefix(err.Error(), "ERR reservation already settled")
+		strings.HasPrefix(err.Error(), "ERR no such reservation") || strings.HasPrefix(err.Error(), "ERR reservation already settled") ||
+		// a counter command on a string that is not a number
+		strings.HasPrefix(err.Error(), "ERR value is not an integer") || strings.HasPrefix(err.Error(), "ERR value is not a valid float")
 }
 
 func (d *driver) count(a []any) {
