@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/cellserver/cellserver/envoyrls"
+	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/server"
 )
 
@@ -253,28 +254,32 @@ func TestUserClientsBound(t *testing.T) {
 			if n := h.fd.Users().Len(); n > 2 {
 				t.Fatalf("%d users' clients open after %s's calls, want at most 2", n, u[0])
 			}
-			list, err := admin.ClientList(ctx).Result()
-			if err != nil {
-				t.Fatal(err)
-			}
-			conns := map[string]int{}
-			for _, line := range strings.Split(list, "\n") {
-				for _, f := range strings.Fields(line) {
-					if name, ok := strings.CutPrefix(f, "user="); ok {
-						conns[name]++
+			conns := func() map[string]int {
+				list, err := admin.ClientList(ctx).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				m := map[string]int{}
+				for _, line := range strings.Split(list, "\n") {
+					for _, f := range strings.Fields(line) {
+						if name, ok := strings.CutPrefix(f, "user="); ok {
+							m[name]++
+						}
 					}
 				}
+				return m
 			}
-			if conns[u[0]] > envoyrls.UserPoolSize || conns[u[0]] == 0 {
-				t.Errorf("%s: %d connections after %d calls at once, want 1..%d (CLIENT LIST users %v)", u[0], conns[u[0]], perUser, envoyrls.UserPoolSize, conns)
+			if m := conns(); m[u[0]] > envoyrls.UserPoolSize || m[u[0]] == 0 {
+				t.Errorf("%s: %d connections after %d calls at once, want 1..%d (CLIENT LIST users %v)", u[0], m[u[0]], perUser, envoyrls.UserPoolSize, m)
 			}
-			open := 0
-			for _, x := range users {
-				open += conns[x[0]]
-			}
-			if open > 2*envoyrls.UserPoolSize {
-				t.Errorf("%d connections of the users open, want at most %d (CLIENT LIST users %v)", open, 2*envoyrls.UserPoolSize, conns)
-			}
+			// The evicted user's connections go once the server sees them closed.
+			testwait.For(t, 10*time.Second, "the users' connections at most 2*UserPoolSize", func() (bool, string) {
+				m, open := conns(), 0
+				for _, x := range users {
+					open += m[x[0]]
+				}
+				return open <= 2*envoyrls.UserPoolSize, fmt.Sprintf("CLIENT LIST users %v", m)
+			})
 		}
 	}
 }
