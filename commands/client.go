@@ -21,6 +21,9 @@ type client struct {
 	db     atomic.Int32 // SELECTed database; read by CLIENT LIST
 	authed bool         // AUTH done, or no password configured
 	denied bool         // protected mode refuses this client
+	// user is the ACL user the client runs as (acl.go); read by CLIENT
+	// LIST and CLIENT KILL from other clients.
+	user atomic.Pointer[aclUser]
 	// readonly: READONLY, a replica may serve this client's reads
 	// (cluster mode; cmd_cluster.go).
 	readonly bool

@@ -1,8 +1,6 @@
 package commands
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"math"
 	"strconv"
 	"strings"
@@ -67,61 +65,41 @@ func cmdReset(x *ctx) {
 	cl.meta.mu.Lock()
 	cl.meta.name = ""
 	cl.meta.mu.Unlock()
-	cl.setAuthed(x.s.auth.password == "")
+	cl.user.Store(x.s.acl.def)
+	cl.setAuthed(!x.s.authRequired())
 	cl.conn.SetProtocol(resp.RESP2)
 	x.status("RESET")
 }
 
-// authConfig is what AUTH and protected mode check.
+// authConfig is what protected mode checks.
 type authConfig struct {
-	password string
-	// digest is the SHA-256 of password, which AUTH compares with.
-	digest    [sha256.Size]byte
+	password  string            // requirepass: the default user's password at start
 	protected bool              // protected mode (Config.ProtectedMode)
 	loopback  func(string) bool // Config.Loopback, or isLoopback
 }
 
-// checkPassword compares pass with the configured password through their
-// SHA-256 digests, in constant time: the time taken depends on neither
-// the password's length nor how much of it pass gets right (comparing the
-// strings themselves would return at once on a length mismatch).
-func (s *Service) checkPassword(user, pass []byte) bool {
-	if user != nil && string(user) != "default" {
-		return false
-	}
-	d := sha256.Sum256(pass)
-	return subtle.ConstantTimeCompare(d[:], s.auth.digest[:]) == 1
-}
-
 // AUTH [username] password
+// As Redis 7.0 (acl.c authCommand): the one-argument form authenticates
+// the default user, and is an error while that user is nopass.
 func cmdAuth(x *ctx) {
 	var user, pass []byte
 	switch len(x.args) {
 	case 2:
-		pass = x.args[1]
+		if x.s.acl.def.state.Load().nopass {
+			x.errorReply(msgNoAuthNeeded)
+			return
+		}
+		user, pass = []byte("default"), x.args[1]
 	case 3:
 		user, pass = x.args[1], x.args[2]
 	default:
 		x.errorReply(msgSyntax)
 		return
 	}
-	if x.s.auth.password == "" {
-		if user == nil {
-			x.errorReply(msgNoAuthNeeded)
-			return
-		}
-		if string(user) == "default" {
-			x.ok()
-			return
-		}
+	if !x.s.authenticate(x, user, pass) {
 		x.errorReply(msgWrongPass)
 		return
 	}
-	if !x.s.checkPassword(user, pass) {
-		x.errorReply(msgWrongPass)
-		return
-	}
-	x.cl.setAuthed(true)
 	x.ok()
 }
 
@@ -164,16 +142,13 @@ func cmdHello(x *ctx) {
 		}
 	}
 	if pass != nil {
-		if x.s.auth.password == "" && string(user) != "default" || x.s.auth.password != "" && !x.s.checkPassword(user, pass) {
+		if !x.s.authenticate(x, user, pass) {
 			x.errorReply(msgWrongPass)
 			return
 		}
 	} else if !x.cl.authed {
 		x.errorReply(msgHelloNoAuth)
 		return
-	}
-	if pass != nil {
-		x.cl.setAuthed(true)
 	}
 	if name != nil && !x.cl.setName(name) {
 		x.errorReply(msgClientName)
@@ -474,7 +449,7 @@ func writeClientInfo(b *strings.Builder, c *resp.Conn, now time.Time, x *ctx) {
 		"tot-mem=" + itoa(totMem),
 		"events=" + events,
 		"cmd=" + cmd,
-		"user=default", "redir=-1", "resp=" + proto,
+		"user=" + cl.user.Load().name, "redir=-1", "resp=" + proto,
 		"lib-name=" + libName,
 		"lib-ver=" + libVer,
 	}
@@ -527,8 +502,9 @@ type killFilter struct {
 	hasLaddr    bool
 	typ         int
 	hasType     bool
-	id          int64 // 0: any
-	maxAge      int64 // seconds; 0: any
+	id          int64    // 0: any
+	maxAge      int64    // seconds; 0: any
+	user        *aclUser // nil: any
 	skipMe      bool
 }
 
@@ -578,7 +554,10 @@ func cmdClientKill(x *ctx) {
 			case "laddr":
 				f.laddr, f.hasLaddr = string(v), true
 			case "user":
-				if string(v) != "default" {
+				x.s.acl.mu.Lock()
+				f.user = x.s.acl.users[string(v)]
+				x.s.acl.mu.Unlock()
+				if f.user == nil {
 					x.errorReply(errNoSuchUser(v))
 					return
 				}
@@ -651,6 +630,7 @@ func (s *Service) killClients(x *ctx, f killFilter) (killed int64, self bool) {
 			f.hasType && cl.clientType() != f.typ,
 			f.id != 0 && c.ID() != f.id,
 			f.maxAge != 0 && int64(now.Sub(c.Created())/time.Second) <= f.maxAge,
+			f.user != nil && cl.user.Load() != f.user,
 			c == x.c && f.skipMe:
 			return true
 		}

@@ -56,6 +56,12 @@ var redactors = map[string]func(args [][]byte, secret []bool){
 			}
 		}
 	},
+	// ACL SETUSER: the name and every rule (passwords among them).
+	"acl|setuser": func(args [][]byte, secret []bool) {
+		for i := 2; i < len(args); i++ {
+			secret[i] = true
+		}
+	},
 	"config|set": func(args [][]byte, secret []bool) {
 		for i := 2; i+1 < len(args); i += 2 {
 			if sensitiveConfig(args[i]) {
@@ -63,6 +69,19 @@ var redactors = map[string]func(args [][]byte, secret []bool){
 			}
 		}
 	},
+}
+
+// secretArgs reports which of args, a call of sp, are secrets, to be
+// shown as "(redacted)" wherever commands are shown (SLOWLOG, MONITOR);
+// nil when none is.
+func secretArgs(sp *Spec, args [][]byte) []bool {
+	r := redactors[sp.Name]
+	if r == nil {
+		return nil
+	}
+	secret := make([]bool, len(args))
+	r(args, secret)
+	return secret
 }
 
 // sensitiveConfig reports whether a configuration parameter holds a
@@ -80,11 +99,7 @@ func (l *slowlog) maybeAdd(x *ctx, d time.Duration) {
 	if l.slowerThan < 0 || d < l.slowerThan || x.spec.Flags&SkipSlowlog != 0 {
 		return
 	}
-	var secret []bool
-	if r := redactors[x.spec.Name]; r != nil {
-		secret = make([]bool, len(x.args))
-		r(x.args, secret)
-	}
+	secret := secretArgs(x.spec, x.args)
 	argc := min(len(x.args), slowlogMaxArgc)
 	args := make([]string, 0, argc)
 	for i := 0; i < argc; i++ {

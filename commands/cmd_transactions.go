@@ -209,6 +209,11 @@ func cmdExec(x *ctx) {
 			x.resolveKeys(q.spec, x.db())
 			x.pre = nil // used up
 		}
+		// The user's rules may have changed since the command was
+		// queued: checked again, as Redis's execCommand does.
+		if st := cl.user.Load().restrict.Load(); st != nil && x.s.aclExecDenied(x, q.spec, st) {
+			continue
+		}
 		x.s.call(x, q.spec)
 	}
 	x.args, x.spec, x.failed, x.locked, x.inExec = outer.args, outer.spec, false, false, false

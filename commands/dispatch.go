@@ -60,13 +60,21 @@ func (s *Service) dispatch(x *ctx) {
 		}
 		sp = sub
 	}
-	if !cl.authed && sp.Flags&NoAuth == 0 {
+	if !cl.authed && sp.Flags&NoAuth == 0 && s.authRequired() {
 		s.reject(x, sp, msgNoAuth)
 		return
 	}
 	// The keys are resolved (hashed, and their slots computed in cluster
-	// mode) before the cluster check and queueing; call locks their shards.
+	// mode) before the ACL and cluster checks and queueing; call locks
+	// their shards.
 	x.resolveKeys(sp, x.db())
+	// ACL: a user whose root selector allows everything (the default
+	// user) has no restrict state, and pays this one branch.
+	if st := cl.user.Load().restrict.Load(); st != nil && !(cl.multi.on && sp.Flags&(NoMulti|RunsInMulti) == NoMulti) {
+		if s.aclDenied(x, sp, st) {
+			return
+		}
+	}
 	if msg := s.clusterCheck(x, sp); msg != noErr {
 		s.clusterReject(x, sp, msg)
 		return

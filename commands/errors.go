@@ -496,3 +496,48 @@ func errConfigRewrite(err error) wireErr {
 func errPubsubContext(full string) wireErr {
 	return wireErr(strings.Replace(msgPubsubContext, "%s", full, 1))
 }
+
+// ACL (acl.go, cmd_acl.go): Redis 7.0's texts (server.c processCommand,
+// acl.c aclCommand).
+const (
+	msgNoPermKey       = "NOPERM this user has no permissions to access one of the keys used as arguments"
+	msgNoPermChannel   = "NOPERM this user has no permissions to access one of the channels used as arguments"
+	msgACLUserSpaces   = "ERR Usernames can't contain spaces or null characters"
+	msgACLDelDefault   = "ERR The 'default' user cannot be removed"
+	msgACLGenpassBits  = "ERR ACL GENPASS argument must be the number of bits for the output password, a positive number up to 4096"
+	msgACLNoFile       = "ERR This Redis instance is not configured to use an ACL file. You may want to specify users via the ACL SETUSER command and then issue a CONFIG REWRITE (assuming you have a Redis configuration file set) in order to store users in the Redis configuration."
+	msgACLSaveFailed   = "ERR There was an error trying to save the ACLs. Please check the server logs for more information"
+	msgACLNameTooLong  = "ERR Username too long (the limit is 1024 bytes)"
+	msgACLTooManyRules = "ERR Too many ACL rules (the limit is 1024 per call)"
+)
+
+// errNoPermCmd is NOPERM for a command the user may not run (full name:
+// "config|get").
+func errNoPermCmd(full string) wireErr {
+	return wireErr("NOPERM this user has no permissions to run the '" + full + "' command")
+}
+
+// errACLUnknownCategory is ACL CAT's error for a category it does not know.
+func errACLUnknownCategory(cat []byte) wireErr {
+	c := cstr(cat)
+	if len(c) > 128 {
+		c = c[:128]
+	}
+	return wireErr("ERR Unknown category '" + c + "'")
+}
+
+// errACLUserNotFound is ACL DRYRUN's error for a user that does not exist.
+func errACLUserNotFound(user []byte) wireErr {
+	return wireErr("ERR User '" + cstr(user) + "' not found")
+}
+
+// errACLCommandNotFound is ACL DRYRUN's error for a command it does not know.
+func errACLCommandNotFound(name []byte) wireErr {
+	return wireErr("ERR Command '" + cstr(name) + "' not found")
+}
+
+// errNoPermExec is EXEC's error for a queued command the user's rules no
+// longer allow.
+func errNoPermExec(reason string) wireErr {
+	return wireErr("NOPERM ACLs rules changed between the moment the transaction was accumulated and the EXEC call. This command is no longer allowed for the following reason: " + reason)
+}

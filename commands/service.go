@@ -3,7 +3,6 @@ package commands
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"log/slog"
 	"net"
@@ -58,6 +57,16 @@ type Config struct {
 	Version string
 	// Password, when not empty, is required by AUTH before other commands.
 	Password string
+	// ACLFile is the aclfile (Redis's format: "user name rules..."
+	// lines) loaded at start and by ACL LOAD, written by ACL SAVE; ""
+	// (the default) for none.
+	ACLFile string
+	// Users are ACL users from the configuration file's "user" lines,
+	// each "name rules..." (split on spaces). Not allowed with ACLFile.
+	Users []string
+	// ACLLogMaxLen bounds the ACL LOG (acllog-max-len). The default
+	// value is 128.
+	ACLLogMaxLen int
 	// SweepInterval is the period of the active-expiry sweep.
 	// The default value is DefaultSweepInterval (100ms, Redis's hz 10).
 	SweepInterval time.Duration
@@ -232,6 +241,8 @@ type Service struct {
 	rlsInfo       func() []string
 
 	auth    authConfig   // AUTH, HELLO, protected mode (cmd_connection.go)
+	acl     aclTable     // users and the ACL log (acl.go)
+	aclTop  []*Spec      // the top-level specs in table order (acl.go)
 	persist persistHooks // the persistence write path's hooks
 	stats   serviceStats // INFO's counters (stats.go, info.go)
 
@@ -364,11 +375,14 @@ func New(cfg Config) (*Service, error) {
 	}
 	s.stats.inst.startupMemory = heapObjects()
 	s.notePeak(s.stats.inst.startupMemory)
-	s.auth.digest = sha256.Sum256([]byte(cfg.Password))
 	s.slowlog = slowlog{slowerThan: cfg.SlowlogSlowerThan, maxLen: cfg.SlowlogMaxLen}
 	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock, statShards())
 	s.stats.cmdsTotal = counter{newShards(statShards()), 0}
 	s.buildTable(commandSpecs())
+	s.initACL(cfg.Password, cfg.ACLFile, cmp.Or(cfg.ACLLogMaxLen, aclDefaultLogSize))
+	if err := s.loadUsers(cfg.Users); err != nil {
+		return nil, err
+	}
 	s.installWatch(cfg.TrackingTableMaxKeys)
 	s.maxClients, _ = strconv.Atoi(s.setting("maxclients"))
 	s.repl.Replication = cfg.Replication
@@ -402,6 +416,7 @@ func (s *Service) buildTable(rows []*Spec) {
 	add := func(sp *Spec) {
 		sp.id = len(s.specs)
 		sp.stats = newCmdStats(statShards())
+		aclPrepare(sp)
 		s.specs = append(s.specs, sp)
 	}
 	for _, sp := range rows {
@@ -479,7 +494,8 @@ func (s *Service) Open(c *resp.Conn) {
 	cl := &client{conn: c}
 	// Before the first read, so the connection's limits for clients that
 	// have not authenticated apply from the first byte.
-	cl.setAuthed(s.auth.password == "")
+	cl.user.Store(s.acl.def)
+	cl.setAuthed(!s.authRequired())
 	cl.multi.seen.Store(-1) // not in MULTI
 	cl.x.s = s
 	cl.x.c = c

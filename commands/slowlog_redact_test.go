@@ -11,10 +11,10 @@ import (
 )
 
 // TestSlowlogRedactsSecrets: with every command logged, the SLOWLOG shows
-// the secret arguments of AUTH, HELLO ... AUTH and CONFIG SET of a
-// sensitive parameter as "(redacted)", as Redis 7 does, whether the call
-// succeeded, failed or was malformed; and a command flagged skip_slowlog
-// (EXEC) is not logged, the commands it ran are.
+// the secret arguments of AUTH, HELLO ... AUTH, CONFIG SET of a sensitive
+// parameter and ACL SETUSER (its name and rules) as "(redacted)", as Redis
+// 7 does, whether the call succeeded, failed or was malformed; and a
+// command flagged skip_slowlog (EXEC) is not logged, the commands it ran are.
 func TestSlowlogRedactsSecrets(t *testing.T) {
 	const pass = "s3cret-pass"
 	_, addr := servertest.Start(t, server.Config{Password: pass, SlowlogSlowerThan: time.Nanosecond, SlowlogMaxLen: 100})
@@ -30,6 +30,8 @@ func TestSlowlogRedactsSecrets(t *testing.T) {
 		{"HELLO", "2", "AUTH", "guess-5"},
 		{"CONFIG", "SET", "requirepass", "guess-6", "maxmemory", "5"},
 		{"config", "set", "MASTERAUTH", "guess-7"},
+		{"ACL", "SETUSER", "guess-8", "on", ">guess-9", "~*"},
+		{"acl", "setuser", "u", "#guess-10", "badrule"},
 		{"MULTI"},
 		{"SET", "k", "v"},
 		{"EXEC"},
@@ -57,6 +59,8 @@ func TestSlowlogRedactsSecrets(t *testing.T) {
 		{"HELLO", "2", "AUTH", "(redacted)"},
 		{"CONFIG", "SET", "requirepass", "(redacted)", "maxmemory", "5"},
 		{"config", "set", "MASTERAUTH", "(redacted)"},
+		{"ACL", "SETUSER", "(redacted)", "(redacted)", "(redacted)", "(redacted)"},
+		{"acl", "setuser", "(redacted)", "(redacted)", "(redacted)"},
 		{"MULTI"},
 		{"SET", "k", "v"}, // run by EXEC, which itself is not logged
 	}

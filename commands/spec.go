@@ -95,9 +95,19 @@ type Spec struct {
 	// positions above: CL.APPLY's keys come from its policy too.
 	derive func(x *ctx, db *keyspace.DB)
 
-	id    int // index in the flat list of specs, for statistics
-	subs  map[string]*Spec
-	stats cmdStats
+	id int // index in the flat list of specs, for statistics and ACL bits
+	// ACL facts (aclPrepare): the categories' bits, the permissions the
+	// keys need (aclRead, aclWrite), the channel arguments, and whether
+	// the key spec is not_key (shard channels, checked as channels).
+	aclCats   uint32
+	aclKeys   uint8
+	aclChan   uint8
+	aclNotKey bool
+	// aclSetFlags: the key's permissions depend on the arguments (SET's
+	// GET option; setKeyNeed).
+	aclSetFlags bool
+	subs        map[string]*Spec
+	stats       cmdStats
 }
 
 // keyPositions appends the indexes of the key arguments in args to dst

@@ -19,6 +19,21 @@ var (
 // commandTable returns the dispatch rows, without their docs.
 func commandTable() []*Spec {
 	return []*Spec{
+		{Name: "acl", Arity: -2, Subs: []*Spec{
+			{Name: "acl|cat", Arity: -2, Flags: NoScript | Loading | Stale, Run: cmdACLCat},
+			{Name: "acl|deluser", Arity: -3, Flags: Admin | NoScript | Loading | Stale, Run: cmdACLDelUser},
+			{Name: "acl|dryrun", Arity: -4, Flags: Admin | NoScript | Loading | Stale, Run: cmdACLDryrun},
+			{Name: "acl|genpass", Arity: -2, Flags: NoScript | Loading | Stale, Run: cmdACLGenpass},
+			{Name: "acl|getuser", Arity: 3, Flags: Admin | NoScript | Loading | Stale, Run: cmdACLGetUser},
+			{Name: "acl|help", Arity: 2, Flags: Loading | Stale, Run: cmdACLHelp},
+			{Name: "acl|list", Arity: 2, Flags: Admin | NoScript | Loading | Stale, Run: cmdACLList},
+			{Name: "acl|load", Arity: 2, Flags: Admin | NoScript | Loading | Stale, Run: cmdACLLoad},
+			{Name: "acl|log", Arity: -2, Flags: Admin | NoScript | Loading | Stale, Run: cmdACLLog},
+			{Name: "acl|save", Arity: 2, Flags: Admin | NoScript | Loading | Stale, Run: cmdACLSave},
+			{Name: "acl|setuser", Arity: -3, Flags: Admin | NoScript | Loading | Stale, Run: cmdACLSetUser},
+			{Name: "acl|users", Arity: 2, Flags: Admin | NoScript | Loading | Stale, Run: cmdACLUsers},
+			{Name: "acl|whoami", Arity: 2, Flags: NoScript | Loading | Stale, Run: cmdACLWhoami},
+		}},
 		{Name: "asking", Arity: 1, Flags: Fast, Run: cmdAsking},
 		{Name: "auth", Arity: -2, Flags: NoScript | Loading | Stale | Fast | NoAuth | AllowBusy, Run: cmdAuth},
 		{Name: "cellcluster", Arity: -2, Subs: []*Spec{
