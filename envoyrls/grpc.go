@@ -11,6 +11,7 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -63,19 +64,33 @@ func NewFrontDoor(src server.RLSSources) (*FrontDoor, error) {
 	}
 	// newClient connects to the RESP port as u (the zero User: the
 	// default user with the server's password), poolSize connections at
-	// most (0: go-redis's default).
+	// most, pipelines included (0: go-redis's defaults, a pool that opens
+	// more connections past its size when calls wait and a second pool
+	// for pipelines).
 	newClient := func(u User, poolSize int) redis.UniversalClient {
+		var maint *maintnotifications.Config // nil: go-redis's default
+		pipePool := 0                        // go-redis's default: a pool of 10 for pipelines
+		if poolSize > 0 {
+			pipePool = -1 // pipelines on the pool itself: poolSize is the cap
+		}
 		if u.Name == "" {
 			u.Password = src.Password
+		} else {
+			// A user may hold only the limiter commands: a connection
+			// sends nothing else (no CLIENT MAINT_NOTIFICATIONS, no CLIENT
+			// SETINFO), which it could not run and ACL LOG would count.
+			maint = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 		}
 		if src.Cluster {
 			// Redirects (MOVED, ASK) are followed; a command is never retried
 			// after a network error, which could charge a counter twice.
 			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{src.RESPAddr}, Username: u.Name, Password: u.Password,
-				TLSConfig: src.ClientTLS, DisableIdentity: true, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: poolSize})
+				TLSConfig: src.ClientTLS, DisableIdentity: true, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: poolSize,
+				MaxActiveConns: poolSize, PipelinePoolSize: pipePool, MaintNotificationsConfig: maint})
 		}
 		return redis.NewClient(&redis.Options{Addr: src.RESPAddr, Username: u.Name, Password: u.Password, TLSConfig: src.ClientTLS,
-			DisableIdentity: true, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: poolSize})
+			DisableIdentity: true, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: poolSize, MaxActiveConns: poolSize,
+			PipelinePoolSize: pipePool, MaintNotificationsConfig: maint})
 	}
 	client := newClient(User{}, 0)
 	users := NewUserClients(func(u User) redis.UniversalClient { return newClient(u, UserPoolSize) })

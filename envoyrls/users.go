@@ -81,10 +81,19 @@ type UserClients struct {
 	recheck   time.Duration
 	verifying chan struct{} // a slot per check on the server under way
 
-	mu     sync.Mutex // guards byName, tick and every userClient's fields but client
-	byName map[string]*userClient
-	tick   uint64
-	closed bool
+	mu      sync.Mutex // guards byName, pending, tick and every userClient's fields but client
+	byName  map[string]*userClient
+	pending map[string]*pendingCheck // a user's new client being checked
+	tick    uint64
+	closed  bool
+}
+
+// pendingCheck is a new client of a user whose password is being checked
+// on the server: the user's other calls with the same password wait for
+// it rather than each dialling a client of its own.
+type pendingCheck struct {
+	digest [sha256.Size]byte
+	done   chan struct{} // closed once the check is over
 }
 
 // userClient is one user's client, shared by that user's calls.
@@ -103,7 +112,7 @@ type userClient struct {
 // PoolSize UserPoolSize).
 func NewUserClients(newClient func(User) redis.UniversalClient) *UserClients {
 	return &UserClients{newClient: newClient, max: MaxUsers, recheck: UserRecheck,
-		verifying: make(chan struct{}, maxUserChecks), byName: map[string]*userClient{}}
+		verifying: make(chan struct{}, maxUserChecks), byName: map[string]*userClient{}, pending: map[string]*pendingCheck{}}
 }
 
 // Len returns the users whose client is open in the set.
@@ -119,9 +128,23 @@ func (uc *UserClients) Len() int {
 func (uc *UserClients) acquire(ctx context.Context, u User) (*userClient, error) {
 	d := sha256.Sum256([]byte(u.Password))
 	uc.mu.Lock()
-	if uc.closed {
+	for {
+		if uc.closed {
+			uc.mu.Unlock()
+			return nil, redis.ErrClosed
+		}
+		p := uc.pending[u.Name]
+		if p == nil || subtle.ConstantTimeCompare(p.digest[:], d[:]) != 1 {
+			break
+		}
+		// The same password is being checked: wait for that check.
 		uc.mu.Unlock()
-		return nil, redis.ErrClosed
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		uc.mu.Lock()
 	}
 	e := uc.byName[u.Name]
 	if e != nil && subtle.ConstantTimeCompare(e.digest[:], d[:]) == 1 && time.Since(e.checked) < uc.recheck {
@@ -132,6 +155,15 @@ func (uc *UserClients) acquire(ctx context.Context, u User) (*userClient, error)
 	same := e != nil && subtle.ConstantTimeCompare(e.digest[:], d[:]) == 1
 	if same {
 		uc.useLocked(e) // held while its password is checked again
+	} else if uc.pending[u.Name] == nil {
+		p := &pendingCheck{digest: d, done: make(chan struct{})}
+		uc.pending[u.Name] = p
+		defer func() {
+			uc.mu.Lock()
+			delete(uc.pending, u.Name)
+			uc.mu.Unlock()
+			close(p.done)
+		}()
 	}
 	uc.mu.Unlock()
 
