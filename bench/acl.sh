@@ -3,7 +3,7 @@
 # prefix, +@rate_limit) against the default user, side by side in one
 # interleaved run on the same server: what the permission check costs.
 #
-#   bench/acl.sh                  # ROUNDS=9 x REQUESTS=1000000, 50 clients, -P 16
+#   bench/acl.sh                  # ROUNDS=15 x REQUESTS=500000, 50 clients, -P 16
 #   QUICK=1 bench/acl.sh          # 2 rounds of 50000 requests
 #   REFERENCE=redis bench/acl.sh  # the same run on redis-server with SET
 #                                 # (Redis has no CL.THROTTLE): what ACL costs Redis
@@ -18,17 +18,20 @@
 # odd rounds and tenant, default in even ones, after one warm-up run of
 # each that creates the keys. The results are the medians over the rounds
 # of the per-round ratios tenant/default of requests/s and of the server's
-# CPU time per request (utime+stime from /proc/PID/stat, all threads; a
-# machine shared with other work moves the CPU per request much less than
-# the requests/s, since time the server waits for a CPU is not counted).
+# CPU time per request (the run time of its threads, /proc/PID/task/*/
+# schedstat; a machine shared with other work moves the CPU per request
+# much less than the requests/s, since time the server waits for a CPU is
+# not counted).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REQUESTS=${REQUESTS:-1000000}
-ROUNDS=${ROUNDS:-9}
+REQUESTS=${REQUESTS:-500000}
+ROUNDS=${ROUNDS:-15}
 P=${P:-16}
 if [ -n "${QUICK:-}" ]; then REQUESTS=50000; ROUNDS=2; fi
-hz=$(getconf CLK_TCK)
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime+stime, every thread
+# cpuns PID: the nanoseconds the process's threads have run on a CPU
+# (/proc/PID/task/*/schedstat, exact; a thread that exited is no longer
+# counted, and neither server ends threads under a steady load)
+cpuns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f", s}'; }
 tmp=$(mktemp -d /tmp/cellbench-acl.XXXXXX)
 . bench/serverlib.sh # pids, cleanup, srvpin/clipin, freeport, start, stop, median
 rules=(on '>pw' '~t:*' '&t:*' +@rate_limit +@read +@write +@connection -@dangerous)
@@ -52,10 +55,10 @@ redis-cli -p "$port" --user tenant --pass pw --no-auth-warning "${workload[@]/__
 run() { # run default|tenant REQUESTS: prints requests/s and the server's CPU us per request
   local auth=() prefix=d t0 rps
   if [ "$1" = tenant ]; then auth=(--user tenant -a pw); prefix=t; fi
-  t0=$(ticks "$pid")
+  t0=$(cpuns "$pid")
   rps=$("${clipin[@]}" redis-benchmark -p "$port" "${auth[@]}" -c 50 -n "$2" -r 100000 -P "$P" --csv \
     "${workload[@]/__P__/$prefix}" 2>/dev/null | tail -1 | awk -F'","' '{print $2}')
-  echo "$rps $(awk -v d="$(($(ticks "$pid") - t0))" -v hz="$hz" -v n="$2" 'BEGIN {printf "%.3f", d * 1e6 / hz / n}')"
+  echo "$rps $(awk -v d="$(($(cpuns "$pid") - t0))" -v n="$2" 'BEGIN {printf "%.4f", d / 1e3 / n}')"
 }
 run default "$REQUESTS" >/dev/null
 run tenant "$REQUESTS" >/dev/null
