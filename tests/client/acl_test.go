@@ -51,6 +51,17 @@ func TestACLUser(t *testing.T) {
 		t.Errorf("b:k exists after the refusals: %d %v", n, err)
 	}
 
+	// +@connection covers what go-redis sends when it connects (HELLO,
+	// CLIENT SETINFO, CLIENT MAINT_NOTIFICATIONS): the only refusals
+	// logged are the two calls on b:k.
+	log, err := admin.Do(ctx, "ACL", "LOG").Slice()
+	if err != nil || len(log) != 1 {
+		t.Fatalf("ACL LOG: %v %v, want one entry", log, err)
+	}
+	if e, ok := log[0].(map[any]any); !ok || e["reason"] != "key" || e["object"] != "b:k" || e["count"] != int64(2) || e["username"] != "team-a" {
+		t.Errorf("ACL LOG entry %v, want team-a's 2 refusals on b:k", log[0])
+	}
+
 	_, err = newClient("wrong").Throttle(ctx, "a:k", 4, client.PerSecond(1), 1)
 	if !errors.As(err, &e) || e.Code != "WRONGPASS" || e.NoPermission() {
 		t.Errorf("wrong password: %v", err)
