@@ -79,15 +79,20 @@ const (
 
 // Limits on what ACL rules may hold, checked before memory is spent.
 const (
-	aclMaxUsers       = 10000 // users, the default one included
-	aclMaxRules       = 1024  // rules in one ACL SETUSER or aclfile line
-	aclMaxPatterns    = 1024  // key plus channel patterns of a user, all selectors
-	aclMaxPatternLen  = 1024  // bytes of one key or channel pattern
-	aclMaxSelectors   = 64    // selectors of a user, the root one excluded
-	aclMaxNameLen     = 1024  // bytes of a user name
-	aclMaxPasswords   = 64    // passwords of a user
-	aclDefaultLogSize = 128   // acllog-max-len
+	aclMaxUsers      = 10000 // users, the default one included
+	aclMaxRules      = 1024  // rules in one ACL SETUSER or aclfile line
+	aclMaxPatterns   = 1024  // key plus channel patterns of a user, all selectors
+	aclMaxPatternLen = 1024  // bytes of one key or channel pattern
+	aclMaxSelectors  = 64    // selectors of a user, the root one excluded
+	aclMaxNameLen    = 1024  // bytes of a user name
+	aclMaxPasswords  = 64    // passwords of a user
 )
+
+// DefaultACLLogMaxLen is acllog-max-len's default: entries the ACL LOG keeps.
+const DefaultACLLogMaxLen = 128
+
+// aclLogMaxCap bounds acllog-max-len: a larger value keeps this many.
+const aclLogMaxCap = 1 << 20
 
 // aclKeyPat is one key pattern of a selector.
 type aclKeyPat struct {
@@ -134,6 +139,15 @@ func (sel *aclSel) setBit(id int, on bool) {
 		sel.cmds[id/64] &^= 1 << (id % 64)
 		sel.allCmds = false
 	}
+}
+
+// allowAll is +@all: every command, those added later included.
+func (sel *aclSel) allowAll() {
+	for i := range sel.cmds {
+		sel.cmds[i] = ^uint64(0)
+	}
+	sel.allCmds, sel.future = true, true
+	sel.firstArgs = nil
 }
 
 // changePerm allows or denies sp and its subcommands (ACLChangeSelectorPerm).
@@ -247,9 +261,14 @@ func (t *aclTable) newSel() aclSel { return aclSel{cmds: make([]uint64, t.words)
 func (s *Service) initACL(password, file string, logMax int) {
 	t := &s.acl
 	t.words = (len(s.specs) + 63) / 64
+	for _, sp := range s.specs {
+		if !strings.Contains(sp.Name, "|") {
+			s.aclTop = append(s.aclTop, sp)
+		}
+	}
 	t.users = make(map[string]*aclUser)
 	t.file = file
-	t.log.max = logMax
+	t.log.max = min(logMax, aclLogMaxCap)
 	t.def = &aclUser{name: "default"}
 	t.def.publish(s.defaultState(password))
 	t.users["default"] = t.def
@@ -320,6 +339,9 @@ func (st *aclState) patterns() int {
 	n := 0
 	for i := range st.sels {
 		n += len(st.sels[i].keys) + len(st.sels[i].chans)
+		for _, a := range st.sels[i].firstArgs {
+			n += len(a)
+		}
 	}
 	return n
 }
@@ -431,11 +453,7 @@ func (s *Service) applySelRule(st *aclState, sel *aclSel, op []byte) aclRuleErr 
 		sel.allChans = false
 		sel.chans = nil
 	case lop == "allcommands" || lop == "+@all":
-		for i := range sel.cmds {
-			sel.cmds[i] = ^uint64(0)
-		}
-		sel.allCmds, sel.future = true, true
-		sel.firstArgs = nil
+		sel.allowAll()
 	case lop == "nocommands" || lop == "-@all":
 		clear(sel.cmds)
 		sel.allCmds, sel.future = false, false
@@ -459,6 +477,11 @@ func (s *Service) applySelRule(st *aclState, sel *aclSel, op []byte) aclRuleErr 
 				} else {
 					return aclErrSyntax
 				}
+			}
+			if perm == 0 {
+				// "%~pattern": Redis 7.0.15 takes it and panics when it
+				// describes the user (7.2 refuses it, as here).
+				return aclErrSyntax
 			}
 		} else {
 			perm = aclRW
@@ -568,19 +591,9 @@ func (s *Service) aclLookup(name string) *Spec {
 	return s.table[name]
 }
 
-// topSpecs returns the top-level specs in table order (by name).
-func (s *Service) topSpecs() []*Spec {
-	if s.aclTop == nil {
-		var top []*Spec
-		for _, sp := range s.specs {
-			if !strings.Contains(sp.Name, "|") {
-				top = append(top, sp)
-			}
-		}
-		s.aclTop = top
-	}
-	return s.aclTop
-}
+// topSpecs returns the top-level specs in table order (by name), as
+// initACL listed them.
+func (s *Service) topSpecs() []*Spec { return s.aclTop }
 
 // aclPrepare fills in each spec's ACL facts from its row and docs: its
 // categories, the permissions its keys need, its channel arguments.
@@ -794,6 +807,12 @@ func (s *Service) authenticate(x *ctx, name, pass []byte) bool {
 		return false
 	}
 	x.cl.user.Store(u)
+	if u.deleted.Load() {
+		// ACL DELUSER or LOAD removed the user meanwhile, and did not see
+		// this client among its clients: as if it had come first.
+		x.cl.user.Store(s.acl.def)
+		return false
+	}
 	x.cl.setAuthed(true)
 	return true
 }
@@ -810,7 +829,7 @@ func (s *Service) describeCmds(sel *aclSel) string {
 		b.WriteString("-@all ")
 	} else {
 		b.WriteString("+@all ")
-		s.applySelRule(nil, &fake, []byte("+@all"))
+		fake.allowAll()
 	}
 	top := s.topSpecs()
 	temp := aclSel{cmds: slices.Clone(sel.cmds)}
@@ -833,13 +852,12 @@ func (s *Service) describeCmds(sel *aclSel) string {
 		if best < 0 {
 			break
 		}
-		sign, inv := "-@", "+@"
+		sign := "-@"
 		if additive {
-			sign, inv = "+@", "-@"
+			sign = "+@"
 		}
 		fake.setCategory(top, 1<<best, additive)
 		temp.setCategory(top, 1<<best, !additive)
-		_ = inv
 		b.WriteString(sign + aclCategories[best] + " ")
 		applied[best] = true
 	}
@@ -1055,6 +1073,7 @@ func (s *Service) killPubsubIfNeeded(x *ctx, u *aclUser, old, st *aclState) {
 		if cl.user.Load() != u || !cl.subscribed() {
 			return false
 		}
+		// Lock order: aclTable.mu, then pubsubTable.mu.
 		s.pubsub.mu.Lock()
 		defer s.pubsub.mu.Unlock()
 		for _, p := range cl.pubsub.pats {
@@ -1080,17 +1099,20 @@ func (s *Service) killWhere(x *ctx, pred func(cl *client) bool) int {
 	if n == nil {
 		return 0
 	}
-	var victims []*client
+	// The clients are listed first, then judged: pred may take locks
+	// that must not be taken while the connections' registry is.
+	var all, victims []*client
 	n.Range(func(c *resp.Conn) bool {
-		cl, _ := c.Context().(*client)
-		if cl == nil || cl.killed.Load() || cl.closed.Load() {
-			return true
-		}
-		if pred(cl) {
-			victims = append(victims, cl)
+		if cl, _ := c.Context().(*client); cl != nil {
+			all = append(all, cl)
 		}
 		return true
 	})
+	for _, cl := range all {
+		if !cl.killed.Load() && !cl.closed.Load() && pred(cl) {
+			victims = append(victims, cl)
+		}
+	}
 	for _, cl := range victims {
 		if x != nil && cl == x.cl {
 			x.c.CloseAfterReply()
@@ -1135,6 +1157,9 @@ func (s *Service) loadUsers(lines []string) error {
 		name := f[0]
 		if name == "" || hasSpaces([]byte(name)) {
 			return errors.New("commands: Spaces not allowed in ACL usernames")
+		}
+		if len(name) > aclMaxNameLen || len(f)-1 > aclMaxRules {
+			return errors.New("commands: user " + name[:min(len(name), 64)] + ": name past 1024 bytes or more than 1024 rules")
 		}
 		if seen[name] {
 			return errors.New("commands: user " + name + ": " + string(aclErrDup))

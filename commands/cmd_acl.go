@@ -68,6 +68,19 @@ func (s *Service) aclLogAdd(x *ctx, reason int, object, username string) {
 	}
 }
 
+// setACLLogMax sets acllog-max-len (CONFIG SET), dropping the oldest
+// entries past it.
+func (s *Service) setACLLogMax(n int) {
+	t := &s.acl
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.log.max = n
+	if len(t.log.entries) > n {
+		clear(t.log.entries[n:])
+		t.log.entries = t.log.entries[:n]
+	}
+}
+
 // ACL SETUSER username [rule ...]
 func cmdACLSetUser(x *ctx) {
 	name := x.args[2]
@@ -358,12 +371,10 @@ func cmdACLDryrun(x *ctx) {
 	}
 	args := x.args[3:]
 	sp := s.lookup(x.cl, args[0])
-	if sp != nil && sp.subs != nil {
-		if len(args) < 2 {
-			sp = nil
-		} else {
-			sp = sp.subs[strings.ToLower(string(args[1]))]
-		}
+	if sp != nil && sp.subs != nil && len(args) >= 2 {
+		// Redis's lookupCommand: the container alone is itself (and
+		// fails its arity below).
+		sp = sp.subs[strings.ToLower(string(args[1]))]
 	}
 	if sp == nil {
 		x.errorReply(errACLCommandNotFound(args[0]))
@@ -454,22 +465,17 @@ func (s *Service) saveACLFile() error {
 
 // parseACLFile is ACLLoadFromFile's parsing and validation: the users of
 // the file's lines, or the errors of every bad line, one string as Redis.
-func (s *Service) parseACLFile(data []byte) (map[string]*aclState, []string, string) {
+func (s *Service) parseACLFile(data []byte) (map[string]*aclState, string) {
 	file := s.acl.file
 	var errs strings.Builder
 	users := make(map[string]*aclState)
-	var order []string
 	for i, line := range strings.Split(string(data), "\n") {
 		n := i + 1
 		line = strings.Trim(line, " \t\r\n")
 		if line == "" {
 			continue
 		}
-		argv := strings.Split(line, " ")
-		var args []string
-		for _, a := range argv {
-			args = append(args, a)
-		}
+		args := strings.Split(line, " ")
 		if args[0] != "user" || len(args) < 2 {
 			fmt.Fprintf(&errs, "%s:%d should start with user keyword followed by the username. ", file, n)
 			continue
@@ -482,13 +488,12 @@ func (s *Service) parseACLFile(data []byte) (map[string]*aclState, []string, str
 			fmt.Fprintf(&errs, "WARNING: Duplicate user '%s' found on line %d. ", args[1], n)
 			continue
 		}
-		if len(users) >= aclMaxUsers || len(args)-2 > aclMaxRules {
-			fmt.Fprintf(&errs, "%s:%d: too many users or rules. ", file, n)
+		if len(users) >= aclMaxUsers || len(args)-2 > aclMaxRules || len(args[1]) > aclMaxNameLen {
+			fmt.Fprintf(&errs, "%s:%d: too many users or rules, or a name too long (limits: 10000 users, 1024 rules, 1024 bytes). ", file, n)
 			continue
 		}
 		st := s.acl.newState()
 		users[args[1]] = st
-		order = append(order, args[1])
 		rules := make([][]byte, 0, len(args)-2)
 		for _, a := range args[2:] {
 			rules = append(rules, []byte(a))
@@ -510,7 +515,7 @@ func (s *Service) parseACLFile(data []byte) (map[string]*aclState, []string, str
 			}
 		}
 	}
-	return users, order, errs.String()
+	return users, errs.String()
 }
 
 // loadACLFile is ACL LOAD (and the startup load): every user of the file,
@@ -522,7 +527,7 @@ func (s *Service) loadACLFile(x *ctx) string {
 	if err != nil {
 		return "Error loading ACLs, opening file '" + s.acl.file + "': " + errnoText(err)
 	}
-	users, _, errs := s.parseACLFile(data)
+	users, errs := s.parseACLFile(data)
 	if errs != "" {
 		return errs + "WARNING: ACL errors detected, no change to the previously active ACL rules was performed"
 	}

@@ -604,7 +604,7 @@ func cmdClientKill(x *ctx) {
 // after its reply, by the caller).
 func (s *Service) killClients(x *ctx, f killFilter) (killed int64, self bool) {
 	if f.hasType && (f.typ == clientMaster || f.typ == clientReplica) {
-		if f.id != 0 || f.hasAddr || f.hasLaddr || f.maxAge != 0 || s.repl.killLinks == nil {
+		if f.id != 0 || f.hasAddr || f.hasLaddr || f.maxAge != 0 || f.user != nil || s.repl.killLinks == nil {
 			return 0, false
 		}
 		kind := "replica"

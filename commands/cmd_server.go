@@ -389,7 +389,7 @@ func cmdConfigGet(x *ctx) {
 
 // CONFIG SET parameter value [parameter value ...] changes the settings
 // that can change at run time: sync-replicas and sync-replicas-timeout
-// (milliseconds, or a duration such as 500ms). As Redis 7, the pairs are
+// (milliseconds, or a duration such as 500ms), acllog-max-len. As Redis 7, the pairs are
 // checked first and applied together, or none is; a parameter named twice
 // is refused. Every other parameter is immutable while the server runs.
 func cmdConfigSet(x *ctx) {
@@ -399,6 +399,7 @@ func cmdConfigSet(x *ctx) {
 		return
 	}
 	n, timeout := x.s.repl.SyncSettings()
+	aclLogMax := -1 // acllog-max-len, when set (acl.go)
 	seen := map[string]bool{}
 	for i := 0; i < len(args); i += 2 {
 		name, val := strings.ToLower(string(args[i])), string(args[i+1])
@@ -422,6 +423,17 @@ func cmdConfigSet(x *ctx) {
 				return
 			}
 			timeout = d
+		case "acllog-max-len":
+			v, ok := parseRedisInt(args[i+1])
+			if !ok {
+				x.errorReply(errConfigSet(name, "argument couldn't be parsed into an integer"))
+				return
+			}
+			if v < 0 {
+				x.errorReply(errConfigSet(name, "argument must be between 0 and 9223372036854775807 inclusive"))
+				return
+			}
+			aclLogMax = int(min(v, aclLogMaxCap))
 		default:
 			if slices.ContainsFunc(x.s.settings, func(st Setting) bool { return st.Name == name }) {
 				x.errorReply(errConfigSet(string(args[i]), "can't set immutable config"))
@@ -430,6 +442,9 @@ func cmdConfigSet(x *ctx) {
 			x.errorReply(errConfigSetUnknown(string(args[i])))
 			return
 		}
+	}
+	if aclLogMax >= 0 {
+		x.s.setACLLogMax(aclLogMax)
 	}
 	oldN, oldT := x.s.repl.SyncSettings()
 	x.s.repl.SetSync(n, timeout)
@@ -466,6 +481,10 @@ func (s *Service) liveSettings() []Setting {
 	out := slices.Clone(s.settings)
 	for i := range out {
 		switch out[i].Name {
+		case "acllog-max-len":
+			s.acl.mu.Lock()
+			out[i].Value = strconv.Itoa(s.acl.log.max)
+			s.acl.mu.Unlock()
 		case "sync-replicas":
 			out[i].Value = strconv.Itoa(n)
 		case "sync-replicas-timeout":

@@ -379,7 +379,7 @@ func New(cfg Config) (*Service, error) {
 	s.prefixes = newPrefixTracker(cfg.KeyPrefixSeparator, cfg.TopPrefixes, cfg.TopPrefixInterval, cfg.Clock, statShards())
 	s.stats.cmdsTotal = counter{newShards(statShards()), 0}
 	s.buildTable(commandSpecs())
-	s.initACL(cfg.Password, cfg.ACLFile, cmp.Or(cfg.ACLLogMaxLen, aclDefaultLogSize))
+	s.initACL(cfg.Password, cfg.ACLFile, cmp.Or(cfg.ACLLogMaxLen, DefaultACLLogMaxLen))
 	if err := s.loadUsers(cfg.Users); err != nil {
 		return nil, err
 	}
@@ -512,7 +512,7 @@ func (s *Service) Open(c *resp.Conn) {
 	// resp.Config.Refuse). Should a connection layer without that hook
 	// serve a remote client, its first command gets the DENIED error,
 	// then the connection closes.
-	cl.denied = s.auth.protected && !s.auth.loopback(c.RemoteAddr())
+	cl.denied = s.protectedNow() && !s.auth.loopback(c.RemoteAddr())
 }
 
 // Refuse is resp.Config.Refuse for this server: with protected mode on, a
@@ -528,7 +528,7 @@ func (s *Service) Refuse(remote net.Addr) []byte {
 			return rawMaxClients
 		}
 	}
-	if !s.auth.protected {
+	if !s.protectedNow() {
 		return nil
 	}
 	addr := ""
@@ -539,6 +539,14 @@ func (s *Service) Refuse(remote net.Addr) []byte {
 		return nil
 	}
 	return rawDenied
+}
+
+// protectedNow reports whether protected mode applies: it is on and the
+// default user needs no password (Redis 7.0: a password given to the
+// default user by ACL SETUSER or the aclfile lifts it, as requirepass
+// does).
+func (s *Service) protectedNow() bool {
+	return s.auth.protected && s.acl.def.state.Load().nopass
 }
 
 // rawDenied is msgDenied as the error reply Refuse sends.

@@ -63,10 +63,11 @@ func TestCommandTableRows(t *testing.T) {
 
 // subGroups files the commands Redis documents in a broad group (server,
 // connection, generic) with the family they belong to, as Redis's sources
-// do (replication.c, slowlog.c, latency.c, module.c, tracking.c): the file
+// do (replication.c, slowlog.c, latency.c, module.c, tracking.c, acl.c): the file
 // is cmd_<sub-group>.go. A subcommand is looked up by its full name, then
 // by its container's.
 var subGroups = map[string]string{
+	"acl":     "acl",
 	"latency": "latency",
 	"memory":  "memory",
 	"module":  "module",

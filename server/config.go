@@ -69,8 +69,17 @@ type Config struct {
 	// clients on Linux: 0 (the default) means one per GOMAXPROCS, -1 a
 	// goroutine per connection instead (see resp.Config.EventLoops).
 	EventLoops int
-	// Password, when set, must be given with AUTH before other commands.
+	// Password, when set, must be given with AUTH before other commands:
+	// the default ACL user's password (requirepass).
 	Password string
+	// ACLFile is the ACL file (Redis's "user name rules..." lines), loaded
+	// at start and by ACL LOAD, written by ACL SAVE; "" (the default): none.
+	ACLFile string
+	// Users are ACL users given in the configuration file ("user name
+	// rules..." lines, without the "user" word); not allowed with ACLFile.
+	Users []string
+	// ACLLogMaxLen bounds the ACL LOG. The default value is 128.
+	ACLLogMaxLen int
 	// TLSCertFile and TLSKeyFile, when set, make the listener speak TLS
 	// only. TLSCACertFile, when set, also requires every client to present
 	// a certificate signed by one of its CAs.
@@ -534,6 +543,8 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "multi-max-bytes", Value: itoa(c.MultiMaxBytes)},
 		{Name: "event-loops", Value: itoa(int64(c.EventLoops))},
 		{Name: "requirepass", Value: pass},
+		{Name: "aclfile", Value: c.ACLFile},
+		{Name: "acllog-max-len", Value: itoa(int64(cmp.Or(c.ACLLogMaxLen, commands.DefaultACLLogMaxLen)))},
 		{Name: "shutdown-timeout", Value: c.ShutdownTimeout.String()},
 		{Name: "tls-cert-file", Value: c.TLSCertFile},
 		{Name: "tls-key-file", Value: c.TLSKeyFile},

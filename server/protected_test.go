@@ -28,10 +28,15 @@ func TestProtectedModeRefusesRemoteClients(t *testing.T) {
 		{"protected, no password", server.Config{Loopback: remote}, false},
 		{"protected mode off", server.Config{Loopback: remote, DisableProtectedMode: true}, true},
 		{"password set", server.Config{Loopback: remote, Password: "s3cret"}, true},
+		{"default user's password from the config's users", server.Config{Loopback: remote, Users: []string{"default on >s3cret ~* &* +@all"}}, true},
 		{"loopback client", server.Config{}, true},
 	} {
 		_, addr := servertest.Start(t, tc.cfg)
-		rdb := redis.NewClient(&redis.Options{Addr: addr, Password: tc.cfg.Password, MaxRetries: -1})
+		pass := tc.cfg.Password
+		if len(tc.cfg.Users) > 0 {
+			pass = "s3cret"
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: addr, Password: pass, MaxRetries: -1})
 		err := rdb.Ping(ctx).Err()
 		rdb.Close()
 		if tc.ok && err != nil {

@@ -143,6 +143,18 @@ func setSlowlog(c *server.Config, v string) error {
 	return nil
 }
 
+// setUsers sets the ACL users of "user" lines (joined by newlines when
+// the config file has several).
+func setUsers(c *server.Config, v string) error {
+	c.Users = nil
+	for _, u := range strings.Split(v, "\n") {
+		if u = strings.TrimSpace(u); u != "" {
+			c.Users = append(c.Users, u)
+		}
+	}
+	return nil
+}
+
 // setPriority sets replica-priority: server.Config's zero is the default
 // (100), so 0 ("never promote") is stored as -1.
 func setPriority(c *server.Config, v string) error {
@@ -202,6 +214,9 @@ func sizeString(n int64) string {
 var options = []option{
 	{"addr", server.DefaultAddr, "TCP address to listen on", setString(func(c *server.Config) *string { return &c.Addr })},
 	{"requirepass", "", "require AUTH with this password (shown masked by CONFIG GET)", setString(func(c *server.Config) *string { return &c.Password })},
+	{"aclfile", "", "ACL users from this file (Redis's format: \"user name rules...\" lines), reloaded by ACL LOAD, written by ACL SAVE", setString(func(c *server.Config) *string { return &c.ACLFile })},
+	{"user", "", "an ACL user, \"name rules...\" (in the config file: one \"user name rules...\" line each; not with aclfile)", setUsers},
+	{"acllog-max-len", strconv.Itoa(commands.DefaultACLLogMaxLen), "entries kept by ACL LOG", setInt(func(c *server.Config) *int { return &c.ACLLogMaxLen })},
 	{"protected-mode", "yes", "without a password, refuse clients from non-loopback addresses", setNegBool(func(c *server.Config) *bool { return &c.DisableProtectedMode })},
 	{"tls-cert-file", "", "serve TLS only, with this PEM certificate", setString(func(c *server.Config) *string { return &c.TLSCertFile })},
 	{"tls-key-file", "", "PEM private key of --tls-cert-file", setString(func(c *server.Config) *string { return &c.TLSKeyFile })},
@@ -403,6 +418,10 @@ func readConfigFile(path string) (map[string]string, []string) {
 		if !known[name] {
 			errs = append(errs, fmt.Sprintf("%s:%d: unknown option %q", path, n, name))
 			continue
+		}
+		if name == "user" && vals[name] != "" {
+			// Several users: one line each, kept in order.
+			value = vals[name] + "\n" + value
 		}
 		vals[name] = value
 	}

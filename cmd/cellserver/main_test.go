@@ -66,7 +66,8 @@ func envFrom(m map[string]string) func(string) string {
 func TestPrecedence(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "cellserver.conf")
-	conf := "# comment\n\naddr 127.0.0.1:7000\nmaxclients 300\ntimeout 30\nrequirepass \"from file\"\nlog-level warn\n"
+	conf := "# comment\n\naddr 127.0.0.1:7000\nmaxclients 300\ntimeout 30\nrequirepass \"from file\"\nlog-level warn\n" +
+		"user alice on >pw ~a:* +@rate_limit\nuser bob off\nacllog-max-len 7\n"
 	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +89,9 @@ func TestPrecedence(t *testing.T) {
 		{"addr: file beats default", cfg.Addr, "127.0.0.1:7000"},
 		{"requirepass: quoted file value", cfg.Password, "from file"},
 		{"log-level: file", cfg.LogLevel, "warn"},
+		{"user: every line, in order", strings.Join(cfg.Users, "|"), "alice on >pw ~a:* +@rate_limit|bob off"},
+		{"acllog-max-len: file", cfg.ACLLogMaxLen, 7},
+		{"aclfile: default", cfg.ACLFile, ""},
 		{"config file: for INFO config_file", cfg.ConfigFile, file},
 		{"databases: default", cfg.Databases, 16},
 		{"proto-max-bulk-len: default with unit", cfg.MaxBulkLen, int64(16 << 20)},
