@@ -19,7 +19,7 @@ import (
 var tenantSetUser = []string{"ACL", "SETUSER", "tenant", "reset", "on", ">pw", "~t:*", "&t:*",
 	"+@rate_limit", "+@read", "+@write", "+@connection", "-@dangerous"}
 
-// BenchmarkThrottleACL measures what the ACL permission check costs
+// BenchmarkThrottleTenantVsDefault measures what the ACL permission check costs
 // CL.THROTTLE: one Service, a connection of the default user (all
 // commands, all keys: nothing to check) and one authenticated as an ACL
 // user confined to the prefix t: (tenantSetUser: every call checks the
@@ -35,8 +35,8 @@ var tenantSetUser = []string{"ACL", "SETUSER", "tenant", "reset", "on", ">pw", "
 //
 // docs/performance.md cites
 //
-//	go test -run '^$' -bench ThrottleACL/interleaved -count 6 ./commands
-func BenchmarkThrottleACL(b *testing.B) {
+//	go test -run '^$' -bench ThrottleTenantVsDefault/interleaved -count 6 ./commands
+func BenchmarkThrottleTenantVsDefault(b *testing.B) {
 	srv, err := commands.New(commands.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
