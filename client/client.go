@@ -131,6 +131,13 @@ func (e *Error) Error() string {
 // WrongType reports whether the key holds another kind of limiter or value.
 func (e *Error) WrongType() bool { return e.Code == "WRONGTYPE" }
 
+// NoPermission reports whether the server's ACL refused the call: the
+// user the connection authenticated as (go-redis Options.Username) may
+// not run the command or touch the key (code NOPERM). Retrying as the
+// same user cannot succeed; the message says which ("... to access one
+// of the keys used as arguments", "... to run the 'x' command").
+func (e *Error) NoPermission() bool { return e.Code == "NOPERM" }
+
 // BadArgument reports whether the server refused the call's arguments
 // (code ERR, or a redis-cell "Cell error"): retrying the same call cannot
 // succeed.

@@ -82,6 +82,17 @@
 // password, ShouldRateLimit checks the token on the call's headers before
 // it reads the request.
 //
+// # Users
+//
+// A call carrying "authorization: Basic base64(user:password)" runs as
+// that ACL user: its password is checked on the server before the request
+// is read (UserClients: one client per user, at most MaxUsers users and
+// UserPoolSize connections each, a password checked again after
+// UserRecheck), the user travels with the call's context (WithUser) and
+// RedisStore sends the call's commands through that user's client. A
+// counter outside the user's key patterns makes the call PermissionDenied
+// (NOPERM), a refused password Unauthenticated (WRONGPASS).
+//
 // # Extensions
 //
 // A rate_limit may say algorithm: fixed (the default), sliding,

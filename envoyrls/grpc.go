@@ -11,6 +11,7 @@ import (
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -22,9 +23,11 @@ import (
 	"github.com/cellserver/cellserver/server"
 )
 
-// TokenMetadata is the gRPC metadata key that carries the token when the
-// server has a password: "authorization: Bearer <password>" (Envoy:
-// grpc_service.initial_metadata).
+// TokenMetadata is the gRPC metadata key that carries the caller's
+// credentials (Envoy: grpc_service.initial_metadata): "authorization:
+// Bearer <password>" for the default user when the server has a password,
+// or "authorization: Basic base64(user:password)" to run the call as an
+// ACL user.
 const TokenMetadata = "authorization"
 
 // FrontDoor is the gRPC server of the Envoy rate limit service, wired to a
@@ -32,6 +35,7 @@ const TokenMetadata = "authorization"
 type FrontDoor struct {
 	grpc     *grpc.Server
 	client   redis.UniversalClient
+	users    *UserClients
 	service  *Service
 	health   *health.Server
 	maxConns int          // src.MaxClients; 0: no cap
@@ -58,17 +62,39 @@ func NewFrontDoor(src server.RLSSources) (*FrontDoor, error) {
 	if err != nil {
 		return nil, err
 	}
-	var client redis.UniversalClient
-	if src.Cluster {
-		// Redirects (MOVED, ASK) are followed; a command is never retried
-		// after a network error, which could charge a counter twice.
-		client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{src.RESPAddr}, Password: src.Password,
-			TLSConfig: src.ClientTLS, DisableIdentity: true, MaxRetries: -1, ContextTimeoutEnabled: true})
-	} else {
-		client = redis.NewClient(&redis.Options{Addr: src.RESPAddr, Password: src.Password, TLSConfig: src.ClientTLS,
-			DisableIdentity: true, MaxRetries: -1, ContextTimeoutEnabled: true})
+	// newClient connects to the RESP port as u (the zero User: the
+	// default user with the server's password), poolSize connections at
+	// most, pipelines included (0: go-redis's defaults, a pool that opens
+	// more connections past its size when calls wait and a second pool
+	// for pipelines).
+	newClient := func(u User, poolSize int) redis.UniversalClient {
+		var maint *maintnotifications.Config // nil: go-redis's default
+		pipePool := 0                        // go-redis's default: a pool of 10 for pipelines
+		if poolSize > 0 {
+			pipePool = -1 // pipelines on the pool itself: poolSize is the cap
+		}
+		if u.Name == "" {
+			u.Password = src.Password
+		} else {
+			// A user may hold only the limiter commands: a connection
+			// sends nothing else (no CLIENT MAINT_NOTIFICATIONS, no CLIENT
+			// SETINFO), which it could not run and ACL LOG would count.
+			maint = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		}
+		if src.Cluster {
+			// Redirects (MOVED, ASK) are followed; a command is never retried
+			// after a network error, which could charge a counter twice.
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{src.RESPAddr}, Username: u.Name, Password: u.Password,
+				TLSConfig: src.ClientTLS, DisableIdentity: true, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: poolSize,
+				MaxActiveConns: poolSize, PipelinePoolSize: pipePool, MaintNotificationsConfig: maint})
+		}
+		return redis.NewClient(&redis.Options{Addr: src.RESPAddr, Username: u.Name, Password: u.Password, TLSConfig: src.ClientTLS,
+			DisableIdentity: true, MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: poolSize, MaxActiveConns: poolSize,
+			PipelinePoolSize: pipePool, MaintNotificationsConfig: maint})
 	}
-	svc, err := NewService(cfg, Options{Store: RedisStore{Client: client}, Clock: src.Clock, ResponseHeaders: src.ResponseHeaders})
+	client := newClient(User{}, 0)
+	users := NewUserClients(func(u User) redis.UniversalClient { return newClient(u, UserPoolSize) })
+	svc, err := NewService(cfg, Options{Store: RedisStore{Client: client, Users: users}, Clock: src.Clock, ResponseHeaders: src.ResponseHeaders})
 	if err != nil {
 		client.Close()
 		return nil, err
@@ -77,21 +103,22 @@ func NewFrontDoor(src server.RLSSources) (*FrontDoor, error) {
 	if src.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(src.TLS.Clone())))
 	}
-	var token *tokenCheck
+	auth := &authenticator{users: users}
 	if src.Password != "" {
-		token = newTokenCheck(src.Password)
-		// ShouldRateLimit checks the token itself (rateLimitService); this
-		// guards any other unary method but the health service's.
-		opts = append(opts, grpc.UnaryInterceptor(token.unary))
+		auth.token = newTokenCheck(src.Password)
+		// ShouldRateLimit checks the credentials itself
+		// (rateLimitService); this guards any other unary method but the
+		// health service's.
+		opts = append(opts, grpc.UnaryInterceptor(auth.unary))
 	}
 	g := grpc.NewServer(opts...)
-	g.RegisterService(rateLimitService(token), svc)
+	g.RegisterService(rateLimitService(auth), svc)
 	hs := health.NewServer() // grpc.health.v1, without a token (probes)
 	healthpb.RegisterHealthServer(g, hs)
 	if src.Logger != nil {
 		src.Logger.Info("envoy rate limit service configuration loaded", "path", src.ConfigPath, "domains", strings.Join(cfg.Domains(), ","))
 	}
-	return &FrontDoor{grpc: g, client: client, service: svc, health: hs, maxConns: src.MaxClients, logger: src.Logger}, nil
+	return &FrontDoor{grpc: g, client: client, users: users, service: svc, health: hs, maxConns: src.MaxClients, logger: src.Logger}, nil
 }
 
 // Service returns the service the front door answers with.
@@ -131,16 +158,70 @@ func (f *FrontDoor) Shutdown(ctx context.Context) error {
 		f.grpc.Stop()
 		<-done
 	}
-	return f.client.Close()
+	return errors.Join(f.users.Close(), f.client.Close())
 }
 
 // Close implements server.RLSServer.
 func (f *FrontDoor) Close() error {
 	f.grpc.Stop()
-	return f.client.Close()
+	return errors.Join(f.users.Close(), f.client.Close())
 }
 
-var errToken = status.Error(codes.Unauthenticated, "missing or wrong token: send metadata \"authorization: Bearer <requirepass>\"")
+// Users returns the clients of the ACL users calls came as.
+func (f *FrontDoor) Users() *UserClients { return f.users }
+
+var errToken = status.Error(codes.Unauthenticated, "missing or wrong token: send metadata \"authorization: Bearer <requirepass>\" (or \"authorization: Basic base64(user:password)\" for an ACL user)")
+
+// authenticator finds who a call runs as from its metadata alone, before
+// its request is read: "authorization: Basic base64(user:password)" is
+// that ACL user, its password checked on the server (UserClients);
+// otherwise, when the server has a password, the call must carry the
+// default user's token ("Bearer <password>"); otherwise it runs as the
+// default user.
+type authenticator struct {
+	token *tokenCheck // nil: no password, no token needed
+	users *UserClients
+}
+
+// authenticate returns ctx carrying the call's User (WithUser), or the
+// error the call is refused with.
+func (a *authenticator) authenticate(ctx context.Context) (context.Context, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get(TokenMetadata) {
+		u, ok, err := parseBasic(v)
+		if !ok {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		e, err := a.users.acquire(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		a.users.release(e)
+		return WithUser(ctx, u), nil
+	}
+	if a.token != nil {
+		if err := a.token.check(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return ctx, nil
+}
+
+// unary is the check as a unary interceptor: it runs after gRPC has read
+// and decoded the request, hence not the one ShouldRateLimit relies on.
+func (a *authenticator) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if strings.HasPrefix(info.FullMethod, "/grpc.health.v1.Health/") {
+		return h(ctx, req)
+	}
+	ctx, err := a.authenticate(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
 
 // tokenCheck refuses calls without "authorization: Bearer <password>",
 // comparing SHA-256 digests in constant time (as AUTH on the RESP port).
@@ -167,41 +248,28 @@ func (t *tokenCheck) check(ctx context.Context) error {
 	return nil
 }
 
-// unary is the check as a unary interceptor: it runs after gRPC has read
-// and decoded the request, hence not the one ShouldRateLimit relies on.
-func (t *tokenCheck) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if strings.HasPrefix(info.FullMethod, "/grpc.health.v1.Health/") {
-		return h(ctx, req)
-	}
-	if err := t.check(ctx); err != nil {
-		return nil, err
-	}
-	return h(ctx, req)
-}
-
 // rateLimitService is pb.RateLimitService_ServiceDesc with ShouldRateLimit
 // registered as a stream handler of a unary call (the same call on the
 // wire, and gRPC checks it carries exactly one request): the handler
-// checks token (nil: no token needed) on the headers before it reads the
-// request, so a call without the token is refused before its message is
-// read, let alone decoded. (A unary handler reads the request before any
+// authenticates the call (auth) on its headers before it reads the
+// request, so a call without the token or a user's password is refused
+// before its message is read, let alone decoded. (A unary handler reads the request before any
 // interceptor runs; a grpc.InTapHandle that refuses a call never cancels
 // the call's context, which keeps the timer of its grpc-timeout, about
 // 300 bytes, until the deadline: hours, for a caller who says so.)
-func rateLimitService(token *tokenCheck) *grpc.ServiceDesc {
+func rateLimitService(auth *authenticator) *grpc.ServiceDesc {
 	d := pb.RateLimitService_ServiceDesc
 	d.Methods = nil
 	d.Streams = []grpc.StreamDesc{{StreamName: "ShouldRateLimit", Handler: func(srv any, ss grpc.ServerStream) error {
-		if token != nil {
-			if err := token.check(ss.Context()); err != nil {
-				return err
-			}
+		ctx, err := auth.authenticate(ss.Context())
+		if err != nil {
+			return err
 		}
 		req := new(pb.RateLimitRequest)
 		if err := ss.RecvMsg(req); err != nil {
 			return err
 		}
-		resp, err := srv.(pb.RateLimitServiceServer).ShouldRateLimit(ss.Context(), req)
+		resp, err := srv.(pb.RateLimitServiceServer).ShouldRateLimit(ctx, req)
 		if err != nil {
 			return err
 		}

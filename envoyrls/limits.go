@@ -58,6 +58,21 @@ const (
 	// third offence and is disconnected. gRPC's default is 5 minutes and
 	// no pings without calls.
 	KeepaliveMinTime = 10 * time.Second
+	// MaxUsers is the ACL users whose calls ("authorization: Basic")
+	// the front door holds an authenticated client for at once; a call as
+	// another user closes the least recently used one's client (once its
+	// calls are done). UserPoolSize is the connections each of those
+	// clients keeps to the RESP port, at most: with the front door's own
+	// client, at most MaxUsers*UserPoolSize more loopback connections.
+	MaxUsers     = 64
+	UserPoolSize = 4
+	// UserRecheck is how long a user's password, once the server accepted
+	// it, is taken without asking the server again: a password changed or
+	// a user disabled or deleted stops working on the gRPC port within it.
+	UserRecheck = 10 * time.Second
+	// maxUserChecks bounds the passwords being checked on the server at
+	// once (each a dial and an AUTH): a caller trying passwords waits.
+	maxUserChecks = 4
 )
 
 // serverLimits is the grpc.ServerOptions that set the limits above.

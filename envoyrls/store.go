@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // RedisStore is a Store over cellserver's own commands, sent with go-redis
@@ -15,23 +17,56 @@ import (
 // pipeline, one command each: CL.FIXED, CL.SLIDING or CL.SLIDINGLOG
 // key limit <period>ns quantity MS, or CL.THROTTLE key burst limit
 // <period seconds> quantity for GCRA.
+//
+// A call whose context carries a User (WithUser) is sent through that
+// user's client from Users, so the server's ACL decides what it may
+// charge: a key outside the user's patterns is gRPC PermissionDenied, a
+// password the server no longer accepts Unauthenticated. Other calls go
+// through Client.
 type RedisStore struct {
 	Client redis.Cmdable
+	// Users holds the clients of the users calls come as; nil refuses
+	// every call that carries a User.
+	Users *UserClients
 }
+
+var errNoUsers = status.Error(codes.Unauthenticated, "this front door takes no user credentials")
 
 // Hit implements Store.
 func (s RedisStore) Hit(ctx context.Context, hits []Hit) ([]Result, error) {
+	u := UserFrom(ctx)
+	client := s.Client
+	if u.Name != "" {
+		if s.Users == nil {
+			return nil, errNoUsers
+		}
+		e, err := s.Users.acquire(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		defer s.Users.release(e)
+		client = e.client
+		out, err := hit(ctx, client, u, hits)
+		if status.Code(err) == codes.Unauthenticated {
+			s.Users.retire(e) // the server no longer takes the password
+		}
+		return out, err
+	}
+	return hit(ctx, client, u, hits)
+}
+
+func hit(ctx context.Context, client redis.Cmdable, u User, hits []Hit) ([]Result, error) {
 	cmds := make([]*redis.Cmd, len(hits))
-	_, err := s.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, h := range hits {
 			cmds[i] = p.Do(ctx, command(h)...)
 		}
 		return nil
 	})
 	if err != nil {
-		for _, c := range cmds {
+		for i, c := range cmds {
 			if c != nil && c.Err() != nil {
-				return nil, c.Err()
+				return nil, storeError(u, hits[i].Key, c.Err())
 			}
 		}
 		return nil, err

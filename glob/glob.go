@@ -9,8 +9,40 @@ package glob
 // in Redis's util.c): '*' any run, '?' any byte, '[...]' a class with ranges
 // and '^' negation, '\' escapes the next byte. nocase folds ASCII case.
 func Match(pattern, str []byte, nocase bool) bool {
+	if !nocase {
+		if m, ok := matchSimple(pattern, str); ok {
+			return m
+		}
+	}
 	skipLonger := false
 	return matchDepth(pattern, str, nocase, &skipLonger, 0)
+}
+
+// matchSimple answers, in one pass, what matchDepth answers for the two
+// patterns checked most often: a literal (a key name), and a literal
+// followed by stars (a key prefix: an ACL user's ~team:*, checked on every
+// command). For a prefix pattern that is a string that starts with the
+// literal, the empty string excepted (Redis: "*" does not match "").
+// ok is false for any other pattern.
+func matchSimple(p, s []byte) (match, ok bool) {
+	same := true // s starts with p[:i]
+	for i, c := range p {
+		switch c {
+		case '*':
+			for _, c := range p[i+1:] {
+				if c != '*' {
+					return false, false
+				}
+			}
+			return same && len(s) > 0, true
+		case '?', '[', '\\':
+			return false, false
+		}
+		if same && (i >= len(s) || s[i] != c) {
+			same = false
+		}
+	}
+	return same && len(s) == len(p), true
 }
 
 func lowerByte(c byte) byte {

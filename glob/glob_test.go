@@ -216,3 +216,52 @@ func TestGlobMatchRedis(t *testing.T) {
 		t.Fatalf("too few matches (%d) or non-matches (%d) to mean anything", matched, compared-matched)
 	}
 }
+
+// TestSimpleFastPath: Match's one-pass answer for a literal or a
+// "literal*" pattern is what the general matcher answers, for random
+// patterns (over bytes that are and are not glob syntax, so that the
+// shortcut is also refused where it must be) against random strings, the
+// empty one included.
+func TestSimpleFastPath(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	alphabet := []byte("ab:*?[]\\^-\xc3")
+	randBytes := func(max int) []byte {
+		b := make([]byte, rng.Intn(max+1))
+		for i := range b {
+			b[i] = alphabet[rng.Intn(len(alphabet))]
+		}
+		return b
+	}
+	shortcut := 0
+	for range 300000 {
+		pat := randBytes(4)
+		if rng.Intn(3) > 0 {
+			pat = append(pat, []byte("**")[:1+rng.Intn(2)]...)
+		}
+		str := randBytes(6)
+		if rng.Intn(2) == 0 { // often a string that starts with the literal
+			lit, _, _ := strings.Cut(string(pat), "*")
+			str = append([]byte(lit), str[:rng.Intn(len(str)+1)]...)
+		}
+		if _, ok := matchSimple(pat, str); ok {
+			shortcut++
+		}
+		skipLonger := false
+		want := matchDepth(pat, str, false, &skipLonger, 0)
+		if got := Match(pat, str, false); got != want {
+			t.Fatalf("Match(%q, %q) = %v, the general matcher says %v", pat, str, got, want)
+		}
+	}
+	if shortcut < 30000 {
+		t.Fatalf("only %d patterns took the shortcut", shortcut)
+	}
+}
+
+func BenchmarkMatchPrefix(b *testing.B) {
+	p, k := []byte("tenant:*"), []byte("tenant:0001")
+	for b.Loop() {
+		if !Match(p, k, false) {
+			b.Fatal("no match")
+		}
+	}
+}
