@@ -98,6 +98,21 @@ const aclLogMaxCap = 1 << 20
 type aclKeyPat struct {
 	pat  string
 	perm uint8 // aclRead, aclWrite or both
+	// prefix is set for a pattern that is a literal followed by stars
+	// (~team:*): a key matches it when it starts with prefix (and is not
+	// empty), compared without the glob matcher.
+	prefix   string
+	isPrefix bool
+}
+
+// newKeyPat makes a key pattern, a literal prefix noted.
+func newKeyPat(pat string, perm uint8) aclKeyPat {
+	kp := aclKeyPat{pat: pat, perm: perm}
+	lit := strings.TrimRight(pat, "*")
+	if len(lit) < len(pat) && !strings.ContainsAny(lit, "*?[\\") {
+		kp.prefix, kp.isPrefix = lit, true
+	}
+	return kp
 }
 
 // aclSel is one selector. The zero value allows nothing.
@@ -499,7 +514,7 @@ func (s *Service) applySelRule(st *aclState, sel *aclSel, op []byte) aclRuleErr 
 			if st.patterns() >= aclMaxPatterns {
 				return aclErrTooMany
 			}
-			sel.keys = append(sel.keys, aclKeyPat{pat: string(pat), perm: perm})
+			sel.keys = append(sel.keys, newKeyPat(string(pat), perm))
 		}
 		sel.allKeys = false
 	case op[0] == '&':
@@ -685,6 +700,12 @@ func (sel *aclSel) check(sp *Spec, args [][]byte, keys []rkey) (res, pos int) {
 func (sel *aclSel) keyOK(key []byte, need uint8) bool {
 	for _, p := range sel.keys {
 		if p.perm&need != need {
+			continue
+		}
+		if p.isPrefix {
+			if len(key) > 0 && len(key) >= len(p.prefix) && string(key[:len(p.prefix)]) == p.prefix {
+				return true
+			}
 			continue
 		}
 		if glob.Match(unsafeBytes(p.pat), key, false) {
