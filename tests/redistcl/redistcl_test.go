@@ -18,9 +18,10 @@
 //
 // # Bounds
 //
-// A test that sends no report for idleLimit is counted as hung: the client's
+// A test that sends no report for 20 s is counted as hung: the client's
 // whole process group is killed and the unit starts again with that test
-// (and the tests already reported) skipped. A unit has unitLimit in all.
+// (and the tests already reported) skipped. A unit has 90 s in all
+// (unitBounds).
 //
 // # The list
 //
@@ -64,15 +65,23 @@ const (
 	expectedFile = "expected.txt"
 	shimFile     = "shim.tcl"
 
-	// idleLimit bounds the time between two reports of a unit's client
-	// (roughly, one test). Redis's slowest tests here wait a few seconds
-	// on purpose (key expiry); a test waiting this long is stuck.
-	idleLimit = 20 * time.Second
-	// unitLimit bounds one unit, restarts after a hung test included.
-	unitLimit = 90 * time.Second
 	// maxRestarts bounds the restarts of one unit after hung tests.
 	maxRestarts = 4
 )
+
+// bounds are a unit run's time limits.
+type bounds struct {
+	// idle bounds the time between two reports of a unit's client
+	// (roughly, one test).
+	idle time.Duration
+	// unit bounds one unit, restarts after a hung test included.
+	unit time.Duration
+}
+
+// unitBounds are the limits of the vendored units. Their slowest test
+// waits 15 s on purpose (dump's MIGRATE cached connections); a test
+// waiting 20 s is stuck.
+var unitBounds = bounds{idle: 20 * time.Second, unit: 90 * time.Second}
 
 // units are the vendored units this test runs, in order, by their path
 // under tests/unit without ".tcl" (the subtest's name). A unit that only
@@ -109,7 +118,7 @@ const (
 	statusFailed  = "failed"  // the test ran and failed (err)
 	statusError   = "error"   // a block's code outside any test failed; the name is the message's first line
 	statusIgnored = "ignored" // not run: a tag the framework skips in external mode
-	statusHung    = "hung"    // no report within idleLimit; the unit went on without it
+	statusHung    = "hung"    // no report within bounds.idle; the unit went on without it
 	statusAborted = "aborted" // the client died (an exception); the rest of the unit did not run
 )
 
@@ -160,7 +169,7 @@ func TestRedisTCL(t *testing.T) {
 	for _, unit := range units {
 		t.Run(unit, func(t *testing.T) {
 			start := time.Now()
-			entries, c := runUnit(t, tclsh, unit, string(shim))
+			entries, c := runUnit(t, tclsh, unit, string(shim), vendorDir, unitBounds)
 			t.Logf("%s: %v (%.1f s)", unit, c, time.Since(start).Seconds())
 			mu.Lock()
 			got[unit] = entries
@@ -222,22 +231,23 @@ func compare(t *testing.T, unit string, want, maybe []entry, have []outcome) {
 	}
 }
 
-// runUnit runs one unit, restarting it after a hung test, and returns its
-// non-passing tests in report order.
-func runUnit(t *testing.T, tclsh, unit, shim string) ([]outcome, counts) {
+// runUnit runs one unit of the Redis tree in src (copied first, as the
+// framework writes under tests/tmp), restarting it after a hung test, and
+// returns its non-passing tests in report order.
+func runUnit(t *testing.T, tclsh, unit, shim, src string, b bounds) ([]outcome, counts) {
 	dir := t.TempDir()
-	if err := os.CopyFS(dir, os.DirFS(vendorDir)); err != nil {
+	if err := os.CopyFS(dir, os.DirFS(src)); err != nil {
 		t.Fatal(err)
 	}
 	_, addr := binproc.StartServer(t)
 	_, port, _ := net.SplitHostPort(addr)
 
-	deadline := time.Now().Add(unitLimit)
+	deadline := time.Now().Add(b.unit)
 	var all []outcome
 	var total counts
 	var skip []string // tests not to run again after a restart
 	for attempt := 0; ; attempt++ {
-		r := &unitRun{unit: unit}
+		r := &unitRun{unit: unit, idle: b.idle}
 		err := r.run(tclsh, dir, port, shim, skip, deadline)
 		all = append(all, r.entries...)
 		total.add(r.counts)
@@ -271,19 +281,23 @@ func (c *counts) add(d counts) {
 	c.aborted += d.aborted
 }
 
-// errHung says that the client sent nothing for idleLimit.
-type errHung struct{ test string }
+// errHung says that the client sent nothing for idle.
+type errHung struct {
+	test string
+	idle time.Duration
+}
 
 func (e errHung) Error() string {
 	if e.test == "" {
-		return fmt.Sprintf("no report for %v outside any test", idleLimit)
+		return fmt.Sprintf("no report for %v outside any test", e.idle)
 	}
-	return fmt.Sprintf("no report for %v in test %q", idleLimit, e.test)
+	return fmt.Sprintf("no report for %v in test %q", e.idle, e.test)
 }
 
 // unitRun is one run of one unit's client.
 type unitRun struct {
 	unit     string
+	idle     time.Duration // bounds.idle
 	entries  []outcome
 	counts   counts
 	reported []string     // names of the tests reported (for a restart's skip list)
@@ -330,7 +344,7 @@ func (r *unitRun) run(tclsh, dir, port, shim string, skip []string, deadline tim
 		_ = cmd.Wait()
 	}()
 
-	ln.(*net.TCPListener).SetDeadline(time.Now().Add(idleLimit))
+	ln.(*net.TCPListener).SetDeadline(time.Now().Add(r.idle))
 	conn, err := ln.Accept()
 	if err != nil {
 		return fmt.Errorf("the client did not connect: %v", err)
@@ -348,7 +362,7 @@ func (r *unitRun) run(tclsh, dir, port, shim string, skip []string, deadline tim
 	br := bufio.NewReader(conn)
 	current := "" // the test in progress ("testing" seen, no outcome yet)
 	for {
-		d := time.Now().Add(idleLimit)
+		d := time.Now().Add(r.idle)
 		if d.After(deadline) {
 			d = deadline
 		}
@@ -359,7 +373,7 @@ func (r *unitRun) run(tclsh, dir, port, shim string, skip []string, deadline tim
 			if errors.As(err, &ne) && ne.Timeout() {
 				r.add(statusHung, current, "")
 				r.counts.hung++
-				return errHung{current}
+				return errHung{current, r.idle}
 			}
 			if errors.Is(err, io.EOF) {
 				// The client exited without "done": an exception already
@@ -400,7 +414,8 @@ func (r *unitRun) run(tclsh, dir, port, shim string, skip []string, deadline tim
 			r.counts.ignored++
 		case "exception":
 			// Outside a test, the message names the cause.
-			r.add(statusAborted, nameOr(current, strings.TrimPrefix(firstLine(data), "Executing test client: ")), data)
+			why := strings.TrimSuffix(strings.TrimPrefix(firstLine(data), "Executing test client: "), ".")
+			r.add(statusAborted, nameOr(current, why), data)
 			r.counts.aborted++
 			r.output.Add("exception: " + data)
 		case "done":
