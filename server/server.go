@@ -220,6 +220,7 @@ func New(cfg Config) (_ *Server, err error) {
 		Clock:              cfg.Clock,
 		Settings:           cfg.Settings(),
 		Version:            cfg.Version,
+		RedisVersion:       cfg.RedisVersion,
 		Password:           cfg.Password,
 		Logger:             cfg.Logger,
 		ProtectedMode:      !cfg.DisableProtectedMode && cfg.Password == "",
