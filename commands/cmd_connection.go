@@ -11,8 +11,6 @@ import (
 	"github.com/cellserver/cellserver/resp"
 )
 
-const redisCompatVers = "7.0.15" // the Redis version whose behaviour cellserver follows
-
 func cmdPing(x *ctx) {
 	if len(x.args) <= 2 && !x.cl.resp3() && x.cl.subscribed() {
 		// Subscribed RESP2 mode: a reply that reads as a message.
@@ -162,7 +160,7 @@ func cmdHello(x *ctx) {
 	x.bulkStr("server")
 	x.bulkStr("redis")
 	x.bulkStr("version")
-	x.bulkStr(redisCompatVers)
+	x.bulkStr(x.s.redisVersion)
 	x.bulkStr("proto")
 	if x.cl.resp3() {
 		x.int(3)

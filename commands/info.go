@@ -299,7 +299,7 @@ func (c *infoCall) server() []string {
 	uptime := int64(c.now.Sub(s.started).Seconds())
 	hz := max(int64(time.Second/s.sweepInt), 1) // active expiry runs hz times a second
 	return []string{
-		"redis_version:" + redisCompatVers,
+		"redis_version:" + s.redisVersion,
 		"redis_git_sha1:00000000",
 		"redis_git_dirty:0",
 		"redis_build_id:" + buildID(s.version),

@@ -38,6 +38,11 @@ const (
 	DefaultMinReplicasMaxLag  = 10 * time.Second
 )
 
+// DefaultRedisVersion is the Redis version cellserver follows, error texts
+// included, and reports by default (docs/commands.md, "Which Redis version
+// cellserver reports").
+const DefaultRedisVersion = "7.0.15"
+
 // Config configures a Service. The zero value is valid except for Keyspace,
 // which New creates when nil.
 type Config struct {
@@ -55,6 +60,11 @@ type Config struct {
 	// Version is cellserver's version, reported by INFO and HELLO.
 	// The default value is DefaultVersion ("dev").
 	Version string
+	// RedisVersion is the Redis version reported by INFO (redis_version)
+	// and HELLO (version), which clients gate features on. Commands
+	// behave as Redis 7.0.15's whatever it says. The default value is
+	// DefaultRedisVersion ("7.0.15").
+	RedisVersion string
 	// Password, when not empty, is required by AUTH before other commands.
 	Password string
 	// ACLFile is the aclfile (Redis's format: "user name rules..."
@@ -241,6 +251,8 @@ type Service struct {
 	// realClock: clock is time.Now, so a client may derive the wall
 	// clock from the monotonic one (client.wallNS).
 	realClock bool
+	// redisVersion is Config.RedisVersion: INFO's redis_version, HELLO's version.
+	redisVersion string
 
 	table map[string]*Spec // lower-case name -> spec
 	specs []*Spec          // every spec, subcommands included, by id
@@ -311,6 +323,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.Clock = time.Now
 	}
 	cfg.Version = cmp.Or(cfg.Version, DefaultVersion)
+	cfg.RedisVersion = cmp.Or(cfg.RedisVersion, DefaultRedisVersion)
 	cfg.SweepInterval = cmp.Or(cfg.SweepInterval, DefaultSweepInterval)
 	if cfg.SweepInterval < 0 {
 		return nil, errors.New("commands: sweep interval must not be negative")
@@ -375,6 +388,7 @@ func New(cfg Config) (*Service, error) {
 		rewrite: cfg.ConfigRewrite,
 		cluster: clusterMode{state: cfg.Cluster, slots: cfg.ClusterSlots},
 	}
+	s.redisVersion = cfg.RedisVersion
 	if cfg.Cluster != nil {
 		s.cluster.bus = cfg.PubSubBus
 		// A node that stops serving a slot unsubscribes the subscribers

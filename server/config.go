@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -191,6 +192,12 @@ type Config struct {
 	// Version is reported by INFO and --version. The default value is
 	// commands.DefaultVersion ("dev").
 	Version string
+	// RedisVersion is the Redis version INFO (redis_version) and HELLO
+	// (version) report, "major.minor.patch"; clients gate features on it
+	// (docs/commands.md, "Which Redis version cellserver reports").
+	// Commands behave as Redis 7.0.15's whatever it says. The default
+	// value is commands.DefaultRedisVersion ("7.0.15").
+	RedisVersion string
 	// ConfigFile is the file the configuration was read from, if any
 	// (INFO server config_file).
 	ConfigFile string
@@ -410,6 +417,9 @@ func (c Config) validate() (tlsMaterial, error) {
 	if len(c.KeyPrefixSeparator) != 1 {
 		bad("metrics-key-separator %q: must be one byte", c.KeyPrefixSeparator)
 	}
+	if c.RedisVersion != "" && !redisVersionRE.MatchString(c.RedisVersion) {
+		bad("redis-version %q: must be major.minor.patch, such as 7.4.0", c.RedisVersion)
+	}
 	if c.SlowlogMaxLen < 0 {
 		bad("slowlog-max-len %d: must not be negative", c.SlowlogMaxLen)
 	}
@@ -491,6 +501,9 @@ func ParseLogLevel(s string) (slog.Level, error) {
 
 // logOutput is where New's logger writes when it builds one from
 // LogFormat and LogLevel (tests replace it).
+// redisVersionRE is the form of Config.RedisVersion: Redis's own.
+var redisVersionRE = regexp.MustCompile(`^[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3}$`)
+
 var logOutput io.Writer = os.Stderr
 
 // NewLogger builds the logger cfg asks for, writing to w.

@@ -109,3 +109,17 @@ func TestNewBuildsItsLogger(t *testing.T) {
 		t.Fatal("a Config without Logger, LogFormat or LogLevel does not log to slog.Default()")
 	}
 }
+
+// TestRedisVersionValidated: --redis-version takes Redis's own form,
+// major.minor.patch, since clients compare it number by number.
+func TestRedisVersionValidated(t *testing.T) {
+	for v, ok := range map[string]bool{"": true, "7.0.15": true, "7.4.0": true, "7.4": false, "v7.4.0": false, "7.4.0-rc1": false, "7.4.0 ": false} {
+		err := server.Config{RedisVersion: v}.Validate()
+		if (err == nil) != ok {
+			t.Errorf("RedisVersion %q: Validate() = %v, want ok=%v", v, err, ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "redis-version") {
+			t.Errorf("RedisVersion %q: error %q does not name redis-version", v, err)
+		}
+	}
+}

@@ -226,6 +226,7 @@ func New(cfg Config) (_ *Server, err error) {
 		Clock:              cfg.Clock,
 		Settings:           cfg.Settings(),
 		Version:            cfg.Version,
+		RedisVersion:       cfg.RedisVersion,
 		Password:           cfg.Password,
 		ACLFile:            cfg.ACLFile,
 		Users:              cfg.Users,
