@@ -46,6 +46,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -239,7 +240,9 @@ func runUnit(t *testing.T, tclsh, unit, shim, src string, b bounds) ([]outcome, 
 	if err := os.CopyFS(dir, os.DirFS(src)); err != nil {
 		t.Fatal(err)
 	}
-	_, addr := binproc.StartServer(t)
+	// A data directory, as a Redis under test always has one (SAVE,
+	// BGSAVE and LASTSAVE write checkpoints there).
+	_, addr := binproc.StartServer(t, "--data-dir", filepath.Join(t.TempDir(), "data"))
 	_, port, _ := net.SplitHostPort(addr)
 
 	deadline := time.Now().Add(b.unit)
