@@ -698,7 +698,8 @@ func (sel *aclSel) check(sp *Spec, args [][]byte, keys []rkey) (res, pos int) {
 
 // keyOK is ACLSelectorCheckKey for a selector without allkeys.
 func (sel *aclSel) keyOK(key []byte, need uint8) bool {
-	for _, p := range sel.keys {
+	for i := range sel.keys {
+		p := &sel.keys[i]
 		if p.perm&need != need {
 			continue
 		}
