@@ -1,10 +1,12 @@
 package commands
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/armon/go-radix"
 
@@ -142,6 +144,8 @@ type trackTable struct {
 	// sets' sizes), against TrackingMaxPrefixes.
 	prefixes *radix.Tree
 	nprefix  int64
+	// bcast holds the BCAST invalidations not sent yet.
+	bcast bcastPending
 	// examined counts the prefixes a changed key was compared with (the
 	// ones on its path in prefixes): the work of touch, which tests
 	// bound.
@@ -249,7 +253,7 @@ func (t *trackTable) touch(ks *keyspace.Keyspace, db int, key []byte) {
 	}
 	var frame []byte
 	var targets map[*client]struct{}
-	var buf [4]*client
+	var buf [4]bcastHit
 	t.mu.Lock()
 	if len(t.keys) > 0 {
 		if targets = t.keys[string(key)]; targets != nil {
@@ -258,7 +262,7 @@ func (t *trackTable) touch(ks *keyspace.Keyspace, db int, key []byte) {
 			t.active.Add(-1)
 		}
 	}
-	bcast := t.bcastLocked(string(key), buf[:0])
+	bcast := t.bcastHitsLocked(string(key), buf[:0])
 	t.mu.Unlock()
 	if len(targets) == 0 && len(bcast) == 0 {
 		return
@@ -275,40 +279,132 @@ func (t *trackTable) touch(ks *keyspace.Keyspace, db int, key []byte) {
 		}
 		cl.sendInvalidation(frame)
 	}
-	var seen map[*client]bool
-	if len(bcast) > 1 {
-		seen = make(map[*client]bool, len(bcast))
-	}
-	for _, cl := range bcast {
-		if seen != nil {
-			if seen[cl] {
-				continue // two of its prefixes match: one message
-			}
-			seen[cl] = true
-		}
-		if cl.track.flags.Load()&trkNoloop != 0 && cl.writer(shard()) {
+	for _, h := range bcast {
+		if h.cl.track.flags.Load()&trkNoloop != 0 && h.cl.writer(shard()) {
 			continue
 		}
-		if frame == nil {
-			frame = invalidateFrame(key)
-		}
-		cl.sendInvalidation(frame)
+		t.queueBcast(h, key)
 	}
 }
 
+// bcastHit is one BCAST prefix of one client that a changed key starts
+// with. A client's prefixes do not overlap (CLIENT TRACKING refuses
+// that), so a key is one hit per client at most.
+type bcastHit struct {
+	cl     *client
+	prefix string
+}
+
+// bcastPending gathers the keys changed under each BCAST prefix of each
+// client until they are sent, as Redis gathers them until its event loop
+// sleeps (trackingBroadcastInvalidationMessages): one invalidation per
+// client and prefix with every key changed meanwhile. Here they are sent
+// once the command that changed them has run (Service.ServeRESP, EXEC
+// included), or after bcastDelay for changes made outside a command
+// (expiry sweeps, a replica applying its primary's changes).
+type bcastPending struct {
+	any   atomic.Bool
+	mu    sync.Mutex
+	order []bcastHit
+	keys  map[bcastHit]map[string]struct{}
+	timer *time.Timer
+}
+
+// bcastDelay bounds how long a change made outside a command waits before
+// its BCAST invalidation is sent.
+const bcastDelay = time.Millisecond
+
+// queueBcast records that key changed under h until flushBcast.
+func (t *trackTable) queueBcast(h bcastHit, key []byte) {
+	p := &t.bcast
+	p.mu.Lock()
+	if p.keys == nil {
+		p.keys = make(map[bcastHit]map[string]struct{})
+	}
+	set := p.keys[h]
+	if set == nil {
+		set = make(map[string]struct{})
+		p.keys[h] = set
+		p.order = append(p.order, h)
+	}
+	set[string(key)] = struct{}{}
+	if !p.any.Load() {
+		p.any.Store(true)
+		if p.timer == nil {
+			p.timer = time.AfterFunc(bcastDelay, t.flushBcast)
+		} else {
+			p.timer.Reset(bcastDelay)
+		}
+	}
+	p.mu.Unlock()
+}
+
+// flushBcast sends each client the keys changed under each of its
+// prefixes since the last flush, in one invalidation per prefix (the
+// prefixes and each one's keys in byte order, each key once, as Redis's
+// radix trees list them).
+func (t *trackTable) flushBcast() {
+	p := &t.bcast
+	p.mu.Lock()
+	order, keys := p.order, p.keys
+	p.order, p.keys = nil, nil
+	p.any.Store(false)
+	p.mu.Unlock()
+	// Prefixes in byte order, as Redis walks its tree of them.
+	slices.SortStableFunc(order, func(a, b bcastHit) int { return strings.Compare(a.prefix, b.prefix) })
+	for _, h := range order {
+		set := keys[h]
+		list := make([]string, 0, len(set))
+		for k := range set {
+			list = append(list, k)
+		}
+		slices.Sort(list)
+		h.cl.sendInvalidation(invalidateFrameKeys(list))
+	}
+}
+
+// invalidateFrameKeys is the RESP3 push of several invalidated keys.
+func invalidateFrameKeys(keys []string) []byte {
+	n := 32
+	for _, k := range keys {
+		n += len(k) + 16
+	}
+	b := make([]byte, 0, n)
+	b = append(b, invalidatePrefix...)
+	b = append(b, '*')
+	b = strconv.AppendInt(b, int64(len(keys)), 10)
+	b = append(b, '\r', '\n')
+	for _, k := range keys {
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(len(k)), 10)
+		b = append(b, '\r', '\n')
+		b = append(b, k...)
+		b = append(b, '\r', '\n')
+	}
+	return b
+}
+
 // bcastLocked appends to bcast the clients with a BCAST prefix that key
-// starts with (a client twice if two of its prefixes match). The
-// prefixes key starts with are on its path in t.prefixes: at most
-// len(key)+1 nodes are visited, however many prefixes are registered.
-// t.mu must be held.
+// starts with (bcastHitsLocked without the prefixes). t.mu must be held.
 func (t *trackTable) bcastLocked(key string, bcast []*client) []*client {
+	for _, h := range t.bcastHitsLocked(key, nil) {
+		bcast = append(bcast, h.cl)
+	}
+	return bcast
+}
+
+// bcastHitsLocked appends to bcast the clients with a BCAST prefix that
+// key starts with, with that prefix. The prefixes key starts with are on
+// its path in t.prefixes: at most len(key)+1 nodes are visited, however
+// many prefixes are registered. t.mu must be held.
+func (t *trackTable) bcastHitsLocked(key string, bcast []bcastHit) []bcastHit {
 	if t.nprefix == 0 {
 		return bcast
 	}
-	t.prefixes.WalkPath(key, func(_ string, v any) bool {
+	t.prefixes.WalkPath(key, func(prefix string, v any) bool {
 		t.examined++
 		for cl := range v.(map[*client]struct{}) {
-			bcast = append(bcast, cl)
+			bcast = append(bcast, bcastHit{cl, prefix})
 		}
 		return false
 	})

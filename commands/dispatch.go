@@ -16,6 +16,9 @@ func (s *Service) ServeRESP(c *resp.Conn, args [][]byte) {
 	x.locked = false
 	x.polSet = nil
 	s.dispatch(x)
+	if s.track.bcast.any.Load() {
+		s.track.flushBcast()
+	}
 	if cl.track.flags.Load()&trkCaching != 0 {
 		cl.afterCommand(cl.lastCmd.Load())
 	}
