@@ -731,6 +731,9 @@ func (sel *aclSel) chanOK(ch []byte, isPattern bool) bool {
 // command wins; otherwise the most relevant denial (a key or channel
 // beats the command, a later argument an earlier one).
 func (st *aclState) check(sp *Spec, args [][]byte, keys []rkey) (res, pos int) {
+	if len(st.sels) == 1 { // a user without selectors: its root alone
+		return st.sels[0].check(sp, args, keys)
+	}
 	res = aclDeniedCmd
 	for i := range st.sels {
 		r, p := st.sels[i].check(sp, args, keys)
