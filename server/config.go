@@ -174,6 +174,11 @@ type Config struct {
 	// path but the probes /healthz and /readyz (metricsauth.go). They are
 	// the listener's own credentials, not an ACL user's.
 	MetricsUser, MetricsPassword string
+	// MetricsACL makes the metrics listener accept, besides the pair
+	// above, the server's ACL users that have a password and may run
+	// INFO (commands.Service.CheckUser); with it, and no pair, only they
+	// get in.
+	MetricsACL bool
 	// KeyPrefixSeparator ends the key prefix used by the most-limited
 	// prefixes metric. The default value is ":"
 	// (commands.DefaultKeyPrefixSeparator).
@@ -593,6 +598,7 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "metrics-addr", Value: c.MetricsAddr},
 		{Name: "metrics-user", Value: c.MetricsUser},
 		{Name: "metrics-password", Value: map[bool]string{false: "", true: "********"}[c.MetricsPassword != ""]},
+		{Name: "metrics-acl", Value: map[bool]string{false: "no", true: "yes"}[c.MetricsACL]},
 		{Name: "rls-addr", Value: c.RLSAddr},
 		{Name: "rls-config", Value: c.RLSConfig},
 		{Name: "metrics-key-separator", Value: c.KeyPrefixSeparator},

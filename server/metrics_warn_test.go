@@ -34,16 +34,16 @@ func (l *lockedBuffer) String() string {
 // TestMetricsNonLoopbackWarns: the metrics port has no authentication
 // unless --metrics-user is set, so serving it beyond the loopback
 // interface without one is logged as a warning at startup; on loopback,
-// or with a metrics password, it is not.
+// or with a metrics password or --metrics-acl, it is not.
 func TestMetricsNonLoopbackWarns(t *testing.T) {
 	for _, tc := range []struct {
 		metrics, user string
-		warn          bool
-	}{{"127.0.0.1:0", "", false}, {":0", "", true}, {":0", "ops", false}} {
+		acl, warn     bool
+	}{{"127.0.0.1:0", "", false, false}, {":0", "", false, true}, {":0", "ops", false, false}, {":0", "", true, false}} {
 		var logs lockedBuffer
 		pass := map[bool]string{false: "", true: "metrics-pw"}[tc.user != ""]
 		srv, err := server.New(server.Config{Addr: "127.0.0.1:0", MetricsAddr: tc.metrics, Metrics: metrics.ServerHandler, Password: "pw",
-			MetricsUser: tc.user, MetricsPassword: pass,
+			MetricsUser: tc.user, MetricsPassword: pass, MetricsACL: tc.acl,
 			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {
 			t.Fatal(err)

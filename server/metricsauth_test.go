@@ -73,3 +73,53 @@ func TestMetricsAuthConfig(t *testing.T) {
 		t.Errorf("both set: %v", err)
 	}
 }
+
+// TestMetricsACLUsers: with --metrics-acl, an ACL user that has a password
+// and may run INFO gets in; one that may not gets 403; a wrong password,
+// a disabled user and a nopass user (the default user without
+// --requirepass) get 401. The --metrics-user pair still works beside.
+func TestMetricsACLUsers(t *testing.T) {
+	for _, withPair := range []bool{false, true} {
+		cfg := server.Config{MetricsAddr: "127.0.0.1:0", Metrics: metrics.ServerHandler, MetricsACL: true}
+		if withPair {
+			cfg.MetricsUser, cfg.MetricsPassword = "ops", "s3cret"
+		}
+		srv, addr := servertest.Start(t, cfg)
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		defer rdb.Close()
+		ctx := context.Background()
+		for _, rule := range [][]any{
+			{"ACL", "SETUSER", "admin", "on", ">adminpw", "~*", "+@all"},
+			{"ACL", "SETUSER", "reader", "on", ">readerpw", "-@all", "+info"},
+			{"ACL", "SETUSER", "team", "on", ">teampw", "~team:*", "-@all", "+@rate_limit"},
+			{"ACL", "SETUSER", "gone", "off", ">gonepw", "+@all"},
+			{"ACL", "SETUSER", "open", "on", "nopass", "+@all"},
+		} {
+			if err := rdb.Do(ctx, rule...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		base := "http://" + srv.MetricsAddr().String()
+		for _, c := range []struct {
+			user, pass string
+			code       int
+		}{
+			{"admin", "adminpw", 200}, {"reader", "readerpw", 200}, {"team", "teampw", 403},
+			{"admin", "wrong", 401}, {"gone", "gonepw", 401}, {"open", "anything", 401}, {"default", "", 401},
+			{"nosuch", "x", 401}, {"ops", "s3cret", map[bool]int{false: 401, true: 200}[withPair]},
+		} {
+			for _, path := range []string{"/metrics", "/dashboard/state.json"} {
+				req, _ := http.NewRequest("GET", base+path, nil)
+				req.SetBasicAuth(c.user, c.pass)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != c.code || (c.code == 401) != (resp.Header.Get("WWW-Authenticate") != "") {
+					t.Errorf("pair %v, %s as %s: %d (WWW-Authenticate %q), want %d", withPair, path, c.user, resp.StatusCode, resp.Header.Get("WWW-Authenticate"), c.code)
+				}
+			}
+		}
+	}
+}

@@ -438,8 +438,8 @@ func (s *Server) Serve() error {
 		if h == nil { // never http.DefaultServeMux
 			h = http.NotFoundHandler()
 		}
-		if s.cfg.MetricsUser != "" {
-			h = basicAuth(h, s.cfg.MetricsUser, s.cfg.MetricsPassword)
+		if s.cfg.MetricsUser != "" || s.cfg.MetricsACL {
+			h = basicAuth(h, s.metricsCredentials())
 		}
 		s.httpSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	}
@@ -572,7 +572,7 @@ func (s *Server) Run(ctx context.Context) error {
 			s.cfg.Logger.Info("cluster mode", "node-id", v.ID, "shards", len(v.T.Shards), "listed", v.Me != nil, "master", v.Master)
 		}
 	}
-	if m := s.MetricsAddr(); m != nil && !isLoopbackAddr(m) && s.cfg.MetricsUser == "" {
+	if m := s.MetricsAddr(); m != nil && !isLoopbackAddr(m) && s.cfg.MetricsUser == "" && !s.cfg.MetricsACL {
 		s.cfg.Logger.Warn("WARNING: metrics on a non-loopback address: anyone who can reach " + m.String() +
 			" can read /metrics and /dashboard (no password; key prefixes, traffic). Bind --metrics-addr to 127.0.0.1, set --metrics-user and --metrics-password, or firewall its port.")
 	}

@@ -248,6 +248,7 @@ var options = []option{
 	{"metrics-addr", "", "serve Prometheus /metrics, /healthz, /readyz and the live /dashboard over HTTP on this address (off when empty)", setString(func(c *server.Config) *string { return &c.MetricsAddr })},
 	{"metrics-user", "", "with --metrics-password: the metrics listener asks for HTTP basic authentication with this user name (all paths but /healthz and /readyz)", setString(func(c *server.Config) *string { return &c.MetricsUser })},
 	{"metrics-password", "", "with --metrics-user: the password of the metrics listener's basic authentication (shown masked by CONFIG GET)", setString(func(c *server.Config) *string { return &c.MetricsPassword })},
+	{"metrics-acl", "no", "the metrics listener also accepts, by HTTP basic authentication, the ACL users that have a password and may run INFO (with no --metrics-user: only them)", setBool(func(c *server.Config) *bool { return &c.MetricsACL })},
 	{"metrics-key-separator", string(rune(commands.DefaultKeyPrefixSeparator)), "a key's prefix, for the most-limited-prefixes metric, ends at this byte", setString(func(c *server.Config) *string { return &c.KeyPrefixSeparator })},
 	{"metrics-top-prefixes", strconv.Itoa(commands.DefaultTopPrefixes), "how many most-limited key prefixes the metrics report", setInt(func(c *server.Config) *int { return &c.TopPrefixes })},
 	{"replicaof", "", "start as a replica of this primary: \"host port\" (REPLICAOF at run time; empty: a primary)", setString(func(c *server.Config) *string { return &c.ReplicaOf })},
