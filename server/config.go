@@ -169,6 +169,16 @@ type Config struct {
 	// metrics.ServerHandler; like OpenStore it is a field so that this
 	// package does not link the Prometheus client.
 	Metrics func(MetricsSources) http.Handler
+	// MetricsUser and MetricsPassword, when set (both or neither), make
+	// the metrics listener ask for HTTP basic authentication on every
+	// path but the probes /healthz and /readyz (metricsauth.go). They are
+	// the listener's own credentials, not an ACL user's.
+	MetricsUser, MetricsPassword string
+	// MetricsACL makes the metrics listener accept, besides the pair
+	// above, the server's ACL users that have a password and may run
+	// INFO (commands.Service.CheckUser); with it, and no pair, only they
+	// get in.
+	MetricsACL bool
 	// KeyPrefixSeparator ends the key prefix used by the most-limited
 	// prefixes metric. The default value is ":"
 	// (commands.DefaultKeyPrefixSeparator).
@@ -304,6 +314,10 @@ type MetricsSources struct {
 	Ready func() bool
 	// RLS returns the Envoy front door's counts; false when it is off.
 	RLS func() (RLSStats, bool)
+	// Cluster is the node's cluster state, nil unless cluster mode.
+	Cluster *cluster.State
+	// Version is Config.Version.
+	Version string
 }
 
 // Defaults for Config's zero values that this package owns. The others
@@ -461,6 +475,12 @@ func (c Config) validate() (tlsMaterial, error) {
 			bad("metrics-addr %q: Config.Metrics is not set (e.g. metrics.ServerHandler)", c.MetricsAddr)
 		}
 	}
+	if (c.MetricsUser == "") != (c.MetricsPassword == "") {
+		bad("metrics-user and metrics-password: set both or neither")
+	}
+	if strings.Contains(c.MetricsUser, ":") {
+		bad("metrics-user %q: must not contain ':' (HTTP basic authentication)", c.MetricsUser)
+	}
 	if c.DataDir != "" && c.OpenStore == nil {
 		bad("data-dir %q: Config.OpenStore is not set (e.g. pebblestore.OpenStore)", c.DataDir)
 	}
@@ -576,6 +596,9 @@ func (c Config) Settings() []commands.Setting {
 		{Name: "slowlog-log-slower-than", Value: itoa(slowlogMicros(c.SlowlogSlowerThan))},
 		{Name: "slowlog-max-len", Value: itoa(int64(max(c.SlowlogMaxLen, 0)))},
 		{Name: "metrics-addr", Value: c.MetricsAddr},
+		{Name: "metrics-user", Value: c.MetricsUser},
+		{Name: "metrics-password", Value: map[bool]string{false: "", true: "********"}[c.MetricsPassword != ""]},
+		{Name: "metrics-acl", Value: map[bool]string{false: "no", true: "yes"}[c.MetricsACL]},
 		{Name: "rls-addr", Value: c.RLSAddr},
 		{Name: "rls-config", Value: c.RLSConfig},
 		{Name: "metrics-key-separator", Value: c.KeyPrefixSeparator},

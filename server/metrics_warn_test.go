@@ -31,16 +31,19 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-// TestMetricsNonLoopbackWarns: the metrics port has no authentication, so
-// serving it beyond the loopback interface is logged as a warning at
-// startup; on loopback it is not.
+// TestMetricsNonLoopbackWarns: the metrics port has no authentication
+// unless --metrics-user is set, so serving it beyond the loopback
+// interface without one is logged as a warning at startup; on loopback,
+// or with a metrics password or --metrics-acl, it is not.
 func TestMetricsNonLoopbackWarns(t *testing.T) {
 	for _, tc := range []struct {
-		metrics string
-		warn    bool
-	}{{"127.0.0.1:0", false}, {":0", true}} {
+		metrics, user string
+		acl, warn     bool
+	}{{"127.0.0.1:0", "", false, false}, {":0", "", false, true}, {":0", "ops", false, false}, {":0", "", true, false}} {
 		var logs lockedBuffer
+		pass := map[bool]string{false: "", true: "metrics-pw"}[tc.user != ""]
 		srv, err := server.New(server.Config{Addr: "127.0.0.1:0", MetricsAddr: tc.metrics, Metrics: metrics.ServerHandler, Password: "pw",
+			MetricsUser: tc.user, MetricsPassword: pass, MetricsACL: tc.acl,
 			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 		if err != nil {
 			t.Fatal(err)
@@ -62,7 +65,7 @@ func TestMetricsNonLoopbackWarns(t *testing.T) {
 			t.Fatal(err)
 		}
 		if got := strings.Contains(logs.String(), "WARNING: metrics on a non-loopback address"); got != tc.warn {
-			t.Errorf("metrics-addr %s: warning logged %v, want %v:\n%s", tc.metrics, got, tc.warn, logs.String())
+			t.Errorf("metrics-addr %s, metrics-user %q: warning logged %v, want %v:\n%s", tc.metrics, tc.user, got, tc.warn, logs.String())
 		}
 	}
 }

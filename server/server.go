@@ -433,9 +433,13 @@ func (s *Server) Serve() error {
 	ln, mln := s.ln, s.metricsLn
 	if mln != nil {
 		h := s.cfg.Metrics(MetricsSources{Commands: s.cmds, Network: s.net, Replication: s.repl,
-			Writer: s.writer, Store: s.store, Clock: s.cfg.Clock, Ready: s.ready.Load, RLS: s.RLSStats})
+			Writer: s.writer, Store: s.store, Clock: s.cfg.Clock, Ready: s.ready.Load, RLS: s.RLSStats,
+			Cluster: s.cluster, Version: s.cfg.Version})
 		if h == nil { // never http.DefaultServeMux
 			h = http.NotFoundHandler()
+		}
+		if s.cfg.MetricsUser != "" || s.cfg.MetricsACL {
+			h = basicAuth(h, s.metricsCredentials())
 		}
 		s.httpSrv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	}
@@ -568,9 +572,9 @@ func (s *Server) Run(ctx context.Context) error {
 			s.cfg.Logger.Info("cluster mode", "node-id", v.ID, "shards", len(v.T.Shards), "listed", v.Me != nil, "master", v.Master)
 		}
 	}
-	if m := s.MetricsAddr(); m != nil && !isLoopbackAddr(m) {
+	if m := s.MetricsAddr(); m != nil && !isLoopbackAddr(m) && s.cfg.MetricsUser == "" && !s.cfg.MetricsACL {
 		s.cfg.Logger.Warn("WARNING: metrics on a non-loopback address: anyone who can reach " + m.String() +
-			" can read /metrics (no password; key prefixes, traffic). Bind --metrics-addr to 127.0.0.1 or firewall its port.")
+			" can read /metrics and /dashboard (no password; key prefixes, traffic). Bind --metrics-addr to 127.0.0.1, set --metrics-user and --metrics-password, or firewall its port.")
 	}
 	errc := make(chan error, 1)
 	s.shut.mu.Lock()

@@ -67,7 +67,8 @@ func TestPrecedence(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "cellserver.conf")
 	conf := "# comment\n\naddr 127.0.0.1:7000\nmaxclients 300\ntimeout 30\nrequirepass \"from file\"\nlog-level warn\n" +
-		"user alice on >pw ~a:* +@rate_limit\nuser bob off\nacllog-max-len 7\n"
+		"user alice on >pw ~a:* +@rate_limit\nuser bob off\nacllog-max-len 7\n" +
+		"metrics-user ops\nmetrics-password \"metrics pw\"\n"
 	if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +92,8 @@ func TestPrecedence(t *testing.T) {
 		{"log-level: file", cfg.LogLevel, "warn"},
 		{"user: every line, in order", strings.Join(cfg.Users, "|"), "alice on >pw ~a:* +@rate_limit|bob off"},
 		{"acllog-max-len: file", cfg.ACLLogMaxLen, 7},
+		{"metrics-user: file", cfg.MetricsUser, "ops"},
+		{"metrics-password: quoted file value", cfg.MetricsPassword, "metrics pw"},
 		{"aclfile: default", cfg.ACLFile, ""},
 		{"config file: for INFO config_file", cfg.ConfigFile, file},
 		{"databases: default", cfg.Databases, 16},
