@@ -282,7 +282,10 @@ func rateLimitService(auth *authenticator) *grpc.ServiceDesc {
 			return ss.SendMsg(resp)
 		}
 		// The response is encoded by SendMsg before it returns: its
-		// buffers serve the next call.
+		// buffers serve the next call. (grpc-go warns that a stats
+		// handler or tracing may read a message after SendMsg; the
+		// server has neither: serverLimits. Add one, and a response must
+		// not be reused.)
 		a := answers.Get().(*answer)
 		defer a.release()
 		resp, err := svc.answer(ctx, req, a)
