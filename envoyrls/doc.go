@@ -42,8 +42,21 @@
 //
 // Descriptors are charged independently, as envoyproxy/ratelimit's
 // INCRBY per descriptor: a request refused by one descriptor is still
-// charged on the others. The commands of one request go in one pipeline;
-// in cluster mode each to the node that owns its key.
+// charged on the others. The commands of one request run one after the
+// other and their replies leave together, as a pipeline's.
+//
+// # In process
+//
+// The front door built by New decides with a LocalStore: each command
+// runs through the server's own dispatcher (server.RLSSources.Local, a
+// commands.Local), as a RESP connection's command authenticated as the
+// call's user, with the same checks, locks, journal (replicas, the change
+// log), --sync-replicas wait and fsync, and no loopback round trip. In
+// cluster mode a command answered MOVED, ASK, TRYAGAIN or CLUSTERDOWN (not
+// run) goes again through the go-redis cluster client (RedisStore), to
+// the node that owns its key. The gRPC handler reuses each call's buffers
+// and response (answer); a call of one descriptor allocates about what
+// grpc-go itself does.
 //
 // # Differences from envoyproxy/ratelimit
 //
@@ -89,7 +102,9 @@
 // is read (UserClients: one client per user, at most MaxUsers users and
 // UserPoolSize connections each, a password checked again after
 // UserRecheck), the user travels with the call's context (WithUser) and
-// RedisStore sends the call's commands through that user's client. A
+// the Store runs the call's commands as that user (LocalStore on
+// in-process clients authenticated as the user, RedisStore through the
+// user's client). A
 // counter outside the user's key patterns makes the call PermissionDenied
 // (NOPERM), a refused password Unauthenticated (WRONGPASS).
 //

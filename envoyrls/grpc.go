@@ -94,7 +94,13 @@ func NewFrontDoor(src server.RLSSources) (*FrontDoor, error) {
 	}
 	client := newClient(User{}, 0)
 	users := NewUserClients(func(u User) redis.UniversalClient { return newClient(u, UserPoolSize) })
-	svc, err := NewService(cfg, Options{Store: RedisStore{Client: client, Users: users}, Clock: src.Clock, ResponseHeaders: src.ResponseHeaders})
+	var store Store = RedisStore{Client: client, Users: users}
+	if src.Local != nil {
+		// Decided in process, through the server's dispatcher; the
+		// loopback client stays for the keys of other nodes.
+		store = NewLocalStore(RedisStore{Client: client, Users: users}, src.Local, src.Password)
+	}
+	svc, err := NewService(cfg, Options{Store: store, Clock: src.Clock, ResponseHeaders: src.ResponseHeaders})
 	if err != nil {
 		client.Close()
 		return nil, err
@@ -186,8 +192,7 @@ type authenticator struct {
 // authenticate returns ctx carrying the call's User (WithUser), or the
 // error the call is refused with.
 func (a *authenticator) authenticate(ctx context.Context) (context.Context, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get(TokenMetadata) {
+	for _, v := range metadata.ValueFromIncomingContext(ctx, TokenMetadata) {
 		u, ok, err := parseBasic(v)
 		if !ok {
 			continue
@@ -236,9 +241,8 @@ func newTokenCheck(password string) *tokenCheck {
 
 // check is nil when the call's metadata carries the token, else errToken.
 func (t *tokenCheck) check(ctx context.Context) error {
-	md, _ := metadata.FromIncomingContext(ctx)
 	ok := 0
-	for _, v := range md.Get(TokenMetadata) {
+	for _, v := range metadata.ValueFromIncomingContext(ctx, TokenMetadata) {
 		got := sha256.Sum256([]byte(v))
 		ok |= subtle.ConstantTimeCompare(got[:], t.want[:])
 	}
@@ -269,7 +273,22 @@ func rateLimitService(auth *authenticator) *grpc.ServiceDesc {
 		if err := ss.RecvMsg(req); err != nil {
 			return err
 		}
-		resp, err := srv.(pb.RateLimitServiceServer).ShouldRateLimit(ctx, req)
+		svc, ok := srv.(*Service)
+		if !ok {
+			resp, err := srv.(pb.RateLimitServiceServer).ShouldRateLimit(ctx, req)
+			if err != nil {
+				return err
+			}
+			return ss.SendMsg(resp)
+		}
+		// The response is encoded by SendMsg before it returns: its
+		// buffers serve the next call. (grpc-go warns that a stats
+		// handler or tracing may read a message after SendMsg; the
+		// server has neither: serverLimits. Add one, and a response must
+		// not be reused.)
+		a := answers.Get().(*answer)
+		defer a.release()
+		resp, err := svc.answer(ctx, req, a)
 		if err != nil {
 			return err
 		}

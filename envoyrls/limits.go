@@ -75,7 +75,10 @@ const (
 	maxUserChecks = 4
 )
 
-// serverLimits is the grpc.ServerOptions that set the limits above.
+// serverLimits is the grpc.ServerOptions that set the limits above. No
+// stats handler: ShouldRateLimit's handler reuses a response once
+// SendMsg returns (rateLimitService), which a stats handler could still
+// be reading.
 func serverLimits() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxRequestBytes),

@@ -251,8 +251,14 @@ const MaxDescriptors = 1024
 // its counter charged independently; the overall code is OVER_LIMIT if any
 // enforced descriptor is over (see the package documentation).
 func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	return s.answer(ctx, req, new(answer))
+}
+
+// answer is ShouldRateLimit with the call's buffers a: the response is
+// a.resp, valid until a is reused.
+func (s *Service) answer(ctx context.Context, req *pb.RateLimitRequest, a *answer) (*pb.RateLimitResponse, error) {
 	s.requests.Add(1)
-	resp, err := s.shouldRateLimit(ctx, req)
+	resp, err := s.shouldRateLimit(ctx, req, a)
 	if err != nil {
 		s.errs.Add(1)
 		return nil, err
@@ -265,6 +271,63 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	return resp, nil
 }
 
+// answer holds what answering one call needs, the response included, so
+// that the gRPC handler reuses them from call to call (answers): a call
+// of one descriptor allocates none of it.
+type answer struct {
+	checks []limitCheck
+	keys   []string
+	hits   []Hit
+	resp   pb.RateLimitResponse
+	ptrs   []*pb.RateLimitResponse_DescriptorStatus
+	sts    []pb.RateLimitResponse_DescriptorStatus
+	lims   []pb.RateLimitResponse_RateLimit
+	durs   []durationpb.Duration
+}
+
+// answers are the gRPC handler's answers, back once the response is sent.
+var answers = sync.Pool{New: func() any { return new(answer) }}
+
+// maxPooledDescriptors is the most descriptors an answer kept for reuse
+// has room for: a larger call's buffers are left to the collector.
+const maxPooledDescriptors = 16
+
+// reset sizes a for n descriptors, every field zero.
+func (a *answer) reset(n int) {
+	if cap(a.checks) < n {
+		a.checks = make([]limitCheck, n)
+		a.keys = make([]string, n)
+		a.ptrs = make([]*pb.RateLimitResponse_DescriptorStatus, n)
+		a.sts = make([]pb.RateLimitResponse_DescriptorStatus, n)
+		a.lims = make([]pb.RateLimitResponse_RateLimit, n)
+		a.durs = make([]durationpb.Duration, n)
+	}
+	a.checks, a.keys, a.ptrs = a.checks[:n], a.keys[:n], a.ptrs[:n]
+	a.sts, a.lims, a.durs = a.sts[:n], a.lims[:n], a.durs[:n]
+	clear(a.checks)
+	clear(a.keys)
+	clear(a.ptrs)
+	for i := range n {
+		a.sts[i] = pb.RateLimitResponse_DescriptorStatus{}
+		a.lims[i] = pb.RateLimitResponse_RateLimit{}
+		a.durs[i] = durationpb.Duration{}
+	}
+	clear(a.hits)
+	a.hits = a.hits[:0]
+	a.resp = pb.RateLimitResponse{}
+}
+
+// release gives a back to answers, unless it grew past maxPooledDescriptors.
+func (a *answer) release() {
+	if cap(a.checks) > maxPooledDescriptors || cap(a.hits) > maxPooledDescriptors {
+		return
+	}
+	a.resp = pb.RateLimitResponse{} // no reference to the request's strings
+	clear(a.keys)
+	clear(a.hits)
+	answers.Put(a)
+}
+
 // limitCheck is one descriptor of a request being answered.
 type limitCheck struct {
 	rule      *Rule // nil: no rule, unlimited or replaced
@@ -275,7 +338,7 @@ type limitCheck struct {
 	hits      int64 // hits_addend, negative for a refund
 }
 
-func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest, a *answer) (*pb.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, errEmptyDomain
 	}
@@ -288,9 +351,9 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	v := s.cur.Load()
 	cfg := v.cfg
 	domain := req.GetDomain()
-	checks := make([]limitCheck, len(req.Descriptors))
-	replacing := map[string]bool{}
-	keys := make([]string, len(req.Descriptors))
+	a.reset(len(req.Descriptors))
+	checks, keys := a.checks, a.keys
+	var replacing map[string]bool // made when a rule replaces another
 	for i, d := range req.Descriptors {
 		c := &checks[i]
 		c.hitIndex = -1
@@ -326,13 +389,16 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 			continue
 		}
 		for _, r := range c.rule.Replaces {
+			if replacing == nil {
+				replacing = map[string]bool{}
+			}
 			replacing[r] = true
 		}
 		if c.rule.Unlimited {
 			c.unlimited, c.rule = true, nil
 		}
 	}
-	var hits []Hit
+	hits := a.hits
 	for i := range checks {
 		c := &checks[i]
 		if c.rule != nil && c.rule.Name != "" && replacing[c.rule.Name] {
@@ -348,6 +414,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		hits = append(hits, Hit{Key: keys[i], Algorithm: c.rule.Algorithm, Limit: int64(c.rule.RequestsPerUnit),
 			Burst: c.rule.Burst, Period: c.rule.Period, Hits: c.hits})
 	}
+	a.hits = hits
 	var results []Result
 	if len(hits) > 0 {
 		var err error
@@ -362,7 +429,8 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 			return nil, status.Errorf(codes.Internal, "store answered %d results for %d hits", len(results), len(hits))
 		}
 	}
-	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(checks))}
+	resp := &a.resp
+	resp.Statuses = a.ptrs
 	var minStatus *pb.RateLimitResponse_DescriptorStatus
 	minRemaining := uint32(math.MaxUint32)
 	var failed, failedQuota, quota int
@@ -370,10 +438,12 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		c := &checks[i]
 		switch {
 		case c.unlimited:
-			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			a.sts[i].Code, a.sts[i].LimitRemaining = pb.RateLimitResponse_OK, math.MaxUint32
+			resp.Statuses[i] = &a.sts[i]
 			continue
 		case c.rule == nil:
-			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+			a.sts[i].Code = pb.RateLimitResponse_OK
+			resp.Statuses[i] = &a.sts[i]
 			continue
 		}
 		var r Result
@@ -387,11 +457,12 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 			// does not exist): the window still ends, as envoyproxy/ratelimit says.
 			r.ResetAfter = untilWindowEnd(s.clock(), c.rule.Period)
 		}
-		st := &pb.RateLimitResponse_DescriptorStatus{
-			Code:               pb.RateLimitResponse_OK,
-			CurrentLimit:       &pb.RateLimitResponse_RateLimit{Name: c.rule.Name, RequestsPerUnit: c.rule.RequestsPerUnit, Unit: c.rule.Unit},
-			DurationUntilReset: resetDuration(r.ResetAfter, c.rule),
-		}
+		lim := &a.lims[i]
+		lim.Name, lim.RequestsPerUnit, lim.Unit = c.rule.Name, c.rule.RequestsPerUnit, c.rule.Unit
+		dur := &a.durs[i]
+		setResetDuration(dur, r.ResetAfter, c.rule)
+		st := &a.sts[i]
+		st.Code, st.CurrentLimit, st.DurationUntilReset = pb.RateLimitResponse_OK, lim, dur
 		if !r.Limited {
 			st.LimitRemaining = clampU32(r.Remaining)
 		}
@@ -486,14 +557,16 @@ func hitsAddend(req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor) int64 {
 	return int64(n)
 }
 
-// resetDuration is duration_until_reset: whole seconds rounded up for a
+// setResetDuration sets dst to duration_until_reset: whole seconds rounded up for a
 // rule of whole seconds (envoyproxy/ratelimit reports seconds), else
 // milliseconds.
-func resetDuration(d time.Duration, r *Rule) *durationpb.Duration {
+func setResetDuration(dst *durationpb.Duration, d time.Duration, r *Rule) {
 	if r.Period%time.Second == 0 {
 		d = (d + time.Second - 1) / time.Second * time.Second
 	}
-	return durationpb.New(d)
+	// durationpb.New's fields, without its allocation.
+	nanos := d.Nanoseconds()
+	dst.Seconds, dst.Nanos = nanos/1e9, int32(nanos%1e9)
 }
 
 // untilWindowEnd is the time from now to the end of the fixed window of
@@ -521,28 +594,24 @@ const KeyPrefix = "rls:"
 // value, '|' the algorithm, and '{' '}' would be a hash tag.
 var keyEscaper = strings.NewReplacer("%", "%25", ":", "%3A", "=", "%3D", "|", "%7C", "{", "%7B", "}", "%7D")
 
-var keyBuilders = sync.Pool{New: func() any { return new(strings.Builder) }}
-
 // KeyFor is the counter key of a descriptor:
 // rls:<domain>:<key1>=<value1>:<key2>=<value2>... with '%', ':', '=', '|',
 // '{' and '}' percent-encoded in every part, and "|<algorithm>" appended for
 // an algorithm other than fixed (a key holds one kind of limiter). values
 // are the values to key by (Match.Values).
 func KeyFor(domain string, entries []*rlv3.RateLimitDescriptor_Entry, values []string, a Algorithm) string {
-	b := keyBuilders.Get().(*strings.Builder)
-	defer keyBuilders.Put(b)
-	b.Reset()
-	b.WriteString(KeyPrefix)
-	b.WriteString(keyEscaper.Replace(domain))
+	var buf [128]byte // a key of one or two descriptors entries: one allocation, the string
+	b := append(buf[:0], KeyPrefix...)
+	b = append(b, keyEscaper.Replace(domain)...)
 	for i, e := range entries {
-		b.WriteByte(':')
-		b.WriteString(keyEscaper.Replace(e.GetKey()))
-		b.WriteByte('=')
-		b.WriteString(keyEscaper.Replace(values[i]))
+		b = append(b, ':')
+		b = append(b, keyEscaper.Replace(e.GetKey())...)
+		b = append(b, '=')
+		b = append(b, keyEscaper.Replace(values[i])...)
 	}
 	if a != Fixed {
-		b.WriteByte('|')
-		b.WriteString(a.String())
+		b = append(b, '|')
+		b = append(b, a.String()...)
 	}
-	return b.String()
+	return string(b)
 }

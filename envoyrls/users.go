@@ -105,6 +105,13 @@ type userClient struct {
 	retired bool      // out of byName: closed once refs is 0
 	lastUse uint64    // UserClients.tick at the last acquire
 	checked time.Time // when the server last accepted the password
+	local   localPool // in-process clients authenticated as the user (LocalStore)
+}
+
+// close closes e's client and its idle in-process clients.
+func (e *userClient) close() error {
+	e.local.drain()
+	return e.client.Close()
 }
 
 // NewUserClients returns an empty set; newClient builds a client
@@ -202,7 +209,7 @@ func (uc *UserClients) acquire(ctx context.Context, u User) (*userClient, error)
 		}
 		return nil, authError(u, err)
 	}
-	n := &userClient{name: u.Name, digest: d, client: c, checked: time.Now()}
+	n := &userClient{name: u.Name, digest: d, client: c, checked: time.Now(), local: newLocalPool(userLocalIdle)}
 	var toClose []*userClient
 	uc.mu.Lock()
 	if uc.closed {
@@ -226,7 +233,7 @@ func (uc *UserClients) acquire(ctx context.Context, u User) (*userClient, error)
 	uc.useLocked(n)
 	uc.mu.Unlock()
 	for _, x := range toClose {
-		x.client.Close()
+		x.close()
 	}
 	return n, nil
 }
@@ -244,7 +251,7 @@ func (uc *UserClients) release(e *userClient) {
 	closeIt := e.retired && e.refs == 0
 	uc.mu.Unlock()
 	if closeIt {
-		e.client.Close()
+		e.close()
 	}
 }
 
@@ -255,7 +262,7 @@ func (uc *UserClients) retire(e *userClient) {
 	toClose := uc.retireLocked(e)
 	uc.mu.Unlock()
 	for _, x := range toClose {
-		x.client.Close()
+		x.close()
 	}
 }
 
@@ -288,7 +295,7 @@ func (uc *UserClients) Close() error {
 	uc.mu.Unlock()
 	var errs []error
 	for _, e := range all {
-		errs = append(errs, e.client.Close())
+		errs = append(errs, e.close())
 	}
 	return errors.Join(errs...)
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/cellserver/cellserver/commands"
 	"log/slog"
 	"net"
 	"sync"
@@ -40,6 +41,26 @@ type RLSSources struct {
 	ResponseHeaders bool
 	Clock           func() time.Time
 	Logger          *slog.Logger
+	// Local opens an in-process client of this server's commands
+	// (commands.Service.NewLocal): the front door decides the keys this
+	// node owns through it, with no loopback hop. nil: every command goes
+	// to RESPAddr.
+	Local func() LocalClient
+}
+
+// ErrLocalClosed is LocalClient.Replies' error once the client is closed
+// or its user removed (a connection would have been disconnected).
+var ErrLocalClosed = commands.ErrLocalClosed
+
+// LocalClient is an in-process client of the server's commands
+// (commands.Local): Send runs a command through the dispatcher a RESP
+// connection's commands run through, Replies lets the replies sent since
+// the last call leave as a connection's would (sync-replicas, fsync
+// always) and returns them, RESP2. For one goroutine at a time.
+type LocalClient interface {
+	Send(args [][]byte)
+	Replies() ([]byte, error)
+	Close()
 }
 
 // RLSServer is the running front door.
@@ -107,7 +128,8 @@ func (s *Server) listenRLS(respAddr net.Addr) error {
 	}
 	srv, err := s.cfg.RLS(RLSSources{RESPAddr: net.JoinHostPort(host, port), Password: s.cfg.Password, TLS: s.tls,
 		ClientTLS: s.clientTLS, Cluster: s.cfg.ClusterEnabled, MaxClients: s.cfg.MaxClients, ConfigPath: s.cfg.RLSConfig,
-		ResponseHeaders: s.cfg.RLSResponseHeaders, Clock: s.cfg.Clock, Logger: s.cfg.Logger})
+		ResponseHeaders: s.cfg.RLSResponseHeaders, Clock: s.cfg.Clock, Logger: s.cfg.Logger,
+		Local: func() LocalClient { return s.cmds.NewLocal() }})
 	if err != nil {
 		return fmt.Errorf("rls: %w", err)
 	}
