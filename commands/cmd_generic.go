@@ -42,11 +42,21 @@ func cmdDel(x *ctx) {
 	x.int(n)
 }
 
-func cmdExists(x *ctx) {
+func cmdExists(x *ctx) { countKeys(x, false) }
+
+// countKeys answers EXISTS (touch false: no access recorded) and TOUCH
+// (each key found counts as an access): the number of keys found, a key
+// named twice counted twice.
+func countKeys(x *ctx, touch bool) {
 	now := x.clockMS()
 	var n int64
 	for i := range x.keys {
-		found := x.keys[i].quiet(now) != nil
+		var found bool
+		if touch {
+			found = x.keys[i].peek(now) != nil
+		} else {
+			found = x.keys[i].quiet(now) != nil
+		}
 		x.s.lookedUp(found)
 		if found {
 			n++
@@ -564,25 +574,15 @@ func cloneReservations(r *limiter.Reservations) *limiter.Reservations {
 
 // TOUCH key [key ...]: the number of keys that exist; each counts as an
 // access (its idle time starts again, its LFU counter may grow).
-func cmdTouch(x *ctx) {
-	now := x.clockMS()
-	var n int64
-	for i := range x.keys {
-		found := x.keys[i].peek(now) != nil
-		x.s.lookedUp(found)
-		if found {
-			n++
-		}
-	}
-	x.int(n)
-}
+func cmdTouch(x *ctx) { countKeys(x, true) }
 
 // RANDOMKEY: a live key of the current database, each as likely as the
-// others, or nil when it has none. The shards' sizes are read one lock at
-// a time, a shard is drawn in proportion to its keys, and a key of it at
-// random (keyspace.Shard.RandomKey): the work is a lock per shard plus a
-// few probes, bounded whatever the keyspace holds. Keys expired but not
-// yet removed count in the draw of a shard and are skipped within it.
+// others, or nil when it has none. The shards' table sizes are read one
+// lock at a time; then a table position of the whole database is drawn
+// (a shard in proportion to its table, a position in it) until one holds
+// a live key, at most randomKeyDraws times, and after that each shard is
+// searched in turn: the work is a lock per shard plus a bounded number of
+// probes, whatever the keyspace holds.
 func cmdRandomKey(x *ctx) {
 	db := x.db()
 	now := x.clockMS()

@@ -125,13 +125,8 @@ func cmdWait(x *ctx) {
 		x.errorReply(msgNotInt)
 		return
 	}
-	ms, err := strconv.ParseInt(string(x.args[2]), 10, 64)
-	if err != nil {
-		x.errorReply(msgTimeoutNotInt)
-		return
-	}
-	if ms < 0 {
-		x.errorReply(msgTimeoutNegative)
+	ms, ok := waitTimeout(x, x.args[2])
+	if !ok {
 		return
 	}
 	off := x.cl.repl.off
@@ -143,6 +138,21 @@ func cmdWait(x *ctx) {
 	b.leave = s.repl.Wait(off, int(min(n, 1<<30)), time.Duration(ms)*time.Millisecond, func(c int) {
 		resume(redcon.AppendInt(nil, int64(c)))
 	})
+}
+
+// waitTimeout parses the timeout in ms of WAIT and WAITAOF, answering
+// their error when it is not a non-negative integer.
+func waitTimeout(x *ctx, arg []byte) (int64, bool) {
+	ms, err := strconv.ParseInt(string(arg), 10, 64)
+	if err != nil {
+		x.errorReply(msgTimeoutNotInt)
+		return 0, false
+	}
+	if ms < 0 {
+		x.errorReply(msgTimeoutNegative)
+		return 0, false
+	}
+	return ms, true
 }
 
 // REPLCONF option value ... (from a replica, before PSYNC).
@@ -376,13 +386,8 @@ func cmdWaitAOF(x *ctx) {
 		x.errorReply(msgNotPositive)
 		return
 	}
-	ms, err := strconv.ParseInt(string(x.args[3]), 10, 64)
-	if err != nil {
-		x.errorReply(msgTimeoutNotInt)
-		return
-	}
-	if ms < 0 {
-		x.errorReply(msgTimeoutNegative)
+	ms, ok := waitTimeout(x, x.args[3])
+	if !ok {
 		return
 	}
 	if s.repl.IsReplica() {

@@ -248,16 +248,8 @@ func cmdGetEx(x *ctx) {
 		}
 	}
 	now := x.clockMS()
-	k := &x.keys[0]
-	v := k.lookup(now)
-	x.s.lookedUp(v != nil)
-	if v == nil {
-		x.null()
-		return
-	}
-	b, ok := stringValue(v, x.cl.scratch.num[:0])
+	k, v, b, ok := lookupString(x, now)
 	if !ok {
-		x.errorReply(msgWrongType)
 		return
 	}
 	var exp int64
@@ -288,20 +280,30 @@ func cmdGetEx(x *ctx) {
 // GETDEL key: GET, then delete the key.
 func cmdGetDel(x *ctx) {
 	now := x.clockMS()
-	k := &x.keys[0]
-	v := k.lookup(now)
-	x.s.lookedUp(v != nil)
-	if v == nil {
-		x.null()
-		return
-	}
-	b, ok := stringValue(v, x.cl.scratch.num[:0])
+	k, _, b, ok := lookupString(x, now)
 	if !ok {
-		x.errorReply(msgWrongType)
 		return
 	}
 	x.bulk(b)
 	k.del(now)
+}
+
+// lookupString looks up the first key for a command that reads it as a
+// string and then changes it (GETEX, GETDEL): its value and string form
+// (b valid during the command), or ok false once it has answered nil
+// (no key) or WRONGTYPE.
+func lookupString(x *ctx, now int64) (k *rkey, v *keyspace.Value, b []byte, ok bool) {
+	k = &x.keys[0]
+	v = k.lookup(now)
+	x.s.lookedUp(v != nil)
+	if v == nil {
+		x.null()
+		return k, nil, nil, false
+	}
+	if b, ok = stringValue(v, x.cl.scratch.num[:0]); !ok {
+		x.errorReply(msgWrongType)
+	}
+	return k, v, b, ok
 }
 
 // GETSET key value: SET (which drops the TTL) answering the old value.
