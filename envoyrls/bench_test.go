@@ -28,7 +28,7 @@ import (
 // callers sharing one connection, each call one descriptor of a
 // 1000-requests-per-second rule over 10000 distinct values.
 //
-//	go test -run '^$' -bench ShouldRateLimit -benchtime 5s ./envoyrls
+//	go test -run '^$' -bench 'ShouldRateLimit$' -benchtime 5s ./envoyrls
 func BenchmarkShouldRateLimit(b *testing.B) {
 	for _, desc := range []int{1, 3} {
 		b.Run("descriptors="+strconv.Itoa(desc), func(b *testing.B) {
@@ -173,7 +173,7 @@ func (floorService) ShouldRateLimit(context.Context, *pb.RateLimitRequest) (*pb.
 // allocs/op subtracted from BenchmarkShouldRateLimit's are the front
 // door's own (request decoding, deciding, the response).
 //
-//	go test -run '^$' -bench 'GRPCFloor|ShouldRateLimit/descriptors=1' -benchmem ./envoyrls
+//	go test -run '^$' -bench 'GRPCFloor|ShouldRateLimit$/descriptors=1' -benchmem ./envoyrls
 func BenchmarkGRPCFloor(b *testing.B) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
@@ -252,6 +253,9 @@ func (t *tokenCheck) check(ctx context.Context) error {
 	return nil
 }
 
+// requests are the gRPC handler's requests, back once the response is sent.
+var requests = sync.Pool{New: func() any { return new(pb.RateLimitRequest) }}
+
 // rateLimitService is pb.RateLimitService_ServiceDesc with ShouldRateLimit
 // registered as a stream handler of a unary call (the same call on the
 // wire, and gRPC checks it carries exactly one request): the handler
@@ -269,12 +273,12 @@ func rateLimitService(auth *authenticator) *grpc.ServiceDesc {
 		if err != nil {
 			return err
 		}
-		req := new(pb.RateLimitRequest)
-		if err := ss.RecvMsg(req); err != nil {
-			return err
-		}
 		svc, ok := srv.(*Service)
 		if !ok {
+			req := new(pb.RateLimitRequest)
+			if err := ss.RecvMsg(req); err != nil {
+				return err
+			}
 			resp, err := srv.(pb.RateLimitServiceServer).ShouldRateLimit(ctx, req)
 			if err != nil {
 				return err
@@ -285,7 +289,16 @@ func rateLimitService(auth *authenticator) *grpc.ServiceDesc {
 		// buffers serve the next call. (grpc-go warns that a stats
 		// handler or tracing may read a message after SendMsg; the
 		// server has neither: serverLimits. Add one, and a response must
-		// not be reused.)
+		// not be reused.) The request too is decoded into one of the
+		// previous calls': nothing holds it once the response is sent.
+		req := requests.Get().(*pb.RateLimitRequest)
+		defer func() {
+			req.Reset() // no reference to this call's strings
+			requests.Put(req)
+		}()
+		if err := ss.RecvMsg(req); err != nil {
+			return err
+		}
 		a := answers.Get().(*answer)
 		defer a.release()
 		resp, err := svc.answer(ctx, req, a)

@@ -56,12 +56,18 @@ func NewLocalStore(rs RedisStore, newLocal func() server.LocalClient, password s
 
 // Hit implements Store.
 func (s *LocalStore) Hit(ctx context.Context, hits []Hit) ([]Result, error) {
+	return s.hitInto(ctx, hits, make([]Result, len(hits)))
+}
+
+// hitInto is Hit with the results in out (len(hits) zero Results): the
+// gRPC handler's buffer, reused from call to call.
+func (s *LocalStore) hitInto(ctx context.Context, hits []Hit, out []Result) ([]Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
 	u := UserFrom(ctx)
 	if u.Name == "" {
-		return s.hit(ctx, &s.def, s.Client, u, hits)
+		return s.hit(ctx, &s.def, s.Client, u, hits, out)
 	}
 	if s.Users == nil {
 		return nil, errNoUsers
@@ -71,7 +77,7 @@ func (s *LocalStore) Hit(ctx context.Context, hits []Hit) ([]Result, error) {
 		return nil, err
 	}
 	defer s.Users.release(e)
-	out, err := s.hit(ctx, &e.local, e.client, u, hits)
+	out, err = s.hit(ctx, &e.local, e.client, u, hits, out)
 	if status.Code(err) == codes.Unauthenticated {
 		s.Users.retire(e) // the server no longer takes the password
 	}
@@ -79,8 +85,9 @@ func (s *LocalStore) Hit(ctx context.Context, hits []Hit) ([]Result, error) {
 }
 
 // hit decides hits on one of pool's clients (opening one as u when none
-// is idle); the commands redirected in cluster mode go through client.
-func (s *LocalStore) hit(ctx context.Context, pool *localPool, client redis.Cmdable, u User, hits []Hit) ([]Result, error) {
+// is idle), into out; the commands redirected in cluster mode go through
+// client.
+func (s *LocalStore) hit(ctx context.Context, pool *localPool, client redis.Cmdable, u User, hits []Hit, out []Result) ([]Result, error) {
 	lc := pool.get()
 	if lc == nil {
 		var err error
@@ -88,7 +95,6 @@ func (s *LocalStore) hit(ctx context.Context, pool *localPool, client redis.Cmda
 			return nil, err
 		}
 	}
-	out := make([]Result, len(hits))
 	redo, errAt, err := lc.run(hits, out)
 	if errors.Is(err, server.ErrLocalClosed) {
 		lc.c.Close()
@@ -218,6 +224,12 @@ func (lc *localConn) num(n int64) {
 }
 
 func (lc *localConn) nanos(d time.Duration) {
+	if d%time.Second == 0 {
+		// Whole seconds as a plain integer: the same period, which the
+		// command parses without time.ParseDuration's copy of its text.
+		lc.num(int64(d / time.Second))
+		return
+	}
 	lc.buf = strconv.AppendInt(lc.buf, int64(d), 10)
 	lc.buf = append(lc.buf, "ns"...)
 	lc.ends = append(lc.ends, len(lc.buf))

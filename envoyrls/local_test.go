@@ -171,3 +171,22 @@ func TestInProcessSyncReplicas(t *testing.T) {
 		}
 	}
 }
+
+// TestAnswerAllocs: once a counter exists, the front door answers a call
+// of one descriptor in process with a single allocation of its own, the
+// counter's key (KeyFor); the matched values, the results and the
+// response come from buffers reused from call to call. (What grpc-go
+// and protobuf allocate around it: BenchmarkShouldRateLimitServerAllocs.)
+func TestAnswerAllocs(t *testing.T) {
+	h := startRLS(t, map[string]string{"a.yaml": "domain: a\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: 1000000}\n"}, nil)
+	req := request("a", 1, []string{"user", "u1"})
+	h.call(t, req, &pb.RateLimitResponse{OverallCode: pb.RateLimitResponse_OK, Statuses: []*pb.RateLimitResponse_DescriptorStatus{
+		status_(pb.RateLimitResponse_OK, 1000000, pb.RateLimitResponse_RateLimit_HOUR, 999999, time.Hour)}})
+	n, err := h.fd.AnswerAllocs(req, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n > 1 {
+		t.Fatalf("%v allocations per call, want 1 (the key)", n)
+	}
+}

@@ -21,6 +21,12 @@ type Match struct {
 // only if it sits at the descriptor's last entry. It returns false when the
 // domain is unknown or no rule applies.
 func (c *Config) Lookup(domain string, entries []*rlv3.RateLimitDescriptor_Entry) (Match, bool) {
+	return c.lookup(domain, entries, nil)
+}
+
+// lookup is Lookup with Match.Values in vals when it has room (the gRPC
+// handler's buffer, reused from call to call), else in a new slice.
+func (c *Config) lookup(domain string, entries []*rlv3.RateLimitDescriptor_Entry, vals []string) (Match, bool) {
 	d := c.domains[domain]
 	if d == nil {
 		return Match{}, false
@@ -60,7 +66,11 @@ func (c *Config) Lookup(domain string, entries []*rlv3.RateLimitDescriptor_Entry
 	if m.Rule == nil {
 		return Match{}, false
 	}
-	m.Values = make([]string, len(entries))
+	if cap(vals) >= len(entries) {
+		m.Values = vals[:len(entries)]
+	} else {
+		m.Values = make([]string, len(entries))
+	}
 	for i, e := range entries {
 		m.Values[i] = e.GetValue()
 		if p, ok := shared[i]; ok {

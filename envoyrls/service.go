@@ -278,6 +278,8 @@ type answer struct {
 	checks []limitCheck
 	keys   []string
 	hits   []Hit
+	vals   []string // a descriptor's Match.Values, for its key
+	res    []Result // LocalStore's results
 	resp   pb.RateLimitResponse
 	ptrs   []*pb.RateLimitResponse_DescriptorStatus
 	sts    []pb.RateLimitResponse_DescriptorStatus
@@ -322,9 +324,13 @@ func (a *answer) release() {
 	if cap(a.checks) > maxPooledDescriptors || cap(a.hits) > maxPooledDescriptors {
 		return
 	}
+	if cap(a.vals) > maxPooledDescriptors || cap(a.res) > maxPooledDescriptors {
+		return
+	}
 	a.resp = pb.RateLimitResponse{} // no reference to the request's strings
 	clear(a.keys)
 	clear(a.hits)
+	clear(a.vals[:cap(a.vals)])
 	answers.Put(a)
 }
 
@@ -381,9 +387,10 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest,
 				vals[j] = e.GetValue()
 			}
 			keys[i] = KeyFor(domain, d.Entries, vals, Fixed)
-		} else if m, ok := cfg.Lookup(domain, d.GetEntries()); ok {
+		} else if m, ok := cfg.lookup(domain, d.GetEntries(), a.vals); ok {
 			c.rule = m.Rule
 			keys[i] = KeyFor(domain, d.Entries, m.Values, m.Rule.Algorithm)
+			a.vals = m.Values // kept, grown or not, for the next descriptor and call
 		}
 		if c.rule == nil {
 			continue
@@ -418,7 +425,16 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest,
 	var results []Result
 	if len(hits) > 0 {
 		var err error
-		results, err = s.store.Hit(ctx, hits)
+		if ls, ok := s.store.(*LocalStore); ok {
+			if cap(a.res) < len(hits) {
+				a.res = make([]Result, len(hits))
+			}
+			a.res = a.res[:len(hits)]
+			clear(a.res)
+			results, err = ls.hitInto(ctx, hits, a.res)
+		} else {
+			results, err = s.store.Hit(ctx, hits)
+		}
 		if err != nil {
 			if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
 				return nil, err
