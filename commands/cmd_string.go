@@ -104,14 +104,8 @@ func cmdSet(x *ctx) {
 	now := x.clockMS()
 	var exp int64
 	if opt.expUnit != "" {
-		n, ok := parseRedisInt(opt.exp)
-		if !ok {
-			x.errorReply(msgNotInt)
-			return
-		}
-		exp, ok = absoluteExpiry(opt.expUnit, n, now)
-		if !ok {
-			x.errorReply(errInvalidExpire("set"))
+		var ok bool
+		if exp, ok = x.expiryArg(opt.expUnit, opt.exp, now, "set"); !ok {
 			return
 		}
 	}
@@ -254,13 +248,8 @@ func cmdGetEx(x *ctx) {
 	}
 	var exp int64
 	if opt.expUnit != "" {
-		n, ok := parseRedisInt(opt.exp)
-		if !ok {
-			x.errorReply(msgNotInt)
-			return
-		}
-		if exp, ok = absoluteExpiry(opt.expUnit, n, now); !ok {
-			x.errorReply(errInvalidExpire("getex"))
+		var ok bool
+		if exp, ok = x.expiryArg(opt.expUnit, opt.exp, now, "getex"); !ok {
 			return
 		}
 	}
@@ -633,14 +622,8 @@ func cmdIncrex(x *ctx) {
 	now := x.clockMS()
 	var exp int64
 	if o.expUnit != "" && o.expUnit != "persist" {
-		n, ok := parseRedisInt(o.exp)
-		if !ok {
-			x.errorReply(msgNotInt)
-			return
-		}
-		exp, ok = absoluteExpiry(o.expUnit, n, now)
-		if !ok {
-			x.errorReply(errInvalidExpire("increx"))
+		var ok bool
+		if exp, ok = x.expiryArg(o.expUnit, o.exp, now, "increx"); !ok {
 			return
 		}
 	}
@@ -822,4 +805,21 @@ func (x *ctx) increxReplyFloat(n, d *big.Float) {
 	for _, f := range []*big.Float{n, d} {
 		x.longDouble(f)
 	}
+}
+
+// expiryArg parses the expiry argument arg of unit ("ex", "px", "exat",
+// "pxat") into an absolute time in ms, answering command's error (not an
+// integer, or an invalid expire time) when it cannot.
+func (x *ctx) expiryArg(unit string, arg []byte, now int64, command string) (int64, bool) {
+	n, ok := parseRedisInt(arg)
+	if !ok {
+		x.errorReply(msgNotInt)
+		return 0, false
+	}
+	exp, ok := absoluteExpiry(unit, n, now)
+	if !ok {
+		x.errorReply(errInvalidExpire(command))
+		return 0, false
+	}
+	return exp, true
 }

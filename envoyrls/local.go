@@ -69,19 +69,7 @@ func (s *LocalStore) hitInto(ctx context.Context, hits []Hit, out []Result) ([]R
 	if u.Name == "" {
 		return s.hit(ctx, &s.def, s.Client, u, hits, out)
 	}
-	if s.Users == nil {
-		return nil, errNoUsers
-	}
-	e, err := s.Users.acquire(ctx, u)
-	if err != nil {
-		return nil, err
-	}
-	defer s.Users.release(e)
-	out, err = s.hit(ctx, &e.local, e.client, u, hits, out)
-	if status.Code(err) == codes.Unauthenticated {
-		s.Users.retire(e) // the server no longer takes the password
-	}
-	return out, err
+	return s.Users.run(ctx, u, func(e *userClient) ([]Result, error) { return s.hit(ctx, &e.local, e.client, u, hits, out) })
 }
 
 // hit decides hits on one of pool's clients (opening one as u when none

@@ -35,24 +35,29 @@ var errNoUsers = status.Error(codes.Unauthenticated, "this front door takes no u
 // Hit implements Store.
 func (s RedisStore) Hit(ctx context.Context, hits []Hit) ([]Result, error) {
 	u := UserFrom(ctx)
-	client := s.Client
-	if u.Name != "" {
-		if s.Users == nil {
-			return nil, errNoUsers
-		}
-		e, err := s.Users.acquire(ctx, u)
-		if err != nil {
-			return nil, err
-		}
-		defer s.Users.release(e)
-		client = e.client
-		out, err := hit(ctx, client, u, hits)
-		if status.Code(err) == codes.Unauthenticated {
-			s.Users.retire(e) // the server no longer takes the password
-		}
-		return out, err
+	if u.Name == "" {
+		return hit(ctx, s.Client, u, hits)
 	}
-	return hit(ctx, client, u, hits)
+	return s.Users.run(ctx, u, func(e *userClient) ([]Result, error) { return hit(ctx, e.client, u, hits) })
+}
+
+// run calls fn with the entry of user u (acquired, released after fn),
+// and retires the entry when fn's error says the server no longer takes
+// u's password. A nil set takes no user credentials.
+func (c *UserClients) run(ctx context.Context, u User, fn func(e *userClient) ([]Result, error)) ([]Result, error) {
+	if c == nil {
+		return nil, errNoUsers
+	}
+	e, err := c.acquire(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	defer c.release(e)
+	out, err := fn(e)
+	if status.Code(err) == codes.Unauthenticated {
+		c.retire(e) // the server no longer takes the password
+	}
+	return out, err
 }
 
 func hit(ctx context.Context, client redis.Cmdable, u User, hits []Hit) ([]Result, error) {
