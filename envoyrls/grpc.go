@@ -37,6 +37,7 @@ type FrontDoor struct {
 	grpc     *grpc.Server
 	client   redis.UniversalClient
 	users    *UserClients
+	local    *LocalStore // nil: decisions over the loopback client
 	service  *Service
 	health   *health.Server
 	maxConns int          // src.MaxClients; 0: no cap
@@ -96,10 +97,12 @@ func NewFrontDoor(src server.RLSSources) (*FrontDoor, error) {
 	client := newClient(User{}, 0)
 	users := NewUserClients(func(u User) redis.UniversalClient { return newClient(u, UserPoolSize) })
 	var store Store = RedisStore{Client: client, Users: users}
+	var local *LocalStore
 	if src.Local != nil {
 		// Decided in process, through the server's dispatcher; the
 		// loopback client stays for the keys of other nodes.
-		store = NewLocalStore(RedisStore{Client: client, Users: users}, src.Local, src.Password)
+		local = NewLocalStore(RedisStore{Client: client, Users: users}, src.Local, src.Password)
+		store = local
 	}
 	svc, err := NewService(cfg, Options{Store: store, Clock: src.Clock, ResponseHeaders: src.ResponseHeaders})
 	if err != nil {
@@ -118,6 +121,9 @@ func NewFrontDoor(src server.RLSSources) (*FrontDoor, error) {
 		// health service's.
 		opts = append(opts, grpc.UnaryInterceptor(auth.unary))
 	}
+	// Stop waits for the handlers under way, so that none still decides
+	// in process once the server goes on closing its keyspace.
+	opts = append(opts, grpc.WaitForHandlers(true))
 	g := grpc.NewServer(opts...)
 	g.RegisterService(rateLimitService(auth), svc)
 	hs := health.NewServer() // grpc.health.v1, without a token (probes)
@@ -125,7 +131,7 @@ func NewFrontDoor(src server.RLSSources) (*FrontDoor, error) {
 	if src.Logger != nil {
 		src.Logger.Info("envoy rate limit service configuration loaded", "path", src.ConfigPath, "domains", strings.Join(cfg.Domains(), ","))
 	}
-	return &FrontDoor{grpc: g, client: client, users: users, service: svc, health: hs, maxConns: src.MaxClients, logger: src.Logger}, nil
+	return &FrontDoor{grpc: g, client: client, users: users, local: local, service: svc, health: hs, maxConns: src.MaxClients, logger: src.Logger}, nil
 }
 
 // Service returns the service the front door answers with.
@@ -165,12 +171,22 @@ func (f *FrontDoor) Shutdown(ctx context.Context) error {
 		f.grpc.Stop()
 		<-done
 	}
-	return errors.Join(f.users.Close(), f.client.Close())
+	return f.closeClients()
 }
 
 // Close implements server.RLSServer.
 func (f *FrontDoor) Close() error {
 	f.grpc.Stop()
+	return f.closeClients()
+}
+
+// closeClients closes the users' clients, the default user's in-process
+// clients and the loopback client, once no handler runs (the server
+// waits for its handlers on Stop: grpc.WaitForHandlers).
+func (f *FrontDoor) closeClients() error {
+	if f.local != nil {
+		f.local.def.drain()
+	}
 	return errors.Join(f.users.Close(), f.client.Close())
 }
 

@@ -85,9 +85,21 @@ func (s *LocalStore) hit(ctx context.Context, pool *localPool, client redis.Cmda
 	}
 	redo, errAt, err := lc.run(hits, out)
 	if errors.Is(err, server.ErrLocalClosed) {
+		// As connections the server closed: the user was removed (ACL
+		// DELUSER, ACL LOAD), and with it every idle client of the pool.
+		// One new client tells whether it exists again with the same
+		// password (the call goes on) or not (Unauthenticated, and the
+		// caller retires the user's entry).
 		lc.c.Close()
-		// As a connection the server closed: the user was removed.
-		return nil, status.Errorf(codes.Unavailable, "cellserver: %v", err)
+		pool.drain()
+		if lc, err = s.open(u); err != nil {
+			return nil, err
+		}
+		redo, errAt, err = lc.run(hits, out)
+		if errors.Is(err, server.ErrLocalClosed) {
+			lc.c.Close()
+			return nil, status.Errorf(codes.Unavailable, "cellserver: %v", err)
+		}
 	}
 	pool.put(lc)
 	if err != nil && errAt < 0 {

@@ -283,3 +283,36 @@ func TestUserClientsBound(t *testing.T) {
 		}
 	}
 }
+
+// TestUserDeletedAndRecreated: a user removed while its in-process clients
+// sit idle in the front door is refused as Unauthenticated at its next
+// call (not Unavailable, which Envoy's failure_mode_allow would let
+// through), and once created again with the same password its calls are
+// decided again, on new clients.
+func TestUserDeletedAndRecreated(t *testing.T) {
+	h, admin := startACL(t)
+	ctx := context.Background()
+	req := request("basic", 1, []string{"key1", "a"})
+	call := func() (uint32, error) {
+		got, err := h.client.ShouldRateLimit(metadata.NewOutgoingContext(ctx, basic("team-a", "pa")), req)
+		if err != nil {
+			return 0, err
+		}
+		return got.Statuses[0].LimitRemaining, nil
+	}
+	if n, err := call(); err != nil || n != 49 {
+		t.Fatalf("team-a: %d %v", n, err)
+	}
+	if err := admin.Do(ctx, "ACL", "DELUSER", "team-a").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := call(); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("team-a after ACL DELUSER: %v, want Unauthenticated", err)
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "team-a", "on", ">pa", "~rls:basic:*", "+@rate_limit").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := call(); err != nil || n != 48 {
+		t.Fatalf("team-a created again: %d %v", n, err)
+	}
+}
