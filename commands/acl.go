@@ -317,10 +317,11 @@ const (
 	aclErrChild    aclRuleErr = "Allowing first-arg of a subcommand is not supported"
 	aclErrDup      aclRuleErr = "Duplicate user found. A user can only be defined once in config files"
 	// cellserver's limits (docs/limits.md).
-	aclErrTooMany   aclRuleErr = "Too many key or channel patterns (the limit is 1024 per user)"
-	aclErrTooLong   aclRuleErr = "Pattern too long (the limit is 1024 bytes)"
-	aclErrTooManyPw aclRuleErr = "Too many passwords (the limit is 64 per user)"
-	aclErrTooManySl aclRuleErr = "Too many selectors (the limit is 64 per user)"
+	aclErrTooMany      aclRuleErr = "Too many key or channel patterns (the limit is 1024 per user)"
+	aclErrTooLong      aclRuleErr = "Pattern too long (the limit is 1024 bytes)"
+	aclErrTooManyRules aclRuleErr = "Too many rules in a selector (the limit is 1024)"
+	aclErrTooManyPw    aclRuleErr = "Too many passwords (the limit is 64 per user)"
+	aclErrTooManySl    aclRuleErr = "Too many selectors (the limit is 64 per user)"
 )
 
 func hashPassword(pw []byte) string {
@@ -419,7 +420,11 @@ func (s *Service) applyRule(st *aclState, op []byte) aclRuleErr {
 			return aclErrTooManySl
 		}
 		sel := s.acl.newSel()
-		for _, a := range splitSelector(op[1 : len(op)-1]) {
+		rules := splitSelector(op[1 : len(op)-1])
+		if len(rules) > aclMaxRules { // as many as one call may give
+			return aclErrTooManyRules
+		}
+		for _, a := range rules {
 			if e := s.applySelRule(st, &sel, a); e != aclOK {
 				return e
 			}
@@ -566,6 +571,12 @@ func (s *Service) applySelRule(st *aclState, sel *aclSel, op []byte) aclRuleErr 
 		}
 		// A first argument of a command without subcommands (deprecated
 		// in Redis, kept for compatibility).
+		if hasSpaces(op[1+bar+1:]) { // would split the rule in an aclfile
+			return aclErrSyntax
+		}
+		if len(op)-(1+bar+1) > aclMaxPatternLen {
+			return aclErrTooLong
+		}
 		first := string(op[1+bar+1:])
 		if sel.firstArgs == nil {
 			sel.firstArgs = make(map[int][]string)
@@ -622,16 +633,10 @@ func aclPrepare(sp *Spec) {
 			sp.aclCats |= aclCatRateLimit
 		}
 	}
-	sp.aclKeys = 0
-	for _, f := range sp.KeyFlags {
-		switch f {
-		case "access":
-			sp.aclKeys |= aclRead
-		case "insert", "delete", "update":
-			sp.aclKeys |= aclWrite
-		case "not_key":
-			sp.aclNotKey = true
-		}
+	sp.aclKeys, sp.aclNotKey = aclKeyNeed(sp.KeyFlags)
+	sp.aclKeys2 = sp.aclKeys
+	if sp.KeyFlags2 != nil {
+		sp.aclKeys2, _ = aclKeyNeed(sp.KeyFlags2)
 	}
 	sp.aclSetFlags = sp.Name == "set"
 	switch sp.Name {
@@ -642,6 +647,23 @@ func aclPrepare(sp *Spec) {
 	case "psubscribe":
 		sp.aclChan = aclChanPattern
 	}
+}
+
+// aclKeyNeed is the permission a key spec's flags need (Redis's
+// ACLSelectorCheckKey: "access" reads; "insert", "delete", "update"
+// write), and whether they mark channels rather than keys.
+func aclKeyNeed(flags []string) (need uint8, notKey bool) {
+	for _, f := range flags {
+		switch f {
+		case "access":
+			need |= aclRead
+		case "insert", "delete", "update":
+			need |= aclWrite
+		case "not_key":
+			notKey = true
+		}
+	}
+	return need, notKey
 }
 
 // What a permission check denies, in Redis's order of relevance.
@@ -677,6 +699,9 @@ func (sel *aclSel) check(sp *Spec, args [][]byte, keys []rkey) (res, pos int) {
 			need = setKeyNeed(args)
 		}
 		for i := range keys {
+			if i == 1 && sp.KeyFlags2 != nil { // RENAME's, COPY's destination
+				need = sp.aclKeys2
+			}
 			if !sel.keyOK(keys[i].key, need) {
 				return aclDeniedKey, i
 			}

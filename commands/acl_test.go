@@ -179,6 +179,13 @@ func TestACLLimits(t *testing.T) {
 	long := "~" + strings.Repeat("k", 1025)
 	mustReply(t, c, "-ERR Error in ACL SETUSER modifier '"+long+"': Pattern too long (the limit is 1024 bytes)\r\n", "ACL", "SETUSER", "u", long)
 	mustReply(t, c, "$-1\r\n", "ACL", "GETUSER", "u")
+	longFirst := "+select|" + strings.Repeat("0", 1025)
+	mustReply(t, c, "-ERR Error in ACL SETUSER modifier '"+longFirst+"': Pattern too long (the limit is 1024 bytes)\r\n", "ACL", "SETUSER", "u", longFirst)
+	sel := "(" + strings.Repeat("+get ", 1025) + ")"
+	if v := c.MustDo(t, "ACL", "SETUSER", "u", sel); v.Kind != '-' || !strings.Contains(v.Str, "Too many rules in a selector (the limit is 1024)") {
+		t.Errorf("a selector of 1025 rules: %v", v)
+	}
+	mustReply(t, c, "$-1\r\n", "ACL", "GETUSER", "u")
 	args := []string{"ACL", "SETUSER", "u"}
 	for i := range 1024 {
 		args = append(args, "~p"+strconv.Itoa(i))

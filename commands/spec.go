@@ -115,6 +115,7 @@ type Spec struct {
 	// the key spec is not_key (shard channels, checked as channels).
 	aclCats   uint32
 	aclKeys   uint8
+	aclKeys2  uint8 // the second key's, from KeyFlags2 (RENAME, COPY)
 	aclChan   uint8
 	aclNotKey bool
 	// aclSetFlags: the key's permissions depend on the arguments (SET's
