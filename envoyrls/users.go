@@ -105,7 +105,10 @@ type userClient struct {
 	retired bool      // out of byName: closed once refs is 0
 	lastUse uint64    // UserClients.tick at the last acquire
 	checked time.Time // when the server last accepted the password
-	local   localPool // in-process clients authenticated as the user (LocalStore)
+	// rechecking: a call is checking the password on the server again
+	// (UserRecheck passed); the user's other calls use the entry meanwhile.
+	rechecking bool
+	local      localPool // in-process clients authenticated as the user (LocalStore)
 }
 
 // close closes e's client and its idle in-process clients.
@@ -154,14 +157,22 @@ func (uc *UserClients) acquire(ctx context.Context, u User) (*userClient, error)
 		uc.mu.Lock()
 	}
 	e := uc.byName[u.Name]
-	if e != nil && subtle.ConstantTimeCompare(e.digest[:], d[:]) == 1 && time.Since(e.checked) < uc.recheck {
+	same := e != nil && subtle.ConstantTimeCompare(e.digest[:], d[:]) == 1
+	if same && (time.Since(e.checked) < uc.recheck || e.rechecking) {
+		// Accepted lately, or being checked again by another call: that
+		// one call waits for the server, the others go on meanwhile.
 		uc.useLocked(e)
 		uc.mu.Unlock()
 		return e, nil
 	}
-	same := e != nil && subtle.ConstantTimeCompare(e.digest[:], d[:]) == 1
 	if same {
 		uc.useLocked(e) // held while its password is checked again
+		e.rechecking = true
+		defer func() {
+			uc.mu.Lock()
+			e.rechecking = false
+			uc.mu.Unlock()
+		}()
 	} else if uc.pending[u.Name] == nil {
 		p := &pendingCheck{digest: d, done: make(chan struct{})}
 		uc.pending[u.Name] = p
