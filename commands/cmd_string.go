@@ -329,6 +329,9 @@ func cmdMGet(x *ctx) {
 		if v != nil {
 			b, ok = stringValue(v, x.cl.scratch.num[:0])
 		}
+		if !x.c.Reserve(len(b) + 32) {
+			return // over the output buffer limit: the connection closes
+		}
 		x.bulkOrNull(b, ok)
 	}
 }

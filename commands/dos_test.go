@@ -4,14 +4,17 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/cellserver/cellserver/commands"
+	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/limiter"
 	"github.com/cellserver/cellserver/resp"
+	"github.com/cellserver/cellserver/server"
 )
 
 // direct drives a commands.Service in process, as benchDispatch does: each
@@ -361,5 +364,33 @@ func TestAllFewChecksNoAllocs(t *testing.T) {
 		if allocs := testing.AllocsPerRun(200, call); allocs != 0 {
 			t.Errorf("CL.ALL with %d checks: %v allocations per call, want 0", n, allocs)
 		}
+	}
+}
+
+// TestMGetOutputBounded: MGET naming one large value many times stops
+// building its reply once it would pass the output buffer limit (the
+// connection is closed without a reply), rather than building it whole
+// first: the server allocates about the limit, not the reply's size.
+func TestMGetOutputBounded(t *testing.T) {
+	const value, names, limit = 1 << 20, 200, 4 << 20
+	_, addr := servertest.Start(t, server.Config{MaxOutputBuffer: limit})
+	c := resptest.MustDial(t, addr)
+	c.MustDo(t, "SET", "big", strings.Repeat("v", value))
+	args := []string{"MGET"}
+	for range names {
+		args = append(args, "big")
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if v, err := c.Do(args...); err == nil {
+		t.Fatalf("MGET of %d MiB past a %d MiB limit answered %c (%d elements), want the connection closed", names*value>>20, limit>>20, v.Kind, len(v.Elems))
+	}
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 32<<20 {
+		t.Errorf("MGET allocated %d MiB for a reply cut at %d MiB", grew>>20, limit>>20)
+	}
+	other := resptest.MustDial(t, addr)
+	if v := other.MustDo(t, "PING"); v.Str != "PONG" {
+		t.Errorf("PING from another client: %v", v)
 	}
 }

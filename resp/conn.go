@@ -196,6 +196,23 @@ func (c *Conn) AppendShared(reply []byte) bool {
 	return true
 }
 
+// Reserve reports whether n more bytes of replies fit under
+// MaxOutputBuffer. When they do not, it returns false and the connection
+// is closed once the command returns, without writing its replies, as
+// when AppendShared refuses one: a command building a large reply piece
+// by piece (MGET) asks before each piece, so that it never holds more
+// than the limit. A Conn without a Server always has room.
+func (c *Conn) Reserve(n int) bool {
+	if c.srv == nil {
+		return true
+	}
+	if t := int64(c.outTotal()) + int64(n); t > c.srv.cfg.MaxOutputBuffer {
+		c.outOver = t
+		return false
+	}
+	return true
+}
+
 // outTotal is the size of the replies pending: Out and the shared reply.
 func (c *Conn) outTotal() int { return len(c.Out) + len(c.shared) }
 
