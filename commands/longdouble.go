@@ -164,6 +164,12 @@ func formatLongDouble(dst []byte, f *big.Float) []byte {
 		}
 		return append(dst, "inf"...)
 	}
+	// |f| < 2^-58 (about 3.5e-18) prints as 0 at 17 decimals. Said at
+	// once: big.Float would expand its exact decimal first, thousands of
+	// digits for the smallest long doubles (milliseconds per call).
+	if f.Sign() == 0 || f.MantExp(nil) <= -58 {
+		return append(dst, '0')
+	}
 	start := len(dst)
 	dst = f.Append(dst, 'f', 17)
 	if dst[start] == '+' {

@@ -64,3 +64,25 @@ func plainDecimal(s string) bool {
 	}
 	return true
 }
+
+// TestFormatLongDoubleTiny: values that print as 0 at 17 decimals do so
+// without expanding their exact decimal (thousands of digits for the
+// smallest long doubles): one allocation each (the result), and
+// those just above the cut still print their digit.
+func TestFormatLongDoubleTiny(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"1e-4950", "0"}, {"-1e-4950", "0"}, {"3e-18", "0"}, {"-1e-30", "0"},
+		{"6e-18", "0.00000000000000001"}, {"-6e-18", "-0.00000000000000001"},
+	} {
+		f, _, err := big.ParseFloat(tc.in, 10, 64, big.ToNearestEven)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(formatLongDouble(nil, f)); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.in, got, tc.want)
+		}
+		if n := testing.AllocsPerRun(10, func() { formatLongDouble(nil, f) }); tc.want == "0" && n > 1 {
+			t.Errorf("%s: %v allocations to format, want one (the result)", tc.in, n)
+		}
+	}
+}
