@@ -279,11 +279,18 @@ func (t *trackTable) touch(ks *keyspace.Keyspace, db int, key []byte) {
 		}
 		cl.sendInvalidation(frame)
 	}
+	var skey string
 	for _, h := range bcast {
 		if h.cl.track.flags.Load()&trkNoloop != 0 && h.cl.writer(shard()) {
 			continue
 		}
-		t.queueBcast(h, key)
+		if h.cl.track.redirID.Load() == 0 && !h.cl.resp3() {
+			continue // a RESP2 client without REDIRECT receives nothing
+		}
+		if skey == "" {
+			skey = string(key)
+		}
+		t.queueBcast(h, skey)
 	}
 }
 
@@ -307,15 +314,18 @@ type bcastPending struct {
 	mu    sync.Mutex
 	order []bcastHit
 	keys  map[bcastHit]map[string]struct{}
+	bytes int // of the keys in keys, with bcastKeyOverhead each
 	timer *time.Timer
 }
 
 // bcastDelay bounds how long a change made outside a command waits before
 // its BCAST invalidation is sent.
-const bcastDelay = time.Millisecond
+var bcastDelay = time.Millisecond // a variable for tests
 
 // queueBcast records that key changed under h until flushBcast.
-func (t *trackTable) queueBcast(h bcastHit, key []byte) {
+// Past bcastMaxPending bytes of keys pending (a command changing many
+// keys watched by many clients), they are sent at once.
+func (t *trackTable) queueBcast(h bcastHit, key string) {
 	p := &t.bcast
 	p.mu.Lock()
 	if p.keys == nil {
@@ -327,7 +337,11 @@ func (t *trackTable) queueBcast(h bcastHit, key []byte) {
 		p.keys[h] = set
 		p.order = append(p.order, h)
 	}
-	set[string(key)] = struct{}{}
+	if _, ok := set[key]; !ok {
+		set[key] = struct{}{}
+		p.bytes += len(key) + bcastKeyOverhead
+	}
+	full := p.bytes > bcastMaxPending
 	if !p.any.Load() {
 		p.any.Store(true)
 		if p.timer == nil {
@@ -337,7 +351,18 @@ func (t *trackTable) queueBcast(h bcastHit, key []byte) {
 		}
 	}
 	p.mu.Unlock()
+	if full {
+		t.flushBcast()
+	}
 }
+
+// bcastMaxPending bounds the bytes of BCAST invalidations held before they
+// are sent (keys, counted once per client and prefix, plus
+// bcastKeyOverhead each for the set's entry).
+const (
+	bcastMaxPending  = 1 << 20
+	bcastKeyOverhead = 48
+)
 
 // flushBcast sends each client the keys changed under each of its
 // prefixes since the last flush, in one invalidation per prefix (the
@@ -347,7 +372,7 @@ func (t *trackTable) flushBcast() {
 	p := &t.bcast
 	p.mu.Lock()
 	order, keys := p.order, p.keys
-	p.order, p.keys = nil, nil
+	p.order, p.keys, p.bytes = nil, nil, 0
 	p.any.Store(false)
 	p.mu.Unlock()
 	// Prefixes in byte order, as Redis walks its tree of them.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // trackingPrefixCmd is CLIENT TRACKING on BCAST with a PREFIX for each of
@@ -106,4 +107,31 @@ func TestTrackingPrefixCapBeforeWork(t *testing.T) {
 		t.Errorf("after the refusal: %d prefixes registered, tracking flags %b", registered, c.Context().(*client).track.flags.Load())
 	}
 	t.Logf("%d prefixes in one command", n)
+}
+
+// TestBcastPendingBounded: the keys a command changes under BCAST
+// prefixes are held until the command ends, but never more than
+// bcastMaxPending bytes of them: past it they are sent at once. 100000
+// distinct keys for two clients, checked after each.
+func TestBcastPendingBounded(t *testing.T) {
+	defer func(d time.Duration) { bcastDelay = d }(bcastDelay)
+	bcastDelay = time.Hour // only the bound sends them here
+	tt := newTrackTable(0)
+	a, b := &client{}, &client{}
+	peak := 0
+	for i := range 100000 {
+		key := fmt.Sprintf("user:%08d", i)
+		tt.queueBcast(bcastHit{a, "user:"}, key)
+		tt.queueBcast(bcastHit{b, ""}, key)
+		tt.bcast.mu.Lock()
+		peak = max(peak, tt.bcast.bytes)
+		tt.bcast.mu.Unlock()
+	}
+	if limit := bcastMaxPending + 13 + bcastKeyOverhead; peak > limit {
+		t.Fatalf("%d bytes of BCAST invalidations pending at the peak, want at most %d", peak, limit)
+	}
+	tt.flushBcast()
+	if tt.bcast.bytes != 0 || tt.bcast.any.Load() {
+		t.Fatalf("after a flush: %d bytes pending, any %v", tt.bcast.bytes, tt.bcast.any.Load())
+	}
 }
