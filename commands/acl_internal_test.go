@@ -11,6 +11,7 @@ import (
 // ACL GETUSER and ACL LIST give (describeCmds) applied to a new user gives
 // the same command bits, as Redis checks in
 // ACLDescribeSelectorCommandRules (it panics on a mismatch).
+// 2000 random rule sets from a fixed seed.
 func TestACLDescribeRoundTrip(t *testing.T) {
 	s, err := New(Config{})
 	if err != nil {

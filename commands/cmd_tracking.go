@@ -384,6 +384,9 @@ func (t *trackTable) flushBcast() {
 			list = append(list, k)
 		}
 		slices.Sort(list)
+		if h.cl.track.flags.Load()&trkBcast == 0 {
+			continue // tracking turned off (or out of BCAST) since
+		}
 		h.cl.sendInvalidation(invalidateFrameKeys(list))
 	}
 }

@@ -156,6 +156,8 @@ func genIncrex(rng *rand.Rand, now int64) *increxCall {
 // TestIncrexModel checks INCREX against increxModel: random calls on one
 // key, with the clock moving so that keys expire; after each call the
 // reply, the value (GET) and the expiry (PEXPIRETIME) must be the model's.
+// 20000 calls from a fixed seed (the test logs how many were applied,
+// skipped, saturated and refused).
 func TestIncrexModel(t *testing.T) {
 	clk := servertest.NewClock(goldenT0)
 	_, addr := servertest.Start(t, server.Config{Clock: clk.Now})
