@@ -94,11 +94,7 @@ func (s *Service) dropMonitor(cl *client) {
 // feedMonitors sends the command x ran to every monitor. The caller
 // checked that there is one and that the command is not flagged admin.
 func (s *Service) feedMonitors(x *ctx) {
-	var secret []bool
-	if r := redactors[x.spec.Name]; r != nil {
-		secret = make([]bool, len(x.args))
-		r(x.args, secret)
-	}
+	secret := secretArgs(x.spec, x.args)
 	ns := x.clockNS()
 	b := make([]byte, 0, 64+16*len(x.args))
 	b = append(b, '+')

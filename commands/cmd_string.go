@@ -194,15 +194,9 @@ func cmdPSetEx(x *ctx) { setExGeneric(x, "psetex", "px") }
 
 // SETEX key seconds value and PSETEX key milliseconds value.
 func setExGeneric(x *ctx, name, unit string) {
-	n, ok := parseRedisInt(x.args[2])
-	if !ok {
-		x.errorReply(msgNotInt)
-		return
-	}
 	now := x.clockMS()
-	exp, ok := absoluteExpiry(unit, n, now)
+	exp, ok := x.expiryArg(unit, x.args[2], now, name)
 	if !ok {
-		x.errorReply(errInvalidExpire(name))
 		return
 	}
 	k := &x.keys[0]
