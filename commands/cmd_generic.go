@@ -27,6 +27,8 @@ func typeName(k keyspace.Kind) string {
 		return "slidinglog"
 	case keyspace.KindLeases:
 		return "concurrency"
+	case keyspace.KindStream:
+		return "stream"
 	}
 	return "none"
 }

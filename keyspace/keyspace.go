@@ -30,6 +30,8 @@ func (k Kind) String() string {
 		return "slidinglog"
 	case KindLeases:
 		return "concurrency"
+	case KindStream:
+		return "stream"
 	}
 	return "unknown"
 }
@@ -55,7 +57,19 @@ const (
 	// KindLeases is CL.ACQUIRE state: Obj holds a *limiter.Leases, or is
 	// nil when the one lease is packed into N and M (limiter.Leases.Pack).
 	KindLeases
+	// KindStream is a Redis stream (XADD ...): Obj holds a *stream.Stream,
+	// changed in place. Its journal writes carry the stream's delta
+	// (DeltaValue) rather than the whole value.
+	KindStream
 )
+
+// DeltaValue is implemented by objects whose changes are journaled as
+// deltas (a stream's): after the journal has been told of a change to
+// such an object, the keyspace calls ResetDelta.
+type DeltaValue interface {
+	Delta() (d []byte, ok bool)
+	ResetDelta()
+}
 
 // Value is the typed state of one key. The zero Value is not a valid entry:
 // every stored Value has a Kind.
@@ -692,6 +706,11 @@ func (s *Shard) ReplaceHash(key []byte, h uint64, cur *Value, nv Value) {
 		s.jv.Obj = nil // only valid during Put: keep no object alive
 		if s.chg != nil {
 			s.chg.mark(idx)
+		}
+	}
+	if nv.Kind == KindStream {
+		if d, ok := nv.Obj.(DeltaValue); ok {
+			d.ResetDelta()
 		}
 	}
 }

@@ -1,0 +1,93 @@
+package stream
+
+import "encoding/binary"
+
+// A delta is a fixed header followed by operations:
+//
+//	offset size  field
+//	0      8     incarnation (little-endian)
+//	8      8     version the delta starts from
+//	16     4     number of operations n
+//	20     ...   n operations: a code byte, then the code's payload
+//
+// Codes below firstGroupOp are the entries' (stream.go, applyEntryOp),
+// the others the groups' (groups.go, applyGroupOp). Every mutating method
+// calls op once, then appends its payload to s.delta when op says so.
+const deltaHeader = 8 + 8 + 4
+
+// maxDeltaOps bounds the operations of one delta (one command's change).
+const maxDeltaOps = 1 << 31
+
+// op counts one operation of code and reports whether its payload must be
+// appended to s.delta (false while the whole value will be written).
+func (s *Stream) op(code byte) bool {
+	s.ver++
+	if s.full {
+		return false
+	}
+	if len(s.delta) == 0 {
+		s.delta = binary.LittleEndian.AppendUint64(s.delta, s.inc)
+		s.delta = binary.LittleEndian.AppendUint64(s.delta, s.ver-1)
+		s.delta = binary.LittleEndian.AppendUint32(s.delta, 0)
+	}
+	n := binary.LittleEndian.Uint32(s.delta[16:])
+	binary.LittleEndian.PutUint32(s.delta[16:], n+1)
+	s.delta = append(s.delta, code)
+	return true
+}
+
+// Delta: see api.go.
+func (s *Stream) Delta() (d []byte, ok bool) {
+	if s.full {
+		return nil, false
+	}
+	return s.delta, true
+}
+
+// ResetDelta: see api.go.
+func (s *Stream) ResetDelta() {
+	s.full = false
+	if cap(s.delta) > 64<<10 {
+		s.delta = nil
+	} else {
+		s.delta = s.delta[:0]
+	}
+}
+
+// ApplyDelta: see api.go.
+func (s *Stream) ApplyDelta(d []byte) (applied bool, err error) {
+	if len(d) < deltaHeader {
+		return false, ErrCorrupt
+	}
+	inc := binary.LittleEndian.Uint64(d)
+	base := binary.LittleEndian.Uint64(d[8:])
+	n := uint64(binary.LittleEndian.Uint32(d[16:]))
+	switch {
+	case inc != s.inc:
+		return false, ErrNotBase
+	case s.ver >= base+n:
+		return false, nil
+	case s.ver != base:
+		return false, ErrNotBase
+	}
+	r := reader{b: d[deltaHeader:]}
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		code := r.byte()
+		if r.err != nil {
+			break
+		}
+		if code >= firstGroupOp {
+			s.applyGroupOp(code, &r)
+		} else {
+			s.applyEntryOp(code, &r)
+		}
+	}
+	if r.err != nil || len(r.b) != 0 {
+		return true, ErrCorrupt
+	}
+	return true, nil
+}
+
+// applyEntryOp applies one entries' operation (code < firstGroupOp),
+// reading its payload from r, through the method that recorded it.
+func (s *Stream) applyEntryOp(code byte, r *reader) { r.fail() } // SCAFFOLD: stream.go
