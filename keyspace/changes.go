@@ -232,6 +232,31 @@ func (ks *Keyspace) RestoreChange(db int, key []byte, v *Value) {
 	}
 }
 
+// RestoreApply is RestoreChange of a change that depends on key's value
+// as it stands (a stream's delta): fn gets that value (nil when absent;
+// an expired value is still given, since the change log holds what
+// followed it) and returns the new one, or nil to leave the key as it is
+// (nothing to apply), or an error, which RestoreApply returns.
+func (ks *Keyspace) RestoreApply(db int, key []byte, fn func(cur *Value) (*Value, error)) error {
+	sh := ks.dbs[db].Shard(key)
+	sh.mu.Lock()
+	var cur *Value
+	if idx, _, ok := sh.t.lookup(key, sh.hash(key)); ok {
+		cur = sh.load(idx)
+	}
+	nv, err := fn(cur)
+	if nv != nil {
+		v := *nv
+		nv = &v // the view changes with the next lookup
+	}
+	sh.mu.Unlock()
+	if err != nil || nv == nil {
+		return err
+	}
+	ks.RestoreChange(db, key, nv)
+	return nil
+}
+
 // RestoreFlush applies a FLUSHDB (db >= 0) or FLUSHALL (db < 0) replayed
 // from the change log at startup: tracked (the next collection writes the
 // range deletion), not told to the Journal.

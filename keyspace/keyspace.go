@@ -69,6 +69,11 @@ const (
 type DeltaValue interface {
 	Delta() (d []byte, ok bool)
 	ResetDelta()
+	// MarkFull makes the next journal write the whole value: the keyspace
+	// calls it when the object is new to its key (a new key, RENAME, a
+	// replaced value), whose delta would not apply to what the journal's
+	// consumers hold.
+	MarkFull()
 }
 
 // Value is the typed state of one key. The zero Value is not a valid entry:
@@ -605,6 +610,18 @@ func (s *Shard) LookupHash(key []byte, h uint64, now int64) *Value {
 	return s.load(idx)
 }
 
+// Stored returns key's value as stored, expired or not, without
+// counting an access: a replica applies its primary's stream deltas to
+// the value it holds (its primary sends the expiry's deletion itself).
+// s.mu must be held.
+func (s *Shard) Stored(key []byte) *Value {
+	idx, _, ok := s.t.lookup(key, s.hash(key))
+	if !ok {
+		return nil
+	}
+	return s.load(idx)
+}
+
 // Peek returns the live value of key like Lookup, but never removes an
 // expired entry: read-only commands use it so that they write nothing.
 // s.mu must be held.
@@ -691,6 +708,13 @@ func (s *Shard) ReplaceHash(key []byte, h uint64, cur *Value, nv Value) {
 		}
 	}
 	e := s.t.at(idx)
+	if nv.Kind == KindStream {
+		// A delta applies only where its object was: a stream new to
+		// this key is journaled whole.
+		if d, ok := nv.Obj.(DeltaValue); ok && (old == 0 || s.t.obj(e) != nv.Obj) {
+			d.MarkFull()
+		}
+	}
 	e.n, e.m, e.exp = nv.N, int64(nv.M), nv.Exp
 	e.meta = e.meta&^0xff | uint32(nv.Kind)
 	s.t.setObj(e, nv.Obj)

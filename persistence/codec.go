@@ -10,6 +10,7 @@ import (
 
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/limiter"
+	"github.com/cellserver/cellserver/stream"
 )
 
 // ValueFormat is the version of the value encoding that EncodeValue writes
@@ -29,7 +30,7 @@ const ReservedFormat = 2
 //	offset size  field
 //	0      1     format version (1)
 //	1      1     kind (keyspace.Kind: 1 string, 2 gcra, 3 fixed, 4 sliding,
-//	             5 slidinglog, 6 concurrency)
+//	             5 slidinglog, 6 concurrency, 7 stream)
 //	2      8     Exp, int64 (ms since the Unix epoch, 0 = none)
 //	10     8     N, uint64
 //	18     8     M, int64
@@ -45,6 +46,8 @@ const ReservedFormat = 2
 //	             increasing byte order (EncodeValue sorts them); N and M
 //	             are 0 (a value whose one lease is packed into N and M is
 //	             written as its lease list, and DecodeValue packs it again)
+//	stream       the stream's own encoding (stream.Stream.AppendBinary), to
+//	             the end; N and M are 0
 //
 // Version 2 (ReservedFormat) is version 1 with, after the kind's object
 // (gcra, fixed, sliding, slidinglog only), the reservations:
@@ -102,6 +105,12 @@ func EncodeValue(dst []byte, v keyspace.Value) []byte {
 		default:
 			panic(fmt.Sprintf("persistence: EncodeValue: %s value holds %T, want []byte", v.Kind, v.Obj))
 		}
+	case keyspace.KindStream:
+		st, ok := v.Obj.(*stream.Stream)
+		if !ok {
+			panic(fmt.Sprintf("persistence: EncodeValue: %s value holds %T, want *stream.Stream", v.Kind, v.Obj))
+		}
+		dst = st.AppendBinary(dst)
 	case keyspace.KindLog:
 		var l *limiter.Log
 		switch o := v.Obj.(type) {
@@ -253,6 +262,15 @@ func decodeValue(b []byte, owned bool) (keyspace.Value, error) {
 			v.Obj = append([]byte{}, r.b...)
 		}
 		r.b = nil
+	case keyspace.KindStream:
+		if v.N != 0 || v.M != 0 {
+			return keyspace.Value{}, corruptf("%s value: N and M must be 0", v.Kind)
+		}
+		st, err := stream.Decode(r.b)
+		if err != nil {
+			return keyspace.Value{}, corruptf("%s value: %v", v.Kind, err)
+		}
+		v.Obj, r.b = st, nil
 	case keyspace.KindLog:
 		n, err := r.count(logEntrySize)
 		if err != nil {

@@ -1,6 +1,7 @@
 package persistence
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,6 +13,10 @@ type LoadStats struct {
 	Keys     int           // live keys loaded
 	Expired  int           // expired records dropped (and deleted from the store)
 	Duration time.Duration // how long the load took
+	// SkippedDeltas counts the stream deltas of the change log that did
+	// not apply to the key as it stood (another incarnation of the key,
+	// made whole again by a later record).
+	SkippedDeltas int
 }
 
 // Load reads every record of store into ks, which must be empty and not
@@ -98,6 +103,12 @@ func loadReplay(r Replayer, ks *keyspace.Keyspace, nowMS int64) (LoadStats, erro
 			if err := checkDB(op.DB, op.Key); err != nil {
 				return err
 			}
+			if IsDelta(op.Value) {
+				if err := replayDelta(ks, op, nowMS, &st); err != nil {
+					return fmt.Errorf("change log: key %q in database %d: %w", op.Key, op.DB, err)
+				}
+				return nil
+			}
 			v, err := DecodeValue(op.Value)
 			if err != nil {
 				return fmt.Errorf("change log: key %q in database %d: %w", op.Key, op.DB, err)
@@ -130,4 +141,28 @@ func loadReplay(r Replayer, ks *keyspace.Keyspace, nowMS int64) (LoadStats, erro
 	}
 	st.Duration = time.Since(start)
 	return st, nil
+}
+
+// replayDelta applies a logged delta (a stream's change) to the key's
+// value as the base and the earlier records left it. A delta the value
+// already holds (the base is a checkpoint taken after it) is skipped; so
+// is one of another incarnation of the key (a stream deleted and made
+// again after the checkpoint read it: a later record of the log makes
+// the key whole again), which is counted (LoadStats.SkippedDeltas).
+// Expired keys are kept while the log is replayed and removed at the end
+// of the load's checks, as for whole values.
+func replayDelta(ks *keyspace.Keyspace, op Op, nowMS int64, st *LoadStats) error {
+	return ks.RestoreApply(op.DB, op.Key, func(cur *keyspace.Value) (*keyspace.Value, error) {
+		v, applied, err := ApplyChange(cur, op.Value)
+		switch {
+		case errors.Is(err, ErrNotBase):
+			st.SkippedDeltas++
+			return nil, nil
+		case err != nil:
+			return nil, err
+		case !applied:
+			return nil, nil
+		}
+		return &v, nil
+	})
 }

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cellserver/cellserver/persistence"
 )
 
 // Link states, in ROLE's words.
@@ -463,8 +465,15 @@ func (l *link) apply(nc net.Conn, br *bufio.Reader) error {
 			if split {
 				payload = p
 			}
-			if !l.applyChange(&c, raw, payload) {
-				return errStopped
+			if err := l.applyChange(&c, raw, payload); err != nil {
+				if !errors.Is(err, errStopped) {
+					// The replica's value is not the one the primary's
+					// delta starts from: only a full copy mends it.
+					l.fullNext = true
+					r.log.Error("replication: a stream change from the primary does not apply to this replica's copy; dropping the link, the next sync is a full one",
+						"primary", l.addr(), "key", string(c.key), "err", err)
+				}
+				return err
 			}
 			if raw != nil || split {
 				r.wakeSenders()
@@ -539,9 +548,13 @@ func (l *link) acker(nc net.Conn, ackc, askc <-chan struct{}, stop <-chan struct
 // backlog) and appends its frames to the backlog: raw as they arrived, or
 // for a change that arrived split, split (its payload) split again the
 // same way; neither for a full-copy entry. If the link is dead it does
-// nothing and returns false. The shard locks are taken before blMu, as
-// the journal takes them.
-func (l *link) applyChange(c *change, raw, split []byte) bool {
+// nothing and returns errStopped. A stream's delta is applied to the
+// replica's copy as it stands; one that does not apply (the copies
+// differ) returns the error, applying nothing (the link drops and the
+// next sync is a full copy), and one the copy already holds changes
+// nothing but still enters the backlog. The shard locks are taken before
+// blMu, as the journal takes them.
+func (l *link) applyChange(c *change, raw, split []byte) error {
 	r := l.r
 	var unlock func()
 	switch c.t {
@@ -561,16 +574,25 @@ func (l *link) applyChange(c *change, raw, split []byte) bool {
 	r.blMu.Lock()
 	defer r.blMu.Unlock()
 	if l.dead {
-		return false
+		return errStopped
 	}
-	switch c.t {
-	case framePut, frameSnap:
+	switch {
+	case c.delta != nil:
+		sh := r.ks.DB(c.db).Shard(c.key)
+		v, applied, err := persistence.ApplyChange(sh.Stored(c.key), c.delta)
+		if err != nil {
+			return err
+		}
+		if applied {
+			sh.Set(c.key, v)
+		}
+	case c.t == framePut || c.t == frameSnap:
 		r.ks.DB(c.db).Shard(c.key).Set(c.key, c.v)
-	case frameDelete:
+	case c.t == frameDelete:
 		r.ks.DB(c.db).Shard(c.key).Delete(c.key, 0)
-	case frameFlushDB:
+	case c.t == frameFlushDB:
 		r.ks.DB(c.db).Flush(true)
-	case frameFlushAll:
+	case c.t == frameFlushAll:
 		r.ks.FlushAll(true)
 	}
 	switch {
@@ -580,5 +602,5 @@ func (l *link) applyChange(c *change, raw, split []byte) bool {
 		writeFrame(r.bl.write, c.t, split)
 		r.offset.Store(r.bl.end)
 	}
-	return true
+	return nil
 }

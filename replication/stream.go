@@ -138,7 +138,11 @@ func appendPut(dst []byte, t byte, db int, key []byte, v *keyspace.Value) []byte
 	dst = binary.AppendUvarint(dst, uint64(db))
 	dst = binary.AppendUvarint(dst, uint64(len(key)))
 	dst = append(dst, key...)
-	dst = persistence.EncodeValue(dst, *v)
+	if t == framePut {
+		dst = persistence.EncodeChange(dst, *v) // a stream's change: its delta
+	} else {
+		dst = persistence.EncodeValue(dst, *v)
+	}
 	n := len(dst) - body
 	if n > frameChunk {
 		return splitInPlace(dst, start, t)
@@ -356,6 +360,10 @@ type change struct {
 	db  int
 	key []byte
 	v   keyspace.Value
+	// delta, if not nil, is a put that is a stream's delta
+	// (persistence.EncodeChange), applied to the key's value as it
+	// stands; it aliases the payload.
+	delta []byte
 }
 
 // decodeChange decodes the payload of a 'P', 'S', 'D', 'F', 'A' or 'K' frame.
@@ -403,6 +411,10 @@ func decodeChangeOwned(t byte, p []byte, numDB int, own bool) (c change, kept bo
 		}
 		c.key = p[n : n+int(kl)]
 		enc := p[n+int(kl):]
+		if t == framePut && persistence.IsDelta(enc) {
+			c.delta = enc
+			return c, false, nil
+		}
 		decode := persistence.DecodeValue
 		// Only a value that fills most of the buffer is kept in it: the
 		// rest of the buffer (key, spare capacity) is held as long as the

@@ -41,7 +41,19 @@ func (s *Stream) Delta() (d []byte, ok bool) {
 	if s.full {
 		return nil, false
 	}
+	if len(s.delta) == 0 { // no operation: a delta of none (an expiry change)
+		s.delta = binary.LittleEndian.AppendUint64(s.delta, s.inc)
+		s.delta = binary.LittleEndian.AppendUint64(s.delta, s.ver)
+		s.delta = binary.LittleEndian.AppendUint32(s.delta, 0)
+	}
 	return s.delta, true
+}
+
+// MarkFull makes the next journal write the whole value (the keyspace
+// calls it when the stream is new to its key).
+func (s *Stream) MarkFull() {
+	s.full = true
+	s.delta = s.delta[:0]
 }
 
 // ResetDelta: see api.go.

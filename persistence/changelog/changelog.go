@@ -355,7 +355,46 @@ func (s *Store) replay(segs []uint64, loadDamaged bool) (int, error) {
 		batch = batch[:0]
 		return err
 	}
+	// deltas holds the keys whose log holds a delta (a stream's change),
+	// from the first one on: a delta applies to the value as it stands,
+	// so such a key's value is read from the wrapped store once (after
+	// the batch before it is written), kept here while the rest of the
+	// log is applied to it, and written whole at the end.
+	deltas := make(map[dbKey]*keyspace.Value)
 	total, err := s.scan(segs, loadDamaged, func(op persistence.Op) error {
+		switch op.Kind {
+		case persistence.OpPut, persistence.OpDelete:
+			dk := dbKey{op.DB, string(op.Key)}
+			cur, held := deltas[dk]
+			if !held && op.Kind == persistence.OpPut && persistence.IsDelta(op.Value) {
+				if err := flush(); err != nil {
+					return err
+				}
+				v, err := s.innerValue(op.DB, op.Key)
+				if err != nil {
+					return err
+				}
+				cur, held = v, true
+			}
+			if held {
+				nv, err := replayHeld(cur, op)
+				if err != nil {
+					return fmt.Errorf("change log: key %q in database %d: %w", op.Key, op.DB, err)
+				}
+				deltas[dk] = nv
+				return nil
+			}
+		case persistence.OpDeleteDB:
+			for dk := range deltas {
+				if dk.db == op.DB {
+					deltas[dk] = nil
+				}
+			}
+		case persistence.OpDeleteAll:
+			for dk := range deltas {
+				deltas[dk] = nil
+			}
+		}
 		batch = append(batch, op)
 		if len(batch) >= 4096 {
 			return flush()
@@ -364,6 +403,18 @@ func (s *Store) replay(segs []uint64, loadDamaged bool) (int, error) {
 	})
 	if err != nil {
 		return 0, err
+	}
+	for dk, v := range deltas {
+		op := persistence.Op{Kind: persistence.OpDelete, DB: dk.db, Key: []byte(dk.key)}
+		if v != nil {
+			op.Kind, op.Value = persistence.OpPut, persistence.EncodeValue(nil, *v)
+		}
+		batch = append(batch, op)
+		if len(batch) >= 4096 {
+			if err := flush(); err != nil {
+				return 0, err
+			}
+		}
 	}
 	if err := flush(); err != nil {
 		return 0, err
@@ -377,6 +428,51 @@ func (s *Store) replay(segs []uint64, loadDamaged bool) (int, error) {
 		}
 	}
 	return total, syncDir(s.dir)
+}
+
+// dbKey names a key of a database.
+type dbKey struct {
+	db  int
+	key string
+}
+
+// innerValue reads one key's value from the wrapped store (nil: absent),
+// with a scan of the store: replay calls it once per key whose log holds
+// a delta, which only streams write.
+func (s *Store) innerValue(db int, key []byte) (*keyspace.Value, error) {
+	var found *keyspace.Value
+	err := s.inner.Load(func(d int, k, value []byte) error {
+		if d != db || !bytes.Equal(k, key) {
+			return nil
+		}
+		v, err := persistence.DecodeValue(value)
+		if err != nil {
+			return fmt.Errorf("key %q in database %d: %w", k, d, err)
+		}
+		found = &v
+		return nil
+	})
+	return found, err
+}
+
+// replayHeld applies op, a put or a removal, to a value replay holds (nil:
+// absent). A delta the value already holds, or that starts from another
+// incarnation of the key (a later record makes the key whole again), is
+// skipped.
+func replayHeld(cur *keyspace.Value, op persistence.Op) (*keyspace.Value, error) {
+	if op.Kind == persistence.OpDelete {
+		return nil, nil
+	}
+	v, applied, err := persistence.ApplyChange(cur, op.Value)
+	switch {
+	case errors.Is(err, persistence.ErrNotBase):
+		return cur, nil
+	case err != nil:
+		return nil, err
+	case !applied:
+		return cur, nil
+	}
+	return &v, nil
 }
 
 // Write implements persistence.Store: one write(2) of the batch's records
@@ -410,7 +506,7 @@ func (s *Store) AppendRecord(dst []byte, kind persistence.OpKind, db int, key []
 	dst = binary.AppendUvarint(dst, uint64(len(key)))
 	dst = append(dst, key...)
 	if v != nil {
-		dst = persistence.EncodeValue(dst, *v)
+		dst = persistence.EncodeChange(dst, *v)
 	}
 	return sealRecord(dst, start)
 }
