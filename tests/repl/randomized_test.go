@@ -80,9 +80,9 @@ var (
 
 func (g *opGen) kinds() []string {
 	if g.generic {
-		return []string{"str"}
+		return []string{"str", "xs"}
 	}
-	return append([]string{"str"}, limiterKinds...)
+	return append([]string{"str", "xs"}, limiterKinds...)
 }
 
 func (g *opGen) key(kind string) string { return fmt.Sprintf("%s:%d", kind, g.r.IntN(keysPerKind)) }
@@ -185,6 +185,8 @@ func (g *opGen) op() []any {
 			return a
 		case n < 42:
 			return []any{"PERSIST", g.anyKey()}
+		case n < 50:
+			return g.streamOp()
 		case g.generic:
 			continue
 		case g.r.IntN(8) == 0:
@@ -243,6 +245,56 @@ func (g *opGen) stringOp() []any {
 		return []any{"INCREX", k, "BYINT", g.r.IntN(5) - 2, "UBOUND", 50, "PX", 3600000, "ENX"}
 	}
 	return []any{"GETDEL", k}
+}
+
+// streamOp returns a stream command on an "xs" key: entries added (IDs
+// from the primary's clock, trimmed exactly and approximately), deleted
+// and trimmed, and consumer groups created, read (deliveries and their
+// times), acknowledged and claimed, so that every change a replica
+// applies as a delta is made.
+func (g *opGen) streamOp() []any {
+	k := g.key("xs")
+	grp := fmt.Sprintf("g%d", g.r.IntN(2))
+	cons := fmt.Sprintf("c%d", g.r.IntN(3))
+	switch g.r.IntN(16) {
+	case 0, 1, 2, 3, 4:
+		a := []any{"XADD", k}
+		switch g.r.IntN(4) {
+		case 0:
+			a = append(a, "MAXLEN", "~", 5+g.r.IntN(200))
+		case 1:
+			a = append(a, "MAXLEN", 5+g.r.IntN(20))
+		}
+		a = append(a, "*", "f", g.value())
+		if g.r.IntN(2) == 0 {
+			a = append(a, "n", g.r.IntN(1000))
+		}
+		return a
+	case 5:
+		return []any{"XTRIM", k, "MAXLEN", []string{"~", "="}[g.r.IntN(2)], g.r.IntN(100)}
+	case 6:
+		return []any{"XDEL", k, fmt.Sprintf("%d-%d", 0, g.r.IntN(3)), "1-0"}
+	case 7:
+		return []any{"XGROUP", "CREATE", k, grp, []string{"0", "$"}[g.r.IntN(2)], "MKSTREAM"}
+	case 8, 9, 10:
+		a := []any{"XREADGROUP", "GROUP", grp, cons, "COUNT", 1 + g.r.IntN(5)}
+		if g.r.IntN(5) == 0 {
+			a = append(a, "NOACK")
+		}
+		return append(a, "STREAMS", k, ">")
+	case 11:
+		return []any{"XAUTOCLAIM", k, grp, cons, 0, "0-0", "COUNT", 1 + g.r.IntN(5)}
+	case 12:
+		return []any{"XGROUP", "SETID", k, grp, "0"}
+	case 13:
+		if g.r.IntN(3) == 0 {
+			return []any{"XGROUP", "DESTROY", k, grp}
+		}
+		return []any{"XGROUP", []string{"CREATECONSUMER", "DELCONSUMER"}[g.r.IntN(2)], k, grp, cons}
+	}
+	// XACK of what a group has pending is not known here: acknowledge
+	// the lowest IDs, which the first reads deliver.
+	return []any{"XACK", k, grp, "0-1", "1-0", fmt.Sprintf("%d-0", g.r.IntN(1<<20))}
 }
 
 // driver applies commands on the primary through one connection, keeping
