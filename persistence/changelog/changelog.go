@@ -472,6 +472,9 @@ func replayHeld(cur *keyspace.Value, op persistence.Op) (*keyspace.Value, error)
 	case !applied:
 		return cur, nil
 	}
+	if d, ok := v.Obj.(keyspace.DeltaValue); ok {
+		d.ResetDelta() // what it records here is written whole at the end
+	}
 	return &v, nil
 }
 
