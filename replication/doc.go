@@ -36,11 +36,15 @@
 //
 // Version 2 of the stream splits any payload longer than 64 KiB into
 // continuation frames, so that no frame exceeds 64 KiB of payload whatever
-// a value holds. A replica announces both versions (REPLCONF capa
-// cellserver-values-1 and Capability, "cellserver-values-2"); a primary
-// refuses PSYNC from a client without Capability, so neither a Redis
-// replica nor an older cellserver attaches to it, while a replica follows
-// a primary of either version: upgrade replicas before their primary. A
+// a value holds. Version 3 adds deltas: the put frame of a stream changed
+// in place carries what changed (persistence.EncodeChange), which the
+// replica applies to its copy; a delta that does not apply drops the link
+// and the next sync is a full copy. A replica announces every version
+// (REPLCONF capa cellserver-values-1, cellserver-values-2 and Capability,
+// "cellserver-values-3"); a primary refuses PSYNC from a client without
+// Capability, so neither a Redis replica nor an older cellserver attaches
+// to it, while a replica follows a primary of any version: upgrade
+// replicas before their primary. A
 // replica refuses a frame larger than Config.MaxFrame plus FrameOverhead
 // (the server's proto-max-bulk-len) before reading it, drops the link and
 // syncs again in full (ErrFrameTooLarge); with Config.MaxChange (the

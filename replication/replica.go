@@ -203,7 +203,7 @@ func (l *link) syncOnce() error {
 	// Both stream versions: a primary of version 1 knows only the first
 	// (and sends it), one of version 2 requires the second.
 	// CapaGetAck: this replica acknowledges at once when asked.
-	if _, err := cmd("REPLCONF", "capa", capabilityV1, "capa", Capability, "capa", CapaGetAck); err != nil {
+	if _, err := cmd("REPLCONF", "capa", capabilityV1, "capa", capabilityV2, "capa", Capability, "capa", CapaGetAck); err != nil {
 		return err
 	}
 	// Tell the primary who this node is: it refuses a node it replicates
@@ -270,11 +270,16 @@ func (l *link) syncOnce() error {
 const handshakeLine = 64 << 10
 
 // Capability is the capability a replica announces, and a primary
-// requires: the stream's version 2, whose changes longer than 64 KiB are
-// split into frames of at most 64 KiB. A primary that does not know it
-// is not a cellserver primary, or an older one (which knows
-// capabilityV1).
-const Capability = "cellserver-values-2"
+// requires: the stream's version 3, whose put frames may carry a stream's
+// delta (persistence.DeltaFormat) rather than its whole value. Version 2
+// split changes longer than 64 KiB into frames of at most 64 KiB, which
+// version 3 keeps. A primary that does not know it is not a cellserver
+// primary, or an older one (which knows capabilityV1 or capabilityV2).
+const Capability = "cellserver-values-3"
+
+// capabilityV2 is the second stream version's capability (no deltas),
+// which a replica also announces so that it can follow an older primary.
+const capabilityV2 = "cellserver-values-2"
 
 // CapaGetAck is the capability of a replica that acknowledges at once
 // when its primary asks ('G' frames): a primary sends them only to

@@ -267,8 +267,8 @@ func dialReplica(t *testing.T, addr string) (*fakeReplica, string) {
 	t.Cleanup(func() { nc.Close() })
 	nc.SetDeadline(time.Now().Add(20 * time.Second))
 	f := &fakeReplica{nc: nc, br: bufio.NewReader(nc)}
-	// Both stream versions' capabilities: the test runs on either.
-	writeCommand(nc, "REPLCONF", "capa", "cellserver-values-1", "capa", "cellserver-values-2")
+	// Every stream version's capability: the test runs on any.
+	writeCommand(nc, "REPLCONF", "capa", "cellserver-values-1", "capa", "cellserver-values-2", "capa", "cellserver-values-3")
 	writeCommand(nc, "PSYNC", "?", "-1")
 	line, _ := f.br.ReadString('\n')
 	if strings.HasPrefix(line, "+OK") {
