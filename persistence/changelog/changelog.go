@@ -71,7 +71,10 @@ var segMagic = []byte("CSCLOG01")
 const (
 	recHeader  = 8 // uint32 payload length, uint32 CRC32C of the payload (little-endian)
 	minPayload = 4 // kind, db (2 bytes), key length (uvarint, >= 1 byte)
-	maxPayload = 64 << 20
+	// maxPayload bounds a record: a whole value, which for a stream
+	// (logged whole when it is new to its key: made, renamed, copied)
+	// can be large; streams are capped below it (stream.MaxSize).
+	maxPayload = 1 << 30
 	segSuffix  = ".clog"
 	// chunkBytes: a checkpoint hands the wrapped store its changes in
 	// batches of about this many bytes, so that no single batch holds the
