@@ -41,13 +41,18 @@ func (s *Stream) Delta() (d []byte, ok bool) {
 	if s.full {
 		return nil, false
 	}
-	if len(s.delta) == 0 { // no operation: a delta of none (an expiry change)
-		s.delta = binary.LittleEndian.AppendUint64(s.delta, s.inc)
-		s.delta = binary.LittleEndian.AppendUint64(s.delta, s.ver)
-		s.delta = binary.LittleEndian.AppendUint32(s.delta, 0)
+	if len(s.delta) == 0 {
+		// A change of the key but not of the stream (its expiry): one
+		// operation of none, so that the change has a version of its
+		// own and a replay orders it among the others.
+		s.op(opNop)
 	}
 	return s.delta, true
 }
+
+// opNop is the operation of a journaled change that changed nothing in
+// the stream (its key's expiry).
+const opNop = firstGroupOp - 1
 
 // MarkFull makes the next journal write the whole value (the keyspace
 // calls it when the stream is new to its key).
@@ -87,6 +92,10 @@ func (s *Stream) ApplyDelta(d []byte) (applied bool, err error) {
 		code := r.byte()
 		if r.err != nil {
 			break
+		}
+		if code == opNop {
+			s.op(opNop)
+			continue
 		}
 		if code >= firstGroupOp {
 			s.applyGroupOp(code, &r)

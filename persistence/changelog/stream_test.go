@@ -93,7 +93,7 @@ func TestStreamDeltas(t *testing.T) {
 			} else {
 				rs := serve(t, crashed, Options{CheckpointBytes: 1 << 40})
 				if got := records(rs.ks); !sameRecords(got, want) {
-					t.Fatalf("round %d: the keyspace after the replay holds %d records, want %d", round, len(got), len(want))
+					t.Fatalf("round %d: the keyspace after the replay differs: %s", round, recordsDiff(got, want))
 				}
 				rs.close(t)
 			}
@@ -133,4 +133,28 @@ func TestStreamDeltaIsSmall(t *testing.T) {
 		t.Fatalf("one append to a 10000-entry stream logged %d bytes; want a delta (< 200)", per)
 	}
 	t.Logf("one append to a 10000-entry stream logs %d bytes", per)
+}
+
+// recordsDiff describes how got differs from want (the first few).
+func recordsDiff(got, want []storetest.Record) string {
+	key := func(r storetest.Record) string { return fmt.Sprintf("db %d key %q", r.DB, r.Key) }
+	w := map[string]string{}
+	for _, r := range want {
+		w[key(r)] = r.Value
+	}
+	var out []string
+	for _, r := range got {
+		k := key(r)
+		switch v, ok := w[k]; {
+		case !ok:
+			out = append(out, k+": not wanted")
+		case v != r.Value:
+			out = append(out, fmt.Sprintf("%s: value of %d bytes, want %d: %x vs %x", k, len(r.Value), len(v), r.Value[:min(len(r.Value), 40)], v[:min(len(v), 40)]))
+		}
+		delete(w, k)
+	}
+	for k := range w {
+		out = append(out, k+": missing")
+	}
+	return fmt.Sprintf("%d records, want %d; %v", len(got), len(want), out[:min(len(out), 5)])
 }
