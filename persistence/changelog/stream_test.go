@@ -65,7 +65,7 @@ func changeStreams(rng *rand.Rand, ks *keyspace.Keyspace, n, keys int, ms *uint6
 // server's start), where a checkpoint that already holds some of the
 // log's deltas must not apply them twice.
 func TestStreamDeltas(t *testing.T) {
-	const rounds = 30
+	const rounds = 100
 	dir := filepath.Join(t.TempDir(), "data")
 	sv := serve(t, dir, Options{CheckpointBytes: 1 << 40})
 	rng := rand.New(rand.NewPCG(31, 32))
