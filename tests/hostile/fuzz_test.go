@@ -150,6 +150,14 @@ var commandSeeds = map[string][][]string{
 	"expire":          {{"k", "10"}, {"k", "10", "NX"}, {"k", "-1"}, {"k", "9223372036854775807"}},
 	"flushall":        {{}, {"ASYNC"}},
 	"get":             {{"k"}, {"tk"}},
+	"xadd":            {{"xs", "*", "f", "v"}, {"xs", "MAXLEN", "~", "10", "*", "f", "v"}, {"xs", "NOMKSTREAM", "MINID", "=", "5-0", "LIMIT", "3", "5-*", "a", "b"}, {"xs", "18446744073709551615-18446744073709551615", "f", "v"}},
+	"xrange":          {{"xs", "-", "+"}, {"xs", "(0-1", "+", "COUNT", "2"}, {"xs", "18446744073709551615", "-"}},
+	"xtrim":           {{"xs", "MAXLEN", "~", "0"}, {"xs", "MINID", "9-9", "LIMIT", "1"}},
+	"xread":           {{"COUNT", "2", "STREAMS", "xs", "0"}, {"BLOCK", "0", "STREAMS", "xs", "$"}, {"STREAMS", "xs", "xs", "0", "0"}},
+	"xreadgroup":      {{"GROUP", "g", "c", "BLOCK", "10", "STREAMS", "xs", ">"}, {"GROUP", "g", "c", "NOACK", "STREAMS", "xs", "0"}},
+	"xautoclaim":      {{"xs", "g", "c", "0", "0-0", "COUNT", "100", "JUSTID"}},
+	"xclaim":          {{"xs", "g", "c", "0", "1-1", "IDLE", "5", "RETRYCOUNT", "9", "FORCE", "LASTID", "9-9"}},
+	"xpending":        {{"xs", "g"}, {"xs", "g", "IDLE", "10", "-", "+", "10", "c"}},
 	"hello":           {{"2"}, {"3"}, {"2", "SETNAME", "x"}, {"2", "AUTH", "default", "pw"}},
 	"info":            {{}, {"all"}, {"memory", "stats"}},
 	"keys":            {{"*"}, {"*a*a*a*a*a*a*a*a*a*b"}, {"[a-"}},
@@ -200,6 +208,17 @@ func FuzzCommands(f *testing.F) {
 			// replica here acknowledges anything): keep it short.
 			if ms, err := strconv.ParseInt(args[timeout-1], 10, 64); err == nil && (ms == 0 || ms > 100) {
 				args[timeout-1] = "100"
+			}
+		}
+		if name == "xread" || name == "xreadgroup" {
+			// XREAD and XREADGROUP BLOCK wait for an entry no one adds
+			// here: keep the wait short (BLOCK 0 waits forever).
+			for i := 0; i+1 < len(args); i++ {
+				if strings.EqualFold(args[i], "block") {
+					if ms, err := strconv.ParseInt(args[i+1], 10, 64); err == nil && (ms == 0 || ms > 100) {
+						args[i+1] = "100"
+					}
+				}
 			}
 		}
 		if name == "acl|setuser" && len(args) > 0 && args[0] == "default" {
