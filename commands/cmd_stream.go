@@ -642,7 +642,7 @@ func cmdXread(x *ctx) {
 			break
 		}
 	}
-	if streamsAt == 0 {
+	if streamsAt == 0 || len(x.keys) != n { // x.keys: streamKeys found them
 		x.errorReply(msgSyntax)
 		return
 	}

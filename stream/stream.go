@@ -217,23 +217,24 @@ func (s *Stream) Append(id ID, fields [][]byte) {
 // shrink gives a node that takes no more entries its exact size (Redis's
 // lpShrinkToFit).
 func (s *Stream) shrink(n *node) {
-	if cap(n.data) > len(n.data) {
-		s.mem -= cap(n.data) - len(n.data)
+	if c := cap(n.data); c > len(n.data) {
 		n.data = exactCopy(n.data)
+		s.mem += cap(n.data) - c
 	}
 }
 
-// exactCopy returns a copy of b whose capacity is its length.
-func exactCopy(b []byte) []byte {
-	c := make([]byte, len(b))
-	copy(c, b)
-	return c
-}
+// exactCopy returns a copy of b with the capacity the allocator gives
+// its length (its size class, which MemSize counts).
+func exactCopy(b []byte) []byte { return append([]byte(nil), b...) }
 
 // Trim removes entries as a says and returns how many (Redis's
 // streamTrim).
+//
+// A trim that removes nothing records no operation, so that a command
+// that changes nothing leaves no operation for the journal to miss.
 func (s *Stream) Trim(a TrimArgs) int64 {
-	if s.op(opTrim) {
+	deleted := s.trim(a)
+	if deleted > 0 && s.op(opTrim) {
 		var f byte
 		if a.ByID {
 			f |= 1
@@ -246,6 +247,10 @@ func (s *Stream) Trim(a TrimArgs) int64 {
 		s.delta = appendID(s.delta, a.MinID)
 		s.delta = appendInt64(s.delta, a.Limit)
 	}
+	return deleted
+}
+
+func (s *Stream) trim(a TrimArgs) int64 {
 	var deleted int64
 	gone := 0 // whole nodes removed from the front
 	for _, n := range s.nodes {
@@ -304,10 +309,19 @@ func (s *Stream) Trim(a TrimArgs) int64 {
 
 // Delete removes the entry id and reports whether it was live (XDEL); it
 // raises MaxDeletedID to id when it was.
+//
+// Deleting an entry that is not live records no operation.
 func (s *Stream) Delete(id ID) bool {
+	if !s.delete(id) {
+		return false
+	}
 	if s.op(opDelete) {
 		s.delta = appendID(s.delta, id)
 	}
+	return true
+}
+
+func (s *Stream) delete(id ID) bool {
 	i := s.nodeFor(id)
 	if i < 0 {
 		return false
