@@ -148,10 +148,21 @@ func (s *Stream) Append(id ID, fields [][]byte) {
 	// streamAppendItem: a new node when the tail's listpack plus the
 	// entry's raw bytes would reach the node's bytes, or when the tail
 	// holds max entries, live and deleted.
+	// After XSETID set the last ID below deleted entries of the tail
+	// node (Redis checks it against the live ones only), the entry
+	// cannot follow them in order: trailing nodes left with deleted
+	// entries only go, and a tail holding live entries takes no more
+	// (where Redis appends to its listpack out of order), so that IDs
+	// stay sorted within and across nodes.
+	for k := len(s.nodes); k > 0 && s.nodes[k-1].live == 0 && !s.nodes[k-1].last.Less(id); k-- {
+		s.mem -= nodeOverhead + cap(s.nodes[k-1].data)
+		s.nodes[k-1] = nil
+		s.nodes = s.nodes[:k-1]
+	}
 	var n *node
 	if k := len(s.nodes); k > 0 {
 		n = s.nodes[k-1]
-		if n.lpBytes+total >= NodeMaxBytes || n.live+n.deleted >= NodeMaxEntries {
+		if n.lpBytes+total >= NodeMaxBytes || n.live+n.deleted >= NodeMaxEntries || !n.last.Less(id) {
 			s.shrink(n)
 			n = nil
 		}
@@ -540,12 +551,17 @@ func Decode(b []byte) (*Stream, error) {
 		return nil, ErrCorrupt
 	}
 	s.nodes = make([]*node, 0, k)
-	var prev ID
+	// The masters increase, and every live entry is below the next
+	// nodes' masters and not above the last ID (a deleted entry may be
+	// above both: XSETID, Append).
+	var prevMaster, maxLive ID
+	hasLive := false
 	for i := 0; i < k; i++ {
 		n := &node{master: r.id()}
 		nmf := r.uvarint()
 		data := r.bytes()
-		if r.err != nil || (i > 0 && !prev.Less(n.master)) || nmf == 0 || nmf > uint64(len(data)) {
+		if r.err != nil || (i > 0 && !prevMaster.Less(n.master)) || (hasLive && !maxLive.Less(n.master)) ||
+			nmf == 0 || nmf > uint64(len(data)) {
 			return nil, ErrCorrupt
 		}
 		n.nmf = int(nmf)
@@ -553,12 +569,18 @@ func Decode(b []byte) (*Stream, error) {
 		if !n.check() {
 			return nil, ErrCorrupt
 		}
-		prev = n.last
+		var it recIter
+		for it.init(n); it.next(); {
+			if it.flags&flagDeleted == 0 {
+				maxLive, hasLive = it.id, true
+			}
+		}
+		prevMaster = n.master
 		s.length += uint64(n.live)
 		s.mem += nodeOverhead + cap(n.data)
 		s.nodes = append(s.nodes, n)
 	}
-	if k > 0 && s.lastID.Less(prev) {
+	if hasLive && s.lastID.Less(maxLive) {
 		return nil, ErrCorrupt
 	}
 	decodeGroups(&r, s)

@@ -55,7 +55,7 @@ func liveIDs(s *Stream) []ID {
 	return ids
 }
 
-// TestModel checks Append, Trim (MAXLEN and MINID, exact and approximate,
+// TestModel checks Append, SetID, Trim (MAXLEN and MINID, exact and approximate,
 // LIMIT), Delete, Range, Get, FirstID, LastEntryID and Len against a
 // sorted slice, and after every step the encoding's round trip, a delta
 // replayed onto a copy, and MemSize against a recomputation.
@@ -75,7 +75,29 @@ func TestModel(t *testing.T) {
 		for step := 0; step < steps; step++ {
 			cases++
 			what := ""
-			switch k := rng.IntN(20); {
+			switch k := rng.IntN(21); {
+			case k == 20:
+				// XSETID: any ID not below the last live entry, so
+				// possibly below deleted ones (and anything when the
+				// stream is empty, as Redis allows).
+				var last ID
+				if len(model) > 0 {
+					last = model[len(model)-1].id
+					if rng.IntN(2) == 0 {
+						last.Seq += uint64(rng.IntN(3))
+					}
+				} else {
+					last = ID{uint64(rng.IntN(int(next.Ms + 2))), uint64(rng.IntN(3))}
+				}
+				if last.Less(s.LastID()) && rng.IntN(3) == 0 {
+					last = s.LastID()
+				}
+				s.SetID(last, s.EntriesAdded()+uint64(rng.IntN(3)), ID{last.Ms, uint64(rng.IntN(2))})
+				if s.LastID() != last {
+					t.Fatalf("run %d step %d: LastID %v after SetID(%v)", run, step, s.LastID(), last)
+				}
+				next = last
+				what = "setid " + last.String()
 			case k < 12:
 				if rng.IntN(3) == 0 {
 					next.Ms += 1 + uint64(rng.IntN(3))
