@@ -185,6 +185,15 @@ func TestModel(t *testing.T) {
 			if !bytes.Equal(dec.AppendBinary(nil), enc) {
 				t.Fatalf("run %d step %d: round trip differs", run, step)
 			}
+			// The decoded nodes are the original's, listpack sizes and
+			// counters included: a decoded stream trims alike.
+			for i, n := range s.nodes {
+				d := dec.nodes[i]
+				if d.master != n.master || d.last != n.last || d.lpBytes != n.lpBytes || d.live != n.live ||
+					d.deleted != n.deleted || d.nmf != n.nmf || d.start != n.start {
+					t.Fatalf("run %d step %d: decoded node %d = %+v, want %+v", run, step, i, *d, *n)
+				}
+			}
 			if m := recomputeMem(dec); dec.MemSize() != m {
 				t.Fatalf("run %d step %d: decoded MemSize %d, recomputed %d", run, step, dec.MemSize(), m)
 			}
