@@ -692,6 +692,8 @@ func objectEncoding(v *keyspace.Value) string {
 		if len(b) <= 44 {
 			return "embstr"
 		}
+	case keyspace.KindStream:
+		return "stream"
 	}
 	return "raw"
 }
