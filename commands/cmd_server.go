@@ -103,6 +103,11 @@ func (x *ctx) commandInfo(sp *Spec) {
 // spec of type index/range, as Redis reports for a command registered with
 // firstkey/lastkey/keystep, or two single-key ones with KeyFlags2.
 func (x *ctx) keySpecs(sp *Spec) {
+	if sp.KeyKeyword != "" {
+		x.setLen(1)
+		x.keywordKeySpec(sp)
+		return
+	}
 	if sp.FirstKey == 0 {
 		x.setLen(0)
 		return
@@ -119,6 +124,38 @@ func (x *ctx) keySpecs(sp *Spec) {
 		last -= sp.FirstKey
 	}
 	x.keySpec(sp.KeyFlags, sp.FirstKey, last, sp.Step)
+}
+
+// keywordKeySpec writes sp's key spec of type keyword/range.
+func (x *ctx) keywordKeySpec(sp *Spec) {
+	x.mapLen(3)
+	x.bulkStr("flags")
+	x.setLen(len(sp.KeyFlags))
+	for _, f := range sp.KeyFlags {
+		x.status(f)
+	}
+	x.bulkStr("begin_search")
+	x.mapLen(2)
+	x.bulkStr("type")
+	x.bulkStr("keyword")
+	x.bulkStr("spec")
+	x.mapLen(2)
+	x.bulkStr("keyword")
+	x.bulkStr(sp.KeyKeyword)
+	x.bulkStr("startfrom")
+	x.int(int64(sp.KeyStartFrom))
+	x.bulkStr("find_keys")
+	x.mapLen(2)
+	x.bulkStr("type")
+	x.bulkStr("range")
+	x.bulkStr("spec")
+	x.mapLen(3)
+	x.bulkStr("lastkey")
+	x.int(-1)
+	x.bulkStr("keystep")
+	x.int(1)
+	x.bulkStr("limit")
+	x.int(2)
 }
 
 // keySpec writes one key spec of type index/range.

@@ -38,6 +38,7 @@ const (
 	// handler checks, with Keyspace.CanInsert).
 	DenyOOM
 	NoAsyncLoading // "no_async_loading" (SAVE, BGSAVE)
+	Blocking       // "blocking": may park the client (XREADGROUP BLOCK)
 )
 
 // flagNames lists the reported flags in the order Redis 7 replies them.
@@ -46,7 +47,7 @@ var flagNames = []struct {
 	name string
 }{
 	{Write, "write"}, {ReadOnly, "readonly"}, {DenyOOM, "denyoom"}, {Module, "module"},
-	{Admin, "admin"}, {PubSub, "pubsub"}, {NoScript, "noscript"}, {Loading, "loading"},
+	{Admin, "admin"}, {PubSub, "pubsub"}, {NoScript, "noscript"}, {Blocking, "blocking"}, {Loading, "loading"},
 	{Stale, "stale"}, {SkipSlowlog, "skip_slowlog"}, {Fast, "fast"}, {NoAuth, "no_auth"},
 	{NoAsyncLoading, "no_async_loading"}, {NoMulti, "no_multi"}, {MovableKeys, "movablekeys"}, {AllowBusy, "allow_busy"},
 }
@@ -90,7 +91,13 @@ type Spec struct {
 	// key at FirstKey+1 (LastKey): the two keys of RENAME and COPY play
 	// different parts (source, destination), as Redis's two key specs say.
 	KeyFlags2 []string
-	Subs      []*Spec // subcommands of a container command (CLIENT, COMMAND, CONFIG)
+	// KeyKeyword, when set, makes the key spec COMMAND INFO reports a
+	// keyword search (XREADGROUP's STREAMS, from argument KeyStartFrom)
+	// with a range of the arguments after it, half of them keys (lastkey
+	// -1, step 1, limit 2); the keys are found by Keys.
+	KeyKeyword   string
+	KeyStartFrom int
+	Subs         []*Spec // subcommands of a container command (CLIENT, COMMAND, CONFIG)
 	// Doc is filled in from the docs table (docs.go) when the table is
 	// built; the dispatcher never reads it.
 	Doc

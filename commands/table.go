@@ -12,6 +12,7 @@ var (
 	keyRM    = []string{"RM", "delete"}
 	keyRO0   = []string{"RO"}
 	keyRWIns = []string{"RW", "insert"}
+	keyRWDlt = []string{"RW", "delete"}
 	// The two keys of RENAME, RENAMENX and COPY (Spec.KeyFlags2).
 	keyRWDel = []string{"RW", "access", "delete"}
 	keyOWUpd = []string{"OW", "update"}
@@ -296,5 +297,37 @@ func commandTable() []*Spec {
 		{Name: "waitaof", Arity: 4, Flags: NoScript, Run: cmdWaitAOF},
 		{Name: "watch", Arity: -2, Flags: NoScript | Loading | Stale | Fast | AllowBusy | RunsInMulti, FirstKey: 1,
 			LastKey: -1, Step: 1, KeyFlags: keyRO0, Run: cmdWatch},
+		{Name: "xack", Arity: -4, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWUpd,
+			Run: cmdXAck},
+		{Name: "xautoclaim", Arity: -6, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWDlt,
+			Run: cmdXAutoClaim},
+		{Name: "xclaim", Arity: -6, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWUpd,
+			Run: cmdXClaim},
+		{Name: "xgroup", Arity: -2, Subs: []*Spec{
+			{Name: "xgroup|create", Arity: -5, Flags: Write | DenyOOM, FirstKey: 2, LastKey: 2, Step: 1,
+				KeyFlags: keyRWIns, Run: cmdXGroupCreate},
+			{Name: "xgroup|createconsumer", Arity: 5, Flags: Write | DenyOOM, FirstKey: 2, LastKey: 2, Step: 1,
+				KeyFlags: keyRWIns, Run: cmdXGroupCreateConsumer},
+			{Name: "xgroup|delconsumer", Arity: 5, Flags: Write, FirstKey: 2, LastKey: 2, Step: 1,
+				KeyFlags: keyRWDlt, Run: cmdXGroupDelConsumer},
+			{Name: "xgroup|destroy", Arity: 4, Flags: Write, FirstKey: 2, LastKey: 2, Step: 1,
+				KeyFlags: keyRWDlt, Run: cmdXGroupDestroy},
+			{Name: "xgroup|help", Arity: 2, Flags: Loading | Stale, Run: cmdXGroupHelp},
+			{Name: "xgroup|setid", Arity: -5, Flags: Write, FirstKey: 2, LastKey: 2, Step: 1,
+				KeyFlags: keyRWUpd, Run: cmdXGroupSetID},
+		}},
+		{Name: "xinfo", Arity: -2, Subs: []*Spec{
+			{Name: "xinfo|consumers", Arity: 4, Flags: ReadOnly, FirstKey: 2, LastKey: 2, Step: 1,
+				KeyFlags: keyRO, Run: cmdXInfoConsumers},
+			{Name: "xinfo|groups", Arity: 3, Flags: ReadOnly, FirstKey: 2, LastKey: 2, Step: 1,
+				KeyFlags: keyRO, Run: cmdXInfoGroups},
+			{Name: "xinfo|help", Arity: 2, Flags: Loading | Stale, Run: cmdXInfoHelp},
+			{Name: "xinfo|stream", Arity: -3, Flags: ReadOnly, FirstKey: 2, LastKey: 2, Step: 1,
+				KeyFlags: keyRO, Run: cmdXInfoStream},
+		}},
+		{Name: "xpending", Arity: -3, Flags: ReadOnly, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO,
+			Run: cmdXPending},
+		{Name: "xreadgroup", Arity: -7, Flags: Write | Blocking | MovableKeys, KeyFlags: keyRO,
+			KeyKeyword: "STREAMS", KeyStartFrom: 4, Keys: xreadgroupKeys, Run: cmdXReadGroup},
 	}
 }
