@@ -151,7 +151,7 @@ func cmdXGroupHelp(x *ctx) {
 		"SETID <key> <groupname> <id|$> [ENTRIESREAD entries_read]",
 		"    Set the current group ID and entries_read counter.",
 		"HELP",
-		"    Print this help.")
+		"    Prints this help.")
 }
 
 // xgroupPrologue is what xgroupCommand does before dispatching: parse

@@ -346,7 +346,7 @@ func cmdXInfoHelp(x *ctx) {
 		"STREAM <key> [FULL [COUNT <count>]",
 		"    Show information about the stream.",
 		"HELP",
-		"    Print this help.")
+		"    Prints this help.")
 }
 
 // xinfoStream returns the key's stream, or answers "no such key" or
@@ -431,19 +431,6 @@ func cmdXInfoGroups(x *ctx) {
 	})
 }
 
-// radixTreeNodes estimates Redis's s->rax->numnodes for XINFO STREAM's
-// radix-tree-nodes: the rax of the nodes' 16-byte master IDs cannot be
-// rebuilt exactly from the nodes alone (it keeps the shape of past
-// inserts and deletes); this counts the one-node and empty cases as
-// Redis does and about two rax nodes per stream node beyond.
-func radixTreeNodes(s *stream.Stream) int64 {
-	n := int64(s.Nodes())
-	if n == 0 {
-		return 1
-	}
-	return 2 * n
-}
-
 // XINFO STREAM key [FULL [COUNT count]]
 func cmdXInfoStream(x *ctx) {
 	s, _, ok := xinfoStream(x)
@@ -483,7 +470,7 @@ func cmdXInfoStream(x *ctx) {
 	x.bulkStr("radix-tree-keys")
 	x.int(int64(s.Nodes()))
 	x.bulkStr("radix-tree-nodes")
-	x.int(radixTreeNodes(s))
+	x.int(s.RaxNodes())
 	x.bulkStr("last-generated-id")
 	x.streamIDReply(s.LastID())
 	x.bulkStr("max-deleted-entry-id")
