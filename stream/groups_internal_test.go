@@ -276,3 +276,79 @@ func TestLagAndDistance(t *testing.T) {
 		t.Fatal("deliver went back")
 	}
 }
+
+// TestGroupsWithEntries: a stream with entries and groups reaches a
+// replica through its whole encoding, then deltas mixing entries' and
+// groups' operations (XREADGROUP's deliveries as Deliver and SetPending),
+// and both encode the same; a clone does too, and Decode keeps the
+// groups' memory.
+func TestGroupsWithEntries(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	s := New()
+	next := uint64(1)
+	add := func(n int) {
+		for i := 0; i < n; i++ {
+			s.Append(ID{next, 0}, [][]byte{[]byte("f"), []byte(fmt.Sprint(next))})
+			next++
+		}
+	}
+	add(50)
+	g := s.CreateGroup("g", ID{}, 0)
+	s.CreateConsumer(g, "a", 1)
+	replica, err := Decode(s.AppendBinary(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ResetDelta()
+	for round := 0; round < 20; round++ {
+		add(rng.Intn(30))
+		c := g.Consumer("a")
+		if rng.Intn(3) == 0 {
+			if c2 := g.Consumer("b"); c2 == nil {
+				c = s.CreateConsumer(g, "b", int64(round))
+			} else {
+				c = c2
+			}
+		}
+		start, _ := g.LastID.Incr()
+		var ids []ID
+		s.Range(start, MaxID, false, func(e Entry) bool {
+			ids = append(ids, e.ID)
+			return len(ids) < 10
+		})
+		for _, id := range ids {
+			s.Deliver(g, id)
+			s.SetPending(g, id, c, int64(round), 1)
+		}
+		if p := g.FirstPending(); p != nil && rng.Intn(2) == 0 {
+			s.Ack(g, p.ID)
+		}
+		if rng.Intn(4) == 0 {
+			s.Delete(ID{uint64(rng.Intn(int(next))) + 1, 0})
+		}
+		d, ok := s.Delta()
+		if !ok {
+			t.Fatal("no delta")
+		}
+		if _, err := replica.ApplyDelta(d); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		s.ResetDelta()
+		replica.ResetDelta()
+		if string(s.AppendBinary(nil)) != string(replica.AppendBinary(nil)) {
+			t.Fatalf("round %d: replica differs", round)
+		}
+		if lag, ok := s.Lag(g); ok != true && s.MaxDeletedID().IsZero() {
+			t.Fatalf("round %d: lag unknown without deletions (%d)", round, lag)
+		}
+	}
+	checkInvariants(t, replica)
+	if replica.MemSize() != s.MemSize() {
+		t.Fatalf("MemSize %d, replica %d", s.MemSize(), replica.MemSize())
+	}
+	cl := s.Clone()
+	checkInvariants(t, cl)
+	if string(groupsBytes(cl)) != string(groupsBytes(s)) || cl.MemSize() != s.MemSize() {
+		t.Fatal("clone's groups differ")
+	}
+}
