@@ -348,7 +348,7 @@ func TestGroupsWithEntries(t *testing.T) {
 	}
 	cl := s.Clone()
 	checkInvariants(t, cl)
-	if string(groupsBytes(cl)) != string(groupsBytes(s)) || cl.MemSize() != s.MemSize() {
+	if string(groupsBytes(cl)) != string(groupsBytes(s)) || cl.cg.memSize() != s.cg.memSize() {
 		t.Fatal("clone's groups differ")
 	}
 }
