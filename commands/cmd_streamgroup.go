@@ -1,9 +1,6 @@
 package commands
 
 import (
-	"strconv"
-	"strings"
-
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/stream"
 )
@@ -16,90 +13,27 @@ import (
 // and client tracking see the change. Every time (delivery times, seen
 // times, idle times) comes from the command's clock, x.clockMS().
 
-// groupStream looks up k's stream: v nil when the key is missing; ok
-// false (WRONGTYPE answered) when it holds another kind.
-func groupStream(x *ctx, k *rkey, now int64) (v *keyspace.Value, s *stream.Stream, ok bool) {
-	v = k.lookup(now)
-	if v == nil {
-		return nil, nil, true
-	}
-	if v.Kind != keyspace.KindStream {
-		x.errorReply(msgWrongType)
+// groupStream looks up k's stream (lookupStream): v nil when the key is
+// missing; ok false (WRONGTYPE answered) when it holds another kind.
+func groupStream(x *ctx, k *rkey) (v *keyspace.Value, s *stream.Stream, ok bool) {
+	v, s, msg := x.lookupStream(k)
+	if msg != noErr {
+		x.errorReply(msg)
 		return nil, nil, false
 	}
-	return v, v.Obj.(*stream.Stream), true
+	return v, s, true
 }
 
-// streamULL is Redis's string2ull: a strict decimal, else what C's
-// strtoull takes whole (leading spaces, a sign; "-n" wraps around).
-func streamULL(b string) (uint64, bool) {
-	if n, ok := parseRedisInt([]byte(b)); ok {
-		return uint64(n), n >= 0
-	}
-	i := 0
-	for i < len(b) && (b[i] == ' ' || (b[i] >= '\t' && b[i] <= '\r')) {
-		i++
-	}
-	neg := false
-	if i < len(b) && (b[i] == '+' || b[i] == '-') {
-		neg = b[i] == '-'
-		i++
-	}
-	if i == len(b) {
-		return 0, false
-	}
-	u, err := strconv.ParseUint(b[i:], 10, 64)
-	if err != nil {
-		return 0, false
-	}
-	if neg {
-		u = -u
-	}
-	return u, true
-}
-
-// parseGroupID is Redis's streamGenericParseIDOrReply without the <ms>-*
-// form: "-" and "+" (refused when strict), "<ms>" (seq missingSeq) or
-// "<ms>-<seq>". The argument is read as a C string (cut at a NUL) of at
-// most 127 bytes.
+// parseGroupID is parseStreamID without XADD's <ms>-* form.
 func parseGroupID(arg []byte, missingSeq uint64, strict bool) (stream.ID, bool) {
-	if len(arg) > 127 {
-		return stream.ID{}, false
-	}
-	s := cstr(arg)
-	switch {
-	case s == "-" || s == "+":
-		if strict {
-			return stream.ID{}, false
-		}
-		if s == "-" {
-			return stream.ID{}, true
-		}
-		return stream.MaxID, true
-	}
-	msPart, seqPart, dash := strings.Cut(s, "-")
-	ms, ok := streamULL(msPart)
-	if !ok {
-		return stream.ID{}, false
-	}
-	seq := missingSeq
-	if dash {
-		if seq, ok = streamULL(seqPart); !ok {
-			return stream.ID{}, false
-		}
-	}
-	return stream.ID{Ms: ms, Seq: seq}, true
+	id, _, ok := parseStreamID(arg, missingSeq, strict, false)
+	return id, ok
 }
 
-// parseGroupInterval is streamParseIntervalIDOrReply: "(" before an ID
-// excludes it (then "-" and "+" are refused).
+// parseGroupInterval is parseInterval, its error being msgStreamID.
 func parseGroupInterval(arg []byte, missingSeq uint64) (id stream.ID, exclude, ok bool) {
-	if len(arg) > 1 && arg[0] == '(' {
-		id, ok = parseGroupID(arg[1:], missingSeq, true)
-		return id, true, ok
-	}
-	id, ok = parseGroupID(arg, missingSeq, false)
-	return id, false, ok
+	id, exclude, msg := parseInterval(arg, missingSeq)
+	return id, exclude, msg == noErr
 }
 
 // streamIDReply writes id as a bulk string.
@@ -191,8 +125,7 @@ func xgroupPrologue(x *ctx, sub string) (a xgroupArgs, ok bool) {
 			return a, false
 		}
 	}
-	now := x.clockMS()
-	v, s, ok := groupStream(x, &x.keys[0], now)
+	v, s, ok := groupStream(x, &x.keys[0])
 	if !ok {
 		return a, false
 	}
@@ -232,7 +165,7 @@ func cmdXGroupCreate(x *ctx) {
 			id = a.s.LastID()
 		}
 	} else if id, ok = parseGroupID(x.args[4], 0, true); !ok {
-		x.errorReply(msgInvalidStreamID)
+		x.errorReply(msgStreamID)
 		return
 	}
 	k := &x.keys[0]
@@ -268,7 +201,7 @@ func cmdXGroupSetID(x *ctx) {
 	if string(x.args[4]) == "$" {
 		id = a.s.LastID()
 	} else if id, ok = parseGroupID(x.args[4], 0, false); !ok {
-		x.errorReply(msgInvalidStreamID)
+		x.errorReply(msgStreamID)
 		return
 	}
 	a.s.SetGroupLast(a.g, id, a.entriesRead)
@@ -334,7 +267,7 @@ func cmdXGroupDelConsumer(x *ctx) {
 // XACK key group id [id ...]
 func cmdXAck(x *ctx) {
 	k := &x.keys[0]
-	v, s, ok := groupStream(x, k, x.clockMS())
+	v, s, ok := groupStream(x, k)
 	if !ok {
 		return
 	}
@@ -349,7 +282,7 @@ func cmdXAck(x *ctx) {
 	ids := make([]stream.ID, len(x.args)-3)
 	for i, a := range x.args[3:] {
 		if ids[i], ok = parseGroupID(a, 0, true); !ok {
-			x.errorReply(msgInvalidStreamID)
+			x.errorReply(msgStreamID)
 			return
 		}
 	}
@@ -401,22 +334,22 @@ func cmdXPending(x *ctx) {
 		}
 		count = max(count, 0)
 		if start, ex, ok = parseGroupInterval(x.args[si], 0); !ok {
-			x.errorReply(msgInvalidStreamID)
+			x.errorReply(msgStreamID)
 			return
 		}
 		if ex {
 			if start, ok = start.Incr(); !ok {
-				x.errorReply(msgInvalidStartID)
+				x.errorReply(msgStreamStartInterval)
 				return
 			}
 		}
 		if end, ex, ok = parseGroupInterval(x.args[si+1], ^uint64(0)); !ok {
-			x.errorReply(msgInvalidStreamID)
+			x.errorReply(msgStreamID)
 			return
 		}
 		if ex {
 			if end, ok = end.Decr(); !ok {
-				x.errorReply(msgInvalidEndID)
+				x.errorReply(msgStreamEndInterval)
 				return
 			}
 		}
@@ -425,7 +358,7 @@ func cmdXPending(x *ctx) {
 		}
 	}
 	now := x.clockMS()
-	_, s, ok := groupStream(x, &x.keys[0], now)
+	_, s, ok := groupStream(x, &x.keys[0])
 	if !ok {
 		return
 	}
@@ -502,7 +435,7 @@ func cmdXPending(x *ctx) {
 func cmdXClaim(x *ctx) {
 	k := &x.keys[0]
 	now := x.clockMS()
-	v, s, ok := groupStream(x, k, now)
+	v, s, ok := groupStream(x, k)
 	if !ok {
 		return
 	}
@@ -571,7 +504,7 @@ func cmdXClaim(x *ctx) {
 			j++
 			id, ok := parseGroupID(x.args[j], 0, true)
 			if !ok {
-				x.errorReply(msgInvalidStreamID)
+				x.errorReply(msgStreamID)
 				return
 			}
 			lastID = id
@@ -669,12 +602,12 @@ func cmdXAutoClaim(x *ctx) {
 	minIdle = max(minIdle, 0)
 	start, ex, ok := parseGroupInterval(x.args[5], 0)
 	if !ok {
-		x.errorReply(msgInvalidStreamID)
+		x.errorReply(msgStreamID)
 		return
 	}
 	if ex {
 		if start, ok = start.Incr(); !ok {
-			x.errorReply(msgInvalidStartID)
+			x.errorReply(msgStreamStartInterval)
 			return
 		}
 	}
@@ -704,7 +637,7 @@ func cmdXAutoClaim(x *ctx) {
 	}
 	k := &x.keys[0]
 	now := x.clockMS()
-	v, s, ok := groupStream(x, k, now)
+	v, s, ok := groupStream(x, k)
 	if !ok {
 		return
 	}

@@ -65,8 +65,9 @@ func parseXReadGroup(x *ctx) (a xreadgroupArgs, ok bool) {
 		switch {
 		case eqFold(o, "block") && more > 0:
 			i++
-			t, ok := waitTimeout(x, x.args[i])
-			if !ok {
+			t, msg := parseBlockTimeout(x.args[i])
+			if msg != noErr {
+				x.errorReply(msg)
 				return a, false
 			}
 			a.timeout = t
@@ -82,7 +83,7 @@ func parseXReadGroup(x *ctx) (a xreadgroupArgs, ok bool) {
 			a.streams = i + 1
 			n := len(x.args) - a.streams
 			if n%2 != 0 {
-				x.errorReply(msgXReadUnbalanced)
+				x.errorReply(msgXreadUnbalanced)
 				return a, false
 			}
 			a.n = n / 2
@@ -120,7 +121,7 @@ func cmdXReadGroup(x *ctx) {
 	for i := range reads {
 		r := &reads[i]
 		r.k = &x.keys[i]
-		if r.v, r.s, ok = groupStream(x, r.k, now); !ok {
+		if r.v, r.s, ok = groupStream(x, r.k); !ok {
 			return
 		}
 		if r.s != nil {
@@ -139,7 +140,7 @@ func cmdXReadGroup(x *ctx) {
 			r.id = stream.MaxID
 		default:
 			if r.id, ok = parseGroupID(arg, 0, true); !ok {
-				x.errorReply(msgInvalidStreamID)
+				x.errorReply(msgStreamID)
 				return
 			}
 		}
@@ -161,13 +162,9 @@ func cmdXReadGroup(x *ctx) {
 	copy(keys, x.keys[:a.n])
 	try := groupReadTry(x.proto(), string(a.group), string(a.consumer), count, a.noack)
 	if !x.blockOnKeys(keys, a.timeout, try, resp.AppendNullArray(nil, x.proto())) {
-		x.errorReply(msgGroupTooManyBlocked)
+		x.errorReply(msgTooManyBlocked)
 	}
 }
-
-// xreadBlockedCount is the COUNT of a blocked read without one (Redis's
-// XREAD_BLOCKED_DEFAULT_COUNT).
-const xreadBlockedCount = 1000
 
 // groupReadTry is a blocked XREADGROUP's test, run when one of its keys
 // changed, as Redis 7.0.15's serveClientsBlockedOnStreamKey: answered

@@ -38,7 +38,7 @@ const (
 	// handler checks, with Keyspace.CanInsert).
 	DenyOOM
 	NoAsyncLoading // "no_async_loading" (SAVE, BGSAVE)
-	Blocking       // "blocking": may park the client (XREADGROUP BLOCK)
+	Blocking       // "blocking": may block the client (XREAD BLOCK)
 )
 
 // flagNames lists the reported flags in the order Redis 7 replies them.
@@ -76,6 +76,15 @@ type Doc struct {
 	Args    []Arg
 }
 
+// KeywordSpec is a key spec found by keyword (Redis's begin_search
+// keyword, then find_keys range): the keys follow Keyword, searched from
+// argument StartFrom on; LastKey, Step and Limit are the range's.
+type KeywordSpec struct {
+	Keyword              string
+	StartFrom            int
+	LastKey, Step, Limit int
+}
+
 // Spec is one row of the command table.
 type Spec struct {
 	Name  string // lower-case; "container|sub" for subcommands
@@ -91,13 +100,13 @@ type Spec struct {
 	// key at FirstKey+1 (LastKey): the two keys of RENAME and COPY play
 	// different parts (source, destination), as Redis's two key specs say.
 	KeyFlags2 []string
-	// KeyKeyword, when set, makes the key spec COMMAND INFO reports a
-	// keyword search (XREADGROUP's STREAMS, from argument KeyStartFrom)
-	// with a range of the arguments after it, half of them keys (lastkey
-	// -1, step 1, limit 2); the keys are found by Keys.
-	KeyKeyword   string
-	KeyStartFrom int
-	Subs         []*Spec // subcommands of a container command (CLIENT, COMMAND, CONFIG)
+	// KeyNotes is the key spec's "notes" in COMMAND INFO (XADD's).
+	KeyNotes string
+	// KeyKeyword, when set, makes the key spec COMMAND INFO reports
+	// begin with a keyword search (XREAD's STREAMS) rather than an
+	// index; the keys themselves come from Keys.
+	KeyKeyword *KeywordSpec
+	Subs       []*Spec // subcommands of a container command (CLIENT, COMMAND, CONFIG)
 	// Doc is filled in from the docs table (docs.go) when the table is
 	// built; the dispatcher never reads it.
 	Doc

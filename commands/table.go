@@ -12,7 +12,6 @@ var (
 	keyRM    = []string{"RM", "delete"}
 	keyRO0   = []string{"RO"}
 	keyRWIns = []string{"RW", "insert"}
-	keyRWDlt = []string{"RW", "delete"}
 	// The two keys of RENAME, RENAMENX and COPY (Spec.KeyFlags2).
 	keyRWDel = []string{"RW", "access", "delete"}
 	keyOWUpd = []string{"OW", "update"}
@@ -20,6 +19,8 @@ var (
 	// keyNotKey marks the channels of the shard channel commands: routed
 	// by slot as keys are, but not keys (COMMAND GETKEYS lists none).
 	keyNotKey = []string{"not_key"}
+	// keyRWDel: a key some of whose contents are removed (XDEL, XTRIM).
+	keyRWDel1 = []string{"RW", "delete"}
 )
 
 // commandTable returns the dispatch rows, without their docs.
@@ -299,19 +300,23 @@ func commandTable() []*Spec {
 			LastKey: -1, Step: 1, KeyFlags: keyRO0, Run: cmdWatch},
 		{Name: "xack", Arity: -4, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWUpd,
 			Run: cmdXAck},
-		{Name: "xautoclaim", Arity: -6, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWDlt,
+		{Name: "xadd", Arity: -5, Flags: Write | DenyOOM | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWUpd,
+			KeyNotes: "UPDATE instead of INSERT because of the optional trimming feature", Run: cmdXadd},
+		{Name: "xautoclaim", Arity: -6, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWDel1,
 			Run: cmdXAutoClaim},
 		{Name: "xclaim", Arity: -6, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWUpd,
 			Run: cmdXClaim},
+		{Name: "xdel", Arity: -3, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWDel1,
+			Run: cmdXdel},
 		{Name: "xgroup", Arity: -2, Subs: []*Spec{
 			{Name: "xgroup|create", Arity: -5, Flags: Write | DenyOOM, FirstKey: 2, LastKey: 2, Step: 1,
 				KeyFlags: keyRWIns, Run: cmdXGroupCreate},
 			{Name: "xgroup|createconsumer", Arity: 5, Flags: Write | DenyOOM, FirstKey: 2, LastKey: 2, Step: 1,
 				KeyFlags: keyRWIns, Run: cmdXGroupCreateConsumer},
 			{Name: "xgroup|delconsumer", Arity: 5, Flags: Write, FirstKey: 2, LastKey: 2, Step: 1,
-				KeyFlags: keyRWDlt, Run: cmdXGroupDelConsumer},
+				KeyFlags: keyRWDel1, Run: cmdXGroupDelConsumer},
 			{Name: "xgroup|destroy", Arity: 4, Flags: Write, FirstKey: 2, LastKey: 2, Step: 1,
-				KeyFlags: keyRWDlt, Run: cmdXGroupDestroy},
+				KeyFlags: keyRWDel1, Run: cmdXGroupDestroy},
 			{Name: "xgroup|help", Arity: 2, Flags: Loading | Stale, Run: cmdXGroupHelp},
 			{Name: "xgroup|setid", Arity: -5, Flags: Write, FirstKey: 2, LastKey: 2, Step: 1,
 				KeyFlags: keyRWUpd, Run: cmdXGroupSetID},
@@ -325,9 +330,21 @@ func commandTable() []*Spec {
 			{Name: "xinfo|stream", Arity: -3, Flags: ReadOnly, FirstKey: 2, LastKey: 2, Step: 1,
 				KeyFlags: keyRO, Run: cmdXInfoStream},
 		}},
+		{Name: "xlen", Arity: 2, Flags: ReadOnly | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO0,
+			Run: cmdXlen},
 		{Name: "xpending", Arity: -3, Flags: ReadOnly, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO,
 			Run: cmdXPending},
+		{Name: "xrange", Arity: -4, Flags: ReadOnly, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO,
+			Run: cmdXrange},
+		{Name: "xread", Arity: -4, Flags: ReadOnly | Blocking | MovableKeys, KeyFlags: keyRO, Keys: streamKeys,
+			KeyKeyword: &KeywordSpec{Keyword: "STREAMS", StartFrom: 1, LastKey: -1, Step: 1, Limit: 2}, Run: cmdXread},
 		{Name: "xreadgroup", Arity: -7, Flags: Write | Blocking | MovableKeys, KeyFlags: keyRO,
-			KeyKeyword: "STREAMS", KeyStartFrom: 4, Keys: xreadgroupKeys, Run: cmdXReadGroup},
+			KeyKeyword: &KeywordSpec{Keyword: "STREAMS", StartFrom: 4, LastKey: -1, Step: 1, Limit: 2}, Keys: xreadgroupKeys, Run: cmdXReadGroup},
+		{Name: "xrevrange", Arity: -4, Flags: ReadOnly, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO,
+			Run: cmdXrevrange},
+		{Name: "xsetid", Arity: -3, Flags: Write | DenyOOM | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWUpd,
+			Run: cmdXsetid},
+		{Name: "xtrim", Arity: -4, Flags: Write, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWDel1,
+			Run: cmdXtrim},
 	}
 }

@@ -100,6 +100,7 @@ var units = []string{
 	"type/incr",
 	"type/string",
 	"type/stream-cgroups",
+	"type/stream",
 	"expire",
 	"keyspace",
 	"acl",
