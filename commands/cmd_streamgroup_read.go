@@ -160,7 +160,7 @@ func cmdXReadGroup(x *ctx) {
 	}
 	keys := make([]rkey, a.n)
 	copy(keys, x.keys[:a.n])
-	try := groupReadTry(x.proto(), string(a.group), string(a.consumer), count, a.noack)
+	try := groupReadTry(x, string(a.group), string(a.consumer), count, a.noack)
 	if !x.blockOnKeys(keys, a.timeout, try, resp.AppendNullArray(nil, x.proto())) {
 		x.errorReply(msgTooManyBlocked)
 	}
@@ -170,16 +170,24 @@ func cmdXReadGroup(x *ctx) {
 // changed, as Redis 7.0.15's serveClientsBlockedOnStreamKey: answered
 // with -UNBLOCKED when the key is gone or holds another kind, -NOGROUP
 // when the group is, else served once the stream's last ID passes the
-// group's last delivered ID (the reply names that key alone).
-func groupReadTry(p resp.Protocol, group, consumer string, count int64, noack bool) keyTry {
+// group's last delivered ID (the reply names that key alone). An error
+// counts in INFO's errorstats and as a failed call, as Redis counts the
+// blocked command's.
+func groupReadTry(x *ctx, group, consumer string, count int64, noack bool) keyTry {
+	p, svc, sp, shard := x.proto(), x.s, x.spec, x.cl.shard
+	fail := func(msg string) ([]byte, bool) {
+		svc.countError(msg)
+		sp.stats.failed.Add(shard, 1)
+		return []byte("-" + msg + "\r\n"), true
+	}
 	return func(key []byte, sh *keyspace.Shard, v *keyspace.Value, now int64) ([]byte, bool) {
 		if v == nil || v.Kind != keyspace.KindStream {
-			return []byte("-" + msgUnblockedNoKey + "\r\n"), true
+			return fail(msgUnblockedNoKey)
 		}
 		s := v.Obj.(*stream.Stream)
 		g := s.Group(group)
 		if g == nil {
-			return []byte("-" + msgUnblockedNoGroup + "\r\n"), true
+			return fail(msgUnblockedNoGroup)
 		}
 		if !g.LastID.Less(s.LastID()) {
 			return nil, false
