@@ -551,37 +551,34 @@ func cmdXsetid(x *ctx) {
 	x.ok()
 }
 
-// streamKeys is the Keys of XREAD and XREADGROUP (Redis's xreadGetKeys):
-// the first half of the arguments after STREAMS, found past the options.
-func streamKeys(dst []int, args [][]byte) []int {
-	pos := -1
-scan:
-	for i := 1; i < len(args); i++ {
-		switch a := args[i]; {
-		case eqFold(a, "block"), eqFold(a, "count"):
-			i++
-		case eqFold(a, "group"):
-			i += 2
-		case eqFold(a, "noack"):
-		case eqFold(a, "streams"):
-			pos = i
-			break scan
-		default:
-			break scan
+// keywordKeys returns the Keys of a command whose key spec is found by
+// keyword (Redis's getKeysUsingKeySpecs with begin_search keyword, then
+// find_keys range lastkey -1, step 1, limit): the first argument from
+// startFrom on (the last one excluded) equal to keyword, ignoring case,
+// then 1/limit of the arguments after it. XREAD: ("streams", 1, 2);
+// XREADGROUP: ("streams", 4, 2).
+func keywordKeys(keyword string, startFrom, limit int) func(dst []int, args [][]byte) []int {
+	return func(dst []int, args [][]byte) []int {
+		first := 0
+		for i := startFrom; i < len(args)-1; i++ {
+			if eqFold(args[i], keyword) {
+				first = i + 1
+				break
+			}
 		}
-	}
-	if pos < 0 {
+		if first == 0 {
+			return dst
+		}
+		for i := first; i <= first+(len(args)-first)/limit-1; i++ {
+			dst = append(dst, i)
+		}
 		return dst
 	}
-	n := len(args) - pos - 1
-	if n == 0 || n%2 != 0 {
-		return dst
-	}
-	for i := pos + 1; i < len(args)-n/2; i++ {
-		dst = append(dst, i)
-	}
-	return dst
 }
+
+// streamKeys is XREAD's Keys: the first half of the arguments after
+// STREAMS.
+var streamKeys = keywordKeys("streams", 1, 2)
 
 // parseBlockTimeout is getTimeoutFromObjectOrReply in milliseconds.
 func parseBlockTimeout(b []byte) (int64, wireErr) {
@@ -642,7 +639,7 @@ func cmdXread(x *ctx) {
 			break
 		}
 	}
-	if streamsAt == 0 {
+	if streamsAt == 0 || len(x.keys) != n { // x.keys: streamKeys found them
 		x.errorReply(msgSyntax)
 		return
 	}

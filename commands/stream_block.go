@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cellserver/cellserver/keyspace"
+	"github.com/tidwall/redcon"
 )
 
 // Blocking on keys: XREAD BLOCK (and XREADGROUP BLOCK) park the client
@@ -21,7 +22,9 @@ import (
 // handleClientsBlockedOnKeys after call()), and by a shared ticker every
 // keyWaitTick while anyone waits, which also notices changes made outside
 // a client's command (replication, expiry) and the timeouts, read on the
-// server's clock (an injected clock included). Serving a key runs, with
+// server's clock (an injected clock included), and a primary that became
+// a replica (its blocked clients get Redis's UNBLOCKED error). Serving a
+// key runs, with
 // its shard lock held, each of its waiters' try in the order they
 // blocked; a try that answers unblocks its client, which is then
 // forgotten on every key it waited on.
@@ -64,6 +67,10 @@ type keyWaiter struct {
 	timeout  []byte // the reply when the deadline passes
 	resume   func(reply []byte)
 	done     bool // answered or forgotten; guarded by keyWaits.mu
+	// onMaster: the client blocked while this node was a primary; if it
+	// becomes a replica meanwhile, the client is unblocked with an error,
+	// as Redis's disconnectAllBlockedClients does.
+	onMaster bool
 }
 
 // keyWaits is the registry of clients blocked on keys.
@@ -88,7 +95,7 @@ func (x *ctx) blockOnKeys(keys []rkey, timeoutMS int64, try keyTry, timeoutReply
 	if kw.n.Load() >= maxKeyWaiters {
 		return false
 	}
-	w := &keyWaiter{cl: x.cl, try: try, timeout: timeoutReply}
+	w := &keyWaiter{cl: x.cl, try: try, timeout: timeoutReply, onMaster: !s.repl.IsReplica()}
 	if timeoutMS > 0 {
 		w.deadline = x.clockMS() + min(timeoutMS, 1<<62/1_000_000)
 	}
@@ -261,12 +268,17 @@ func (s *Service) keyWaitTicker() {
 		s.serveKeyWaiters()
 		kw.serve.Lock()
 		nowMS := floorDiv(s.nowNS(), 1e6)
-		var expired []*keyWaiter
+		replica := s.repl.IsReplica()
+		var expired, unblocked []*keyWaiter
 		kw.mu.Lock()
 		for w := range kw.all {
-			if w.cl.closed.Load() {
+			switch {
+			case w.cl.closed.Load():
 				kw.finish(w)
-			} else if w.deadline != 0 && nowMS >= w.deadline {
+			case w.onMaster && replica:
+				kw.finish(w)
+				unblocked = append(unblocked, w)
+			case w.deadline != 0 && nowMS >= w.deadline:
 				kw.finish(w)
 				expired = append(expired, w)
 			}
@@ -279,6 +291,9 @@ func (s *Service) keyWaitTicker() {
 		kw.serve.Unlock()
 		for _, w := range expired {
 			w.resume(w.timeout)
+		}
+		for _, w := range unblocked {
+			w.resume(redcon.AppendError(nil, msgUnblockedReplica))
 		}
 		if stop {
 			return

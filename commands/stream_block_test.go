@@ -42,9 +42,12 @@ func waitBlocked(t *testing.T, c *resptest.Conn, n string) {
 	eventually(t, "blocked_clients:"+n, func() bool { return blockedClients(t, c) == n })
 }
 
-// readRaw reads one reply from c and returns its bytes.
+// readRaw reads one reply from c and returns its bytes, failing after a
+// generous deadline rather than hanging.
 func readRaw(t *testing.T, c *resptest.Conn) string {
 	t.Helper()
+	c.C.SetReadDeadline(time.Now().Add(20 * time.Second))
+	defer c.C.SetReadDeadline(time.Time{})
 	v, err := c.Read()
 	if err != nil {
 		t.Fatalf("read: %v", err)
@@ -144,5 +147,30 @@ func TestXreadBlockRESP3AndLeaving(t *testing.T) {
 	want := "%1\r\n$1\r\ns\r\n*1\r\n*2\r\n$3\r\n3-0\r\n*2\r\n$1\r\na\r\n$1\r\n1\r\n"
 	if got := readRaw(t, r); got != want {
 		t.Fatalf("RESP3 XREAD BLOCK answered %q, want %q", got, want)
+	}
+}
+
+// A primary that becomes a replica unblocks its blocked readers with
+// Redis's UNBLOCKED error; a read blocked on the replica keeps waiting.
+func TestXreadBlockUnblockedByReplicaof(t *testing.T) {
+	_, dial := blockServer(t)
+	r, onReplica, w := dial(), dial(), dial()
+	if err := r.Send("XREAD", "BLOCK", "0", "STREAMS", "s", "$"); err != nil {
+		t.Fatal(err)
+	}
+	waitBlocked(t, w, "1")
+	w.MustDo(t, "REPLICAOF", "127.0.0.1", "1") // a primary that is not there
+	want := "-UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)\r\n"
+	if got := readRaw(t, r); got != want {
+		t.Fatalf("blocked XREAD answered %q, want %q", got, want)
+	}
+	if err := onReplica.Send("XREAD", "BLOCK", "0", "STREAMS", "s", "$"); err != nil {
+		t.Fatal(err)
+	}
+	waitBlocked(t, w, "1")
+	w.MustDo(t, "REPLICAOF", "NO", "ONE")
+	w.MustDo(t, "XADD", "s", "1-0", "a", "1")
+	if got := readRaw(t, onReplica); !strings.Contains(got, "1-0") {
+		t.Fatalf("XREAD blocked on the replica answered %q", got)
 	}
 }

@@ -120,13 +120,17 @@ func (s *Stream) applyEntryOp(code byte, r *reader) {
 			r.fail()
 			return
 		}
-		s.Trim(a)
+		if s.Trim(a) == 0 {
+			r.fail() // only a trim that removed entries is recorded
+		}
 	case opDelete:
 		id := r.id()
 		if r.err != nil {
 			return
 		}
-		s.Delete(id)
+		if !s.Delete(id) {
+			r.fail() // only a deletion is recorded
+		}
 	case opSetID:
 		last := r.id()
 		added := r.uvarint()

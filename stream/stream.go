@@ -148,10 +148,21 @@ func (s *Stream) Append(id ID, fields [][]byte) {
 	// streamAppendItem: a new node when the tail's listpack plus the
 	// entry's raw bytes would reach the node's bytes, or when the tail
 	// holds max entries, live and deleted.
+	// After XSETID set the last ID below deleted entries of the tail
+	// node (Redis checks it against the live ones only), the entry
+	// cannot follow them in order: trailing nodes left with deleted
+	// entries only go, and a tail holding live entries takes no more
+	// (where Redis appends to its listpack out of order), so that IDs
+	// stay sorted within and across nodes.
+	for k := len(s.nodes); k > 0 && s.nodes[k-1].live == 0 && !s.nodes[k-1].last.Less(id); k-- {
+		s.mem -= nodeOverhead + cap(s.nodes[k-1].data)
+		s.nodes[k-1] = nil
+		s.nodes = s.nodes[:k-1]
+	}
 	var n *node
 	if k := len(s.nodes); k > 0 {
 		n = s.nodes[k-1]
-		if n.lpBytes+total >= NodeMaxBytes || n.live+n.deleted >= NodeMaxEntries {
+		if n.lpBytes+total >= NodeMaxBytes || n.live+n.deleted >= NodeMaxEntries || !n.last.Less(id) {
 			s.shrink(n)
 			n = nil
 		}
@@ -217,23 +228,24 @@ func (s *Stream) Append(id ID, fields [][]byte) {
 // shrink gives a node that takes no more entries its exact size (Redis's
 // lpShrinkToFit).
 func (s *Stream) shrink(n *node) {
-	if cap(n.data) > len(n.data) {
-		s.mem -= cap(n.data) - len(n.data)
+	if c := cap(n.data); c > len(n.data) {
 		n.data = exactCopy(n.data)
+		s.mem += cap(n.data) - c
 	}
 }
 
-// exactCopy returns a copy of b whose capacity is its length.
-func exactCopy(b []byte) []byte {
-	c := make([]byte, len(b))
-	copy(c, b)
-	return c
-}
+// exactCopy returns a copy of b with the capacity the allocator gives
+// its length (its size class, which MemSize counts).
+func exactCopy(b []byte) []byte { return append([]byte(nil), b...) }
 
 // Trim removes entries as a says and returns how many (Redis's
 // streamTrim).
+//
+// A trim that removes nothing records no operation, so that a command
+// that changes nothing leaves no operation for the journal to miss.
 func (s *Stream) Trim(a TrimArgs) int64 {
-	if s.op(opTrim) {
+	deleted := s.trim(a)
+	if deleted > 0 && s.op(opTrim) {
 		var f byte
 		if a.ByID {
 			f |= 1
@@ -246,6 +258,10 @@ func (s *Stream) Trim(a TrimArgs) int64 {
 		s.delta = appendID(s.delta, a.MinID)
 		s.delta = appendInt64(s.delta, a.Limit)
 	}
+	return deleted
+}
+
+func (s *Stream) trim(a TrimArgs) int64 {
 	var deleted int64
 	gone := 0 // whole nodes removed from the front
 	for _, n := range s.nodes {
@@ -304,10 +320,19 @@ func (s *Stream) Trim(a TrimArgs) int64 {
 
 // Delete removes the entry id and reports whether it was live (XDEL); it
 // raises MaxDeletedID to id when it was.
+//
+// Deleting an entry that is not live records no operation.
 func (s *Stream) Delete(id ID) bool {
+	if !s.delete(id) {
+		return false
+	}
 	if s.op(opDelete) {
 		s.delta = appendID(s.delta, id)
 	}
+	return true
+}
+
+func (s *Stream) delete(id ID) bool {
 	i := s.nodeFor(id)
 	if i < 0 {
 		return false
@@ -526,12 +551,17 @@ func Decode(b []byte) (*Stream, error) {
 		return nil, ErrCorrupt
 	}
 	s.nodes = make([]*node, 0, k)
-	var prev ID
+	// The masters increase, and every live entry is below the next
+	// nodes' masters and not above the last ID (a deleted entry may be
+	// above both: XSETID, Append).
+	var prevMaster, maxLive ID
+	hasLive := false
 	for i := 0; i < k; i++ {
 		n := &node{master: r.id()}
 		nmf := r.uvarint()
 		data := r.bytes()
-		if r.err != nil || (i > 0 && !prev.Less(n.master)) || nmf == 0 || nmf > uint64(len(data)) {
+		if r.err != nil || (i > 0 && !prevMaster.Less(n.master)) || (hasLive && !maxLive.Less(n.master)) ||
+			nmf == 0 || nmf > uint64(len(data)) {
 			return nil, ErrCorrupt
 		}
 		n.nmf = int(nmf)
@@ -539,12 +569,18 @@ func Decode(b []byte) (*Stream, error) {
 		if !n.check() {
 			return nil, ErrCorrupt
 		}
-		prev = n.last
+		var it recIter
+		for it.init(n); it.next(); {
+			if it.flags&flagDeleted == 0 {
+				maxLive, hasLive = it.id, true
+			}
+		}
+		prevMaster = n.master
 		s.length += uint64(n.live)
 		s.mem += nodeOverhead + cap(n.data)
 		s.nodes = append(s.nodes, n)
 	}
-	if k > 0 && s.lastID.Less(prev) {
+	if hasLive && s.lastID.Less(maxLive) {
 		return nil, ErrCorrupt
 	}
 	decodeGroups(&r, s)
