@@ -53,7 +53,8 @@ FUZZ_TARGETS = \
 	commands:FuzzThrottleArgs:4000 commands:FuzzReservations:10000 \
 	limiter:FuzzFixed:400000 limiter:FuzzSliding:300000 limiter:FuzzLog:300000 limiter:FuzzReservations:100000 \
 	persistence:FuzzDecodeValue:100000 \
-	stream:FuzzDecode:100000 stream:FuzzApplyDelta:60000 \
+	stream:FuzzDecode:100000 stream:FuzzApplyDelta:60000 stream:FuzzDecodeGroups:200000 stream:FuzzApplyGroupOps:100000 \
+	commands:FuzzGroupCommands:3000 \
 	envoyrls:FuzzParse:30000 \
 	tests/hostile:FuzzCommands:3000 tests/hostile:FuzzAll:20000
 

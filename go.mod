@@ -15,6 +15,7 @@ require (
 	github.com/prometheus/common v0.72.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/redis/rueidis v1.0.79
+	github.com/tidwall/btree v1.7.0
 	github.com/tidwall/redcon v1.6.2
 	golang.org/x/net v0.60.0
 	golang.org/x/sys v0.48.0
@@ -47,7 +48,6 @@ require (
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/rogpeppe/go-internal v1.12.0 // indirect
-	github.com/tidwall/btree v1.1.0 // indirect
 	github.com/tidwall/match v1.1.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/exp v0.0.0-20230626212559-97b1e661b5df // indirect

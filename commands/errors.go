@@ -359,6 +359,25 @@ func errInvalidNodeID(reason string) wireErr { return wireErr(msgInvalidNodeID +
 func errClusterConfigFile(err error) wireErr { return wireErr(msgClusterConfigFile + err.Error()) }
 
 // msgOOM is Redis's refusal under maxmemory with the noeviction policy.
+// Consumer groups (XGROUP, XREADGROUP, XACK, XPENDING, XCLAIM, XAUTOCLAIM,
+// XINFO), Redis 7.0.15's texts (t_stream.c); the NOGROUP errors that name
+// a key and a group are built by errNoGroup* in cmd_streamgroup.go.
+const (
+	msgEntriesReadNeg    = "ERR value for ENTRIESREAD must be positive or -1"
+	msgXGroupNoKey       = "ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may want to use the MKSTREAM option to create an empty stream automatically."
+	msgBusyGroup         = "BUSYGROUP Consumer Group name already exists"
+	msgXClaimMinIdle     = "ERR Invalid min-idle-time argument for XCLAIM"
+	msgXClaimIdle        = "ERR Invalid IDLE option argument for XCLAIM"
+	msgXClaimTime        = "ERR Invalid TIME option argument for XCLAIM"
+	msgXClaimRetry       = "ERR Invalid RETRYCOUNT option argument for XCLAIM"
+	msgXAutoClaimMinIdle = "ERR Invalid min-idle-time argument for XAUTOCLAIM"
+	msgXAutoClaimCount   = "ERR COUNT must be > 0"
+	msgXReadGroupNoGroup = "ERR Missing GROUP option for XREADGROUP"
+	msgUnblockedNoKey    = "UNBLOCKED the stream key no longer exists"
+	msgUnblockedNoGroup  = "NOGROUP the consumer group this client was blocked on no longer exists"
+	msgXReadGroupDollar  = "ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the history of this consumer by specifying a proper ID, or use the > ID to get new messages. The $ ID would just return an empty result set."
+)
+
 const msgOOM = "OOM command not allowed when used memory > 'maxmemory'."
 
 // msgMisconf refuses write commands while the data directory cannot be

@@ -99,6 +99,7 @@ var externalSkipRun = map[string]bool{"acl": true, "auth": true}
 var units = []string{
 	"type/incr",
 	"type/string",
+	"type/stream-cgroups",
 	"type/stream",
 	"expire",
 	"keyspace",
