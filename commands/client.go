@@ -69,6 +69,7 @@ type clientScratch struct {
 	leases limiter.Leases // packed CL.ACQUIRE state (leasesOf)
 	checks [4]check       // CL.ALL's parsed checks (cmdAll)
 	polBuf []byte         // CL.APPLY's derived keys (applyKeys)
+	audit  auditScratch   // CL.APPLY's audit entry (cl_audit.go)
 }
 
 // clientClock is the client's clock readings (see ctx.clockNS and

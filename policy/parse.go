@@ -140,7 +140,7 @@ func (ps *parser) policy(n *yaml.Node) *raw {
 		ps.add(n.Line, "", "a policy must be a mapping (name, algorithm, ...)")
 		return nil
 	}
-	r := &raw{p: &Policy{Line: n.Line}, line: n.Line}
+	r := &raw{p: &Policy{Line: n.Line, AuditMaxLen: DefaultAuditMaxLen, AuditSample: 1}, line: n.Line}
 	p := r.p
 	// The name first, so every other problem can say which policy.
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -192,6 +192,10 @@ func (ps *parser) policy(n *yaml.Node) *raw {
 			if s, ok := ps.template(v, name); ok {
 				r.compKey, r.hasKey = s, true
 			} else {
+				r.bad = true
+			}
+		case "audit", "audit_stream", "audit_maxlen", "audit_sample":
+			if !ps.audit(p, k.Value, v, name) {
 				r.bad = true
 			}
 		case "description":
@@ -252,7 +256,63 @@ func (ps *parser) policy(n *yaml.Node) *raw {
 		ps.add(n.Line, name, "shadow_companion_key without shadow_companion")
 		r.bad = true
 	}
+	if p.AuditStream == "" {
+		p.AuditStream = DefaultAuditPrefix + name
+	}
+	p.setAuditCut()
 	return r
+}
+
+// audit reads one of the audit fields (field) of policy p into p; it
+// reports a problem and returns false if v is not valid.
+func (ps *parser) audit(p *Policy, field string, v *yaml.Node, name string) bool {
+	if v.Kind != yaml.ScalarNode {
+		ps.add(v.Line, name, "%s must be a scalar", field)
+		return false
+	}
+	switch field {
+	case "audit":
+		for i, n := range auditNames {
+			if v.Value == n {
+				p.Audit = AuditMode(i)
+				return true
+			}
+		}
+		if b, ok := boolOf(v); ok && !b { // YAML's off is a boolean
+			p.Audit = AuditOff
+			return true
+		}
+		ps.add(v.Line, name, "audit must be off, limited or all, not %q", v.Value)
+		return false
+	case "audit_stream":
+		switch {
+		case v.Value == "":
+			ps.add(v.Line, name, "audit_stream must name a key")
+			return false
+		case len(v.Value) > MaxPatternLen:
+			ps.add(v.Line, name, "audit_stream is longer than %d bytes", MaxPatternLen)
+			return false
+		case strings.Contains(v.Value, KeyVar):
+			ps.add(v.Line, name, "audit_stream is one key for the whole policy: it takes no %q", KeyVar)
+			return false
+		}
+		p.AuditStream = v.Value
+	case "audit_maxlen":
+		n, err := strconv.ParseInt(v.Value, 10, 64)
+		if err != nil || n < 1 || n > MaxAuditMaxLen {
+			ps.add(v.Line, name, "audit_maxlen must be an integer within 1 and %d, not %q", MaxAuditMaxLen, v.Value)
+			return false
+		}
+		p.AuditMaxLen = n
+	case "audit_sample":
+		f, err := strconv.ParseFloat(v.Value, 64)
+		if err != nil || !(f > 0 && f <= 1) {
+			ps.add(v.Line, name, "audit_sample must be a number within 0 (excluded) and 1, not %q", v.Value)
+			return false
+		}
+		p.AuditSample = f
+	}
+	return true
 }
 
 // params reads algorithm a's parameters from got; base, when not nil,
