@@ -53,6 +53,7 @@ FUZZ_TARGETS = \
 	commands:FuzzThrottleArgs:4000 commands:FuzzReservations:10000 \
 	limiter:FuzzFixed:400000 limiter:FuzzSliding:300000 limiter:FuzzLog:300000 limiter:FuzzReservations:100000 \
 	persistence:FuzzDecodeValue:100000 \
+	stream:FuzzDecode:100000 stream:FuzzApplyDelta:60000 \
 	envoyrls:FuzzParse:30000 \
 	tests/hostile:FuzzCommands:3000 tests/hostile:FuzzAll:20000
 

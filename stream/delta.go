@@ -90,4 +90,56 @@ func (s *Stream) ApplyDelta(d []byte) (applied bool, err error) {
 
 // applyEntryOp applies one entries' operation (code < firstGroupOp),
 // reading its payload from r, through the method that recorded it.
-func (s *Stream) applyEntryOp(code byte, r *reader) { r.fail() } // SCAFFOLD: stream.go
+func (s *Stream) applyEntryOp(code byte, r *reader) {
+	switch code {
+	case opAppend:
+		id := r.id()
+		k := r.count(1)
+		if r.err != nil || k < 2 || k%2 != 0 || !s.lastID.Less(id) {
+			r.fail()
+			return
+		}
+		fields := make([][]byte, k)
+		total := 0
+		for i := range fields {
+			fields[i] = r.bytes()
+			total += len(fields[i])
+		}
+		if r.err != nil || total > MaxEntryBytes {
+			r.fail()
+			return
+		}
+		s.Append(id, fields)
+	case opTrim:
+		f := r.byte()
+		a := TrimArgs{ByID: f&1 != 0, Approx: f&2 != 0}
+		a.MaxLen = r.int64()
+		a.MinID = r.id()
+		a.Limit = r.int64()
+		if r.err != nil || f&^3 != 0 || a.MaxLen < 0 || a.Limit < 0 {
+			r.fail()
+			return
+		}
+		s.Trim(a)
+	case opDelete:
+		id := r.id()
+		if r.err != nil {
+			return
+		}
+		s.Delete(id)
+	case opSetID:
+		last := r.id()
+		added := r.uvarint()
+		maxDel := r.id()
+		if r.err != nil {
+			return
+		}
+		if top, ok := s.LastEntryID(); ok && last.Less(top) {
+			r.fail()
+			return
+		}
+		s.SetID(last, added, maxDel)
+	default:
+		r.fail()
+	}
+}

@@ -1,7 +1,10 @@
 package stream
 
-// SCAFFOLD: the signatures below are the API the commands use; the bodies
-// are being written (entries, encoding, deltas). Nothing calls them yet.
+import (
+	"bytes"
+	"math/rand/v2"
+	"sort"
+)
 
 // Stream is one stream key's value. The zero value is not usable: New.
 type Stream struct {
@@ -11,15 +14,68 @@ type Stream struct {
 	entriesAdded uint64
 	cg           groups // consumer groups (groups.go)
 
+	// nodes are the entries' nodes in ID order (each node's IDs are
+	// below the next node's master ID): a node is found by binary search.
+	nodes []*node
+	mem   int // the entries' estimated memory (MemSize without the groups)
+	// scratch holds the fields handed to Range's callback.
+	scratch [][]byte
+
 	inc   uint64 // incarnation (see the package doc)
 	ver   uint64 // operations applied since the incarnation began
 	delta []byte // operations since the last ResetDelta; nil with full set
 	full  bool   // the next journal write must be the whole value
 }
 
+// The entries' delta operations (codes below firstGroupOp).
+const (
+	opAppend byte = 1 + iota // id, count of strings, the strings
+	opTrim                   // flags (1 by ID, 2 approx), maxlen, min ID, limit
+	opDelete                 // id
+	opSetID                  // last ID, entries added, max deleted ID
+)
+
+// MaxEntryBytes bounds the total length of one entry's field names and
+// values, as Redis's STREAM_LISTPACK_MAX_SIZE does (XADD's "Elements are
+// too large to be stored").
+const MaxEntryBytes = 1 << 30
+
+// Estimated memory of a stream and of a node beyond their entries' bytes.
+const (
+	streamOverhead = 128
+	nodeOverhead   = 96
+)
+
+// A node is one of Redis's listpack nodes. Its data holds the master
+// entry's field names (each length-prefixed), then one record per entry
+// ever added to the node, deleted ones included:
+//
+//	flags     1 byte: flagDeleted, flagSameFields (Redis's values)
+//	ms        uvarint: the ID's ms minus the master's
+//	seq       uvarint: the ID's seq minus the master's when ms is 0, else the seq
+//	[n]       uvarint: the number of name/value pairs, without flagSameFields
+//	strings   length-prefixed: the values (flagSameFields), else names and values
+type node struct {
+	master  ID
+	last    ID // the last record's ID, deleted or not
+	data    []byte
+	start   int // offset of the first record in data
+	nmf     int // the master entry's field count
+	lpBytes int // the bytes Redis's listpack would have
+	live    int // Redis's master entry "count"
+	deleted int // Redis's master entry "deleted"
+}
+
+const (
+	flagDeleted    = 1
+	flagSameFields = 2
+)
+
 // New returns an empty stream with a new incarnation; its first journal
 // write is the whole value (Delta's ok is false).
-func New() *Stream { panic("stream: not built yet") }
+func New() *Stream {
+	return &Stream{inc: rand.Uint64(), full: true, mem: streamOverhead}
+}
 
 // Len returns the number of live entries (XLEN).
 func (s *Stream) Len() uint64 { return s.length }
@@ -27,80 +83,711 @@ func (s *Stream) Len() uint64 { return s.length }
 // LastID is the greatest ID ever added (or set by SetID).
 func (s *Stream) LastID() ID { return s.lastID }
 
-// MaxDeletedID is the greatest ID deleted by XDEL, XTRIM or trimming.
+// MaxDeletedID is the greatest ID deleted by XDEL (as in Redis 7.0, trimming
+// does not move it).
 func (s *Stream) MaxDeletedID() ID { return s.maxDeletedID }
 
 // EntriesAdded counts every entry ever added (XINFO's entries-added).
 func (s *Stream) EntriesAdded() uint64 { return s.entriesAdded }
 
 // FirstID returns the first live entry's ID (0-0, false when empty).
-func (s *Stream) FirstID() (ID, bool) { panic("stream: not built yet") }
+func (s *Stream) FirstID() (ID, bool) {
+	for _, n := range s.nodes {
+		if n.live == 0 {
+			continue
+		}
+		var it recIter
+		for it.init(n); it.next(); {
+			if it.flags&flagDeleted == 0 {
+				return it.id, true
+			}
+		}
+	}
+	return ID{}, false
+}
 
 // LastEntryID returns the last live entry's ID (0-0, false when empty).
-func (s *Stream) LastEntryID() (ID, bool) { panic("stream: not built yet") }
+func (s *Stream) LastEntryID() (ID, bool) {
+	for i := len(s.nodes) - 1; i >= 0; i-- {
+		n := s.nodes[i]
+		if n.live == 0 {
+			continue
+		}
+		var last ID
+		var it recIter
+		for it.init(n); it.next(); {
+			if it.flags&flagDeleted == 0 {
+				last = it.id
+			}
+		}
+		return last, true
+	}
+	return ID{}, false
+}
 
 // Append adds an entry; id must be greater than LastID (the caller checks,
 // Append panics otherwise) and fields must hold an even number (>= 2) of
 // names and values. The bytes are copied.
-func (s *Stream) Append(id ID, fields [][]byte) { panic("stream: not built yet") }
+func (s *Stream) Append(id ID, fields [][]byte) {
+	if !s.lastID.Less(id) || len(fields) < 2 || len(fields)%2 != 0 {
+		panic("stream: Append out of order or with odd fields")
+	}
+	if s.op(opAppend) {
+		s.delta = appendID(s.delta, id)
+		s.delta = appendUvarint(s.delta, uint64(len(fields)))
+		for _, f := range fields {
+			s.delta = appendBytes(s.delta, f)
+		}
+	}
+	total := 0
+	for _, f := range fields {
+		total += len(f)
+	}
+	numFields := len(fields) / 2
+
+	// streamAppendItem: a new node when the tail's listpack plus the
+	// entry's raw bytes would reach the node's bytes, or when the tail
+	// holds max entries, live and deleted.
+	var n *node
+	if k := len(s.nodes); k > 0 {
+		n = s.nodes[k-1]
+		if n.lpBytes+total >= NodeMaxBytes || n.live+n.deleted >= NodeMaxEntries {
+			s.shrink(n)
+			n = nil
+		}
+	}
+	same, oldCap := true, 0
+	if n != nil {
+		oldCap = cap(n.data)
+	}
+	if n == nil {
+		n = &node{master: id, lpBytes: 7, nmf: numFields}
+		n.lpBytes += lpIntSize(1) + lpIntSize(0) + lpIntSize(int64(numFields))
+		for i := 0; i < len(fields); i += 2 {
+			n.data = appendBytes(n.data, fields[i])
+			n.lpBytes += lpStringSize(fields[i])
+		}
+		n.lpBytes += lpIntSize(0)
+		n.start = len(n.data)
+		s.nodes = append(s.nodes, n)
+		s.mem += nodeOverhead
+	} else if numFields == n.nmf {
+		r := reader{b: n.data[:n.start]}
+		for i := 0; i < len(fields) && same; i += 2 {
+			same = bytes.Equal(r.bytes(), fields[i])
+		}
+	} else {
+		same = false
+	}
+	flags := byte(0)
+	if same {
+		flags = flagSameFields
+	}
+	n.data = append(n.data, flags)
+	n.data = appendUvarint(n.data, id.Ms-n.master.Ms)
+	if id.Ms == n.master.Ms {
+		n.data = appendUvarint(n.data, id.Seq-n.master.Seq)
+	} else {
+		n.data = appendUvarint(n.data, id.Seq)
+	}
+	lpCount := int64(numFields + 3)
+	n.lpBytes += lpIntSize(int64(flags)) + lpIntSize(int64(id.Ms-n.master.Ms)) +
+		lpIntSize(int64(id.Seq-n.master.Seq))
+	if !same {
+		n.data = appendUvarint(n.data, uint64(numFields))
+		n.lpBytes += lpIntSize(int64(numFields))
+		lpCount += int64(numFields + 1)
+	}
+	for i, f := range fields {
+		if i%2 == 0 && same {
+			continue
+		}
+		n.data = appendBytes(n.data, f)
+		n.lpBytes += lpStringSize(f)
+	}
+	n.lpBytes += lpIntSize(lpCount)
+	s.mem += cap(n.data) - oldCap
+	n.live++
+	n.last = id
+	s.length++
+	s.entriesAdded++
+	s.lastID = id
+}
+
+// shrink gives a node that takes no more entries its exact size (Redis's
+// lpShrinkToFit).
+func (s *Stream) shrink(n *node) {
+	if cap(n.data) > len(n.data) {
+		s.mem -= cap(n.data) - len(n.data)
+		n.data = exactCopy(n.data)
+	}
+}
+
+// exactCopy returns a copy of b whose capacity is its length.
+func exactCopy(b []byte) []byte {
+	c := make([]byte, len(b))
+	copy(c, b)
+	return c
+}
 
 // Trim removes entries as a says and returns how many (Redis's
 // streamTrim).
-func (s *Stream) Trim(a TrimArgs) int64 { panic("stream: not built yet") }
+func (s *Stream) Trim(a TrimArgs) int64 {
+	if s.op(opTrim) {
+		var f byte
+		if a.ByID {
+			f |= 1
+		}
+		if a.Approx {
+			f |= 2
+		}
+		s.delta = append(s.delta, f)
+		s.delta = appendInt64(s.delta, a.MaxLen)
+		s.delta = appendID(s.delta, a.MinID)
+		s.delta = appendInt64(s.delta, a.Limit)
+	}
+	var deleted int64
+	gone := 0 // whole nodes removed from the front
+	for _, n := range s.nodes {
+		if !a.ByID && int64(s.length) <= a.MaxLen {
+			break
+		}
+		entries := int64(n.live)
+		if a.Limit != 0 && deleted+entries > a.Limit {
+			break
+		}
+		var remove bool
+		if a.ByID {
+			remove = n.last.Less(a.MinID)
+		} else {
+			remove = int64(s.length)-entries >= a.MaxLen
+		}
+		if remove {
+			s.mem -= nodeOverhead + cap(n.data)
+			s.length -= uint64(entries)
+			deleted += entries
+			gone++
+			continue
+		}
+		if a.Approx {
+			break
+		}
+		// Mark entries deleted from the node's start until the
+		// threshold.
+		var it recIter
+		for it.init(n); it.next(); {
+			var stop bool
+			if a.ByID {
+				stop = !it.id.Less(a.MinID)
+			} else {
+				stop = int64(s.length) <= a.MaxLen
+			}
+			if stop {
+				break
+			}
+			if it.flags&flagDeleted == 0 {
+				n.data[it.off] |= flagDeleted
+				n.live--
+				n.deleted++
+				s.length--
+				deleted++
+			}
+		}
+		break
+	}
+	if gone > 0 {
+		clear(s.nodes[:gone])
+		s.nodes = s.nodes[gone:]
+	}
+	return deleted
+}
 
-// Delete removes the entry id and reports whether it was live (XDEL).
-func (s *Stream) Delete(id ID) bool { panic("stream: not built yet") }
+// Delete removes the entry id and reports whether it was live (XDEL); it
+// raises MaxDeletedID to id when it was.
+func (s *Stream) Delete(id ID) bool {
+	if s.op(opDelete) {
+		s.delta = appendID(s.delta, id)
+	}
+	i := s.nodeFor(id)
+	if i < 0 {
+		return false
+	}
+	n := s.nodes[i]
+	var it recIter
+	for it.init(n); it.next(); {
+		if c := it.id.Compare(id); c > 0 {
+			return false
+		} else if c < 0 {
+			continue
+		}
+		if it.flags&flagDeleted != 0 {
+			return false
+		}
+		if n.live == 1 {
+			// streamIteratorRemoveEntry: the node's last live entry
+			// takes the node with it.
+			s.mem -= nodeOverhead + cap(n.data)
+			copy(s.nodes[i:], s.nodes[i+1:])
+			s.nodes[len(s.nodes)-1] = nil
+			s.nodes = s.nodes[:len(s.nodes)-1]
+		} else {
+			n.data[it.off] |= flagDeleted
+			n.live--
+			n.deleted++
+		}
+		s.length--
+		if s.maxDeletedID.Less(id) {
+			s.maxDeletedID = id
+		}
+		return true
+	}
+	return false
+}
 
 // SetID sets the last ID, entries added and greatest deleted ID (XSETID);
-// the caller has checked them as Redis does.
+// the caller has checked them as Redis does (last is not below the last
+// entry's ID).
 func (s *Stream) SetID(last ID, entriesAdded uint64, maxDeleted ID) {
-	panic("stream: not built yet")
+	if s.op(opSetID) {
+		s.delta = appendID(s.delta, last)
+		s.delta = appendUvarint(s.delta, entriesAdded)
+		s.delta = appendID(s.delta, maxDeleted)
+	}
+	s.lastID = last
+	s.entriesAdded = entriesAdded
+	s.maxDeletedID = maxDeleted
+}
+
+// nodeFor returns the index of the node that would hold id (the last one
+// whose master ID is not above id), or -1.
+func (s *Stream) nodeFor(id ID) int {
+	return sort.Search(len(s.nodes), func(i int) bool { return id.Less(s.nodes[i].master) }) - 1
 }
 
 // Range calls fn for each live entry with start <= ID <= end, in ID order
 // (rev: descending), until fn returns false. The Entry is valid only
 // during the call. The stream must not change meanwhile.
 func (s *Stream) Range(start, end ID, rev bool, fn func(e Entry) bool) {
-	panic("stream: not built yet")
+	if end.Less(start) {
+		return
+	}
+	if !rev {
+		i := max(s.nodeFor(start), 0)
+		for ; i < len(s.nodes); i++ {
+			n := s.nodes[i]
+			if end.Less(n.master) {
+				return
+			}
+			if n.live == 0 || n.last.Less(start) {
+				continue
+			}
+			var it recIter
+			for it.init(n); it.next(); {
+				if it.id.Less(start) || it.flags&flagDeleted != 0 {
+					continue
+				}
+				if end.Less(it.id) {
+					return
+				}
+				if !fn(Entry{ID: it.id, Fields: s.fields(n, &it)}) {
+					return
+				}
+			}
+		}
+		return
+	}
+	var offs [NodeMaxEntries]int
+	for i := s.nodeFor(end); i >= 0; i-- {
+		n := s.nodes[i]
+		if n.last.Less(start) {
+			return
+		}
+		if n.live == 0 {
+			continue
+		}
+		k := 0
+		var it recIter
+		for it.init(n); it.next() && k < len(offs); {
+			offs[k] = it.off
+			k++
+		}
+		for k--; k >= 0; k-- {
+			it.seek(n, offs[k])
+			if it.flags&flagDeleted != 0 || end.Less(it.id) {
+				continue
+			}
+			if it.id.Less(start) {
+				return
+			}
+			if !fn(Entry{ID: it.id, Fields: s.fields(n, &it)}) {
+				return
+			}
+		}
+	}
+}
+
+// fields decodes the names and values of the record it is at into
+// s.scratch.
+func (s *Stream) fields(n *node, it *recIter) [][]byte {
+	s.scratch = it.fields(n, s.scratch[:0])
+	return s.scratch
 }
 
 // Get returns the fields of the live entry id (valid until the stream
 // changes), or ok false.
-func (s *Stream) Get(id ID) (fields [][]byte, ok bool) { panic("stream: not built yet") }
+func (s *Stream) Get(id ID) (fields [][]byte, ok bool) {
+	i := s.nodeFor(id)
+	if i < 0 {
+		return nil, false
+	}
+	n := s.nodes[i]
+	var it recIter
+	for it.init(n); it.next(); {
+		if c := it.id.Compare(id); c > 0 {
+			break
+		} else if c == 0 {
+			if it.flags&flagDeleted != 0 {
+				break
+			}
+			return it.fields(n, nil), true
+		}
+	}
+	return nil, false
+}
 
 // Nodes returns the number of nodes (XINFO STREAM's radix-tree-keys).
-func (s *Stream) Nodes() int { panic("stream: not built yet") }
+func (s *Stream) Nodes() int { return len(s.nodes) }
 
 // MemSize returns the stream's estimated memory in bytes, entries and
 // groups (keyspace.Sizer). It is O(1).
-func (s *Stream) MemSize() int { panic("stream: not built yet") }
+func (s *Stream) MemSize() int { return s.mem + s.cg.memSize() }
 
 // Clone returns a deep copy with a new incarnation (COPY).
-func (s *Stream) Clone() *Stream { panic("stream: not built yet") }
+func (s *Stream) Clone() *Stream {
+	c := &Stream{
+		length: s.length, lastID: s.lastID, maxDeletedID: s.maxDeletedID,
+		entriesAdded: s.entriesAdded, mem: streamOverhead,
+		inc: rand.Uint64(), full: true,
+	}
+	c.nodes = make([]*node, len(s.nodes))
+	for i, n := range s.nodes {
+		cn := *n
+		cn.data = exactCopy(n.data)
+		c.nodes[i] = &cn
+		c.mem += nodeOverhead + cap(cn.data)
+	}
+	c.cg = s.cg.clone(c)
+	return c
+}
+
+// encodingVersion is the first byte of AppendBinary's output.
+const encodingVersion = 1
 
 // AppendBinary appends the whole stream's encoding (entries, nodes as
-// they are, groups, incarnation and version) to dst.
-func (s *Stream) AppendBinary(dst []byte) []byte { panic("stream: not built yet") }
+// they are, groups, incarnation and version) to dst:
+//
+//	version byte, incarnation, version (uvarints), last ID, max deleted ID,
+//	entries added, node count, then per node its master ID, master field
+//	count and data (length-prefixed), then the groups
+//
+// A node's counters and listpack size are recomputed by Decode from its
+// records.
+func (s *Stream) AppendBinary(dst []byte) []byte {
+	dst = append(dst, encodingVersion)
+	dst = appendUvarint(dst, s.inc)
+	dst = appendUvarint(dst, s.ver)
+	dst = appendID(dst, s.lastID)
+	dst = appendID(dst, s.maxDeletedID)
+	dst = appendUvarint(dst, s.entriesAdded)
+	dst = appendUvarint(dst, uint64(len(s.nodes)))
+	for _, n := range s.nodes {
+		dst = appendID(dst, n.master)
+		dst = appendUvarint(dst, uint64(n.nmf))
+		dst = appendBytes(dst, n.data)
+	}
+	return s.cg.appendBinary(dst)
+}
 
 // Decode returns the stream b encodes (AppendBinary's output), refusing
 // anything malformed with an error; it never panics on any input.
-func Decode(b []byte) (*Stream, error) { panic("stream: not built yet") }
+func Decode(b []byte) (*Stream, error) {
+	r := reader{b: b}
+	if r.byte() != encodingVersion {
+		return nil, ErrCorrupt
+	}
+	s := &Stream{mem: streamOverhead}
+	s.inc = r.uvarint()
+	s.ver = r.uvarint()
+	s.lastID = r.id()
+	s.maxDeletedID = r.id()
+	s.entriesAdded = r.uvarint()
+	k := r.count(4)
+	if r.err != nil {
+		return nil, ErrCorrupt
+	}
+	s.nodes = make([]*node, 0, k)
+	var prev ID
+	for i := 0; i < k; i++ {
+		n := &node{master: r.id()}
+		nmf := r.uvarint()
+		data := r.bytes()
+		if r.err != nil || (i > 0 && !prev.Less(n.master)) || nmf == 0 || nmf > uint64(len(data)) {
+			return nil, ErrCorrupt
+		}
+		n.nmf = int(nmf)
+		n.data = exactCopy(data)
+		if !n.check() {
+			return nil, ErrCorrupt
+		}
+		prev = n.last
+		s.length += uint64(n.live)
+		s.mem += nodeOverhead + cap(n.data)
+		s.nodes = append(s.nodes, n)
+	}
+	if k > 0 && s.lastID.Less(prev) {
+		return nil, ErrCorrupt
+	}
+	decodeGroups(&r, s)
+	if r.err != nil || len(r.b) != 0 {
+		return nil, ErrCorrupt
+	}
+	return s, nil
+}
 
-// Delta, ResetDelta and ApplyDelta are in delta.go; their contract:
-//
-// Delta returns the operations applied since the last ResetDelta, as
-// ApplyDelta takes them; ok is false when the whole value must be written
-// instead (a new stream, or a clone). The bytes are valid until the next
-// change.
-//
-// ResetDelta forgets the operations recorded so far: the keyspace calls it
-// once its journal has been told of the change.
-//
-// ApplyDelta applies d, a Delta of a stream of the same incarnation at the
-// version d starts from. It returns applied false, and no error, when s
-// already holds every operation of d; ErrNotBase when d does not start from
-// s's state (another incarnation, or a gap); ErrCorrupt when d is malformed,
-// after which s may hold part of d and must be dropped (a replica resyncs).
-// It records d in s's own delta, so that a replica passes the same change
-// on. Every operation's payload is checked before it is applied: no input
-// makes it panic.
+// check validates a decoded node's data and computes its counters, last
+// ID and listpack size.
+func (n *node) check() bool {
+	r := reader{b: n.data}
+	n.lpBytes = 7 + lpIntSize(1) + lpIntSize(0) + lpIntSize(int64(n.nmf)) + lpIntSize(0)
+	for i := 0; i < n.nmf; i++ {
+		n.lpBytes += lpStringSize(r.bytes())
+	}
+	if r.err != nil {
+		return false
+	}
+	n.start = len(n.data) - len(r.b)
+	prev, first := n.master, true
+	for len(r.b) > 0 {
+		if n.live+n.deleted >= NodeMaxEntries {
+			return false
+		}
+		flags := r.byte()
+		ms := r.uvarint()
+		seq := r.uvarint()
+		if flags&^(flagDeleted|flagSameFields) != 0 || ms > ^uint64(0)-n.master.Ms ||
+			(ms == 0 && seq > ^uint64(0)-n.master.Seq) {
+			return false
+		}
+		id := ID{n.master.Ms + ms, seq}
+		if ms == 0 {
+			id.Seq = n.master.Seq + seq
+		}
+		if first && id != n.master || !first && !prev.Less(id) {
+			return false
+		}
+		first = false
+		prev = id
+		numFields := n.nmf
+		if flags&flagSameFields == 0 {
+			numFields = int(r.uvarint())
+			if numFields == 0 || numFields > len(r.b) {
+				return false
+			}
+		}
+		lpCount := int64(numFields + 3)
+		n.lpBytes += lpIntSize(int64(flags)) + lpIntSize(int64(id.Ms-n.master.Ms)) +
+			lpIntSize(int64(id.Seq-n.master.Seq))
+		total := 0
+		for j := 0; j < numFields; j++ {
+			if flags&flagSameFields == 0 {
+				f := r.bytes()
+				total += len(f)
+				n.lpBytes += lpStringSize(f)
+			}
+			v := r.bytes()
+			total += len(v)
+			n.lpBytes += lpStringSize(v)
+		}
+		if flags&flagSameFields == 0 {
+			n.lpBytes += lpIntSize(int64(numFields))
+			lpCount += int64(numFields + 1)
+		}
+		n.lpBytes += lpIntSize(lpCount)
+		if r.err != nil || total > MaxEntryBytes {
+			return false
+		}
+		if flags&flagDeleted != 0 {
+			n.deleted++
+		} else {
+			n.live++
+		}
+	}
+	if first {
+		return false
+	}
+	n.last = prev
+	return true
+}
+
+// recIter walks a node's records.
+type recIter struct {
+	r     reader
+	off   int // the current record's offset in the node's data
+	flags byte
+	id    ID
+	body  []byte // the current record's strings (and pair count)
+	data  []byte
+	nmf   int
+	mast  ID
+}
+
+func (it *recIter) init(n *node) {
+	it.data, it.nmf, it.mast = n.data, n.nmf, n.master
+	it.r = reader{b: n.data[n.start:]}
+}
+
+// seek positions it at the record at off (an offset next returned).
+func (it *recIter) seek(n *node, off int) {
+	it.data, it.nmf, it.mast = n.data, n.nmf, n.master
+	it.r = reader{b: n.data[off:]}
+	it.next()
+}
+
+// next moves to the next record, reporting false at the node's end.
+func (it *recIter) next() bool {
+	if len(it.r.b) == 0 || it.r.err != nil {
+		return false
+	}
+	it.off = len(it.data) - len(it.r.b)
+	it.flags = it.r.byte()
+	ms := it.r.uvarint()
+	seq := it.r.uvarint()
+	it.id = ID{it.mast.Ms + ms, seq}
+	if ms == 0 {
+		it.id.Seq = it.mast.Seq + seq
+	}
+	it.body = it.r.b
+	numFields := it.nmf
+	if it.flags&flagSameFields == 0 {
+		numFields = int(it.r.uvarint()) * 2
+	}
+	for j := 0; j < numFields; j++ {
+		it.r.bytes()
+	}
+	return it.r.err == nil
+}
+
+// fields appends the current record's names and values to dst.
+func (it *recIter) fields(n *node, dst [][]byte) [][]byte {
+	r := reader{b: it.body}
+	if it.flags&flagSameFields == 0 {
+		k := int(r.uvarint()) * 2
+		for j := 0; j < k; j++ {
+			dst = append(dst, r.bytes())
+		}
+		return dst
+	}
+	names := reader{b: n.data[:n.start]}
+	for j := 0; j < n.nmf; j++ {
+		dst = append(dst, names.bytes(), r.bytes())
+	}
+	return dst
+}
+
+// lpIntSize is the bytes of an integer element of Redis's listpack,
+// its backlen included (listpack.c lpEncodeIntegerGetType).
+func lpIntSize(v int64) int {
+	switch {
+	case v >= 0 && v <= 127:
+		return 2
+	case v >= -4096 && v <= 4095:
+		return 3
+	case v >= -32768 && v <= 32767:
+		return 4
+	case v >= -8388608 && v <= 8388607:
+		return 5
+	case v >= -2147483648 && v <= 2147483647:
+		return 6
+	}
+	return 10
+}
+
+// lpStringSize is the bytes of a string element of Redis's listpack,
+// its backlen included: a string that reads as a 64-bit integer is
+// stored as one (lpEncodeGetType).
+func lpStringSize(b []byte) int {
+	if v, ok := lpStringToInt64(b); ok {
+		return lpIntSize(v)
+	}
+	var enc int
+	switch n := len(b); {
+	case n < 64:
+		enc = 1 + n
+	case n < 4096:
+		enc = 2 + n
+	default:
+		enc = 5 + n
+	}
+	return enc + lpBacklenSize(enc)
+}
+
+// lpBacklenSize is listpack.c's lpEncodeBacklen for an element of l
+// bytes.
+func lpBacklenSize(l int) int {
+	switch {
+	case l <= 127:
+		return 1
+	case l < 16383:
+		return 2
+	case l < 2097151:
+		return 3
+	case l < 268435455:
+		return 4
+	}
+	return 5
+}
+
+// lpStringToInt64 is listpack.c's: a decimal without leading zeros, "+"
+// or spaces, that fits an int64.
+func lpStringToInt64(s []byte) (int64, bool) {
+	if len(s) == 0 || len(s) >= 21 {
+		return 0, false
+	}
+	if len(s) == 1 && s[0] == '0' {
+		return 0, true
+	}
+	p, neg := s, false
+	if p[0] == '-' {
+		neg, p = true, p[1:]
+		if len(p) == 0 {
+			return 0, false
+		}
+	}
+	if p[0] < '1' || p[0] > '9' {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range p {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if v > ^uint64(0)/10 {
+			return 0, false
+		}
+		v *= 10
+		if v > ^uint64(0)-uint64(c-'0') {
+			return 0, false
+		}
+		v += uint64(c - '0')
+	}
+	if neg {
+		if v > 1<<63 {
+			return 0, false
+		}
+		return -int64(v), true
+	}
+	if v > 1<<63-1 {
+		return 0, false
+	}
+	return int64(v), true
+}

@@ -1,0 +1,261 @@
+package stream
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// modelEntry is one entry of the property test's model: a sorted slice of
+// the live entries.
+type modelEntry struct {
+	id     ID
+	fields [][]byte
+}
+
+// recomputeMem is MemSize's entries part recomputed from the nodes.
+func recomputeMem(s *Stream) int {
+	m := streamOverhead
+	for _, n := range s.nodes {
+		m += nodeOverhead + cap(n.data)
+	}
+	return m
+}
+
+func randFields(rng *rand.Rand) [][]byte {
+	switch rng.IntN(5) {
+	case 0: // an audit entry
+		return [][]byte{
+			[]byte("key"), fmt.Appendf(nil, "user:%d", rng.IntN(1000)),
+			[]byte("policy"), []byte("api"),
+			[]byte("decision"), []byte([]string{"allowed", "limited"}[rng.IntN(2)]),
+			[]byte("remaining"), fmt.Appendf(nil, "%d", rng.IntN(200)-50),
+			[]byte("retry_after_ms"), fmt.Appendf(nil, "%d", rng.IntN(100000)),
+			[]byte("quantity"), []byte("1"),
+			[]byte("client"), fmt.Appendf(nil, "10.0.%d.%d", rng.IntN(256), rng.IntN(256)),
+		}
+	case 1: // other names
+		f := make([][]byte, 0, 6)
+		for i := 0; i < 1+rng.IntN(3); i++ {
+			f = append(f, fmt.Appendf(nil, "f%d", rng.IntN(4)), fmt.Appendf(nil, "%d", rng.Int64()))
+		}
+		return f
+	case 2: // a large value
+		return [][]byte{[]byte("big"), bytes.Repeat([]byte{'x'}, rng.IntN(1500))}
+	}
+	return [][]byte{[]byte("a"), fmt.Appendf(nil, "%d", rng.IntN(10)), []byte("b"), []byte("v")}
+}
+
+func liveIDs(s *Stream) []ID {
+	var ids []ID
+	s.Range(ID{}, MaxID, false, func(e Entry) bool { ids = append(ids, e.ID); return true })
+	return ids
+}
+
+// TestModel checks Append, Trim (MAXLEN and MINID, exact and approximate,
+// LIMIT), Delete, Range, Get, FirstID, LastEntryID and Len against a
+// sorted slice, and after every step the encoding's round trip, a delta
+// replayed onto a copy, and MemSize against a recomputation.
+func TestModel(t *testing.T) {
+	const runs, steps = 120, 400
+	cases := 0
+	for run := 0; run < runs; run++ {
+		rng := rand.New(rand.NewPCG(uint64(run), 31))
+		s := New()
+		var model []modelEntry
+		replica, err := Decode(s.AppendBinary(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.ResetDelta()
+		next := ID{Ms: uint64(rng.IntN(1000))}
+		for step := 0; step < steps; step++ {
+			cases++
+			what := ""
+			switch k := rng.IntN(20); {
+			case k < 12:
+				if rng.IntN(3) == 0 {
+					next.Ms += 1 + uint64(rng.IntN(3))
+					next.Seq = uint64(rng.IntN(3))
+				}
+				next.Seq++
+				f := randFields(rng)
+				s.Append(next, f)
+				model = append(model, modelEntry{next, f})
+				what = "append " + next.String()
+			case k < 15:
+				var id ID
+				if len(model) > 0 && rng.IntN(4) > 0 {
+					id = model[rng.IntN(len(model))].id
+				} else {
+					id = ID{uint64(rng.IntN(int(next.Ms + 2))), uint64(rng.IntN(5))}
+				}
+				i := slices.IndexFunc(model, func(e modelEntry) bool { return e.id == id })
+				got := s.Delete(id)
+				if got != (i >= 0) {
+					t.Fatalf("run %d step %d: Delete(%v) = %v, model %v", run, step, id, got, i >= 0)
+				}
+				if i >= 0 {
+					model = slices.Delete(model, i, i+1)
+				}
+				what = "delete " + id.String()
+			default:
+				a := TrimArgs{ByID: rng.IntN(2) == 0, Approx: rng.IntN(2) == 0}
+				if a.ByID {
+					a.MinID = ID{uint64(rng.IntN(int(next.Ms + 2))), uint64(rng.IntN(5))}
+				} else {
+					a.MaxLen = int64(rng.IntN(len(model) + 2))
+				}
+				if a.Approx && rng.IntN(2) == 0 {
+					a.Limit = int64(rng.IntN(250))
+				}
+				what = fmt.Sprintf("trim %+v", a)
+				before := make([]int, len(s.nodes))
+				for i, n := range s.nodes {
+					before[i] = n.live
+				}
+				got := s.Trim(a)
+				removed := model[:got]
+				model = model[got:]
+				for _, e := range removed {
+					if a.ByID && !e.id.Less(a.MinID) {
+						t.Fatalf("run %d step %d: %s removed %v", run, step, what, e.id)
+					}
+				}
+				switch {
+				case !a.Approx && a.ByID:
+					if len(model) > 0 && model[0].id.Less(a.MinID) {
+						t.Fatalf("run %d step %d: %s kept %v", run, step, what, model[0].id)
+					}
+				case !a.Approx:
+					if int64(len(model)) != min(a.MaxLen, int64(len(model))+got) {
+						t.Fatalf("run %d step %d: %s left %d", run, step, what, len(model))
+					}
+				default:
+					if !a.ByID && int64(len(model)) < a.MaxLen && got > 0 {
+						t.Fatalf("run %d step %d: %s went below: %d", run, step, what, len(model))
+					}
+					if a.Limit > 0 && got > a.Limit {
+						t.Fatalf("run %d step %d: %s removed %d", run, step, what, got)
+					}
+					// Whole nodes: the removed count is the live count
+					// of the nodes gone from the front.
+					gone := len(before) - len(s.nodes)
+					sum := 0
+					for _, c := range before[:gone] {
+						sum += c
+					}
+					if int64(sum) != got {
+						t.Fatalf("run %d step %d: %s removed %d, nodes gone held %d", run, step, what, got, sum)
+					}
+				}
+			}
+			checkModel(t, s, model, fmt.Sprintf("run %d step %d (%s)", run, step, what))
+
+			enc := s.AppendBinary(nil)
+			dec, err := Decode(enc)
+			if err != nil {
+				t.Fatalf("run %d step %d: Decode: %v", run, step, err)
+			}
+			if !bytes.Equal(dec.AppendBinary(nil), enc) {
+				t.Fatalf("run %d step %d: round trip differs", run, step)
+			}
+			if m := recomputeMem(dec); dec.MemSize() != m {
+				t.Fatalf("run %d step %d: decoded MemSize %d, recomputed %d", run, step, dec.MemSize(), m)
+			}
+			d, ok := s.Delta()
+			if !ok {
+				t.Fatalf("run %d step %d: no delta", run, step)
+			}
+			if _, err := replica.ApplyDelta(d); err != nil {
+				t.Fatalf("run %d step %d: ApplyDelta: %v", run, step, err)
+			}
+			s.ResetDelta()
+			replica.ResetDelta()
+			if !bytes.Equal(replica.AppendBinary(nil), enc) {
+				t.Fatalf("run %d step %d: replica differs after %s", run, step, what)
+			}
+		}
+	}
+	t.Logf("%d cases (%d runs of %d steps), each checked against the model, the encoding and a replica", cases, runs, steps)
+}
+
+func checkModel(t *testing.T, s *Stream, model []modelEntry, at string) {
+	t.Helper()
+	if s.Len() != uint64(len(model)) {
+		t.Fatalf("%s: Len %d, model %d", at, s.Len(), len(model))
+	}
+	if m := recomputeMem(s); s.MemSize() != m {
+		t.Fatalf("%s: MemSize %d, recomputed %d", at, s.MemSize(), m)
+	}
+	first, ok := s.FirstID()
+	last, ok2 := s.LastEntryID()
+	if len(model) == 0 {
+		if ok || ok2 {
+			t.Fatalf("%s: FirstID/LastEntryID of an empty stream", at)
+		}
+		return
+	}
+	if !ok || first != model[0].id || !ok2 || last != model[len(model)-1].id {
+		t.Fatalf("%s: FirstID %v LastEntryID %v, model %v %v", at, first, last, model[0].id, model[len(model)-1].id)
+	}
+	i := 0
+	s.Range(ID{}, MaxID, false, func(e Entry) bool {
+		if i >= len(model) || e.ID != model[i].id || !slices.EqualFunc(e.Fields, model[i].fields, bytes.Equal) {
+			t.Fatalf("%s: Range entry %d = %v", at, i, e.ID)
+		}
+		i++
+		return true
+	})
+	if i != len(model) {
+		t.Fatalf("%s: Range gave %d entries, model %d", at, i, len(model))
+	}
+	// A random sub-range, both ways, and Get.
+	a, b := model[len(model)/3].id, model[len(model)*2/3].id
+	var want, got []ID
+	for _, e := range model {
+		if !e.id.Less(a) && !b.Less(e.id) {
+			want = append(want, e.id)
+		}
+	}
+	s.Range(a, b, true, func(e Entry) bool { got = append(got, e.ID); return true })
+	slices.Reverse(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s: reverse Range(%v, %v) = %v, want %v", at, a, b, got, want)
+	}
+	e := model[len(model)/2]
+	if f, ok := s.Get(e.id); !ok || !slices.EqualFunc(f, e.fields, bytes.Equal) {
+		t.Fatalf("%s: Get(%v) = %v %v", at, e.id, f, ok)
+	}
+	// Every node emulates a listpack within Redis's bounds.
+	for _, n := range s.nodes {
+		if n.live+n.deleted > NodeMaxEntries {
+			t.Fatalf("%s: node of %d entries", at, n.live+n.deleted)
+		}
+	}
+}
+
+// TestAuditEntrySize measures the bytes an audit entry takes in the
+// stream (MemSize per entry) and in the heap.
+func TestAuditEntrySize(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	s := New()
+	const n = 100000
+	keyBytes := 0
+	for i := 0; i < n; i++ {
+		f := randFields(rng)
+		for len(f) != 14 {
+			f = randFields(rng)
+		}
+		keyBytes += len(f[1])
+		s.Append(ID{Ms: 1700000000000 + uint64(i/3), Seq: uint64(i % 3)}, f)
+	}
+	per := float64(s.MemSize()) / n
+	key := float64(keyBytes) / n
+	t.Logf("audit entry: %.1f bytes per entry (MemSize), of which %.1f are the key's value; %.1f without it", per, key, per-key)
+	if per-key > 80 {
+		t.Fatalf("%.1f bytes per entry beyond the key, want <= 80", per-key)
+	}
+}
