@@ -21,8 +21,8 @@
 # time per request (the run time of its threads, /proc/PID/task/*/
 # schedstat). The refused fraction is read from INFO policies.
 #
-# Memory: on the same server, N=100000 calls of CL.APPLY on one key
-# (14 bytes) with audit: all and audit_maxlen 1000000000 (no trimming);
+# Memory: on a second server, started afresh, N=100000 calls of CL.APPLY on one key
+# (13 bytes) with audit: all and audit_maxlen 1000000000 (no trimming);
 # bytes per entry = MEMORY USAGE of the audit stream / N, and the growth
 # of used_memory / N.
 set -euo pipefail
@@ -84,13 +84,17 @@ redis-cli -p "$port" INFO policies | grep -E '^policy_(audit_)?(off|limited|all)
 redis-cli -p "$port" INFO policies | tr -d '\r' | awk -F'[:,=]' '$1 == "policy_limited" {printf "refused fraction (policy limited): %.3f\n", $5 / ($3 + $5)}'
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs"
 
-# Memory per entry.
+# Memory per entry, on a fresh server.
+stop
+start --policies "$tmp/policies.yaml"
 used() { redis-cli -p "$port" INFO memory | tr -d '\r' | awk -F: '$1 == "used_memory" {print $2}'; }
 u0=$(used)
-"${clipin[@]}" redis-benchmark -p "$port" -c 50 -n "$N" -P "$P" CL.APPLY mem:key:00000 mem >/dev/null 2>&1
+key=mem:key:00000
+echo "memory: redis-benchmark -c 50 -n $N -P $P CL.APPLY $key mem"
+"${clipin[@]}" redis-benchmark -p "$port" -c 50 -n "$N" -P "$P" CL.APPLY "$key" mem >/dev/null 2>&1
 u1=$(used)
 mu=$(redis-cli -p "$port" MEMORY USAGE audit:mem)
 appended=$(redis-cli -p "$port" INFO policies | tr -d '\r' | awk -F'[:,=]' '$1 == "policy_audit_mem" {print $6}')
-printf '\nmemory: %d entries (key field %d bytes, client field an address ip:port of 15 bytes)\n' "$appended" 14
+printf '%d entries (key field %d bytes, client field an address 127.0.0.1:port, 15 bytes)\n' "$appended" "${#key}"
 printf 'MEMORY USAGE audit:mem = %d bytes: %.1f bytes per entry\n' "$mu" "$(awk -v a="$mu" -v n="$appended" 'BEGIN {print a/n}')"
 printf 'used_memory grew by %d bytes: %.1f bytes per entry\n' "$((u1 - u0))" "$(awk -v a="$((u1 - u0))" -v n="$appended" 'BEGIN {print a/n}')"
