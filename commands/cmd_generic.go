@@ -10,6 +10,7 @@ import (
 	"github.com/cellserver/cellserver/glob"
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/limiter"
+	"github.com/cellserver/cellserver/stream"
 )
 
 // typeName is what TYPE reports for a kind. CL.THROTTLE keys are strings, as
@@ -564,6 +565,8 @@ func cloneObj(o any) any {
 		return o.Clone()
 	case *limiter.Reservations:
 		return cloneReservations(o)
+	case *stream.Stream:
+		return o.Clone()
 	}
 	return o // nil
 }
@@ -689,6 +692,8 @@ func objectEncoding(v *keyspace.Value) string {
 		if len(b) <= 44 {
 			return "embstr"
 		}
+	case keyspace.KindStream:
+		return "stream"
 	}
 	return "raw"
 }

@@ -103,6 +103,11 @@ func (x *ctx) commandInfo(sp *Spec) {
 // spec of type index/range, as Redis reports for a command registered with
 // firstkey/lastkey/keystep, or two single-key ones with KeyFlags2.
 func (x *ctx) keySpecs(sp *Spec) {
+	if kw := sp.KeyKeyword; kw != nil {
+		x.setLen(1)
+		x.keySpecKeyword(sp.KeyFlags, kw)
+		return
+	}
 	if sp.FirstKey == 0 {
 		x.setLen(0)
 		return
@@ -118,12 +123,55 @@ func (x *ctx) keySpecs(sp *Spec) {
 	if last > 0 {
 		last -= sp.FirstKey
 	}
-	x.keySpec(sp.KeyFlags, sp.FirstKey, last, sp.Step)
+	x.keySpecNotes(sp.KeyNotes, sp.KeyFlags, sp.FirstKey, last, sp.Step)
 }
 
 // keySpec writes one key spec of type index/range.
 func (x *ctx) keySpec(flags []string, index, last, step int) {
+	x.keySpecNotes("", flags, index, last, step)
+}
+
+// keySpecKeyword writes one key spec of type keyword/range.
+func (x *ctx) keySpecKeyword(flags []string, kw *KeywordSpec) {
 	x.mapLen(3)
+	x.bulkStr("flags")
+	x.setLen(len(flags))
+	for _, f := range flags {
+		x.status(f)
+	}
+	x.bulkStr("begin_search")
+	x.mapLen(2)
+	x.bulkStr("type")
+	x.bulkStr("keyword")
+	x.bulkStr("spec")
+	x.mapLen(2)
+	x.bulkStr("keyword")
+	x.bulkStr(kw.Keyword)
+	x.bulkStr("startfrom")
+	x.int(int64(kw.StartFrom))
+	x.bulkStr("find_keys")
+	x.mapLen(2)
+	x.bulkStr("type")
+	x.bulkStr("range")
+	x.bulkStr("spec")
+	x.mapLen(3)
+	x.bulkStr("lastkey")
+	x.int(int64(kw.LastKey))
+	x.bulkStr("keystep")
+	x.int(int64(kw.Step))
+	x.bulkStr("limit")
+	x.int(int64(kw.Limit))
+}
+
+// keySpecNotes is keySpec with the spec's notes, when not empty.
+func (x *ctx) keySpecNotes(notes string, flags []string, index, last, step int) {
+	if notes != "" {
+		x.mapLen(4)
+		x.bulkStr("notes")
+		x.bulkStr(notes)
+	} else {
+		x.mapLen(3)
+	}
 	x.bulkStr("flags")
 	x.setLen(len(flags))
 	for _, f := range flags {

@@ -486,12 +486,16 @@ func (w *watchTable) flush(db int) {
 type watchJournal struct {
 	w  *watchTable
 	t  *trackTable
+	kw *keyWaits // clients blocked on keys (stream_block.go)
 	ks *keyspace.Keyspace
 }
 
 func (j *watchJournal) Put(db int, key []byte, v *keyspace.Value) {
 	if j.w.n.Load() != 0 {
 		j.w.touch(db, key, false)
+	}
+	if j.kw.n.Load() != 0 {
+		j.kw.signal(db, key)
 	}
 	if j.t.active.Load() != 0 {
 		j.t.touch(j.ks, db, key)
@@ -502,6 +506,9 @@ func (j *watchJournal) Delete(db int, key []byte) {
 	if j.w.n.Load() != 0 {
 		j.w.touch(db, key, true)
 	}
+	if j.kw.n.Load() != 0 {
+		j.kw.signal(db, key)
+	}
 	if j.t.active.Load() != 0 {
 		j.t.touch(j.ks, db, key)
 	}
@@ -511,6 +518,9 @@ func (j *watchJournal) DeleteDB(db int) {
 	if j.w.n.Load() != 0 {
 		j.w.flush(db)
 	}
+	if j.kw.n.Load() != 0 {
+		j.kw.signalDB(db)
+	}
 	if j.t.clients.Load() != 0 {
 		j.t.flush()
 	}
@@ -519,6 +529,9 @@ func (j *watchJournal) DeleteDB(db int) {
 func (j *watchJournal) DeleteAll() {
 	if j.w.n.Load() != 0 {
 		j.w.flush(-1)
+	}
+	if j.kw.n.Load() != 0 {
+		j.kw.signalDB(-1)
 	}
 	if j.t.clients.Load() != 0 {
 		j.t.flush()
@@ -536,7 +549,7 @@ func (s *Service) installWatch(trackMaxKeys int64) {
 // it in the keyspace's journal chain (server.New); New does so itself for
 // a keyspace it makes (Config.Keyspace nil).
 func (s *Service) Journal() keyspace.Journal {
-	return &watchJournal{w: s.watch, t: s.track, ks: s.ks}
+	return &watchJournal{w: s.watch, t: s.track, kw: &s.kwait, ks: s.ks}
 }
 
 // unwatchAll forgets every key cl watches and clears its dirty flag.

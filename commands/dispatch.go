@@ -16,6 +16,9 @@ func (s *Service) ServeRESP(c *resp.Conn, args [][]byte) {
 	x.locked = false
 	x.polSet = nil
 	s.dispatch(x)
+	if s.kwait.pending.Load() {
+		s.serveKeyWaiters() // what this command changed for blocked readers
+	}
 	if s.track.bcast.any.Load() {
 		s.track.flushBcast()
 	}

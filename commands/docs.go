@@ -23,6 +23,10 @@ var (
 // "write"), "string", "fast".
 func aclStrFast(rw string) []string { return []string{rw, "string", "fast"} }
 
+// aclStream is the categories of a stream command: rw ("read" or
+// "write"), "stream", speed ("fast" or "slow").
+func aclStream(rw, speed string) []string { return []string{rw, "stream", speed} }
+
 // helpDoc is the row of a container's HELP subcommand.
 func helpDoc(acl []string, group, since string) Doc {
 	return Doc{ACL: acl, Group: group, Since: since, Complex: "O(1)",
@@ -1077,6 +1081,46 @@ var commandDocs = map[string]Doc{
 		Complex: "O(1) for every key.",
 		Summary: "Monitors changes to keys to determine the execution of a transaction.",
 		Args:    []Arg{argKeys},
+	},
+	"xadd": {ACL: aclStream("write", "fast"), Tips: tipsNondet, Group: "stream", Since: "5.0.0",
+		Complex: "O(1) when adding a new entry, O(N) when trimming where N being the number of entries evicted.",
+		Summary: "Appends a new entry to a stream",
+		Args:    []Arg{{Name: "key", Type: "key"}, {Name: "nomkstream", Type: "pure-token", Token: "NOMKSTREAM", Optional: true}, {Name: "trim", Type: "block", Optional: true, Args: []Arg{{Name: "strategy", Type: "oneof", Args: []Arg{{Name: "maxlen", Type: "pure-token", Token: "MAXLEN"}, {Name: "minid", Type: "pure-token", Token: "MINID"}}}, {Name: "operator", Type: "oneof", Optional: true, Args: []Arg{{Name: "equal", Type: "pure-token", Token: "="}, {Name: "approximately", Type: "pure-token", Token: "~"}}}, {Name: "threshold", Type: "string"}, {Name: "count", Type: "integer", Token: "LIMIT", Optional: true}}}, {Name: "id_or_auto", Type: "oneof", Args: []Arg{{Name: "auto_id", Type: "pure-token", Token: "*"}, {Name: "ID", Type: "string"}}}, {Name: "field_value", Type: "block", Multiple: true, Args: []Arg{{Name: "field", Type: "string"}, {Name: "value", Type: "string"}}}},
+	},
+	"xdel": {ACL: aclStream("write", "fast"), Group: "stream", Since: "5.0.0",
+		Complex: "O(1) for each single item to delete in the stream, regardless of the stream size.",
+		Summary: "Removes the specified entries from the stream. Returns the number of items actually deleted, that may be different from the number of IDs passed in case certain IDs do not exist.",
+		Args:    []Arg{{Name: "key", Type: "key"}, {Name: "ID", Type: "string", Multiple: true}},
+	},
+	"xlen": {ACL: aclStream("read", "fast"), Group: "stream", Since: "5.0.0",
+		Complex: "O(1)",
+		Summary: "Return the number of entries in a stream",
+		Args:    []Arg{{Name: "key", Type: "key"}},
+	},
+	"xrange": {ACL: aclStream("read", "slow"), Group: "stream", Since: "5.0.0",
+		Complex: "O(N) with N being the number of elements being returned. If N is constant (e.g. always asking for the first 10 elements with COUNT), you can consider it O(1).",
+		Summary: "Return a range of elements in a stream, with IDs matching the specified IDs interval",
+		Args:    []Arg{{Name: "key", Type: "key"}, {Name: "start", Type: "string"}, {Name: "end", Type: "string"}, {Name: "count", Type: "integer", Token: "COUNT", Optional: true}},
+	},
+	"xread": {ACL: []string{"read", "stream", "slow", "blocking"}, Group: "stream", Since: "5.0.0",
+		Complex: "For each stream mentioned: O(N) with N being the number of elements being returned, it means that XREAD-ing with a fixed COUNT is O(1). Note that when the BLOCK option is used, XADD will pay O(M) time in order to serve the M clients blocked on the stream getting new data.",
+		Summary: "Return never seen elements in multiple streams, with IDs greater than the ones reported by the caller for each stream. Can block.",
+		Args:    []Arg{{Name: "count", Type: "integer", Token: "COUNT", Optional: true}, {Name: "milliseconds", Type: "integer", Token: "BLOCK", Optional: true}, {Name: "streams", Type: "block", Token: "STREAMS", Args: []Arg{{Name: "key", Type: "key", Multiple: true}, {Name: "ID", Type: "string", Multiple: true}}}},
+	},
+	"xrevrange": {ACL: aclStream("read", "slow"), Group: "stream", Since: "5.0.0",
+		Complex: "O(N) with N being the number of elements returned. If N is constant (e.g. always asking for the first 10 elements with COUNT), you can consider it O(1).",
+		Summary: "Return a range of elements in a stream, with IDs matching the specified IDs interval, in reverse order (from greater to smaller IDs) compared to XRANGE",
+		Args:    []Arg{{Name: "key", Type: "key"}, {Name: "end", Type: "string"}, {Name: "start", Type: "string"}, {Name: "count", Type: "integer", Token: "COUNT", Optional: true}},
+	},
+	"xsetid": {ACL: aclStream("write", "fast"), Group: "stream", Since: "5.0.0",
+		Complex: "O(1)",
+		Summary: "An internal command for replicating stream values",
+		Args:    []Arg{{Name: "key", Type: "key"}, {Name: "last-id", Type: "string"}, {Name: "entries_added", Type: "integer", Token: "ENTRIESADDED", Optional: true}, {Name: "max_deleted_entry_id", Type: "string", Token: "MAXDELETEDID", Optional: true}},
+	},
+	"xtrim": {ACL: aclStream("write", "slow"), Tips: tipsNondet, Group: "stream", Since: "5.0.0",
+		Complex: "O(N), with N being the number of evicted entries. Constant times are very small however, since entries are organized in macro nodes containing multiple entries that can be released with a single deallocation.",
+		Summary: "Trims the stream to (approximately if '~' is passed) a certain size",
+		Args:    []Arg{{Name: "key", Type: "key"}, {Name: "trim", Type: "block", Args: []Arg{{Name: "strategy", Type: "oneof", Args: []Arg{{Name: "maxlen", Type: "pure-token", Token: "MAXLEN"}, {Name: "minid", Type: "pure-token", Token: "MINID"}}}, {Name: "operator", Type: "oneof", Optional: true, Args: []Arg{{Name: "equal", Type: "pure-token", Token: "="}, {Name: "approximately", Type: "pure-token", Token: "~"}}}, {Name: "threshold", Type: "string"}, {Name: "count", Type: "integer", Token: "LIMIT", Optional: true}}}},
 	},
 }
 

@@ -577,3 +577,30 @@ const (
 	msgStringTooLong = "ERR string exceeds maximum allowed size (proto-max-bulk-len)"
 	msgIncrexBounds  = "ERR LBOUND must be less than or equal to UBOUND"
 )
+
+// Streams (cmd_stream.go), as Redis 7.0.15 sends them; msgTooManyBlocked
+// is cellserver's (maxKeyWaiters, stream_block.go).
+const (
+	msgStreamID               = "ERR Invalid stream ID specified as stream command argument"
+	msgTrimBoth               = "ERR syntax error, MAXLEN and MINID options at the same time are not compatible"
+	msgMaxLenNegative         = "ERR The MAXLEN argument must be >= 0."
+	msgLimitNegative          = "ERR The LIMIT argument must be >= 0."
+	msgLimitNoStrategy        = "ERR syntax error, LIMIT cannot be used without specifying a trimming strategy"
+	msgXtrimNoStrategy        = "ERR syntax error, XTRIM must be called with a trimming strategy"
+	msgLimitNoApprox          = "ERR syntax error, LIMIT cannot be used without the special ~ option"
+	msgXaddIDZero             = "ERR The ID specified in XADD must be greater than 0-0"
+	msgStreamExhausted        = "ERR The stream has exhausted the last possible ID, unable to add more items"
+	msgXaddIDSmall            = "ERR The ID specified in XADD is equal or smaller than the target stream top item"
+	msgStreamElementsTooLarge = "ERR Elements are too large to be stored"
+	msgStreamStartInterval    = "ERR invalid start ID for the interval"
+	msgStreamEndInterval      = "ERR invalid end ID for the interval"
+	msgEntriesAddedNegative   = "ERR entries_added must be positive"
+	msgXsetidBelowMaxDeleted  = "ERR The ID specified in XSETID is smaller than the provided max_deleted_entry_id"
+	msgXsetidBelowTop         = "ERR The ID specified in XSETID is smaller than the target stream top item"
+	msgXsetidEntriesAdded     = "ERR The entries_added specified in XSETID is smaller than the target stream length"
+	msgXreadUnbalanced        = "ERR Unbalanced XREAD list of streams: for each stream key an ID or '$' must be specified."
+	msgXreadGroupOption       = "ERR The GROUP option is only supported by XREADGROUP. You called XREAD instead."
+	msgXreadNoackOption       = "ERR The NOACK option is only supported by XREADGROUP. You called XREAD instead."
+	msgXreadGtID              = "ERR The > ID can be specified only when calling XREADGROUP using the GROUP <group> <consumer> option."
+	msgTooManyBlocked         = "ERR too many clients blocked on keys (10000)"
+)

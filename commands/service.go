@@ -289,6 +289,7 @@ type Service struct {
 	cluster  clusterMode    // cmd_cluster.go
 
 	leases   leaseWaits   // CL.ACQUIRE ... WAIT's queues (cl_leases.go)
+	kwait    keyWaits     // clients blocked on keys: XREAD BLOCK (stream_block.go)
 	blocked  atomic.Int64 // clients blocked in WAIT or CL.ACQUIRE ... WAIT (blocked.go)
 	pol      policyState  // CL.APPLY's policies (cl_policy.go)
 	life     lifecycle    // SAVE, BGSAVE, SHUTDOWN (cmd_shutdown.go)

@@ -38,6 +38,7 @@ const (
 	// handler checks, with Keyspace.CanInsert).
 	DenyOOM
 	NoAsyncLoading // "no_async_loading" (SAVE, BGSAVE)
+	Blocking       // "blocking": may block the client (XREAD BLOCK)
 )
 
 // flagNames lists the reported flags in the order Redis 7 replies them.
@@ -46,7 +47,7 @@ var flagNames = []struct {
 	name string
 }{
 	{Write, "write"}, {ReadOnly, "readonly"}, {DenyOOM, "denyoom"}, {Module, "module"},
-	{Admin, "admin"}, {PubSub, "pubsub"}, {NoScript, "noscript"}, {Loading, "loading"},
+	{Admin, "admin"}, {PubSub, "pubsub"}, {NoScript, "noscript"}, {Blocking, "blocking"}, {Loading, "loading"},
 	{Stale, "stale"}, {SkipSlowlog, "skip_slowlog"}, {Fast, "fast"}, {NoAuth, "no_auth"},
 	{NoAsyncLoading, "no_async_loading"}, {NoMulti, "no_multi"}, {MovableKeys, "movablekeys"}, {AllowBusy, "allow_busy"},
 }
@@ -75,6 +76,15 @@ type Doc struct {
 	Args    []Arg
 }
 
+// KeywordSpec is a key spec found by keyword (Redis's begin_search
+// keyword, then find_keys range): the keys follow Keyword, searched from
+// argument StartFrom on; LastKey, Step and Limit are the range's.
+type KeywordSpec struct {
+	Keyword              string
+	StartFrom            int
+	LastKey, Step, Limit int
+}
+
 // Spec is one row of the command table.
 type Spec struct {
 	Name  string // lower-case; "container|sub" for subcommands
@@ -90,7 +100,13 @@ type Spec struct {
 	// key at FirstKey+1 (LastKey): the two keys of RENAME and COPY play
 	// different parts (source, destination), as Redis's two key specs say.
 	KeyFlags2 []string
-	Subs      []*Spec // subcommands of a container command (CLIENT, COMMAND, CONFIG)
+	// KeyNotes is the key spec's "notes" in COMMAND INFO (XADD's).
+	KeyNotes string
+	// KeyKeyword, when set, makes the key spec COMMAND INFO reports
+	// begin with a keyword search (XREAD's STREAMS) rather than an
+	// index; the keys themselves come from Keys.
+	KeyKeyword *KeywordSpec
+	Subs       []*Spec // subcommands of a container command (CLIENT, COMMAND, CONFIG)
 	// Doc is filled in from the docs table (docs.go) when the table is
 	// built; the dispatcher never reads it.
 	Doc

@@ -19,6 +19,8 @@ var (
 	// keyNotKey marks the channels of the shard channel commands: routed
 	// by slot as keys are, but not keys (COMMAND GETKEYS lists none).
 	keyNotKey = []string{"not_key"}
+	// keyRWDel: a key some of whose contents are removed (XDEL, XTRIM).
+	keyRWDel1 = []string{"RW", "delete"}
 )
 
 // commandTable returns the dispatch rows, without their docs.
@@ -296,5 +298,21 @@ func commandTable() []*Spec {
 		{Name: "waitaof", Arity: 4, Flags: NoScript, Run: cmdWaitAOF},
 		{Name: "watch", Arity: -2, Flags: NoScript | Loading | Stale | Fast | AllowBusy | RunsInMulti, FirstKey: 1,
 			LastKey: -1, Step: 1, KeyFlags: keyRO0, Run: cmdWatch},
+		{Name: "xadd", Arity: -5, Flags: Write | DenyOOM | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWUpd,
+			KeyNotes: "UPDATE instead of INSERT because of the optional trimming feature", Run: cmdXadd},
+		{Name: "xdel", Arity: -3, Flags: Write | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWDel1,
+			Run: cmdXdel},
+		{Name: "xlen", Arity: 2, Flags: ReadOnly | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO0,
+			Run: cmdXlen},
+		{Name: "xrange", Arity: -4, Flags: ReadOnly, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO,
+			Run: cmdXrange},
+		{Name: "xread", Arity: -4, Flags: ReadOnly | Blocking | MovableKeys, KeyFlags: keyRO, Keys: streamKeys,
+			KeyKeyword: &KeywordSpec{Keyword: "STREAMS", StartFrom: 1, LastKey: -1, Step: 1, Limit: 2}, Run: cmdXread},
+		{Name: "xrevrange", Arity: -4, Flags: ReadOnly, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRO,
+			Run: cmdXrevrange},
+		{Name: "xsetid", Arity: -3, Flags: Write | DenyOOM | Fast, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWUpd,
+			Run: cmdXsetid},
+		{Name: "xtrim", Arity: -4, Flags: Write, FirstKey: 1, LastKey: 1, Step: 1, KeyFlags: keyRWDel1,
+			Run: cmdXtrim},
 	}
 }

@@ -36,7 +36,14 @@ func TestCommandTableRows(t *testing.T) {
 			t.Errorf("%s: arity 0", sp.Name)
 		}
 		hasKeys := sp.FirstKey > 0
-		if hasKeys != (sp.Step > 0) || hasKeys != (len(sp.KeyFlags) > 0) || hasKeys != (sp.LastKey != 0) {
+		if sp.KeyKeyword != nil {
+			// Keys found by keyword (XREAD): no legacy positions, a key
+			// function and the spec's flags.
+			if hasKeys || sp.Step != 0 || sp.LastKey != 0 || sp.Keys == nil || len(sp.KeyFlags) == 0 {
+				t.Errorf("%s: a keyword key spec with positions %d %d %d, flags %v", sp.Name,
+					sp.FirstKey, sp.LastKey, sp.Step, sp.KeyFlags)
+			}
+		} else if hasKeys != (sp.Step > 0) || hasKeys != (len(sp.KeyFlags) > 0) || hasKeys != (sp.LastKey != 0) {
 			t.Errorf("%s: first key %d, last key %d, step %d, key flags %v disagree",
 				sp.Name, sp.FirstKey, sp.LastKey, sp.Step, sp.KeyFlags)
 		}

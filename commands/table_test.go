@@ -279,6 +279,10 @@ func checkKeys(t *testing.T, c *resptest.Conn, name string, row infoRow) {
 		}
 		return
 	}
+	if row.flags["movablekeys"] && row.firstKey == 0 && row.lastKey == 0 && row.step == 0 &&
+		row.keySpecs == keyArgs(args) {
+		return // keys found by keyword (XREAD's STREAMS), as Redis reports them; checked in streams.txt
+	}
 	if row.firstKey <= 0 || row.step <= 0 || row.keySpecs != keyArgs(args) {
 		t.Errorf("%s takes a key but COMMAND INFO has first key %d, step %d, %d key specs",
 			name, row.firstKey, row.step, row.keySpecs)
