@@ -15,6 +15,7 @@ import (
 	"github.com/cellserver/cellserver/cluster"
 	"github.com/cellserver/cellserver/commands"
 	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/policy"
 	"github.com/cellserver/cellserver/resp"
 	"github.com/cellserver/cellserver/server"
@@ -419,5 +420,61 @@ func writeFile(t testing.TB, name, s string) {
 	t.Helper()
 	if err := os.WriteFile(name, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAuditOverTheWire: the audit stream is a stream like any other: a
+// client blocked in XREAD BLOCK on it is woken by the CL.APPLY that
+// appends an entry in place (the stream exists) and gets the entry;
+// XRANGE, XLEN and TYPE see both entries. The IDs are the pinned clock's
+// ms.
+func TestAuditOverTheWire(t *testing.T) {
+	dir := t.TempDir()
+	file := dir + "/p.yaml"
+	writeFile(t, file, "policies:\n  - {name: p, algorithm: fixed, limit: 1, period: 1m, audit: all}\n")
+	clk := servertest.NewClock(auditT0)
+	_, addr := servertest.Start(t, server.Config{Clock: clk.Now, Policies: file})
+	ctx := context.Background()
+	reader := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, PoolSize: 1})
+	defer reader.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, PoolSize: 1, ClientName: "svc-b"})
+	defer rdb.Close()
+	if v, err := rdb.Do(ctx, "CL.APPLY", "k", "p").Int64Slice(); err != nil || v[0] != 0 {
+		t.Fatalf("first call: %v %v", v, err)
+	}
+	got := make(chan []redis.XStream, 1)
+	errc := make(chan error, 1)
+	go func() {
+		res, err := reader.XRead(ctx, &redis.XReadArgs{Streams: []string{"audit:p", "$"}, Block: 5 * time.Second}).Result()
+		errc <- err
+		got <- res
+	}()
+	testwait.For(t, 10*time.Second, "the reader blocked", func() (bool, string) {
+		info, _ := rdb.Info(ctx, "clients").Result()
+		return strings.Contains(info, "blocked_clients:1\r\n"), info
+	})
+	clk.Advance(5 * time.Millisecond)
+	if v, err := rdb.Do(ctx, "CL.APPLY", "k", "p").Int64Slice(); err != nil || v[0] != 1 {
+		t.Fatalf("second call: %v %v", v, err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("XREAD BLOCK: %v (not woken by the entry)", err)
+	}
+	res := <-got
+	want := map[string]any{"key": "k", "policy": "p", "decision": "limited", "remaining": "0",
+		"retry_after_ms": "59995", "quantity": "1", "client": "svc-b"}
+	if len(res) != 1 || len(res[0].Messages) != 1 || res[0].Messages[0].ID != "1767225600005-0" ||
+		fmt.Sprint(res[0].Messages[0].Values) != fmt.Sprint(want) {
+		t.Fatalf("XREAD BLOCK: %+v, want the entry 1767225600005-0 %v", res, want)
+	}
+	if typ := rdb.Type(ctx, "audit:p").Val(); typ != "stream" {
+		t.Fatalf("TYPE audit:p: %q", typ)
+	}
+	if n := rdb.XLen(ctx, "audit:p").Val(); n != 2 {
+		t.Fatalf("XLEN audit:p: %d", n)
+	}
+	msgs, err := rdb.XRange(ctx, "audit:p", "-", "+").Result()
+	if err != nil || len(msgs) != 2 || msgs[0].ID != "1767225600000-0" || msgs[0].Values["decision"] != "allowed" {
+		t.Fatalf("XRANGE: %v %v", msgs, err)
 	}
 }
