@@ -478,3 +478,27 @@ func TestAuditOverTheWire(t *testing.T) {
 		t.Fatalf("XRANGE: %v %v", msgs, err)
 	}
 }
+
+// TestAuditExecAndCompanion: inside MULTI/EXEC (the keys resolved when
+// queued and again when run) each CL.APPLY appends its entry; a policy
+// with a shadow companion audits its own decision while the companion is
+// still evaluated on its key (the audit key comes after it).
+func TestAuditExecAndCompanion(t *testing.T) {
+	d, _ := auditDirect(t, `policies:
+  - {name: p, algorithm: fixed, limit: 1, period: 1m, audit: all, shadow_companion: cand}
+  - {name: cand, algorithm: fixed, limit: 5, period: 1m}
+`)
+	d.want("+OK", "CLIENT", "SETNAME", "c")
+	d.want("+OK", "MULTI")
+	d.want("+QUEUED", "CL.APPLY", "k", "p")
+	d.want("+QUEUED", "CL.APPLY", "k", "p")
+	d.want("*2\r\n*5\r\n:0\r\n:1\r\n:0\r\n:-1\r\n:60\r\n*5\r\n:1\r\n:1\r\n:0\r\n:60\r\n:60\r\n", "EXEC")
+	wantEntries(t, d.srv, "audit:p",
+		"1767225600000-0 key k policy p decision allowed remaining 0 retry_after_ms -1 quantity 1 client c",
+		"1767225600000-1 key k policy p decision limited remaining 0 retry_after_ms 60000 quantity 1 client c")
+	d.want("*5\r\n:0\r\n:5\r\n:2\r\n", "CL.FIXED", "k:shadow:cand", "5", "60") // the companion charged twice, then this
+	info := d.do("INFO", "policies")
+	if !strings.Contains(info, "policy_cand:allowed=2,") {
+		t.Fatalf("INFO policies: %q: the companion's verdicts not counted", info)
+	}
+}
