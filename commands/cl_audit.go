@@ -98,6 +98,9 @@ func (x *ctx) audit(p *policy.Policy, d auditDecision) {
 		return
 	}
 	c := p.Counts
+	if c == nil { // an Envoy rate limit rule's audit
+		c = &x.s.pol.extAudit
+	}
 	ak := &x.keys[len(x.keys)-1]
 	nowMS := floorDiv(x.clockNS(), 1e6)
 	v := ak.lookup(nowMS)
@@ -184,6 +187,9 @@ func (x *ctx) auditEntry(p *policy.Policy, d *auditDecision) [][]byte {
 // auditClient appends the client field: the CLIENT SETNAME name, else the
 // client's address (ip:port).
 func (x *ctx) auditClient(b []byte) []byte {
+	if x.cl.extClient != "" { // Local.SendAudited's caller
+		return append(b, x.cl.extClient...)
+	}
 	m := &x.cl.meta
 	m.mu.Lock()
 	name := m.name
@@ -192,6 +198,38 @@ func (x *ctx) auditClient(b []byte) []byte {
 		return append(b, name...)
 	}
 	return append(b, x.c.RemoteAddr()...)
+}
+
+// addExtAuditKey adds the audit stream's key of the limiter command run
+// by Local.SendAudited (x.cl.extAudit) as its last key, so that it is
+// locked with the decided key; not in cluster mode (the front door
+// refuses a rule's audit there), and only for the single-key limiter
+// commands, which append the entry (extAudit).
+func (x *ctx) addExtAuditKey(sp *Spec, db *keyspace.DB) {
+	if x.s.cluster.on || len(x.keys) != 1 || !sp.extAudits() {
+		return
+	}
+	x.keys = x.keys[:2]
+	x.setKey(&x.keys[1], db, x.cl.extAudit.AuditKey())
+}
+
+// extAudits reports whether sp is a limiter command that appends the
+// entry of Local.SendAudited's audit.
+func (sp *Spec) extAudits() bool {
+	switch sp.Name {
+	case "cl.fixed", "cl.sliding", "cl.slidinglog", "cl.throttle":
+		return true
+	}
+	return false
+}
+
+// extAudit appends the decision of the limiter command run by
+// Local.SendAudited to its audit stream (the command's second key, which
+// addExtAuditKey added).
+func (x *ctx) extAudit(d auditDecision) {
+	if p := x.cl.extAudit; p != nil && len(x.keys) == 2 {
+		x.audit(p, d)
+	}
 }
 
 // auditModeErr refuses, in cluster mode, a policy Set with a policy

@@ -48,6 +48,9 @@ type policyState struct {
 	// rand draws audit_sample's uniform numbers (rand.Uint64; tests pin
 	// it).
 	rand func() uint64
+	// extAudit counts the audit entries of Envoy rate limit rules
+	// (Local.SendAudited), all rules together.
+	extAudit policy.Counts
 }
 
 // Policies returns the policies in force (nil when none were loaded).
@@ -500,6 +503,10 @@ func (s *Service) policyInfo() []string {
 		c := p.Counts
 		lines = append(lines, fmt.Sprintf("policy_audit_%s:stream=%s,appended=%d,dropped_wrongtype=%d,dropped_oom=%d,dropped_id=%d",
 			p.Name, p.AuditStream, c.AuditAppended.Load(), c.AuditWrongType.Load(), c.AuditOOM.Load(), c.AuditIDExhausted.Load()))
+	}
+	if c := &s.pol.extAudit; c.AuditAppended.Load()+c.AuditWrongType.Load()+c.AuditOOM.Load()+c.AuditIDExhausted.Load() > 0 {
+		lines = append(lines, fmt.Sprintf("rls_audit:appended=%d,dropped_wrongtype=%d,dropped_oom=%d,dropped_id=%d",
+			c.AuditAppended.Load(), c.AuditWrongType.Load(), c.AuditOOM.Load(), c.AuditIDExhausted.Load()))
 	}
 	return lines
 }

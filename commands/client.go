@@ -59,6 +59,10 @@ type client struct {
 	// source node into this one (CELLCLUSTER MIGRATE-START).
 	migSource string
 	meta      clientMeta // CLIENT SETNAME and SETINFO (cmd_connection.go)
+	// extAudit is the audit of the limiter command being run by
+	// Local.SendAudited (an Envoy rate limit rule's); nil otherwise.
+	extAudit  *policy.Policy
+	extClient string // and the entries' client field
 }
 
 // clientScratch is the client's reusable buffers, so that the hot paths

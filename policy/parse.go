@@ -266,53 +266,84 @@ func (ps *parser) policy(n *yaml.Node) *raw {
 // audit reads one of the audit fields (field) of policy p into p; it
 // reports a problem and returns false if v is not valid.
 func (ps *parser) audit(p *Policy, field string, v *yaml.Node, name string) bool {
-	if v.Kind != yaml.ScalarNode {
-		ps.add(v.Line, name, "%s must be a scalar", field)
+	if msg := p.auditField(field, v); msg != "" {
+		ps.add(v.Line, name, "%s", msg)
 		return false
+	}
+	return true
+}
+
+// AuditFields are the names of a policy's audit fields, as the policy
+// file (and an Envoy rate limit rule) writes them.
+var AuditFields = []string{"audit", "audit_stream", "audit_maxlen", "audit_sample"}
+
+// NewAudit returns the audit settings of something that decides outside
+// the policy file (an Envoy rate limit rule, named name in the entries):
+// fields are its audit fields by name (AuditFields; missing ones take
+// their defaults, audit_stream "audit:<name>"). It returns nil when the
+// audit is off, and every problem found (the policy file's texts).
+func NewAudit(name string, fields map[string]*yaml.Node) (*Policy, []string) {
+	p := &Policy{Name: name, AuditMaxLen: DefaultAuditMaxLen, AuditSample: 1}
+	var problems []string
+	for _, f := range AuditFields {
+		if v := fields[f]; v != nil {
+			if msg := p.auditField(f, v); msg != "" {
+				problems = append(problems, msg)
+			}
+		}
+	}
+	if p.AuditStream == "" {
+		p.AuditStream = DefaultAuditPrefix + name
+	}
+	p.setAuditCut()
+	if len(problems) > 0 || p.Audit == AuditOff {
+		return nil, problems
+	}
+	return p, nil
+}
+
+// auditField reads one audit field into p; it returns the problem, or "".
+func (p *Policy) auditField(field string, v *yaml.Node) string {
+	if v.Kind != yaml.ScalarNode {
+		return field + " must be a scalar"
 	}
 	switch field {
 	case "audit":
 		for i, n := range auditNames {
 			if v.Value == n {
 				p.Audit = AuditMode(i)
-				return true
+				return ""
 			}
 		}
 		if b, ok := boolOf(v); ok && !b { // YAML's off is a boolean
 			p.Audit = AuditOff
-			return true
+			return ""
 		}
-		ps.add(v.Line, name, "audit must be off, limited or all, not %q", v.Value)
-		return false
+		return fmt.Sprintf("audit must be off, limited or all, not %q", v.Value)
 	case "audit_stream":
 		switch {
 		case v.Value == "":
-			ps.add(v.Line, name, "audit_stream must name a key")
-			return false
+			return "audit_stream must name a key"
 		case len(v.Value) > MaxPatternLen:
-			ps.add(v.Line, name, "audit_stream is longer than %d bytes", MaxPatternLen)
-			return false
+			return fmt.Sprintf("audit_stream is longer than %d bytes", MaxPatternLen)
 		case strings.Contains(v.Value, KeyVar):
-			ps.add(v.Line, name, "audit_stream is one key for the whole policy: it takes no %q", KeyVar)
-			return false
+			return fmt.Sprintf("audit_stream is one key for the whole policy: it takes no %q", KeyVar)
 		}
 		p.AuditStream = v.Value
 	case "audit_maxlen":
 		n, err := strconv.ParseInt(v.Value, 10, 64)
 		if err != nil || n < 1 || n > MaxAuditMaxLen {
-			ps.add(v.Line, name, "audit_maxlen must be an integer within 1 and %d, not %q", MaxAuditMaxLen, v.Value)
-			return false
+			return fmt.Sprintf("audit_maxlen must be an integer within 1 and %d, not %q", MaxAuditMaxLen, v.Value)
 		}
 		p.AuditMaxLen = n
 	case "audit_sample":
 		f, err := strconv.ParseFloat(v.Value, 64)
 		if err != nil || !(f > 0 && f <= 1) {
-			ps.add(v.Line, name, "audit_sample must be a number within 0 (excluded) and 1, not %q", v.Value)
-			return false
+			return fmt.Sprintf("audit_sample must be a number within 0 (excluded) and 1, not %q", v.Value)
 		}
 		p.AuditSample = f
 	}
-	return true
+	return ""
 }
 
 // params reads algorithm a's parameters from got; base, when not nil,
