@@ -488,7 +488,7 @@ func (p *parser) rule(rl *yaml.Node, fullKey string, shadow, quota, detailed boo
 // policy's (policy.NewAudit), reporting each problem.
 func (p *parser) audit(r *Rule, rl *yaml.Node) {
 	fields := map[string]*yaml.Node{}
-	for _, f := range policy.AuditFields {
+	for _, f := range policy.AuditFieldNames {
 		if v := get(rl, f); v != nil && v.Tag != "!!null" {
 			fields[f] = v
 		}

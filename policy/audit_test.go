@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 )
 
 // TestAuditFields: the audit fields' defaults (off, audit:<name>, 100000,
@@ -147,5 +149,23 @@ func TestAuditDiff(t *testing.T) {
 			t.Errorf("%s: %+v, want p changed", src, ch)
 		}
 		a = b
+	}
+}
+
+// TestNewAudit: the audit of something outside the policy file (an Envoy
+// rule): nil when off, the defaults, and the policy file's problems.
+func TestNewAudit(t *testing.T) {
+	node := func(s string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Value: s} }
+	if a, probs := NewAudit("d.k", map[string]*yaml.Node{"audit_maxlen": node("10")}); a != nil || probs != nil {
+		t.Fatalf("audit off: %v %v", a, probs)
+	}
+	a, probs := NewAudit("d.k", map[string]*yaml.Node{"audit": node("all"), "audit_sample": node("0.5")})
+	if probs != nil || a.Audit != AuditAll || a.AuditStream != "audit:d.k" || a.AuditMaxLen != DefaultAuditMaxLen ||
+		string(a.AuditKey()) != "audit:d.k" || !a.AuditSampled() || a.Counts != nil {
+		t.Fatalf("%+v %v", a, probs)
+	}
+	if a, probs := NewAudit("d.k", map[string]*yaml.Node{"audit": node("all"), "audit_maxlen": node("-1")}); a != nil ||
+		len(probs) != 1 || probs[0] != `audit_maxlen must be an integer within 1 and 1000000000, not "-1"` {
+		t.Fatalf("%v %q", a, probs)
 	}
 }
