@@ -273,19 +273,19 @@ func (ps *parser) audit(p *Policy, field string, v *yaml.Node, name string) bool
 	return true
 }
 
-// AuditFields are the names of a policy's audit fields, as the policy
+// AuditFieldNames are the names of a policy's audit fields, as the policy
 // file (and an Envoy rate limit rule) writes them.
-var AuditFields = []string{"audit", "audit_stream", "audit_maxlen", "audit_sample"}
+var AuditFieldNames = []string{"audit", "audit_stream", "audit_maxlen", "audit_sample"}
 
 // NewAudit returns the audit settings of something that decides outside
 // the policy file (an Envoy rate limit rule, named name in the entries):
-// fields are its audit fields by name (AuditFields; missing ones take
+// fields are its audit fields by name (AuditFieldNames; missing ones take
 // their defaults, audit_stream "audit:<name>"). It returns nil when the
 // audit is off, and every problem found (the policy file's texts).
 func NewAudit(name string, fields map[string]*yaml.Node) (*Policy, []string) {
 	p := &Policy{Name: name, AuditMaxLen: DefaultAuditMaxLen, AuditSample: 1}
 	var problems []string
-	for _, f := range AuditFields {
+	for _, f := range AuditFieldNames {
 		if v := fields[f]; v != nil {
 			if msg := p.auditField(f, v); msg != "" {
 				problems = append(problems, msg)
