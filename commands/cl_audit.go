@@ -128,7 +128,9 @@ func (x *ctx) audit(p *policy.Policy, d auditDecision) {
 		ak.replace(nil, keyspace.Value{Kind: keyspace.KindStream, Obj: st})
 	} else {
 		st.Append(id, fields)
-		st.Trim(stream.TrimArgs{MaxLen: p.AuditMaxLen, Approx: true, Limit: 100 * stream.NodeMaxEntries})
+		if st.Len() > uint64(p.AuditMaxLen) { // else nothing to trim: skip the call
+			st.Trim(stream.TrimArgs{MaxLen: p.AuditMaxLen, Approx: true, Limit: 100 * stream.NodeMaxEntries})
+		}
 		ak.sh.Changed(ak.key, v)
 	}
 	c.AuditAppended.Add(1)
