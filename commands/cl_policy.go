@@ -45,6 +45,12 @@ type policyState struct {
 	// the server's clock); reloadFailed: the last reload was refused.
 	loadedAt     atomic.Int64
 	reloadFailed atomic.Bool
+	// rand draws audit_sample's uniform numbers (rand.Uint64; tests pin
+	// it).
+	rand func() uint64
+	// extAudit counts the audit entries of Envoy rate limit rules
+	// (Local.SendAudited), all rules together.
+	extAudit policy.Counts
 }
 
 // Policies returns the policies in force (nil when none were loaded).
@@ -72,6 +78,9 @@ func (s *Service) ReloadPolicies() (policy.Changes, error) {
 	var set *policy.Set
 	if err == nil {
 		set, err = policy.Parse(src)
+	}
+	if err == nil {
+		err = auditModeErr(s.cluster.on, set)
 	}
 	if err != nil {
 		s.pol.reloadFailed.Store(true)
@@ -105,15 +114,21 @@ func applyKeys(x *ctx, db *keyspace.DB) {
 	p := x.polSet.Lookup(x.args[2])
 	x.pol = p
 	n := 0
+	var audit []byte // the audit stream's key, last (cl_audit.go)
 	if p != nil {
 		n = len(p.Members)
 		if p.Companion != nil {
 			n = 1
 		}
+		audit = p.AuditKey()
 	}
 	if n == 0 {
 		x.keys = x.kbuf[:1]
 		x.setKey(&x.kbuf[0], db, x.args[1])
+		if audit != nil {
+			x.keys = x.kbuf[:2]
+			x.setKey(&x.kbuf[1], db, audit)
+		}
 		return
 	}
 	cl := x.cl
@@ -135,12 +150,19 @@ func applyKeys(x *ctx, db *keyspace.DB) {
 		cl.scratch.polBuf = nil // the keys of this call still point into buf
 	}
 	x.keys = x.kbuf[:0]
-	x.growKeys(1 + n)
+	extra := 0
+	if audit != nil {
+		extra = 1
+	}
+	x.growKeys(1 + n + extra)
 	x.addKey(db, key)
 	start := 0
 	for i := range n {
 		x.addKey(db, buf[start:ends[i]:ends[i]])
 		start = ends[i]
+	}
+	if audit != nil {
+		x.addKey(db, audit)
 	}
 }
 
@@ -202,6 +224,10 @@ func cmdApply(x *ctx) {
 	}
 	t := c.t
 	count(p.Counts, t.limited, p.Shadow)
+	if p.Audit != policy.AuditOff {
+		x.audit(p, auditDecision{key: key, limited: t.limited, shadow: p.Shadow,
+			remaining: t.remaining, retry: c.retryMS, quantity: q})
+	}
 	if t.limited && p.Shadow {
 		t = shadowTuple(t)
 	}
@@ -277,7 +303,7 @@ func applyAll(x *ctx, p *policy.Policy, q int64, ms bool) {
 		x.errorReply(msgAllDupKey)
 		return
 	}
-	admitted, limitedKey, ok := runAll(x, checks, x.keys[1:])
+	admitted, limitedKey, ok := runAll(x, checks, x.keys[1:1+len(checks)])
 	if !ok {
 		return
 	}
@@ -297,6 +323,14 @@ func applyAll(x *ctx, p *policy.Policy, q int64, ms bool) {
 	t := checks[best].t
 	if admitted && t.limited { // a shadow member refused, and every member is shadow
 		t = shadowTuple(t)
+	}
+	if p.Audit != policy.AuditOff {
+		retry := int64(-1)
+		if !admitted {
+			retry = checks[best].retryMS
+		}
+		x.audit(p, auditDecision{key: x.keys[0].key, limited: !admitted, shadow: p.Shadow,
+			remaining: t.remaining, retry: retry, quantity: q})
 	}
 	switch {
 	case admitted:
@@ -372,6 +406,9 @@ func cmdPolicyGet(x *ctx) {
 	fields = append(fields, [2]string{"shadow", map[bool]string{false: "no", true: "yes"}[p.Shadow]})
 	if p.Companion != nil {
 		fields = append(fields, [2]string{"shadow_companion", p.Companion.Name}, [2]string{"shadow_companion_key", string(p.CompanionKey)})
+	}
+	if p.Audit != policy.AuditOff {
+		fields = append(fields, p.AuditFields()...)
 	}
 	if p.Description != "" {
 		fields = append(fields, [2]string{"description", p.Description})
@@ -459,13 +496,30 @@ func (s *Service) policyInfo() []string {
 		lines = append(lines, fmt.Sprintf("policy_%s:allowed=%d,limited=%d,shadow_limited=%d",
 			p.Name, p.Allowed, p.Limited, p.ShadowLimited))
 	}
+	for _, p := range set.Policies() {
+		if p.Audit == policy.AuditOff {
+			continue
+		}
+		c := p.Counts
+		lines = append(lines, fmt.Sprintf("policy_audit_%s:stream=%s,appended=%d,dropped_wrongtype=%d,dropped_oom=%d,dropped_id=%d",
+			p.Name, p.AuditStream, c.AuditAppended.Load(), c.AuditWrongType.Load(), c.AuditOOM.Load(), c.AuditIDExhausted.Load()))
+	}
+	if c := &s.pol.extAudit; c.AuditAppended.Load()+c.AuditWrongType.Load()+c.AuditOOM.Load()+c.AuditIDExhausted.Load() > 0 {
+		lines = append(lines, fmt.Sprintf("rls_audit:appended=%d,dropped_wrongtype=%d,dropped_oom=%d,dropped_id=%d",
+			c.AuditAppended.Load(), c.AuditWrongType.Load(), c.AuditOOM.Load(), c.AuditIDExhausted.Load()))
+	}
 	return lines
 }
 
-// PolicyStats is one policy's decisions (Stats.Policies).
+// PolicyStats is one policy's decisions (Stats.Policies), and its audit
+// entries appended and dropped (all 0 for a policy that audits nothing).
 type PolicyStats struct {
 	Name                            string
 	Allowed, Limited, ShadowLimited int64
+	Audit                           bool // the policy audits
+	AuditAppended                   int64
+	AuditWrongType, AuditOOM        int64
+	AuditIDExhausted                int64
 }
 
 func (s *Service) policyStats() []PolicyStats { return policyStatsOf(s.pol.set.Load()) }
@@ -476,7 +530,10 @@ func policyStatsOf(set *policy.Set) []PolicyStats {
 	out := make([]PolicyStats, 0, len(ps))
 	for _, p := range ps {
 		c := p.Counts
-		out = append(out, PolicyStats{p.Name, c.Allowed.Load(), c.Limited.Load(), c.ShadowLimited.Load()})
+		out = append(out, PolicyStats{Name: p.Name, Allowed: c.Allowed.Load(), Limited: c.Limited.Load(),
+			ShadowLimited: c.ShadowLimited.Load(), Audit: p.Audit != policy.AuditOff,
+			AuditAppended: c.AuditAppended.Load(), AuditWrongType: c.AuditWrongType.Load(),
+			AuditOOM: c.AuditOOM.Load(), AuditIDExhausted: c.AuditIDExhausted.Load()})
 	}
 	return out
 }

@@ -55,6 +55,10 @@ func cmdThrottle(x *ctx) {
 			return
 		}
 	}
+	if x.cl.extAudit != nil { // an Envoy rate limit rule's (cl_audit.go)
+		x.extAudit(auditDecision{key: lk.k.key, limited: r.Limited, shadow: x.cl.extAudit.Shadow,
+			remaining: r.Remaining, retry: r.RetryAfterMillis, quantity: p.Quantity})
+	}
 	x.decided(r.Limited, lk.k.key)
 	x.tuple(tuple{r.Limited, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter})
 }

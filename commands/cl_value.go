@@ -130,6 +130,7 @@ type check struct {
 
 	// Set by decide, used by apply.
 	t         tuple
+	retryMS   int64 // the retry in ms whatever c.ms (-1: allowed), for an audit entry
 	gres      gcra.Result
 	next      keyspace.Value // scalar kinds: the value to store
 	store     bool
@@ -238,23 +239,24 @@ func (c *check) decideKind(v *keyspace.Value, now int64, scratch *limiter.Leases
 		c.store = r.Store
 		c.expireErr = r.Store && r.TTLMillis < -1
 		c.t = tuple{r.Limited, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter}
+		c.retryMS = r.RetryAfterMillis
 		if c.ms { // inside CL.ALL only: as CL.PEEK ... MS
 			c.t.retry, c.t.resetA = r.RetryAfterMillis, r.ResetAfterMillis
 		}
 	case keyspace.KindFixed:
 		next, d, store, exp := limiter.Fixed(fixedOf(v, c.per), v != nil, now, c.rule(), c.q)
-		c.t, c.store = decisionTuple(d, c.ms), store
+		c.t, c.store, c.retryMS = decisionTuple(d, c.ms), store, units(d.RetryAfter, true)
 		c.next = fixedValue(next, c.per, exp)
 	case keyspace.KindSliding:
 		next, d, store, exp := limiter.Sliding(slidingOf(v, c.per), v != nil, now, c.rule(), c.q)
-		c.t, c.store = decisionTuple(d, c.ms), store
+		c.t, c.store, c.retryMS = decisionTuple(d, c.ms), store, units(d.RetryAfter, true)
 		c.next = slidingValue(next, c.per, exp)
 	case keyspace.KindLog:
 		d := logOf(v).Decide(now, c.rule(), c.q)
-		c.t, c.store = decisionTuple(d, c.ms), !d.Limited && (c.q > 0 || v != nil)
+		c.t, c.store, c.retryMS = decisionTuple(d, c.ms), !d.Limited && (c.q > 0 || v != nil), units(d.RetryAfter, true)
 	case keyspace.KindLeases:
 		d := leasesOf(v, scratch).Acquire(now, c.per, c.limit, c.token)
-		c.t, c.store = decisionTuple(d, c.ms), !d.Limited
+		c.t, c.store, c.retryMS = decisionTuple(d, c.ms), !d.Limited, units(d.RetryAfter, true)
 	}
 	return noErr
 }

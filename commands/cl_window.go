@@ -20,6 +20,10 @@ func runCheck(x *ctx, minArgs, maxArgs int) {
 	}
 	c.ms = ms
 	if _, ok := c.run(x); ok {
+		if x.cl.extAudit != nil { // an Envoy rate limit rule's (cl_audit.go)
+			x.extAudit(auditDecision{key: c.key, limited: c.t.limited, shadow: x.cl.extAudit.Shadow,
+				remaining: c.t.remaining, retry: c.retryMS, quantity: c.q})
+		}
 		x.decided(c.t.limited, c.key)
 		x.tuple(c.t)
 	}

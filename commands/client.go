@@ -59,6 +59,10 @@ type client struct {
 	// source node into this one (CELLCLUSTER MIGRATE-START).
 	migSource string
 	meta      clientMeta // CLIENT SETNAME and SETINFO (cmd_connection.go)
+	// extAudit is the audit of the limiter command being run by
+	// Local.SendAudited (an Envoy rate limit rule's); nil otherwise.
+	extAudit  *policy.Policy
+	extClient string // and the entries' client field
 }
 
 // clientScratch is the client's reusable buffers, so that the hot paths
@@ -69,6 +73,7 @@ type clientScratch struct {
 	leases limiter.Leases // packed CL.ACQUIRE state (leasesOf)
 	checks [4]check       // CL.ALL's parsed checks (cmdAll)
 	polBuf []byte         // CL.APPLY's derived keys (applyKeys)
+	audit  auditScratch   // CL.APPLY's audit entry (cl_audit.go)
 }
 
 // clientClock is the client's clock readings (see ctx.clockNS and

@@ -73,6 +73,13 @@ const (
 
 // resolveKeys sets x.keys to sp's keys in x.args, resolved in database db.
 func (x *ctx) resolveKeys(sp *Spec, db *keyspace.DB) {
+	x.resolveSpecKeys(sp, db)
+	if x.cl.extAudit != nil {
+		x.addExtAuditKey(sp, db)
+	}
+}
+
+func (x *ctx) resolveSpecKeys(sp *Spec, db *keyspace.DB) {
 	x.keys = x.kbuf[:0]
 	if sp.derive != nil {
 		sp.derive(x, db)

@@ -3,6 +3,7 @@ package commands
 import (
 	"errors"
 
+	"github.com/cellserver/cellserver/policy"
 	"github.com/cellserver/cellserver/resp"
 )
 
@@ -52,6 +53,20 @@ func (l *Local) Send(args [][]byte) {
 	// read).
 	l.cl.clock.lastEnd = 0
 	l.s.ServeRESP(l.conn, args)
+}
+
+// SendAudited is Send for a limiter command (CL.FIXED, CL.SLIDING,
+// CL.SLIDINGLOG, CL.THROTTLE) whose decision is also appended to the
+// audit stream of audit (policy.NewAudit: an Envoy rate limit rule's),
+// as CL.APPLY appends a policy's: the stream's key is one of the
+// command's keys, locked with it, the entry written with the decision
+// (cl_audit.go). Other commands, and any command in cluster mode, run as
+// Send runs them.
+// client is the entry's client field (the front door's caller).
+func (l *Local) SendAudited(args [][]byte, audit *policy.Policy, client string) {
+	l.cl.extAudit, l.cl.extClient = audit, client
+	l.Send(args)
+	l.cl.extAudit, l.cl.extClient = nil, ""
 }
 
 // Replies lets the replies of the commands sent since the last call

@@ -75,3 +75,30 @@ func benchPolicies(b *testing.B, set *policy.Set, cmds [][]string) {
 	}
 	benchOn(b, srv, cmds)
 }
+
+// BenchmarkApplyAudit is CL.APPLY's audited decision path through
+// ServeRESP: 1024 keys in turn, every tenth call refused (a quantity past
+// the limit), on three policies alike but for audit: off, limited (one
+// entry per refusal) and all (one entry per call). The three run one
+// after the other, so -count=N interleaves them; bench/audit.sh measures
+// the same over the network.
+func BenchmarkApplyAudit(b *testing.B) {
+	set, err := policy.Parse([]byte(`policies:
+  - {name: off, algorithm: fixed, limit: 1000000000, period: 1h}
+  - {name: limited, algorithm: fixed, limit: 1000000000, period: 1h, audit: limited}
+  - {name: all, algorithm: fixed, limit: 1000000000, period: 1h, audit: all}
+`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mode := range []string{"off", "limited", "all"} {
+		cmds := make([][]string, 1024)
+		for i := range cmds {
+			cmds[i] = []string{"CL.APPLY", "bench:key:" + strconv.Itoa(i), mode}
+			if i%10 == 9 {
+				cmds[i] = append(cmds[i], "2000000000") // past the limit: refused
+			}
+		}
+		b.Run("audit="+mode, func(b *testing.B) { benchPolicies(b, set, cmds) })
+	}
+}

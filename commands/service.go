@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
@@ -311,6 +312,9 @@ type netHolder struct{ Network }
 
 // New returns a Service for cfg.
 func New(cfg Config) (*Service, error) {
+	if err := auditModeErr(cfg.Cluster != nil, cfg.Policies); err != nil {
+		return nil, err
+	}
 	ownKeyspace := cfg.Keyspace == nil
 	if ownKeyspace {
 		ks, err := keyspace.New(keyspace.Config{})
@@ -444,6 +448,7 @@ func New(cfg Config) (*Service, error) {
 	s.cluster.on = s.cluster.state != nil
 	s.pol.file = cfg.PolicyFile
 	s.rlsInfo = cfg.RLSInfo
+	s.pol.rand = rand.Uint64
 	if cfg.Policies != nil {
 		s.pol.set.Store(cfg.Policies)
 		s.pol.loadedAt.Store(cfg.Clock().Unix())

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cellserver/cellserver/policy"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"gopkg.in/yaml.v3"
 )
@@ -91,6 +92,11 @@ type Rule struct {
 	// requests (envoyproxy/ratelimit puts the request's values in the
 	// metric's name instead, without a bound).
 	DetailedMetric bool
+	// Audit, when set, appends the rule's decisions to an audit stream
+	// as a policy's (docs/audit.md): the rate_limit's audit, audit_stream
+	// (default "audit:<FullKey>"), audit_maxlen and audit_sample. Its Name
+	// is FullKey, the entries' policy field. nil: audit off.
+	Audit *policy.Policy
 }
 
 // node is one level of a domain's descriptor tree, as envoyproxy/ratelimit's
@@ -138,13 +144,14 @@ func (c *Config) Domains() []string {
 
 // validKeys is envoyproxy/ratelimit's list (src/config/config_impl.go): a
 // key outside it, at any level, is an error; a known key at a level where it
-// means nothing is ignored, as there. algorithm, period and burst are
-// cellserver's.
+// means nothing is ignored, as there. algorithm, period, burst and the
+// audit fields are cellserver's.
 var validKeys = map[string]bool{
 	"domain": true, "key": true, "value": true, "descriptors": true, "rate_limit": true, "unit": true,
 	"requests_per_unit": true, "unlimited": true, "shadow_mode": true, "quota_mode": true, "name": true,
 	"replaces": true, "detailed_metric": true, "value_to_metric": true, "share_threshold": true, "metadata": true,
 	"algorithm": true, "period": true, "burst": true,
+	"audit": true, "audit_stream": true, "audit_maxlen": true, "audit_sample": true,
 }
 
 // ErrConfig wraps every configuration error.
@@ -437,10 +444,14 @@ func (p *parser) rule(rl *yaml.Node, fullKey string, shadow, quota, detailed boo
 		}
 		r.Burst = n
 	}
+	p.audit(r, rl)
 	switch {
 	case r.Unlimited:
 		if validUnit {
 			p.bad("should not specify rate limit unit when unlimited")
+		}
+		if r.Audit != nil {
+			p.bad("audit does not apply to an unlimited rule (it decides nothing), at '%s'", fullKey)
 		}
 		return r
 	case periodText != "":
@@ -471,6 +482,37 @@ func (p *parser) rule(rl *yaml.Node, fullKey string, shadow, quota, detailed boo
 		p.bad("requests_per_unit 0 is only for algorithm fixed, at '%s'", fullKey)
 	}
 	return r
+}
+
+// audit reads the rate_limit rl's audit fields into r.Audit, as a
+// policy's (policy.NewAudit), reporting each problem.
+func (p *parser) audit(r *Rule, rl *yaml.Node) {
+	fields := map[string]*yaml.Node{}
+	for _, f := range policy.AuditFieldNames {
+		if v := get(rl, f); v != nil && v.Tag != "!!null" {
+			fields[f] = v
+		}
+	}
+	if len(fields) == 0 {
+		return
+	}
+	a, problems := policy.NewAudit(r.FullKey, fields)
+	for _, msg := range problems {
+		p.bad("%s, at '%s'", msg, r.FullKey)
+	}
+	if a != nil {
+		a.Shadow = r.ShadowMode // a refusal answered OK: shadow_limited
+	}
+	r.Audit = a
+}
+
+// Audits reports whether a rule of c audits its decisions.
+func (c *Config) Audits() bool {
+	found := false
+	for _, n := range c.domains {
+		n.walk(func(r *Rule) { found = found || r.Audit != nil })
+	}
+	return found
 }
 
 func seq(n *yaml.Node) []*yaml.Node {

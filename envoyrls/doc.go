@@ -115,4 +115,11 @@
 // CL.THROTTLE's max_burst), and period: any duration of whole
 // milliseconds up to 10 years instead of unit (whole seconds for gcra).
 // Such a configuration no longer loads in envoyproxy/ratelimit.
+//
+// A rate_limit may also audit its decisions as a policy does (audit,
+// audit_stream, audit_maxlen, audit_sample: Rule.Audit, docs/audit.md):
+// the in-process store runs such a rule's command through
+// commands.Local.SendAudited, which appends the decision to the stream
+// under the command's own shard locks; the entries' client field is the
+// gRPC caller's address. Refused in cluster mode.
 package envoyrls

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -42,7 +43,12 @@ type FrontDoor struct {
 	health   *health.Server
 	maxConns int          // src.MaxClients; 0: no cap
 	logger   *slog.Logger // may be nil
+	cluster  bool         // src.Cluster: a rule's audit is refused
 }
+
+// errAuditCluster refuses, in cluster mode, a configuration with a rule
+// that audits: its stream would have to be on the node of every counter.
+var errAuditCluster = fmt.Errorf("%w: audit is not available in cluster mode (the audit stream must be on the node deciding every counter)", ErrConfig)
 
 // New builds the front door for server.Config.RLS: it loads src.ConfigPath
 // (an invalid configuration is an error listing every problem), connects a
@@ -63,6 +69,9 @@ func NewFrontDoor(src server.RLSSources) (*FrontDoor, error) {
 	cfg, err := LoadPath(src.ConfigPath)
 	if err != nil {
 		return nil, err
+	}
+	if src.Cluster && cfg.Audits() {
+		return nil, errAuditCluster
 	}
 	// newClient connects to the RESP port as u (the zero User: the
 	// default user with the server's password), poolSize connections at
@@ -131,7 +140,7 @@ func NewFrontDoor(src server.RLSSources) (*FrontDoor, error) {
 	if src.Logger != nil {
 		src.Logger.Info("envoy rate limit service configuration loaded", "path", src.ConfigPath, "domains", strings.Join(cfg.Domains(), ","))
 	}
-	return &FrontDoor{grpc: g, client: client, users: users, local: local, service: svc, health: hs, maxConns: src.MaxClients, logger: src.Logger}, nil
+	return &FrontDoor{grpc: g, client: client, users: users, local: local, service: svc, health: hs, maxConns: src.MaxClients, logger: src.Logger, cluster: src.Cluster}, nil
 }
 
 // Service returns the service the front door answers with.
@@ -335,6 +344,9 @@ func (f *FrontDoor) Reload(path string) error {
 	cfg, err := LoadPath(path)
 	if err != nil {
 		return err
+	}
+	if f.cluster && cfg.Audits() {
+		return errAuditCluster
 	}
 	f.service.SetConfig(cfg)
 	return nil

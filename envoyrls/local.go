@@ -10,8 +10,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/cellserver/cellserver/policy"
 	"github.com/cellserver/cellserver/server"
 )
 
@@ -83,6 +85,7 @@ func (s *LocalStore) hit(ctx context.Context, pool *localPool, client redis.Cmda
 			return nil, err
 		}
 	}
+	lc.peer = auditClient(ctx, hits)
 	redo, errAt, err := lc.run(hits, out)
 	if errors.Is(err, server.ErrLocalClosed) {
 		// As connections the server closed: the user was removed (ACL
@@ -95,6 +98,7 @@ func (s *LocalStore) hit(ctx context.Context, pool *localPool, client redis.Cmda
 		if lc, err = s.open(u); err != nil {
 			return nil, err
 		}
+		lc.peer = auditClient(ctx, hits)
 		redo, errAt, err = lc.run(hits, out)
 		if errors.Is(err, server.ErrLocalClosed) {
 			lc.c.Close()
@@ -201,6 +205,7 @@ type localConn struct {
 	buf  []byte   // every argument of a call's commands, one after the other
 	ends []int    // where each argument ends in buf
 	args [][]byte // one command's arguments, slices of buf
+	peer string   // the call's audit client field (auditClient)
 }
 
 // Command names and units, as RedisStore's command sends them.
@@ -266,6 +271,26 @@ func (lc *localConn) encode(h Hit) int {
 	return 6
 }
 
+// auditSender is an in-process client that can run a limiter command
+// whose decision is appended to an audit stream (commands.Local).
+type auditSender interface {
+	SendAudited(args [][]byte, audit *policy.Policy, client string)
+}
+
+// auditClient is the client field of the audit entries of hits' call:
+// the gRPC caller's address (Envoy's ip:port); "" when no hit audits.
+func auditClient(ctx context.Context, hits []Hit) string {
+	for _, h := range hits {
+		if h.Audit != nil {
+			if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+				return p.Addr.String()
+			}
+			return ""
+		}
+	}
+	return ""
+}
+
 // run sends hits' commands, then reads their replies into out. It returns
 // the indexes of the commands redirected (cluster mode: not run here),
 // and the first command that failed (errAt, -1 for none) with its error;
@@ -276,13 +301,19 @@ func (lc *localConn) run(hits []Hit, out []Result) (redo []int, errAt int, err e
 		lc.encode(h)
 	}
 	start, arg := 0, 0
-	for range hits {
+	for i := range hits {
 		lc.args = lc.args[:0]
 		for range 6 {
 			end := lc.ends[arg]
 			lc.args = append(lc.args, lc.buf[start:end:end])
 			start = end
 			arg++
+		}
+		if h := hits[i]; h.Audit != nil {
+			if a, ok := lc.c.(auditSender); ok {
+				a.SendAudited(lc.args, h.Audit, lc.peer)
+				continue
+			}
 		}
 		lc.c.Send(lc.args)
 	}

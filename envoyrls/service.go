@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/cellserver/cellserver/policy"
 	"github.com/cellserver/cellserver/server"
 )
 
@@ -34,6 +35,9 @@ type Hit struct {
 	Period time.Duration
 	// Hits is the quantity to charge: 0 only reads, negative refunds.
 	Hits int64
+	// Audit, when set, is the rule's audit (Rule.Audit): the in-process
+	// store appends the decision to its stream, atomically with it.
+	Audit *policy.Policy
 }
 
 // Result is a counter's answer to a Hit.
@@ -419,7 +423,7 @@ func (s *Service) shouldRateLimit(ctx context.Context, req *pb.RateLimitRequest,
 		}
 		c.hitIndex = len(hits)
 		hits = append(hits, Hit{Key: keys[i], Algorithm: c.rule.Algorithm, Limit: int64(c.rule.RequestsPerUnit),
-			Burst: c.rule.Burst, Period: c.rule.Period, Hits: c.hits})
+			Burst: c.rule.Burst, Period: c.rule.Period, Hits: c.hits, Audit: c.rule.Audit})
 	}
 	a.hits = hits
 	var results []Result

@@ -114,7 +114,7 @@ type collector struct {
 	clients, conns, rejectedConns    *prometheus.Desc
 	protoErrors, netIn, netOut       *prometheus.Desc
 	stateMem, maxMem, evicted, oom   *prometheus.Desc
-	policyDecisions                  *prometheus.Desc
+	policyDecisions, policyAudit     *prometheus.Desc
 }
 
 func newCollector(src Sources) *collector {
@@ -153,6 +153,8 @@ func newCollector(src Sources) *collector {
 		oom:           d("oom_refusals_total", "Commands refused because maxmemory was reached (noeviction)."),
 		policyDecisions: d("policy_decisions_total",
 			"CL.APPLY decisions by policy of the policy file and result: allowed, limited, or shadow_limited (refused by a shadow policy or companion, replied or not counted as allowed).", "policy", "result"),
+		policyAudit: d("policy_audit_entries_total",
+			"Audit entries of the policies that audit, by policy and result: appended to the audit stream, or dropped (dropped_wrongtype: the audit key holds another type; dropped_oom: maxmemory with noeviction; dropped_id: the stream's last ID is the greatest possible).", "policy", "result"),
 	}
 }
 
@@ -162,7 +164,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.commands, c.cmdErrors, c.cmdRejected, c.duration, c.decisions,
 		c.errors, c.expired, c.prefixTop, c.prefixUntracked, c.keys,
 		c.clients, c.conns, c.rejectedConns, c.protoErrors, c.netIn, c.netOut,
-		c.stateMem, c.maxMem, c.evicted, c.oom, c.policyDecisions,
+		c.stateMem, c.maxMem, c.evicted, c.oom, c.policyDecisions, c.policyAudit,
 	} {
 		ch <- d
 	}
@@ -238,6 +240,12 @@ func (c *collector) collectCommands(ch chan<- prometheus.Metric, st commands.Sta
 		counter(ch, c.policyDecisions, float64(p.Allowed), p.Name, "allowed")
 		counter(ch, c.policyDecisions, float64(p.Limited), p.Name, "limited")
 		counter(ch, c.policyDecisions, float64(p.ShadowLimited), p.Name, "shadow_limited")
+		if p.Audit {
+			counter(ch, c.policyAudit, float64(p.AuditAppended), p.Name, "appended")
+			counter(ch, c.policyAudit, float64(p.AuditWrongType), p.Name, "dropped_wrongtype")
+			counter(ch, c.policyAudit, float64(p.AuditOOM), p.Name, "dropped_oom")
+			counter(ch, c.policyAudit, float64(p.AuditIDExhausted), p.Name, "dropped_id")
+		}
 	}
 }
 

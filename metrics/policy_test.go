@@ -79,3 +79,44 @@ func TestPolicyMetrics(t *testing.T) {
 		t.Errorf("%d series after the reload, want 3", n)
 	}
 }
+
+// TestPolicyAuditMetrics: cellserver_policy_audit_entries_total has four
+// series per policy that audits (none for the others), with the counts
+// INFO policies shows: appended, and dropped by reason.
+func TestPolicyAuditMetrics(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "p.yaml")
+	src := `policies:
+  - {name: aud, algorithm: fixed, limit: 1, period: 10s, audit: limited}
+  - {name: plain, algorithm: fixed, limit: 1, period: 10s}
+`
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	clk := servertest.NewClock(t0)
+	srv, addr := servertest.Start(t, server.Config{Clock: clk.Now, Policies: file})
+	sc := newScraper(t, metrics.Sources{Commands: srv.Commands(), Clock: clk.Now})
+	rdb := newClient(t, addr, 0)
+	ctx := context.Background()
+	for range 3 {
+		rdb.Do(ctx, "CL.APPLY", "k", "aud") // allowed, limited (appended), limited (dropped)
+		rdb.Do(ctx, "CL.APPLY", "k", "plain")
+		if n, _ := rdb.Exists(ctx, "audit:aud").Result(); n == 1 {
+			rdb.Del(ctx, "audit:aud")
+			rdb.Set(ctx, "audit:aud", "x", 0) // the next entry is dropped: wrong type
+		}
+	}
+	got := sc.scrape()
+	const name = "cellserver_policy_audit_entries_total"
+	for res, v := range map[string]float64{"appended": 1, "dropped_wrongtype": 1, "dropped_oom": 0, "dropped_id": 0} {
+		if have := got.value(name, "policy", "aud", "result", res); have != v {
+			t.Errorf("%s{policy=\"aud\",result=%q} = %v, want %v", name, res, have, v)
+		}
+	}
+	if n := len(got.series(name)); n != 4 {
+		t.Errorf("%d series, want 4 (one policy that audits x 4 results)", n)
+	}
+	info, _ := rdb.Info(ctx, "policies").Result()
+	if l := "policy_audit_aud:stream=audit:aud,appended=1,dropped_wrongtype=1,dropped_oom=0,dropped_id=0\r\n"; !strings.Contains(info, l) {
+		t.Errorf("INFO policies lacks %q:\n%s", l, info)
+	}
+}

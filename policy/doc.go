@@ -39,6 +39,22 @@
 //	    period: 1m
 //	    shadow: true             # evaluated and counted, never refuses
 //
+// A policy may audit its decisions (docs/audit.md):
+//
+//	policies:
+//	  - name: login
+//	    algorithm: fixed
+//	    limit: 5
+//	    period: 1m
+//	    audit: limited           # off (default), limited (refusals), all
+//	    audit_stream: audit:login  # the stream's key (default audit:<name>)
+//	    audit_maxlen: 100000     # trimmed as XADD MAXLEN ~ (default 100000)
+//	    audit_sample: 1          # the fraction kept, 0 < s <= 1 (default 1)
+//
+// The package only reads these fields (Policy.Audit, AuditStream,
+// AuditMaxLen, AuditSample; AuditKeep draws the sample); CL.APPLY appends
+// the entries.
+//
 // A policy may name a shadow_companion, another single-limit policy
 // evaluated beside it on every call, on the key shadow_companion_key makes
 // (default "${key}:shadow:<companion>"): the enforced policy's reply is
@@ -59,8 +75,11 @@
 // duplicate names, hierarchy cycles, two members on one key, concurrency
 // policies as members or companions (a lease needs a token and a
 // release), companions that are hierarchies, have a companion of their
-// own or are the policy itself, and the limits below (MaxPolicies,
-// MaxOverrides, MaxMembers, MaxNameLen, MaxPatternLen, MaxFileBytes).
+// own or are the policy itself, bad audit fields (an unknown mode, an
+// empty audit_stream or one with "${key}", audit_maxlen outside 1 to
+// MaxAuditMaxLen, audit_sample outside (0, 1]), and the limits below
+// (MaxPolicies, MaxOverrides, MaxMembers, MaxNameLen, MaxPatternLen,
+// MaxFileBytes).
 //
 // # Concurrency
 //

@@ -140,7 +140,7 @@ func (ps *parser) policy(n *yaml.Node) *raw {
 		ps.add(n.Line, "", "a policy must be a mapping (name, algorithm, ...)")
 		return nil
 	}
-	r := &raw{p: &Policy{Line: n.Line}, line: n.Line}
+	r := &raw{p: &Policy{Line: n.Line, AuditMaxLen: DefaultAuditMaxLen, AuditSample: 1}, line: n.Line}
 	p := r.p
 	// The name first, so every other problem can say which policy.
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -192,6 +192,10 @@ func (ps *parser) policy(n *yaml.Node) *raw {
 			if s, ok := ps.template(v, name); ok {
 				r.compKey, r.hasKey = s, true
 			} else {
+				r.bad = true
+			}
+		case "audit", "audit_stream", "audit_maxlen", "audit_sample":
+			if !ps.audit(p, k.Value, v, name) {
 				r.bad = true
 			}
 		case "description":
@@ -252,7 +256,94 @@ func (ps *parser) policy(n *yaml.Node) *raw {
 		ps.add(n.Line, name, "shadow_companion_key without shadow_companion")
 		r.bad = true
 	}
+	if p.AuditStream == "" {
+		p.AuditStream = DefaultAuditPrefix + name
+	}
+	p.setAuditCut()
 	return r
+}
+
+// audit reads one of the audit fields (field) of policy p into p; it
+// reports a problem and returns false if v is not valid.
+func (ps *parser) audit(p *Policy, field string, v *yaml.Node, name string) bool {
+	if msg := p.auditField(field, v); msg != "" {
+		ps.add(v.Line, name, "%s", msg)
+		return false
+	}
+	return true
+}
+
+// AuditFieldNames are the names of a policy's audit fields, as the policy
+// file (and an Envoy rate limit rule) writes them.
+var AuditFieldNames = []string{"audit", "audit_stream", "audit_maxlen", "audit_sample"}
+
+// NewAudit returns the audit settings of something that decides outside
+// the policy file (an Envoy rate limit rule, named name in the entries):
+// fields are its audit fields by name (AuditFieldNames; missing ones take
+// their defaults, audit_stream "audit:<name>"). It returns nil when the
+// audit is off, and every problem found (the policy file's texts).
+func NewAudit(name string, fields map[string]*yaml.Node) (*Policy, []string) {
+	p := &Policy{Name: name, AuditMaxLen: DefaultAuditMaxLen, AuditSample: 1}
+	var problems []string
+	for _, f := range AuditFieldNames {
+		if v := fields[f]; v != nil {
+			if msg := p.auditField(f, v); msg != "" {
+				problems = append(problems, msg)
+			}
+		}
+	}
+	if p.AuditStream == "" {
+		p.AuditStream = DefaultAuditPrefix + name
+	}
+	p.setAuditCut()
+	if len(problems) > 0 || p.Audit == AuditOff {
+		return nil, problems
+	}
+	return p, nil
+}
+
+// auditField reads one audit field into p; it returns the problem, or "".
+func (p *Policy) auditField(field string, v *yaml.Node) string {
+	if v.Kind != yaml.ScalarNode {
+		return field + " must be a scalar"
+	}
+	switch field {
+	case "audit":
+		for i, n := range auditNames {
+			if v.Value == n {
+				p.Audit = AuditMode(i)
+				return ""
+			}
+		}
+		if b, ok := boolOf(v); ok && !b { // YAML's off is a boolean
+			p.Audit = AuditOff
+			return ""
+		}
+		return fmt.Sprintf("audit must be off, limited or all, not %q", v.Value)
+	case "audit_stream":
+		switch {
+		case v.Value == "":
+			return "audit_stream must name a key"
+		case len(v.Value) > MaxPatternLen:
+			return fmt.Sprintf("audit_stream is longer than %d bytes", MaxPatternLen)
+		case strings.Contains(v.Value, KeyVar):
+			return fmt.Sprintf("audit_stream is one key for the whole policy: it takes no %q", KeyVar)
+		}
+		p.AuditStream = v.Value
+	case "audit_maxlen":
+		n, err := strconv.ParseInt(v.Value, 10, 64)
+		if err != nil || n < 1 || n > MaxAuditMaxLen {
+			return fmt.Sprintf("audit_maxlen must be an integer within 1 and %d, not %q", MaxAuditMaxLen, v.Value)
+		}
+		p.AuditMaxLen = n
+	case "audit_sample":
+		f, err := strconv.ParseFloat(v.Value, 64)
+		if err != nil || !(f > 0 && f <= 1) {
+			return fmt.Sprintf("audit_sample must be a number within 0 (excluded) and 1, not %q", v.Value)
+		}
+		p.AuditSample = f
+	}
+	return ""
 }
 
 // params reads algorithm a's parameters from got; base, when not nil,

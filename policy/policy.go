@@ -30,7 +30,50 @@ const (
 	MaxNameLen = 64
 	// MaxPatternLen is the longest override glob or key template, in bytes.
 	MaxPatternLen = 512
+	// MaxAuditMaxLen is the largest audit_maxlen: at about 100 bytes an
+	// entry, a billion entries is 100 GB, past any sensible maxmemory.
+	MaxAuditMaxLen = 1_000_000_000
 )
+
+// The audit defaults (see AuditMode).
+const (
+	// DefaultAuditMaxLen is audit_maxlen's default: the stream is
+	// trimmed to about this many entries, as XADD MAXLEN ~ trims.
+	DefaultAuditMaxLen = 100000
+	// DefaultAuditPrefix makes audit_stream's default, audit:<policy>.
+	DefaultAuditPrefix = "audit:"
+)
+
+// AuditMode says which of a policy's decisions CL.APPLY appends to the
+// policy's audit stream (audit: off, limited or all in the file).
+type AuditMode uint8
+
+// The audit modes.
+const (
+	// AuditOff appends nothing (the default).
+	AuditOff AuditMode = iota
+	// AuditLimited appends the refusals: limited, and shadow_limited (a
+	// refusal of a shadow policy, which replied allowed).
+	AuditLimited
+	// AuditAll appends every decision.
+	AuditAll
+)
+
+var auditNames = []string{AuditOff: "off", AuditLimited: "limited", AuditAll: "all"}
+
+// String returns the name the policy file uses.
+func (m AuditMode) String() string {
+	if int(m) < len(auditNames) {
+		return auditNames[m]
+	}
+	return "audit(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Audits reports whether a decision that refused (limited, a shadow
+// policy's refusal included) is appended in mode m.
+func (m AuditMode) Audits(limited bool) bool {
+	return m == AuditAll || m == AuditLimited && limited
+}
 
 // KeyVar is the placeholder a key template replaces with the key CL.APPLY
 // was called with.
@@ -126,6 +169,10 @@ func (t Template) Expand(dst, key []byte) []byte {
 // allowed). Safe for concurrent use; a reload carries a name's counts over.
 type Counts struct {
 	Allowed, Limited, ShadowLimited atomic.Int64
+	// The entries appended to the policy's audit stream, and those
+	// dropped: the key held another type, maxmemory (noeviction) was
+	// reached, or the stream's last ID was the greatest possible.
+	AuditAppended, AuditWrongType, AuditOOM, AuditIDExhausted atomic.Int64
 }
 
 // Policy is one named policy. A Policy is immutable once Parse returned
@@ -147,6 +194,19 @@ type Policy struct {
 	Description  string
 	Line         int // where the policy starts in the file
 	Counts       *Counts
+
+	// Audit says which decisions of CL.APPLY naming this policy are
+	// appended to the stream AuditStream (a key, default
+	// "audit:<name>"), trimmed to about AuditMaxLen entries; AuditSample
+	// (0 < s <= 1, default 1) is the fraction of them kept (AuditKeep).
+	Audit       AuditMode
+	AuditStream string
+	AuditMaxLen int64
+	AuditSample float64
+	auditKey    []byte // AuditStream's bytes (AuditKey)
+	// auditCut is AuditSample as a threshold on a uniform uint64 (0 when
+	// AuditSample is 1: every draw kept).
+	auditCut uint64
 
 	def string // canonical definition (String)
 	// first has a bit per byte some override's glob starts with (a
@@ -190,6 +250,34 @@ func (p *Policy) indexOverrides() {
 	}
 }
 
+// AuditKeep reports whether the audited decision whose random draw is r
+// (uniform over uint64) is kept by AuditSample: r below AuditSample times
+// 2^64. With AuditSample 1 every decision is kept and r is not looked at.
+func (p *Policy) AuditKeep(r uint64) bool { return p.auditCut == 0 || r < p.auditCut }
+
+// AuditKey returns the audit stream's key, AuditStream's bytes, nil when
+// p audits nothing. The caller must not modify it.
+func (p *Policy) AuditKey() []byte {
+	if p.Audit == AuditOff {
+		return nil
+	}
+	return p.auditKey
+}
+
+// AuditSampled reports whether AuditKeep needs a draw (AuditSample < 1).
+func (p *Policy) AuditSampled() bool { return p.auditCut != 0 }
+
+// setAuditCut sets auditCut from AuditSample.
+func (p *Policy) setAuditCut() {
+	p.auditKey = []byte(p.AuditStream)
+	p.auditCut = 0
+	if p.AuditSample < 1 {
+		// 2^64 * s, s in (0, 1): at least 1, so that a tiny s still
+		// keeps a draw of 0.
+		p.auditCut = max(uint64(p.AuditSample*(1<<63))*2, 1)
+	}
+}
+
 // String returns the policy's definition, canonical: two policies with
 // the same String behave the same (Diff compares them so).
 func (p *Policy) String() string { return p.def }
@@ -212,6 +300,11 @@ func (p *Policy) buildDef() {
 	if p.Companion != nil {
 		fmt.Fprintf(&b, " shadow_companion(policy=%s key=%q %s)", p.Companion.Name, string(p.CompanionKey), p.Companion.def)
 	}
+	if p.Audit != AuditOff {
+		for _, f := range p.AuditFields()[:4] {
+			b.WriteString(" " + f[0] + "=" + f[1])
+		}
+	}
 	p.def = b.String()
 }
 
@@ -228,6 +321,14 @@ func (a Algorithm) ParamFields(ps Params) [][2]string {
 		return [][2]string{{"limit", strconv.FormatInt(ps.Limit, 10)}, {"lease", d(ps.Period)}}
 	}
 	return nil
+}
+
+// AuditFields returns the audit fields of p as the policy file writes
+// them: audit, audit_stream, audit_maxlen and audit_sample.
+func (p *Policy) AuditFields() [][2]string {
+	return [][2]string{{"audit", p.Audit.String()}, {"audit_stream", p.AuditStream},
+		{"audit_maxlen", strconv.FormatInt(p.AuditMaxLen, 10)},
+		{"audit_sample", strconv.FormatFloat(p.AuditSample, 'g', -1, 64)}}
 }
 
 func (a Algorithm) paramString(ps Params) string {

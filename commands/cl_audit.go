@@ -1,0 +1,257 @@
+package commands
+
+import (
+	"strconv"
+
+	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/policy"
+	"github.com/cellserver/cellserver/stream"
+)
+
+// Audit: a policy with audit: limited or all (package policy) has CL.APPLY
+// append one entry per audited decision to the policy's audit stream, a
+// stream key (AuditStream, default "audit:<policy>"), trimmed as XADD
+// MAXLEN ~ AuditMaxLen trims. docs/audit.md is the user's page.
+//
+// # Atomic with the decision
+//
+// applyKeys adds the audit stream's key as the call's last key, so the
+// dispatcher locks its shard with the decided keys' (in the keyspace's
+// lock order, each shard once) for the whole command: the entry is
+// appended under the same locks as the decision is stored, and both
+// changes reach the keyspace's journal (persistence's change log, the
+// replication stream, WATCH, client-side caching) from one command with
+// the locks held, one after the other, the decision first. No other
+// command's change to these keys can come between them. The key is
+// locked whatever the decision (the decision is not known when the locks
+// are taken) and whatever the sample's draw (EXEC resolves a call's keys
+// twice: a draw there could disagree).
+//
+// # Never at the decision's expense
+//
+// The entry is appended after the decision is made and stored, and
+// nothing about the entry can undo or refuse it: an audit key holding
+// another type, maxmemory's noeviction over the cap, or a stream whose
+// last ID is the greatest possible drops the entry and counts it
+// (policy.Counts, INFO's policy_audit_<name> line, the metric
+// cellserver_policy_audit_entries_total).
+//
+// # The entry
+//
+// Its ID is what XADD * would give at the command's clock reading (the
+// injected clock, in ms): <ms>-0, or the last ID's successor when the
+// stream's last ID is not older. Its fields, in this order: key, policy,
+// decision (allowed, limited, shadow_limited), remaining, retry_after_ms
+// (-1 when allowed), quantity, client (the CLIENT SETNAME name, else the
+// address ip:port).
+//
+// # Sampling
+//
+// With audit_sample s < 1 an audited decision is kept when a uniform
+// 64-bit draw (math/rand/v2's per-thread generator, a few ns, no lock) is
+// below s * 2^64 (policy.Policy.AuditKeep): each decision is kept
+// independently with probability s. With s = 1 nothing is drawn.
+
+// auditFields is the number of fields of an audit entry (names and
+// values).
+const auditFields = 14
+
+// auditScratch is a client's buffers for building an audit entry: the
+// fields point into buf, and stream.Append copies them.
+type auditScratch struct {
+	buf    []byte
+	fields [auditFields][]byte
+}
+
+// maxKeptAuditBuf bounds the entry buffer a client keeps between calls
+// (a key can be long: up to the bulk length limit).
+const maxKeptAuditBuf = 64 << 10
+
+// decisionName is the decision field of an audit entry.
+func decisionName(limited, shadow bool) string {
+	switch {
+	case !limited:
+		return "allowed"
+	case shadow:
+		return "shadow_limited"
+	}
+	return "limited"
+}
+
+// auditDecision is one decision as an audit entry records it.
+type auditDecision struct {
+	key              []byte
+	limited, shadow  bool // shadow: a refusal replied as allowed
+	remaining, retry int64
+	quantity         int64
+}
+
+// audit appends d, a decision of policy p, to p's audit stream (the
+// call's last key, its shard locked) when p's audit mode and sample keep
+// it. It never fails the call: an entry that cannot be appended is
+// dropped and counted.
+func (x *ctx) audit(p *policy.Policy, d auditDecision) {
+	if !p.Audit.Audits(d.limited) {
+		return
+	}
+	if p.AuditSampled() && !p.AuditKeep(x.s.pol.rand()) {
+		return
+	}
+	c := p.Counts
+	if c == nil { // an Envoy rate limit rule's audit
+		c = &x.s.pol.extAudit
+	}
+	ak := &x.keys[len(x.keys)-1]
+	nowMS := floorDiv(x.clockNS(), 1e6)
+	v := ak.lookup(nowMS)
+	switch {
+	case v != nil && v.Kind != keyspace.KindStream:
+		c.AuditWrongType.Add(1)
+		return
+	case !x.s.ks.CanInsert(): // noeviction over the cap: an entry grows the key
+		c.AuditOOM.Add(1)
+		return
+	}
+	var st *stream.Stream
+	if v != nil {
+		st = v.Obj.(*stream.Stream)
+	}
+	id, ok := auditID(st, nowMS)
+	if !ok {
+		c.AuditIDExhausted.Add(1)
+		return
+	}
+	fields := x.auditEntry(p, &d)
+	if st == nil {
+		st = stream.New()
+		st.Append(id, fields)
+		ak.replace(nil, keyspace.Value{Kind: keyspace.KindStream, Obj: st})
+	} else {
+		st.Append(id, fields)
+		if st.Len() > uint64(p.AuditMaxLen) { // else nothing to trim: skip the call
+			st.Trim(stream.TrimArgs{MaxLen: p.AuditMaxLen, Approx: true, Limit: 100 * stream.NodeMaxEntries})
+		}
+		ak.sh.Changed(ak.key, v)
+	}
+	c.AuditAppended.Add(1)
+}
+
+// auditID is the ID XADD * gives a new entry of st (nil: a new stream) at
+// nowMS: nowMS-0, or the last ID's successor when that is not older; ok
+// is false when the last ID is the greatest possible.
+func auditID(st *stream.Stream, nowMS int64) (stream.ID, bool) {
+	ms := uint64(max(nowMS, 0))
+	if st == nil {
+		return stream.ID{Ms: ms}, true
+	}
+	last := st.LastID()
+	if ms > last.Ms {
+		return stream.ID{Ms: ms}, true
+	}
+	return last.Incr()
+}
+
+// auditEntry builds d's entry in the client's buffer and returns its
+// fields (valid until the client's next audit entry).
+func (x *ctx) auditEntry(p *policy.Policy, d *auditDecision) [][]byte {
+	sc := &x.cl.scratch.audit
+	b := sc.buf[:0]
+	var ends [auditFields]int
+	n := 0
+	put := func(b []byte) []byte { ends[n] = len(b); n++; return b }
+	b = put(append(b, "key"...))
+	b = put(append(b, d.key...))
+	b = put(append(b, "policy"...))
+	b = put(append(b, p.Name...))
+	b = put(append(b, "decision"...))
+	b = put(append(b, decisionName(d.limited, d.shadow)...))
+	b = put(append(b, "remaining"...))
+	b = put(strconv.AppendInt(b, d.remaining, 10))
+	b = put(append(b, "retry_after_ms"...))
+	b = put(strconv.AppendInt(b, d.retry, 10))
+	b = put(append(b, "quantity"...))
+	b = put(strconv.AppendInt(b, d.quantity, 10))
+	b = put(append(b, "client"...))
+	b = put(x.auditClient(b))
+	start := 0
+	for i := range sc.fields {
+		sc.fields[i] = b[start:ends[i]:ends[i]]
+		start = ends[i]
+	}
+	if cap(b) <= maxKeptAuditBuf {
+		sc.buf = b
+	} else {
+		sc.buf = nil // this entry's fields still point into b
+	}
+	return sc.fields[:]
+}
+
+// auditClient appends the client field: the CLIENT SETNAME name, else the
+// client's address (ip:port).
+func (x *ctx) auditClient(b []byte) []byte {
+	if x.cl.extClient != "" { // Local.SendAudited's caller
+		return append(b, x.cl.extClient...)
+	}
+	m := &x.cl.meta
+	m.mu.Lock()
+	name := m.name
+	m.mu.Unlock()
+	if name != "" {
+		return append(b, name...)
+	}
+	return append(b, x.c.RemoteAddr()...)
+}
+
+// addExtAuditKey adds the audit stream's key of the limiter command run
+// by Local.SendAudited (x.cl.extAudit) as its last key, so that it is
+// locked with the decided key; not in cluster mode (the front door
+// refuses a rule's audit there), and only for the single-key limiter
+// commands, which append the entry (extAudit).
+func (x *ctx) addExtAuditKey(sp *Spec, db *keyspace.DB) {
+	if x.s.cluster.on || len(x.keys) != 1 || !sp.extAudits() {
+		return
+	}
+	x.keys = x.keys[:2]
+	x.setKey(&x.keys[1], db, x.cl.extAudit.AuditKey())
+}
+
+// extAudits reports whether sp is a limiter command that appends the
+// entry of Local.SendAudited's audit.
+func (sp *Spec) extAudits() bool {
+	switch sp.Name {
+	case "cl.fixed", "cl.sliding", "cl.slidinglog", "cl.throttle":
+		return true
+	}
+	return false
+}
+
+// extAudit appends the decision of the limiter command run by
+// Local.SendAudited to its audit stream (the command's second key, which
+// addExtAuditKey added).
+func (x *ctx) extAudit(d auditDecision) {
+	if p := x.cl.extAudit; p != nil && len(x.keys) == 2 {
+		x.audit(p, d)
+	}
+}
+
+// auditModeErr refuses, in cluster mode, a policy Set with a policy
+// that audits: one stream per policy cannot live on the node of every
+// key's slot, and an entry written elsewhere would not be atomic with the
+// decision. It returns a *policy.Error (one problem per such policy), or
+// nil.
+func auditModeErr(cluster bool, set *policy.Set) error {
+	if !cluster {
+		return nil
+	}
+	var probs []policy.Problem
+	for _, p := range set.Policies() {
+		if p.Audit != policy.AuditOff {
+			probs = append(probs, policy.Problem{Line: p.Line, Policy: p.Name,
+				Msg: "audit is not available in cluster mode (the audit stream must be on the node deciding every key)"})
+		}
+	}
+	if len(probs) == 0 {
+		return nil
+	}
+	return &policy.Error{Problems: probs}
+}

@@ -1,0 +1,37 @@
+package commands
+
+import (
+	"strings"
+
+	"github.com/cellserver/cellserver/stream"
+)
+
+// StreamEntries returns the entries of the stream at key in database 0,
+// each as "id field value field value ...", and the key's kind ("" when
+// absent), read under the key's shard lock.
+func StreamEntries(s *Service, key string) (kind string, entries []string) {
+	sh := s.ks.DB(0).Shard([]byte(key))
+	sh.Lock()
+	defer sh.Unlock()
+	v := sh.Peek([]byte(key), s.clock().UnixMilli())
+	if v == nil {
+		return "", nil
+	}
+	kind = v.Kind.String()
+	st, ok := v.Obj.(*stream.Stream)
+	if !ok {
+		return kind, nil
+	}
+	st.Range(stream.ID{}, stream.MaxID, false, func(e stream.Entry) bool {
+		parts := []string{e.ID.String()}
+		for _, f := range e.Fields {
+			parts = append(parts, string(f))
+		}
+		entries = append(entries, strings.Join(parts, " "))
+		return true
+	})
+	return kind, entries
+}
+
+// SetAuditRand replaces the draws of audit_sample (rand.Uint64).
+func SetAuditRand(s *Service, f func() uint64) { s.pol.rand = f }
