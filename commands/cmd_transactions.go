@@ -183,6 +183,12 @@ func cmdExec(x *ctx) {
 			return
 		}
 	}
+	if queuedWrite(queue) {
+		// A transaction's changes are persisted together (one batch).
+		if g := x.s.ks.BeginGroup(); g != nil {
+			defer g.EndGroup()
+		}
+	}
 	x.array(len(queue))
 	outer := *x
 	var c0 uint64

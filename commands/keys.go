@@ -199,6 +199,13 @@ func (x *ctx) runLocked(sp *Spec) {
 	if x.s.migrating(sp) && !x.keysStillServed() {
 		return
 	}
+	if sp.Flags&Write != 0 && len(x.locks) > 1 {
+		// A write over several shards (an audited CL.APPLY and its
+		// entry, MSET, RENAME): its changes are persisted together.
+		if g := x.s.ks.BeginGroup(); g != nil {
+			defer g.EndGroup()
+		}
+	}
 	if x.trackChg {
 		c0 := x.lockedChanges()
 		sp.Run(x)

@@ -82,9 +82,74 @@ func (c chain) DeleteAll() {
 // use: call it before the keyspace serves commands.
 func (ks *Keyspace) SetJournal(j Journal) {
 	ks.journal = j
+	ks.grouper = grouperOf(j)
 	for _, db := range ks.dbs {
 		for i := range db.shards {
 			db.shards[i].journal = j
 		}
+	}
+}
+
+// Grouper is implemented by a Journal whose consumer writes changes in
+// batches (persistence's Writer): the changes told between BeginGroup and
+// EndGroup land in one batch. A group must not wait for the consumer
+// (its room, its durability) before it ends.
+type Grouper interface {
+	BeginGroup()
+	EndGroup()
+}
+
+// BeginGroup opens a group of changes that must reach the journal's
+// batching consumers together: a command that changes several keys (an
+// audited CL.APPLY, MSET, RENAME, EXEC) calls it once it holds every
+// shard lock it needs, and calls EndGroup on the result, when it is not
+// nil, before releasing them. (A group must begin after the locks: a
+// consumer about to take a batch waits for the open groups, and makes
+// new ones wait, so a group that waited for a lock could wait forever.)
+// Nil means no consumer batches.
+func (ks *Keyspace) BeginGroup() Grouper {
+	g := ks.grouper
+	if g != nil {
+		g.BeginGroup()
+	}
+	return g
+}
+
+// grouperOf returns the Grouper of j's consumers (nil: none).
+func grouperOf(j Journal) Grouper {
+	var gs groupers
+	var walk func(j Journal)
+	walk = func(j Journal) {
+		switch j := j.(type) {
+		case chain:
+			for _, m := range j {
+				walk(m)
+			}
+		case Grouper:
+			gs = append(gs, j)
+		}
+	}
+	walk(j)
+	switch len(gs) {
+	case 0:
+		return nil
+	case 1:
+		return gs[0]
+	}
+	return gs
+}
+
+// groupers is the Grouper of several consumers.
+type groupers []Grouper
+
+func (gs groupers) BeginGroup() {
+	for _, g := range gs {
+		g.BeginGroup()
+	}
+}
+
+func (gs groupers) EndGroup() {
+	for i := len(gs) - 1; i >= 0; i-- {
+		gs[i].EndGroup()
 	}
 }

@@ -230,7 +230,8 @@ type Keyspace struct {
 	seed      maphash.Seed
 	dbs       []*DB
 	journal   Journal
-	room      Room // nil: no bound on background changes
+	grouper   Grouper // the journal's batching consumers (BeginGroup)
+	room      Room    // nil: no bound on background changes
 	maxMemory int64
 	policy    Policy
 	used      atomic.Int64 // estimated bytes of every entry
@@ -358,7 +359,7 @@ func New(cfg Config) (*Keyspace, error) {
 	if cfg.MaxMemory < 0 {
 		return nil, errors.Join(ErrConfig, errors.New("keyspace: maxmemory must not be negative"))
 	}
-	ks := &Keyspace{seed: maphash.MakeSeed(), dbs: make([]*DB, cfg.Databases), journal: cfg.Journal, room: cfg.Room,
+	ks := &Keyspace{seed: maphash.MakeSeed(), dbs: make([]*DB, cfg.Databases), journal: cfg.Journal, grouper: grouperOf(cfg.Journal), room: cfg.Room,
 		maxMemory: cfg.MaxMemory, policy: cfg.Policy, slotIndex: cfg.SlotIndex, track: cfg.TrackChanges}
 	for i := range ks.dbs {
 		db := &DB{ks: ks, index: i, shards: make([]Shard, n), mask: uint64(n - 1)}

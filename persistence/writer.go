@@ -116,6 +116,9 @@ type Writer struct {
 	// the queue and clears them; recycle puts a written batch's arrays
 	// back only into empty spare slots. So enqueue never appends into an
 	// array the store is reading.
+	// grp is held shared by a group of changes (BeginGroup, EndGroup)
+	// and exclusively by take, so that a batch never ends inside a group.
+	grp     sync.RWMutex
 	mu      sync.Mutex // guards queue, arena, seq, taken, qbytes, spare*
 	queue   []Op
 	arena   []byte // keys and encoded values of queue
@@ -304,6 +307,16 @@ func (w *Writer) queued(size int64) {
 	}
 }
 
+// BeginGroup implements keyspace.Grouper: the changes queued until
+// EndGroup are written in one batch (one write(2) of the change log), so
+// that a crash of the process keeps all of them or none; with
+// FsyncAlways the fsync covers them together. Groups overlap freely; a
+// batch waits for the open ones to end, and new ones wait meanwhile.
+func (w *Writer) BeginGroup() { w.grp.RLock() }
+
+// EndGroup implements keyspace.Grouper.
+func (w *Writer) EndGroup() { w.grp.RUnlock() }
+
 // Put implements keyspace.Journal.
 func (w *Writer) Put(db int, key []byte, v *keyspace.Value) { w.enqueue(OpPut, db, key, v) }
 
@@ -455,6 +468,8 @@ func (w *Writer) Close() {
 // take hands the queue to a new batch, nil if it is empty; the spare
 // buffers become the queue's.
 func (w *Writer) take() *batch {
+	w.grp.Lock()
+	defer w.grp.Unlock()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.seq == w.taken {
