@@ -281,6 +281,10 @@ func cmdXadd(x *ctx) {
 		x.errorReply(msgStreamElementsTooLarge)
 		return
 	}
+	if s != nil && s.MemSize() >= maxStreamSize {
+		x.errorReply(msgStreamTooLarge)
+		return
+	}
 	fresh := s == nil
 	if fresh {
 		s = stream.New()
@@ -296,6 +300,9 @@ func cmdXadd(x *ctx) {
 	}
 	x.c.Out = appendStreamID(x.c.Out, id)
 }
+
+// maxStreamSize is stream.MaxSize, which tests lower.
+var maxStreamSize = stream.MaxSize
 
 // appendStreamID appends id as a bulk string.
 func appendStreamID(dst []byte, id stream.ID) []byte {
