@@ -107,14 +107,44 @@ func TestMigrationCarriesState(t *testing.T) {
 			}
 		}
 	}
+	// A stream of the moved slots, with a consumer group and entries
+	// pending: it moves whole, groups and pending entries with it.
+	sk := "audit:0"
+	for keyslot.Of([]byte(sk)) > 1000 {
+		sk += "x"
+	}
+	for i := range 250 {
+		if err := nodes[0].rdb.XAdd(ctx, &redis.XAddArgs{Stream: sk, ID: fmt.Sprintf("%d-1", i+1), Values: []any{"n", i}}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nodes[0].rdb.XGroupCreate(ctx, sk, "g", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes[0].rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: "g", Consumer: "c", Streams: []string{sk, ">"}, Count: 40}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes[0].rdb.XAck(ctx, sk, "g", "1-1", "2-1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	dump, err := nodes[0].rdb.Dump(ctx, sk).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
 	push(t, withMigration(t, open, 0, 2, 0, 1000), nodes...)
 	out := waitMigration(t, nodes[0], cluster.MigFinished)
 	in := waitMigration(t, nodes[2], cluster.MigFinished)
-	if want := fmt.Sprintf("out %s FINISHED %d \"\" 0-1000", nodes[2].srv.Cluster().MyID(), len(keys)); out != want {
+	if want := fmt.Sprintf("out %s FINISHED %d \"\" 0-1000", nodes[2].srv.Cluster().MyID(), len(keys)+1); out != want {
 		t.Errorf("source's status %q, want %q", out, want)
 	}
-	if want := fmt.Sprintf("in %s FINISHED %d \"\" 0-1000", nodes[0].srv.Cluster().MyID(), len(keys)); in != want {
+	if want := fmt.Sprintf("in %s FINISHED %d \"\" 0-1000", nodes[0].srv.Cluster().MyID(), len(keys)+1); in != want {
 		t.Errorf("target's status %q, want %q", in, want)
+	}
+	if got, err := nodes[2].rdb.Dump(ctx, sk).Result(); err != nil || got != dump {
+		t.Errorf("the stream on the target: DUMP %q, %v; want the source's, %q", got, err, dump)
+	}
+	if p, err := nodes[2].rdb.XPending(ctx, sk, "g").Result(); err != nil || p.Count != 38 || p.Lower != "3-1" {
+		t.Errorf("the stream's pending entries on the target: %+v, %v; want 38 from 3-1", p, err)
 	}
 	// Before the closing topology: the source redirects, the target
 	// serves with the state it received.
