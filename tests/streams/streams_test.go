@@ -21,7 +21,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -495,6 +494,3 @@ func mustDo(t *testing.T, c *redis.Client, args ...any) any {
 	}
 	return v
 }
-
-// env is os.Getenv, named for the test's knobs.
-func env(name string) string { return os.Getenv(name) }
