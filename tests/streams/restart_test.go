@@ -210,5 +210,3 @@ func reconnect(t *testing.T, d driver) {
 		t.Logf("%s: %d pings failed before the client reconnected", d.version(), fails)
 	}
 }
-
-

@@ -181,7 +181,9 @@ func (p *pendingPE) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func (p pendingPE) MarshalJSON() ([]byte, error) { return json.Marshal([]any{p.ID, p.Consumer, p.Count}) }
+func (p pendingPE) MarshalJSON() ([]byte, error) {
+	return json.Marshal([]any{p.ID, p.Consumer, p.Count})
+}
 
 // driver runs requests through one client.
 type driver interface {
