@@ -57,7 +57,11 @@ func startHA(t *testing.T, srv server) ([]*haNode, []*harness.Sentinel) {
 		if srv.redis {
 			conf = fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsave \"\"\nappendonly no\nrepl-diskless-sync-delay 0\n", ports[i], dir)
 		} else {
-			conf = fmt.Sprintf("addr %s\ndata-dir %s\nsync-replicas 1\n", n.addr, filepath.Join(dir, "data"))
+			syncReplicas := 1
+			if *inject == "async" {
+				syncReplicas = 0
+			}
+			conf = fmt.Sprintf("addr %s\ndata-dir %s\nsync-replicas %d\n", n.addr, filepath.Join(dir, "data"), syncReplicas)
 		}
 		if i > 0 {
 			conf += fmt.Sprintf("replicaof 127.0.0.1 %d\n", ports[0])
@@ -126,7 +130,7 @@ func TestFailover(t *testing.T) {
 func runFailover(t *testing.T, srv server, ck clientKind) {
 	nodes, ss := startHA(t, srv)
 	primary := nodes[0]
-	wait := srv.redis
+	wait := srv.redis && *inject != "async"
 	ctx := context.Background()
 	adm := admin(t, primary.addr)
 	var created *redis.Cmd

@@ -39,17 +39,28 @@ import (
 func TestMain(m *testing.M) { binproc.Main(m) }
 
 // cellserverStreams is the switch of the cellserver subtests: false while
-// cellserver does not yet keep consumer groups across a restart and a
-// failover (streams, their persistence and their replication landing
-// separately); the subtests are there and skip saying so. Set it to true
-// once they do.
+// cellserver does not have consumer groups that persist and replicate
+// (XADD, XREADGROUP, ... and their deltas land on other branches); the
+// subtests are there and skip saying so. Set it to true once they do:
+// every scenario passed, through the three clients, on a build merging
+// the streams' branches and the deltas' persistence and replication.
 const cellserverStreams = false
 
 // inject, for showing that the checks can fail, breaks a scenario on
-// purpose: "setid" rewinds the group's last delivered ID to 0 (XGROUP
-// SETID) after the restart or the failover, so that ">" delivers again
-// entries already acknowledged; the test must then fail.
-var inject = flag.String("inject", "", `break the scenario on purpose to see the checks fail: "setid"`)
+// purpose:
+//
+//   - "setid" rewinds the group's last delivered ID to 0 (XGROUP SETID)
+//     after the restart or the failover, so that ">" delivers again
+//     entries already acknowledged;
+//   - "async" runs the failover scenario with asynchronous replication
+//     (cellserver --sync-replicas 0; redis-server without WAIT) while
+//     the ledger still takes every reply as durable: a write the killed
+//     primary answered but had not sent to its replicas is lost, which
+//     the checks see when it happens (cellserver: in each of 3 runs;
+//     redis-server, whose replication is quicker on loopback: in none).
+//
+// The test must then fail.
+var inject = flag.String("inject", "", `break the scenario on purpose to see the checks fail: "setid" or "async"`)
 
 // Names of the stream and the group every scenario uses.
 const (
