@@ -56,8 +56,9 @@ const cellserverStreams = false
 //     (cellserver --sync-replicas 0; redis-server without WAIT) while
 //     the ledger still takes every reply as durable: a write the killed
 //     primary answered but had not sent to its replicas is lost, which
-//     the checks see when it happens (cellserver: in each of 3 runs;
-//     redis-server, whose replication is quicker on loopback: in none).
+//     the checks see when it happens (cellserver: in 8 runs of 9 per
+//     client; redis-server, which sends its replication stream at once on
+//     loopback: in none of 9).
 //
 // The test must then fail.
 var inject = flag.String("inject", "", `break the scenario on purpose to see the checks fail: "setid" or "async"`)
