@@ -56,8 +56,8 @@ const cellserverStreams = false
 //     (cellserver --sync-replicas 0; redis-server without WAIT) while
 //     the ledger still takes every reply as durable: a write the killed
 //     primary answered but had not sent to its replicas is lost, which
-//     the checks see when it happens (cellserver: in 8 runs of 9 per
-//     client; redis-server, which sends its replication stream at once on
+//     the checks see when it happens (cellserver: in 8 of 9 runs over
+//     the three clients; redis-server, which sends its replication stream at once on
 //     loopback: in none of 9).
 //
 // The test must then fail.
