@@ -57,8 +57,8 @@ const cellserverStreams = false
 //     the ledger still takes every reply as durable: a write the killed
 //     primary answered but had not sent to its replicas is lost, which
 //     the checks see when it happens (cellserver: in 8 of 9 runs over
-//     the three clients; redis-server, which sends its replication stream at once on
-//     loopback: in none of 9).
+//     the three clients; redis-server, which sends its replication
+//     stream at once on loopback: in none of 9).
 //
 // The test must then fail.
 var inject = flag.String("inject", "", `break the scenario on purpose to see the checks fail: "setid" or "async"`)
