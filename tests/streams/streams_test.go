@@ -38,13 +38,11 @@ import (
 
 func TestMain(m *testing.M) { binproc.Main(m) }
 
-// cellserverStreams is the switch of the cellserver subtests: false while
-// cellserver does not have consumer groups that persist and replicate
-// (XADD, XREADGROUP, ... and their deltas land on other branches); the
-// subtests are there and skip saying so. Set it to true once they do:
-// every scenario passed, through the three clients, on a build merging
-// the streams' branches and the deltas' persistence and replication.
-const cellserverStreams = false
+// cellserverStreams is the switch of the cellserver subtests: on since
+// cellserver's consumer groups persist and replicate (streams' deltas in
+// the change log and the replication stream); every scenario passes
+// through the three clients.
+const cellserverStreams = true
 
 // inject, for showing that the checks can fail, breaks a scenario on
 // purpose:
