@@ -54,7 +54,7 @@ const cellserverStreams = true
 //     (cellserver --sync-replicas 0; redis-server without WAIT) while
 //     the ledger still takes every reply as durable: a write the killed
 //     primary answered but had not sent to its replicas is lost, which
-//     the checks see when it happens (cellserver: in 8 of 9 runs over
+//     the checks see when it happens (cellserver: in 13 of 18 runs over
 //     the three clients; redis-server, which sends its replication
 //     stream at once on loopback: in none of 9).
 //
