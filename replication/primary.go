@@ -267,7 +267,10 @@ const sendChunk = 256 << 10
 // applied after it: every change frame carries a whole value (or a whole
 // deletion), so a key's final state is that of its last change in the
 // stream when it has one since pos, and its copied state (unchanged since
-// pos) otherwise. The replica counts as in sync once 'E' arrives, which is
+// pos) otherwise. A stream's change is a delta instead, carrying the
+// stream's version: the replica applies it to the copy when the copy is
+// older, skips it when the copy holds it already, and skips it too when
+// the key is not copied yet (its copy, taken later, will hold it). The replica counts as in sync once 'E' arrives, which is
 // sent after the stream up to the end of the copy.
 func (rc *replicaConn) send(full bool, pos int64) error {
 	r := rc.r

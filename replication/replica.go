@@ -556,8 +556,10 @@ func (l *link) acker(nc net.Conn, ackc, askc <-chan struct{}, stop <-chan struct
 // nothing and returns errStopped. A stream's delta is applied to the
 // replica's copy as it stands; one that does not apply (the copies
 // differ) returns the error, applying nothing (the link drops and the
-// next sync is a full copy), and one the copy already holds changes
-// nothing but still enters the backlog. The shard locks are taken before
+// next sync is a full copy), except during a full copy, where the key's
+// shard may not have been copied yet (the copy holds the change); a
+// malformed one deletes the key first; one the copy already holds
+// changes nothing but still enters the backlog. The shard locks are taken before
 // blMu, as the journal takes them.
 func (l *link) applyChange(c *change, raw, split []byte) error {
 	r := l.r
@@ -585,10 +587,19 @@ func (l *link) applyChange(c *change, raw, split []byte) error {
 	case c.delta != nil:
 		sh := r.ks.DB(c.db).Shard(c.key)
 		v, applied, err := persistence.ApplyChange(sh.Stored(c.key), c.delta)
-		if err != nil {
+		switch {
+		case errors.Is(err, persistence.ErrNotBase) && l.state.Load() == stateSync:
+			// During a full copy, a change made since the copy began
+			// can come before its key's shard is copied (the replica
+			// dropped every key): the copy, taken later, holds it.
+		case errors.Is(err, persistence.ErrCorrupt):
+			// The copy may hold part of the delta: drop it rather
+			// than serve it until the full sync replaces everything.
+			sh.Delete(c.key, 0)
 			return err
-		}
-		if applied {
+		case err != nil:
+			return err
+		case applied:
 			sh.Set(c.key, v)
 		}
 	case c.t == framePut || c.t == frameSnap:

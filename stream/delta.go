@@ -80,6 +80,8 @@ func (s *Stream) ApplyDelta(d []byte) (applied bool, err error) {
 	base := binary.LittleEndian.Uint64(d[8:])
 	n := uint64(binary.LittleEndian.Uint32(d[16:]))
 	switch {
+	case base+n < base:
+		return false, ErrCorrupt
 	case inc != s.inc:
 		return false, ErrNotBase
 	case s.ver >= base+n:
