@@ -78,6 +78,10 @@ func loadReplay(r Replayer, ks *keyspace.Keyspace, nowMS int64) (LoadStats, erro
 		}
 		return nil
 	}
+	// A stream expired at load stays while the log is replayed: a later
+	// delta of it may change its expiry (PERSIST, EXPIRE) and needs it.
+	// Those still expired after the log go at the end.
+	var expiredStreams []dbKey
 	err := r.LoadBase(func(db int, key, value []byte) error {
 		if err := checkDB(db, key); err != nil {
 			return err
@@ -86,10 +90,13 @@ func loadReplay(r Replayer, ks *keyspace.Keyspace, nowMS int64) (LoadStats, erro
 		if err != nil {
 			return fmt.Errorf("key %q in database %d: %w", key, db, err)
 		}
-		if v.Expired(nowMS) {
+		if v.Expired(nowMS) && v.Kind != keyspace.KindStream {
 			st.Expired++
 			ks.RestoreChange(db, key, nil) // the next checkpoint deletes it from the store
 			return nil
+		}
+		if v.Expired(nowMS) {
+			expiredStreams = append(expiredStreams, dbKey{db, string(key)})
 		}
 		ks.Restore(db, key, v)
 		return nil
@@ -113,9 +120,12 @@ func loadReplay(r Replayer, ks *keyspace.Keyspace, nowMS int64) (LoadStats, erro
 			if err != nil {
 				return fmt.Errorf("change log: key %q in database %d: %w", op.Key, op.DB, err)
 			}
-			if v.Expired(nowMS) {
+			if v.Expired(nowMS) && v.Kind != keyspace.KindStream {
 				ks.RestoreChange(op.DB, op.Key, nil)
 				return nil
+			}
+			if v.Expired(nowMS) {
+				expiredStreams = append(expiredStreams, dbKey{op.DB, string(op.Key)})
 			}
 			ks.RestoreChange(op.DB, op.Key, &v)
 		case OpDelete:
@@ -136,6 +146,18 @@ func loadReplay(r Replayer, ks *keyspace.Keyspace, nowMS int64) (LoadStats, erro
 	if err != nil {
 		return st, err
 	}
+	for _, k := range expiredStreams {
+		key := []byte(k.key)
+		expired := false
+		ks.RestoreApply(k.db, key, func(cur *keyspace.Value) (*keyspace.Value, error) {
+			expired = cur != nil && cur.Kind == keyspace.KindStream && cur.Expired(nowMS)
+			return nil, nil
+		})
+		if expired {
+			st.Expired++
+			ks.RestoreChange(k.db, key, nil)
+		}
+	}
 	for d := 0; d < ks.NumDB(); d++ {
 		st.Keys += ks.DB(d).Size(false)
 	}
@@ -149,8 +171,8 @@ func loadReplay(r Replayer, ks *keyspace.Keyspace, nowMS int64) (LoadStats, erro
 // is one of another incarnation of the key (a stream deleted and made
 // again after the checkpoint read it: a later record of the log makes
 // the key whole again), which is counted (LoadStats.SkippedDeltas).
-// Expired keys are kept while the log is replayed and removed at the end
-// of the load's checks, as for whole values.
+// A stream expired at load is kept while the log is replayed (a delta
+// may change its expiry) and removed at the end if it is still expired.
 func replayDelta(ks *keyspace.Keyspace, op Op, nowMS int64, st *LoadStats) error {
 	return ks.RestoreApply(op.DB, op.Key, func(cur *keyspace.Value) (*keyspace.Value, error) {
 		v, applied, err := ApplyChange(cur, op.Value)
@@ -165,4 +187,10 @@ func replayDelta(ks *keyspace.Keyspace, op Op, nowMS int64, st *LoadStats) error
 		}
 		return &v, nil
 	})
+}
+
+// dbKey names a key of a database.
+type dbKey struct {
+	db  int
+	key string
 }

@@ -134,6 +134,10 @@ func New(cfg Config) (_ *Server, err error) {
 		}
 		cfg.Logger.Info("loaded persisted state", "dir", cfg.DataDir, "keys", loaded.Keys,
 			"expired_dropped", loaded.Expired, "duration", loaded.Duration.String())
+		if loaded.SkippedDeltas > 0 {
+			cfg.Logger.Warn("persistence: stream changes of the change log did not apply to their key as loaded and were skipped (expected only for a stream deleted and made again after the checkpoint read it, which a later record restores)",
+				"skipped", loaded.SkippedDeltas)
+		}
 		if cp, ok := store.(persistence.Checkpointer); ok {
 			// Checkpoints read the changed keys from here on.
 			if err := cp.Attach(ks); err != nil {

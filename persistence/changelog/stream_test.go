@@ -158,3 +158,64 @@ func recordsDiff(got, want []storetest.Record) string {
 	}
 	return fmt.Sprintf("%d records, want %d; %v", len(got), len(want), out[:min(len(out), 5)])
 }
+
+// TestStreamExpiredInCheckpointPersistedInLog: a stream the checkpoint
+// holds with an expiry that has passed by the restart, made persistent
+// (PERSIST, a delta of no operation) and appended to afterwards, is
+// loaded with the log's changes, not dropped as expired; one still
+// expired after the log is dropped and counted.
+func TestStreamExpiredInCheckpointPersistedInLog(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	sv := serve(t, dir, Options{CheckpointBytes: 1 << 40})
+	sh := sv.ks.DB(0).Shard([]byte("kept"))
+	put := func(key string, exp int64) {
+		st := stream.New()
+		st.Append(stream.ID{Ms: 1}, [][]byte{[]byte("f"), []byte("v")})
+		s := sv.ks.DB(0).Shard([]byte(key))
+		s.Lock()
+		s.Set([]byte(key), keyspace.Value{Kind: keyspace.KindStream, Obj: st, Exp: exp})
+		s.Unlock()
+	}
+	put("kept", 1000)
+	put("gone", 1000)
+	sv.written(t)
+	if err := sv.s.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	sh.Lock()
+	v := sh.Lookup([]byte("kept"), 0)
+	v.Exp = 0 // PERSIST
+	sh.Changed([]byte("kept"), v)
+	v = sh.Lookup([]byte("kept"), 0)
+	v.Obj.(*stream.Stream).Append(stream.ID{Ms: 2}, [][]byte{[]byte("f"), []byte("w")})
+	sh.Changed([]byte("kept"), v)
+	sh.Unlock()
+	sv.written(t)
+	crashed := crashCopy(t, dir)
+	sv.close(t)
+
+	s := open(t, crashed, persistence.OpenOptions{}, Options{})
+	defer s.Close()
+	ks, err := keyspace.New(keyspace.Config{Databases: 3, Shards: 8, TrackChanges: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := persistence.Load(s, ks, 5000) // both streams' expiry (1000) has passed
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := ks.DB(0).Shard([]byte("kept"))
+	kept.Lock()
+	got := kept.Lookup([]byte("kept"), 5000)
+	var n uint64
+	if got != nil {
+		n = got.Obj.(*stream.Stream).Len()
+	}
+	kept.Unlock()
+	if got == nil || got.Exp != 0 || n != 2 {
+		t.Fatalf("the persisted stream after the load: %+v (%d entries); want no expiry and 2 entries", got, n)
+	}
+	if st.Expired != 1 || st.Keys != 1 {
+		t.Fatalf("load: %+v; want 1 key and 1 expired (the stream still expired)", st)
+	}
+}
