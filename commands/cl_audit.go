@@ -57,25 +57,53 @@ import (
 const auditFields = 14
 
 // auditScratch is a client's buffers for building an audit entry: the
-// fields point into buf, and stream.Append copies them.
+// numbers and the client field are written into buf; the other fields
+// point to fixed bytes (auditNames, auditDecisions, polName) or to the
+// decided key, and stream.Append copies them all.
 type auditScratch struct {
 	buf    []byte
 	fields [auditFields][]byte
+	// pol is the policy whose name polName holds (a policy's name is
+	// copied once per client while its calls follow each other).
+	pol     *policy.Policy
+	polName []byte
 }
 
+// auditNames are an audit entry's field names, in order.
+var auditNames = [auditFields / 2][]byte{
+	[]byte("key"), []byte("policy"), []byte("decision"), []byte("remaining"),
+	[]byte("retry_after_ms"), []byte("quantity"), []byte("client"),
+}
+
+// auditSmall holds the decimal forms of -1 to 99 (auditSmall[v+1]): the
+// usual retry_after_ms of an allowed call, quantities, small remainders.
+var auditSmall = func() (t [101][]byte) {
+	for i := range t {
+		t[i] = strconv.AppendInt(nil, int64(i-1), 10)
+	}
+	return t
+}()
+
 // maxKeptAuditBuf bounds the entry buffer a client keeps between calls
-// (a key can be long: up to the bulk length limit).
+// (a client name can be long).
 const maxKeptAuditBuf = 64 << 10
 
+// The decision field of an audit entry.
+var (
+	auditAllowed       = []byte("allowed")
+	auditLimited       = []byte("limited")
+	auditShadowLimited = []byte("shadow_limited")
+)
+
 // decisionName is the decision field of an audit entry.
-func decisionName(limited, shadow bool) string {
+func decisionName(limited, shadow bool) []byte {
 	switch {
 	case !limited:
-		return "allowed"
+		return auditAllowed
 	case shadow:
-		return "shadow_limited"
+		return auditShadowLimited
 	}
-	return "limited"
+	return auditLimited
 }
 
 // auditDecision is one decision as an audit entry records it.
@@ -151,31 +179,37 @@ func auditID(st *stream.Stream, nowMS int64) (stream.ID, bool) {
 	return last.Incr()
 }
 
-// auditEntry builds d's entry in the client's buffer and returns its
-// fields (valid until the client's next audit entry).
+// auditEntry builds d's entry and returns its fields (valid until the
+// client's next audit entry, and while d.key is).
 func (x *ctx) auditEntry(p *policy.Policy, d *auditDecision) [][]byte {
 	sc := &x.cl.scratch.audit
+	if sc.pol != p {
+		sc.pol, sc.polName = p, append(sc.polName[:0], p.Name...)
+	}
+	f := &sc.fields
+	for i := range auditNames {
+		f[2*i] = auditNames[i]
+	}
+	f[1], f[3], f[5] = d.key, sc.polName, decisionName(d.limited, d.shadow)
 	b := sc.buf[:0]
-	var ends [auditFields]int
-	n := 0
-	put := func(b []byte) []byte { ends[n] = len(b); n++; return b }
-	b = put(append(b, "key"...))
-	b = put(append(b, d.key...))
-	b = put(append(b, "policy"...))
-	b = put(append(b, p.Name...))
-	b = put(append(b, "decision"...))
-	b = put(append(b, decisionName(d.limited, d.shadow)...))
-	b = put(append(b, "remaining"...))
-	b = put(strconv.AppendInt(b, d.remaining, 10))
-	b = put(append(b, "retry_after_ms"...))
-	b = put(strconv.AppendInt(b, d.retry, 10))
-	b = put(append(b, "quantity"...))
-	b = put(strconv.AppendInt(b, d.quantity, 10))
-	b = put(append(b, "client"...))
-	b = put(x.auditClient(b))
+	var ends [4]int
+	var nums = [3]int64{d.remaining, d.retry, d.quantity}
+	for i, v := range nums {
+		if v >= -1 && v < int64(len(auditSmall))-1 {
+			f[7+2*i] = auditSmall[v+1]
+		} else {
+			b = strconv.AppendInt(b, v, 10)
+			f[7+2*i] = nil // set below, from ends: b can move
+		}
+		ends[i] = len(b)
+	}
+	b = x.auditClient(b)
+	ends[3] = len(b)
 	start := 0
-	for i := range sc.fields {
-		sc.fields[i] = b[start:ends[i]:ends[i]]
+	for i := range ends {
+		if i == 3 || f[7+2*i] == nil {
+			f[7+2*i] = b[start:ends[i]:ends[i]]
+		}
 		start = ends[i]
 	}
 	if cap(b) <= maxKeptAuditBuf {
@@ -183,7 +217,7 @@ func (x *ctx) auditEntry(p *policy.Policy, d *auditDecision) [][]byte {
 	} else {
 		sc.buf = nil // this entry's fields still point into b
 	}
-	return sc.fields[:]
+	return f[:]
 }
 
 // auditClient appends the client field: the CLIENT SETNAME name, else the
