@@ -17,16 +17,24 @@ import (
 //
 // applyKeys adds the audit stream's key as the call's last key, so the
 // dispatcher locks its shard with the decided keys' (in the keyspace's
-// lock order, each shard once) for the whole command: the entry is
-// appended under the same locks as the decision is stored, and both
-// changes reach the keyspace's journal (persistence's change log, the
-// replication stream, WATCH, client-side caching) from one command with
-// the locks held, one after the other, the decision first. No other
-// command's change to these keys can come between them. The key is
-// locked whatever the decision (the decision is not known when the locks
-// are taken) and whatever the sample's draw (EXEC resolves a call's keys
-// twice: a draw there could disagree).
+// lock order, each shard once): the entry is appended under the same
+// locks as the decision is stored, and both changes reach the keyspace's
+// journal (persistence's change log, the replication stream, WATCH,
+// client-side caching) from one command with the locks held, the
+// decision first. No other command's change to the decided keys can come
+// between them. The key is locked whatever the sample's draw (EXEC
+// resolves a call's keys twice: a draw there could disagree).
 //
+// When the audit key's shard comes after every decided key's shard in
+// the lock order, the dispatcher does not take it up front (lazyAudit):
+// audit takes it only for an entry it keeps, the decided keys' locks
+// still held, and the dispatcher releases it after the command. Taken
+// last it keeps the lock order, and the entry is as atomic with the
+// decision as before; a call with no entry (audit: limited's allowed
+// calls) locks one shard less. Otherwise (and inside EXEC, for a NOLOOP
+// client, under sync-replicas) the key is locked up front, whatever the
+// decision.
+
 // # Never at the decision's expense
 //
 // The entry is appended after the decision is made and stored, and
@@ -129,6 +137,10 @@ func (x *ctx) audit(p *policy.Policy, d auditDecision) {
 	if c == nil { // an Envoy rate limit rule's audit
 		c = &x.s.pol.extAudit
 	}
+	if sh := x.auditLock; sh != nil { // runLocked left this lock to the entry (lazyAudit)
+		sh.Lock()
+		x.auditLock, x.auditHeld = nil, sh
+	}
 	ak := &x.keys[len(x.keys)-1]
 	nowMS := floorDiv(x.clockNS(), 1e6)
 	v := ak.lookup(nowMS)
@@ -162,6 +174,37 @@ func (x *ctx) audit(p *policy.Policy, d auditDecision) {
 		ak.sh.Changed(ak.key, v)
 	}
 	c.AuditAppended.Add(1)
+}
+
+// lazyAudit reports whether runLocked may leave the lock of the audit
+// stream's key (the call's last) to audit, which takes it only for a
+// decision it keeps: when that key's shard comes after every other key's
+// shard in the lock order, so that taking it last, with the others held,
+// keeps the order. Not for a NOLOOP client (it publishes the locks it
+// holds before running: client.setHeld) nor under sync-replicas (which
+// sums the changes of the shards locked: ctx.lockedChanges).
+func (x *ctx) lazyAudit() bool {
+	if x.cl.track.noloop || x.trackChg {
+		return false
+	}
+	last := len(x.keys) - 1
+	a := x.keys[last].sh
+	for i := range x.keys[:last] {
+		if shardCompare(x.keys[i].sh, a) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// auditUnlock releases the audit stream's lock if audit took it
+// (lazyAudit), after the command.
+func (x *ctx) auditUnlock() {
+	x.auditLock = nil
+	if sh := x.auditHeld; sh != nil {
+		x.auditHeld = nil
+		sh.Unlock()
+	}
 }
 
 // auditID is the ID XADD * gives a new entry of st (nil: a new stream) at
@@ -247,6 +290,7 @@ func (x *ctx) addExtAuditKey(sp *Spec, db *keyspace.DB) {
 	}
 	x.keys = x.keys[:2]
 	x.setKey(&x.keys[1], db, x.cl.extAudit.AuditKey())
+	x.auditKey = true
 }
 
 // extAudits reports whether sp is a limiter command that appends the
