@@ -148,9 +148,7 @@ func (s *Stream) Append(id ID, fields [][]byte) {
 		s.delta = slices.Grow(s.delta, 2*binary.MaxVarintLen64+uvarintLen(uint64(len(fields)))+enc)
 		s.delta = appendID(s.delta, id)
 		s.delta = appendUvarint(s.delta, uint64(len(fields)))
-		for _, f := range fields {
-			s.delta = appendBytes(s.delta, f)
-		}
+		s.delta = putStrings(s.delta, fields, 0, 1)
 	}
 	numFields := len(fields) / 2
 
@@ -221,10 +219,9 @@ func (s *Stream) Append(id ID, fields [][]byte) {
 		n.data = append(n.data, flags)
 		n.data = appendUvarint(n.data, dms)
 		n.data = appendUvarint(n.data, seq)
+		n.data = putStrings(n.data, fields, 1, 2)
 		for i := 1; i < len(fields); i += 2 {
-			f := fields[i]
-			n.data = appendBytes(n.data, f)
-			n.lpBytes += lpStringSize(f)
+			n.lpBytes += lpStringSize(fields[i])
 		}
 	} else {
 		n.data = slices.Grow(n.data, 1+uvarintLen(dms)+uvarintLen(seq)+uvarintLen(uint64(numFields))+enc)
@@ -234,8 +231,8 @@ func (s *Stream) Append(id ID, fields [][]byte) {
 		n.data = appendUvarint(n.data, uint64(numFields))
 		n.lpBytes += lpIntSize(int64(numFields))
 		lpCount += int64(numFields + 1)
+		n.data = putStrings(n.data, fields, 0, 1)
 		for _, f := range fields {
-			n.data = appendBytes(n.data, f)
 			n.lpBytes += lpStringSize(f)
 		}
 	}
@@ -269,6 +266,23 @@ func sameNames(names []byte, fields [][]byte) bool {
 		names = r.b
 	}
 	return len(names) == 0
+}
+
+// putStrings appends fields[from], fields[from+step], ... to dst,
+// length-prefixed (appendBytes): in place, without append's checks, when
+// a string under 128 bytes fits dst's capacity (the caller made room).
+func putStrings(dst []byte, fields [][]byte, from, step int) []byte {
+	for i := from; i < len(fields); i += step {
+		f := fields[i]
+		if l, o := len(f), len(dst); l < 0x80 && cap(dst)-o > l {
+			dst = dst[:o+1+l]
+			dst[o] = byte(l)
+			copy(dst[o+1:], f)
+			continue
+		}
+		dst = appendBytes(dst, f)
+	}
+	return dst
 }
 
 // uvarintLen is the bytes of v's uvarint.
