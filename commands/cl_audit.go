@@ -187,10 +187,11 @@ func (x *ctx) lazyAudit() bool {
 	if x.cl.track.noloop || x.trackChg {
 		return false
 	}
+	// The keys are in one database: their shards' indexes order them.
 	last := len(x.keys) - 1
-	a := x.keys[last].sh
+	_, a := x.keys[last].sh.Order()
 	for i := range x.keys[:last] {
-		if shardCompare(x.keys[i].sh, a) >= 0 {
+		if _, j := x.keys[i].sh.Order(); j >= a {
 			return false
 		}
 	}
