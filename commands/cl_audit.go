@@ -123,8 +123,8 @@ type auditDecision struct {
 }
 
 // audit appends d, a decision of policy p, to p's audit stream (the
-// call's last key, its shard locked) when p's audit mode and sample keep
-// it. It never fails the call: an entry that cannot be appended is
+// call's last key, its shard locked, or locked here when runLocked left
+// it: lazyAudit) when p's audit mode and sample keep it. It never fails the call: an entry that cannot be appended is
 // dropped and counted.
 func (x *ctx) audit(p *policy.Policy, d auditDecision) {
 	if !p.Audit.Audits(d.limited) {
