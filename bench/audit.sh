@@ -44,6 +44,7 @@ policies:
   - {name: mem, algorithm: fixed, limit: 1000000000, period: 1h, audit: all, audit_maxlen: 1000000000}
 EOF
 go build -o "$tmp/cellserver" ./cmd/cellserver
+echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) CPUs"
 start --policies "$tmp/policies.yaml"
 
 run() { # run MODE REQUESTS: prints requests/s and the server's CPU us per request

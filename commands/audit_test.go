@@ -502,3 +502,107 @@ func TestAuditExecAndCompanion(t *testing.T) {
 		t.Fatalf("INFO policies: %q: the companion's verdicts not counted", info)
 	}
 }
+
+// TestAuditLazyLock: with keys whose shards come before the audit
+// stream's (its lock is taken with theirs) and after it (taken only for
+// an entry, once the decision is known), many clients decide on them
+// while others take the audit stream's lock with other keys' (EXISTS)
+// and alone (XLEN). Every decision has its entry, and each key's entries,
+// in ID order, are its decisions in the order they were made (remaining
+// limit-1, ..., 0, then refusals): the entry stays atomic with the
+// decision either way. A lock taken out of order would deadlock (the
+// test's budget fails it).
+func TestAuditLazyLock(t *testing.T) {
+	const workers, rounds, limit, nkeys = 6, 12, 8, 48
+	set := mustPolicies(t, fmt.Sprintf("policies:\n  - {name: p, algorithm: fixed, limit: %d, period: 1m, audit: all}\n", limit))
+	clk := servertest.NewClock(auditT0)
+	srv, err := commands.New(commands.Config{Policies: set, Clock: clk.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]string, nkeys)
+	after := 0
+	for i := range keys {
+		keys[i] = "k" + strconv.Itoa(i)
+		if commands.ShardAfter(srv, keys[i], "audit:p") {
+			after++
+		}
+	}
+	if after == 0 || after == nkeys {
+		t.Fatalf("%d of %d keys' shards before the audit stream's: want both kinds", after, nkeys)
+	}
+	serve := func(conn *resp.Conn, args ...string) string {
+		b := make([][]byte, len(args))
+		for i, a := range args {
+			b[i] = []byte(a)
+		}
+		conn.Out = conn.Out[:0]
+		srv.ServeRESP(conn, b)
+		return string(conn.Out)
+	}
+	done := make(chan struct{})
+	var wg, others sync.WaitGroup
+	others.Add(1)
+	go func() { // the audit stream's lock with other keys', and alone
+		defer others.Done()
+		conn := new(resp.Conn)
+		srv.Open(conn)
+		defer srv.Close(conn)
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			serve(conn, "EXISTS", keys[i%nkeys], "audit:p", keys[(i*7+3)%nkeys])
+			serve(conn, "XLEN", "audit:p")
+		}
+	}()
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn := new(resp.Conn)
+			srv.Open(conn)
+			defer srv.Close(conn)
+			for r := range rounds {
+				for i := range keys {
+					k := keys[(i+w*5+r)%nkeys]
+					if out := serve(conn, "CL.APPLY", k, "p"); !strings.HasPrefix(out, "*5\r\n") {
+						t.Errorf("CL.APPLY %s p: %q", k, out)
+						return
+					}
+				}
+			}
+		}()
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	testwait.Until(t, 30*time.Second, "the clients' calls (a deadlock?)", func() bool {
+		select {
+		case <-finished:
+			return true
+		default:
+			return false
+		}
+	})
+	close(done)
+	others.Wait()
+	es := entries(t, srv, "audit:p")
+	if len(es) != workers*rounds*nkeys {
+		t.Fatalf("%d entries, want %d", len(es), workers*rounds*nkeys)
+	}
+	seen := map[string]int{}
+	for _, e := range es {
+		f := strings.Fields(e)
+		k, n := f[2], seen[f[2]]
+		seen[k]++
+		rem, _ := strconv.Atoi(f[8])
+		switch {
+		case n < limit && (f[6] != "allowed" || rem != limit-1-n):
+			t.Fatalf("%s's entry %d: %q, want allowed with remaining %d", k, n, e, limit-1-n)
+		case n >= limit && f[6] != "limited":
+			t.Fatalf("%s's entry %d: %q, want limited", k, n, e)
+		}
+	}
+}

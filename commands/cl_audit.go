@@ -17,16 +17,24 @@ import (
 //
 // applyKeys adds the audit stream's key as the call's last key, so the
 // dispatcher locks its shard with the decided keys' (in the keyspace's
-// lock order, each shard once) for the whole command: the entry is
-// appended under the same locks as the decision is stored, and both
-// changes reach the keyspace's journal (persistence's change log, the
-// replication stream, WATCH, client-side caching) from one command with
-// the locks held, one after the other, the decision first. No other
-// command's change to these keys can come between them. The key is
-// locked whatever the decision (the decision is not known when the locks
-// are taken) and whatever the sample's draw (EXEC resolves a call's keys
-// twice: a draw there could disagree).
+// lock order, each shard once): the entry is appended under the same
+// locks as the decision is stored, and both changes reach the keyspace's
+// journal (persistence's change log, the replication stream, WATCH,
+// client-side caching) from one command with the locks held, the
+// decision first. No other command's change to the decided keys can come
+// between them. The key is locked whatever the sample's draw (EXEC
+// resolves a call's keys twice: a draw there could disagree).
 //
+// When the audit key's shard comes after every decided key's shard in
+// the lock order, the dispatcher does not take it up front (lazyAudit):
+// audit takes it only for an entry it keeps, the decided keys' locks
+// still held, and the dispatcher releases it after the command. Taken
+// last it keeps the lock order, and the entry is as atomic with the
+// decision as before; a call with no entry (audit: limited's allowed
+// calls) locks one shard less. Otherwise (and inside EXEC, for a NOLOOP
+// client, under sync-replicas) the key is locked up front, whatever the
+// decision.
+
 // # Never at the decision's expense
 //
 // The entry is appended after the decision is made and stored, and
@@ -57,25 +65,53 @@ import (
 const auditFields = 14
 
 // auditScratch is a client's buffers for building an audit entry: the
-// fields point into buf, and stream.Append copies them.
+// numbers and the client field are written into buf; the other fields
+// point to fixed bytes (auditNames, auditDecisions, polName) or to the
+// decided key, and stream.Append copies them all.
 type auditScratch struct {
 	buf    []byte
 	fields [auditFields][]byte
+	// pol is the policy whose name polName holds (a policy's name is
+	// copied once per client while its calls follow each other).
+	pol     *policy.Policy
+	polName []byte
 }
 
+// auditNames are an audit entry's field names, in order.
+var auditNames = [auditFields / 2][]byte{
+	[]byte("key"), []byte("policy"), []byte("decision"), []byte("remaining"),
+	[]byte("retry_after_ms"), []byte("quantity"), []byte("client"),
+}
+
+// auditSmall holds the decimal forms of -1 to 99 (auditSmall[v+1]): the
+// usual retry_after_ms of an allowed call, quantities, small remainders.
+var auditSmall = func() (t [101][]byte) {
+	for i := range t {
+		t[i] = strconv.AppendInt(nil, int64(i-1), 10)
+	}
+	return t
+}()
+
 // maxKeptAuditBuf bounds the entry buffer a client keeps between calls
-// (a key can be long: up to the bulk length limit).
+// (a client name can be long).
 const maxKeptAuditBuf = 64 << 10
 
+// The decision field of an audit entry.
+var (
+	auditAllowed       = []byte("allowed")
+	auditLimited       = []byte("limited")
+	auditShadowLimited = []byte("shadow_limited")
+)
+
 // decisionName is the decision field of an audit entry.
-func decisionName(limited, shadow bool) string {
+func decisionName(limited, shadow bool) []byte {
 	switch {
 	case !limited:
-		return "allowed"
+		return auditAllowed
 	case shadow:
-		return "shadow_limited"
+		return auditShadowLimited
 	}
-	return "limited"
+	return auditLimited
 }
 
 // auditDecision is one decision as an audit entry records it.
@@ -87,8 +123,8 @@ type auditDecision struct {
 }
 
 // audit appends d, a decision of policy p, to p's audit stream (the
-// call's last key, its shard locked) when p's audit mode and sample keep
-// it. It never fails the call: an entry that cannot be appended is
+// call's last key, its shard locked, or locked here when runLocked left
+// it: lazyAudit) when p's audit mode and sample keep it. It never fails the call: an entry that cannot be appended is
 // dropped and counted.
 func (x *ctx) audit(p *policy.Policy, d auditDecision) {
 	if !p.Audit.Audits(d.limited) {
@@ -100,6 +136,10 @@ func (x *ctx) audit(p *policy.Policy, d auditDecision) {
 	c := p.Counts
 	if c == nil { // an Envoy rate limit rule's audit
 		c = &x.s.pol.extAudit
+	}
+	if sh := x.auditLock; sh != nil { // runLocked left this lock to the entry (lazyAudit)
+		sh.Lock()
+		x.auditLock, x.auditHeld = nil, sh
 	}
 	ak := &x.keys[len(x.keys)-1]
 	nowMS := floorDiv(x.clockNS(), 1e6)
@@ -136,6 +176,38 @@ func (x *ctx) audit(p *policy.Policy, d auditDecision) {
 	c.AuditAppended.Add(1)
 }
 
+// lazyAudit reports whether runLocked may leave the lock of the audit
+// stream's key (the call's last) to audit, which takes it only for a
+// decision it keeps: when that key's shard comes after every other key's
+// shard in the lock order, so that taking it last, with the others held,
+// keeps the order. Not for a NOLOOP client (it publishes the locks it
+// holds before running: client.setHeld) nor under sync-replicas (which
+// sums the changes of the shards locked: ctx.lockedChanges).
+func (x *ctx) lazyAudit() bool {
+	if x.cl.track.noloop || x.trackChg {
+		return false
+	}
+	// The keys are in one database: their shards' indexes order them.
+	last := len(x.keys) - 1
+	_, a := x.keys[last].sh.Order()
+	for i := range x.keys[:last] {
+		if _, j := x.keys[i].sh.Order(); j >= a {
+			return false
+		}
+	}
+	return true
+}
+
+// auditUnlock releases the audit stream's lock if audit took it
+// (lazyAudit), after the command.
+func (x *ctx) auditUnlock() {
+	x.auditLock = nil
+	if sh := x.auditHeld; sh != nil {
+		x.auditHeld = nil
+		sh.Unlock()
+	}
+}
+
 // auditID is the ID XADD * gives a new entry of st (nil: a new stream) at
 // nowMS: nowMS-0, or the last ID's successor when that is not older; ok
 // is false when the last ID is the greatest possible.
@@ -151,31 +223,37 @@ func auditID(st *stream.Stream, nowMS int64) (stream.ID, bool) {
 	return last.Incr()
 }
 
-// auditEntry builds d's entry in the client's buffer and returns its
-// fields (valid until the client's next audit entry).
+// auditEntry builds d's entry and returns its fields (valid until the
+// client's next audit entry, and while d.key is).
 func (x *ctx) auditEntry(p *policy.Policy, d *auditDecision) [][]byte {
 	sc := &x.cl.scratch.audit
+	if sc.pol != p {
+		sc.pol, sc.polName = p, append(sc.polName[:0], p.Name...)
+	}
+	f := &sc.fields
+	for i := range auditNames {
+		f[2*i] = auditNames[i]
+	}
+	f[1], f[3], f[5] = d.key, sc.polName, decisionName(d.limited, d.shadow)
 	b := sc.buf[:0]
-	var ends [auditFields]int
-	n := 0
-	put := func(b []byte) []byte { ends[n] = len(b); n++; return b }
-	b = put(append(b, "key"...))
-	b = put(append(b, d.key...))
-	b = put(append(b, "policy"...))
-	b = put(append(b, p.Name...))
-	b = put(append(b, "decision"...))
-	b = put(append(b, decisionName(d.limited, d.shadow)...))
-	b = put(append(b, "remaining"...))
-	b = put(strconv.AppendInt(b, d.remaining, 10))
-	b = put(append(b, "retry_after_ms"...))
-	b = put(strconv.AppendInt(b, d.retry, 10))
-	b = put(append(b, "quantity"...))
-	b = put(strconv.AppendInt(b, d.quantity, 10))
-	b = put(append(b, "client"...))
-	b = put(x.auditClient(b))
+	var ends [4]int
+	var nums = [3]int64{d.remaining, d.retry, d.quantity}
+	for i, v := range nums {
+		if v >= -1 && v < int64(len(auditSmall))-1 {
+			f[7+2*i] = auditSmall[v+1]
+		} else {
+			b = strconv.AppendInt(b, v, 10)
+			f[7+2*i] = nil // set below, from ends: b can move
+		}
+		ends[i] = len(b)
+	}
+	b = x.auditClient(b)
+	ends[3] = len(b)
 	start := 0
-	for i := range sc.fields {
-		sc.fields[i] = b[start:ends[i]:ends[i]]
+	for i := range ends {
+		if i == 3 || f[7+2*i] == nil {
+			f[7+2*i] = b[start:ends[i]:ends[i]]
+		}
 		start = ends[i]
 	}
 	if cap(b) <= maxKeptAuditBuf {
@@ -183,7 +261,7 @@ func (x *ctx) auditEntry(p *policy.Policy, d *auditDecision) [][]byte {
 	} else {
 		sc.buf = nil // this entry's fields still point into b
 	}
-	return sc.fields[:]
+	return f[:]
 }
 
 // auditClient appends the client field: the CLIENT SETNAME name, else the
@@ -213,6 +291,7 @@ func (x *ctx) addExtAuditKey(sp *Spec, db *keyspace.DB) {
 	}
 	x.keys = x.keys[:2]
 	x.setKey(&x.keys[1], db, x.cl.extAudit.AuditKey())
+	x.auditKey = true
 }
 
 // extAudits reports whether sp is a limiter command that appends the

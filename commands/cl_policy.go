@@ -128,6 +128,7 @@ func applyKeys(x *ctx, db *keyspace.DB) {
 		if audit != nil {
 			x.keys = x.kbuf[:2]
 			x.setKey(&x.kbuf[1], db, audit)
+			x.auditKey = true
 		}
 		return
 	}
@@ -163,6 +164,7 @@ func applyKeys(x *ctx, db *keyspace.DB) {
 	}
 	if audit != nil {
 		x.addKey(db, audit)
+		x.auditKey = true
 	}
 }
 

@@ -118,6 +118,13 @@ type ctx struct {
 	// for the transaction), and the policy it names (nil if unknown).
 	polSet *policy.Set
 	pol    *policy.Policy
+
+	// auditKey: the command's last key is an audit stream's, added by
+	// applyKeys or addExtAuditKey (cl_audit.go). auditLock is its shard
+	// when runLocked left that lock to ctx.audit (lazyAudit), auditHeld
+	// the shard once audit took it.
+	auditKey             bool
+	auditLock, auditHeld *keyspace.Shard
 }
 
 // clockNS returns the command's time in ns since the Unix epoch, reading the

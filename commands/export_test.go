@@ -35,3 +35,11 @@ func StreamEntries(s *Service, key string) (kind string, entries []string) {
 
 // SetAuditRand replaces the draws of audit_sample (rand.Uint64).
 func SetAuditRand(s *Service, f func() uint64) { s.pol.rand = f }
+
+// ShardAfter reports whether the shard of key b comes after key a's in
+// the lock order (database 0): then CL.APPLY a with b as its audit stream
+// locks b only for an entry (lazyAudit).
+func ShardAfter(s *Service, a, b string) bool {
+	db := s.ks.DB(0)
+	return shardCompare(db.Shard([]byte(a)), db.Shard([]byte(b))) < 0
+}

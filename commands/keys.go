@@ -73,6 +73,7 @@ const (
 
 // resolveKeys sets x.keys to sp's keys in x.args, resolved in database db.
 func (x *ctx) resolveKeys(sp *Spec, db *keyspace.DB) {
+	x.auditKey = false
 	x.resolveSpecKeys(sp, db)
 	if x.cl.extAudit != nil {
 		x.addExtAuditKey(sp, db)
@@ -178,8 +179,14 @@ func (x *ctx) doneBigKeys() {
 
 // runLocked runs sp with the locks of its keys' shards held.
 func (x *ctx) runLocked(sp *Spec) {
-	if len(x.keys) == 1 && !x.cl.track.noloop { // the common case, in short
-		sh := x.keys[0].sh
+	keys := x.keys
+	if x.auditKey && x.lazyAudit() { // the audit stream's lock, if needed, is audit's to take
+		x.auditLock = keys[len(keys)-1].sh
+		keys = keys[:len(keys)-1]
+		defer x.auditUnlock()
+	}
+	if len(keys) == 1 && !x.cl.track.noloop { // the common case, in short
+		sh := keys[0].sh
 		sh.Lock()
 		defer sh.Unlock()
 		if x.s.migrating(sp) && !x.keysStillServed() {
@@ -194,7 +201,7 @@ func (x *ctx) runLocked(sp *Spec) {
 		sp.Run(x)
 		return
 	}
-	x.lockShards(x.keyShards(x.keys))
+	x.lockShards(x.keyShards(keys))
 	defer x.unlockShards()
 	if x.s.migrating(sp) && !x.keysStillServed() {
 		return

@@ -1,8 +1,9 @@
 package stream
 
 import (
-	"bytes"
+	"encoding/binary"
 	"math/rand/v2"
+	"slices"
 	"sort"
 )
 
@@ -132,16 +133,22 @@ func (s *Stream) Append(id ID, fields [][]byte) {
 	if !s.lastID.Less(id) || len(fields) < 2 || len(fields)%2 != 0 {
 		panic("stream: Append out of order or with odd fields")
 	}
-	if s.op(opAppend) {
-		s.delta = appendID(s.delta, id)
-		s.delta = appendUvarint(s.delta, uint64(len(fields)))
-		for _, f := range fields {
-			s.delta = appendBytes(s.delta, f)
+	// The strings' bytes, and their length-prefixed encoding's: all of
+	// them, the values'.
+	total, enc, encValues := 0, 0, 0
+	for i, f := range fields {
+		total += len(f)
+		e := uvarintLen(uint64(len(f))) + len(f)
+		enc += e
+		if i%2 == 1 {
+			encValues += e
 		}
 	}
-	total := 0
-	for _, f := range fields {
-		total += len(f)
+	if s.op(opAppend) {
+		s.delta = slices.Grow(s.delta, 2*binary.MaxVarintLen64+uvarintLen(uint64(len(fields)))+enc)
+		s.delta = appendID(s.delta, id)
+		s.delta = appendUvarint(s.delta, uint64(len(fields)))
+		s.delta = putStrings(s.delta, fields, 0, 1)
 	}
 	numFields := len(fields) / 2
 
@@ -160,10 +167,12 @@ func (s *Stream) Append(id ID, fields [][]byte) {
 		s.nodes = s.nodes[:k-1]
 	}
 	var n *node
+	size := 0 // the closed tail's data bytes: the new node's likely size
 	if k := len(s.nodes); k > 0 {
 		n = s.nodes[k-1]
 		if n.lpBytes+total >= NodeMaxBytes || n.live+n.deleted >= NodeMaxEntries || !n.last.Less(id) {
 			s.shrink(n)
+			size = len(n.data)
 			n = nil
 		}
 	}
@@ -174,6 +183,15 @@ func (s *Stream) Append(id ID, fields [][]byte) {
 	if n == nil {
 		n = &node{master: id, lpBytes: 7, nmf: numFields}
 		n.lpBytes += lpIntSize(1) + lpIntSize(0) + lpIntSize(int64(numFields))
+		// A node's data is allocated once, at the size of the node
+		// before it when that is not more than a full node's bytes
+		// (entries alike fill nodes alike), rather than grown from
+		// small by doubling; shrink gives it its exact size when it
+		// closes.
+		if size > NodeMaxBytes || size < enc {
+			size = enc
+		}
+		n.data = make([]byte, 0, size)
 		for i := 0; i < len(fields); i += 2 {
 			n.data = appendBytes(n.data, fields[i])
 			n.lpBytes += lpStringSize(fields[i])
@@ -182,39 +200,41 @@ func (s *Stream) Append(id ID, fields [][]byte) {
 		n.start = len(n.data)
 		s.nodes = append(s.nodes, n)
 		s.mem += nodeOverhead
-	} else if numFields == n.nmf {
-		r := reader{b: n.data[:n.start]}
-		for i := 0; i < len(fields) && same; i += 2 {
-			same = bytes.Equal(r.bytes(), fields[i])
-		}
 	} else {
-		same = false
+		same = numFields == n.nmf && sameNames(n.data[:n.start], fields)
 	}
 	flags := byte(0)
 	if same {
 		flags = flagSameFields
 	}
-	n.data = append(n.data, flags)
-	n.data = appendUvarint(n.data, id.Ms-n.master.Ms)
-	if id.Ms == n.master.Ms {
-		n.data = appendUvarint(n.data, id.Seq-n.master.Seq)
-	} else {
-		n.data = appendUvarint(n.data, id.Seq)
+	dms, dseq := id.Ms-n.master.Ms, id.Seq-n.master.Seq
+	seq := id.Seq
+	if dms == 0 {
+		seq = dseq
 	}
 	lpCount := int64(numFields + 3)
-	n.lpBytes += lpIntSize(int64(flags)) + lpIntSize(int64(id.Ms-n.master.Ms)) +
-		lpIntSize(int64(id.Seq-n.master.Seq))
-	if !same {
+	n.lpBytes += lpIntSize(int64(flags)) + lpIntSize(int64(dms)) + lpIntSize(int64(dseq))
+	if same {
+		n.data = slices.Grow(n.data, 1+uvarintLen(dms)+uvarintLen(seq)+encValues)
+		n.data = append(n.data, flags)
+		n.data = appendUvarint(n.data, dms)
+		n.data = appendUvarint(n.data, seq)
+		n.data = putStrings(n.data, fields, 1, 2)
+		for i := 1; i < len(fields); i += 2 {
+			n.lpBytes += lpStringSize(fields[i])
+		}
+	} else {
+		n.data = slices.Grow(n.data, 1+uvarintLen(dms)+uvarintLen(seq)+uvarintLen(uint64(numFields))+enc)
+		n.data = append(n.data, flags)
+		n.data = appendUvarint(n.data, dms)
+		n.data = appendUvarint(n.data, seq)
 		n.data = appendUvarint(n.data, uint64(numFields))
 		n.lpBytes += lpIntSize(int64(numFields))
 		lpCount += int64(numFields + 1)
-	}
-	for i, f := range fields {
-		if i%2 == 0 && same {
-			continue
+		n.data = putStrings(n.data, fields, 0, 1)
+		for _, f := range fields {
+			n.lpBytes += lpStringSize(f)
 		}
-		n.data = appendBytes(n.data, f)
-		n.lpBytes += lpStringSize(f)
 	}
 	n.lpBytes += lpIntSize(lpCount)
 	s.mem += cap(n.data) - oldCap
@@ -223,6 +243,55 @@ func (s *Stream) Append(id ID, fields [][]byte) {
 	s.length++
 	s.entriesAdded++
 	s.lastID = id
+}
+
+// sameNames reports whether the names of fields (names and values) are
+// the master entry's, names its encoding (the node's data up to its first
+// record): they are compared in place, a name's length prefix one byte
+// when under 128.
+func sameNames(names []byte, fields [][]byte) bool {
+	for i := 0; i < len(fields); i += 2 {
+		f := fields[i]
+		if l := len(f); l < 0x80 {
+			if len(names) <= l || names[0] != byte(l) || string(names[1:1+l]) != string(f) {
+				return false
+			}
+			names = names[1+l:]
+			continue
+		}
+		r := reader{b: names}
+		if string(r.bytes()) != string(f) || r.err != nil {
+			return false
+		}
+		names = r.b
+	}
+	return len(names) == 0
+}
+
+// putStrings appends fields[from], fields[from+step], ... to dst,
+// length-prefixed (appendBytes): in place, without append's checks, when
+// a string under 128 bytes fits dst's capacity (the caller made room).
+func putStrings(dst []byte, fields [][]byte, from, step int) []byte {
+	for i := from; i < len(fields); i += step {
+		f := fields[i]
+		if l, o := len(f), len(dst); l < 0x80 && cap(dst)-o > l {
+			dst = dst[:o+1+l]
+			dst[o] = byte(l)
+			copy(dst[o+1:], f)
+			continue
+		}
+		dst = appendBytes(dst, f)
+	}
+	return dst
+}
+
+// uvarintLen is the bytes of v's uvarint.
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
 }
 
 // shrink gives a node that takes no more entries its exact size (Redis's
@@ -752,8 +821,10 @@ func lpIntSize(v int64) int {
 // its backlen included: a string that reads as a 64-bit integer is
 // stored as one (lpEncodeGetType).
 func lpStringSize(b []byte) int {
-	if v, ok := lpStringToInt64(b); ok {
-		return lpIntSize(v)
+	if len(b) > 0 && len(b) < 21 && (b[0] == '-' || b[0]-'0' <= 9) { // else not an integer
+		if v, ok := lpStringToInt64(b); ok {
+			return lpIntSize(v)
+		}
 	}
 	var enc int
 	switch n := len(b); {
@@ -801,6 +872,19 @@ func lpStringToInt64(s []byte) (int64, bool) {
 	}
 	if p[0] < '1' || p[0] > '9' {
 		return 0, false
+	}
+	if len(p) <= 18 { // below 10^18: no overflow
+		var v int64
+		for _, c := range p {
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			v = v*10 + int64(c-'0')
+		}
+		if neg {
+			v = -v
+		}
+		return v, true
 	}
 	var v uint64
 	for _, c := range p {
