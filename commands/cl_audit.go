@@ -184,7 +184,10 @@ func (x *ctx) audit(p *policy.Policy, d auditDecision) {
 // holds before running: client.setHeld) nor under sync-replicas (which
 // sums the changes of the shards locked: ctx.lockedChanges).
 func (x *ctx) lazyAudit() bool {
-	if x.cl.track.noloop || x.trackChg {
+	if x.cl.track.noloop || x.trackChg || x.s.ks.Grouping() {
+		// With persistence the decision and its entry are one group of
+		// changes (keyspace.BeginGroup), which begins once every lock
+		// is held: the audit stream's is taken up front.
 		return false
 	}
 	// The keys are in one database: their shards' indexes order them.

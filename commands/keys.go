@@ -206,9 +206,10 @@ func (x *ctx) runLocked(sp *Spec) {
 	if x.s.migrating(sp) && !x.keysStillServed() {
 		return
 	}
-	if sp.Flags&Write != 0 && len(x.locks) > 1 {
-		// A write over several shards (an audited CL.APPLY and its
-		// entry, MSET, RENAME): its changes are persisted together.
+	if sp.Flags&Write != 0 && len(x.keys) > 1 {
+		// A write of several keys (an audited CL.APPLY and its entry,
+		// MSET, RENAME): its changes are persisted together. (Its locks
+		// are all held: a group must not wait for a lock.)
 		if g := x.s.ks.BeginGroup(); g != nil {
 			defer g.EndGroup()
 		}

@@ -115,6 +115,10 @@ func (ks *Keyspace) BeginGroup() Grouper {
 	return g
 }
 
+// Grouping reports whether a journal consumer batches changes (so that
+// BeginGroup does something).
+func (ks *Keyspace) Grouping() bool { return ks.grouper != nil }
+
 // grouperOf returns the Grouper of j's consumers (nil: none).
 func grouperOf(j Journal) Grouper {
 	var gs groupers

@@ -1,0 +1,85 @@
+package commands_test
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/cellserver/cellserver/commands"
+	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/resp"
+)
+
+// groupLog is a batching journal (keyspace.Grouper) that writes down the
+// groups and the changes in the order it is told of them.
+type groupLog struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (g *groupLog) add(e string) { g.mu.Lock(); g.events = append(g.events, e); g.mu.Unlock() }
+
+func (g *groupLog) Put(db int, key []byte, v *keyspace.Value) { g.add("put " + string(key)) }
+func (g *groupLog) Delete(db int, key []byte)                 { g.add("del " + string(key)) }
+func (g *groupLog) DeleteDB(int)                              {}
+func (g *groupLog) DeleteAll()                                {}
+func (g *groupLog) BeginGroup()                               { g.add("begin") }
+func (g *groupLog) EndGroup()                                 { g.add("end") }
+
+// TestAuditEntryGroupedWithItsDecision: with a journal that writes in
+// batches (persistence), an audited decision and its entry are told
+// inside one group, whichever side of the audit stream's shard the
+// decided key's falls on, and so are MSET's two keys.
+func TestAuditEntryGroupedWithItsDecision(t *testing.T) {
+	set := mustPolicies(t, "policies:\n  - {name: p, algorithm: fixed, limit: 1, period: 1m, audit: all}\n")
+	log := &groupLog{}
+	ks, err := keyspace.New(keyspace.Config{Journal: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := servertest.NewClock(auditT0)
+	srv, err := commands.New(commands.Config{Keyspace: ks, Policies: set, Clock: clk.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := new(resp.Conn)
+	srv.Open(conn)
+	do := func(args ...string) {
+		b := make([][]byte, len(args))
+		for i, a := range args {
+			b[i] = []byte(a)
+		}
+		srv.ServeRESP(conn, b)
+	}
+	before, after := 0, 0
+	for i := range 64 {
+		key := fmt.Sprintf("k%d", i)
+		if commands.ShardAfter(srv, key, "audit:p") {
+			after++
+		} else {
+			before++
+		}
+		log.mu.Lock()
+		log.events = nil
+		log.mu.Unlock()
+		do("CL.APPLY", key, "p")
+		got := strings.Join(log.events, ", ")
+		if want := "begin, put " + key + ", put audit:p, end"; got != want {
+			t.Fatalf("CL.APPLY %s told the journal %q, want %q", key, got, want)
+		}
+	}
+	if before == 0 || after == 0 {
+		t.Fatalf("%d keys' shards before the audit stream's and %d after: want both", before, after)
+	}
+	log.mu.Lock()
+	log.events = nil
+	log.mu.Unlock()
+	do("MSET", "a", "1", "b", "2")
+	if got, want := strings.Join(log.events, ", "), "begin, put a, put b, end"; got != want {
+		t.Fatalf("MSET of two keys told the journal %q, want %q", got, want)
+	}
+}
