@@ -21,18 +21,34 @@ func (x *ctx) deferred(body func()) []byte {
 	return out
 }
 
-// xreadgroupKeys finds XREADGROUP's keys: the first half of the arguments
-// after STREAMS (searched from the fourth argument, past GROUP g c, as
-// Redis's key spec says).
+// xreadgroupKeys finds XREADGROUP's keys as Redis's xreadGetKeys does:
+// the options are walked (BLOCK and COUNT take one argument, GROUP two,
+// NOACK none) up to STREAMS, so that a group or consumer named "streams"
+// is not taken for the keyword; the keys are the first half of what
+// follows it. Anything else before STREAMS is a syntax error: no keys.
 func xreadgroupKeys(dst []int, args [][]byte) []int {
-	for i := 4; i < len(args); i++ {
-		if eqFold(args[i], "streams") {
-			n := (len(args) - i - 1) / 2
-			for j := 0; j < n; j++ {
-				dst = append(dst, i+1+j)
-			}
-			return dst
+	pos := -1
+walk:
+	for i := 1; i < len(args); i++ {
+		switch {
+		case eqFold(args[i], "block"), eqFold(args[i], "count"):
+			i++
+		case eqFold(args[i], "group"):
+			i += 2
+		case eqFold(args[i], "noack"):
+		case eqFold(args[i], "streams"):
+			pos = i
+			break walk
+		default:
+			break walk
 		}
+	}
+	n := len(args) - pos - 1
+	if pos < 0 || n == 0 || n%2 != 0 {
+		return dst
+	}
+	for j := pos + 1; j < pos+1+n/2; j++ {
+		dst = append(dst, j)
 	}
 	return dst
 }
@@ -105,6 +121,17 @@ func parseXReadGroup(x *ctx) (a xreadgroupArgs, ok bool) {
 	if a.group == nil {
 		x.errorReply(msgXReadGroupNoGroup)
 		return a, false
+	}
+	// The keys locked (x.keys, xreadgroupKeys) must be the ones parsed.
+	if len(x.keys) != a.n {
+		x.errorReply(msgSyntax)
+		return a, false
+	}
+	for i := range x.keys {
+		if string(x.keys[i].key) != string(x.args[a.streams+i]) {
+			x.errorReply(msgSyntax)
+			return a, false
+		}
 	}
 	return a, true
 }
