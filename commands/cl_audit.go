@@ -172,6 +172,7 @@ func (x *ctx) audit(p *policy.Policy, d auditDecision) {
 			st.Trim(stream.TrimArgs{MaxLen: p.AuditMaxLen, Approx: true, Limit: 100 * stream.NodeMaxEntries})
 		}
 		ak.sh.Changed(ak.key, v)
+		x.wakeStream(ak) // an entry added, as XADD's
 	}
 	c.AuditAppended.Add(1)
 }

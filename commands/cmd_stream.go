@@ -297,6 +297,7 @@ func cmdXadd(x *ctx) {
 		k.replace(nil, keyspace.Value{Kind: keyspace.KindStream, Obj: s})
 	} else {
 		k.sh.Changed(k.key, v)
+		x.wakeStream(k)
 	}
 	x.c.Out = appendStreamID(x.c.Out, id)
 }

@@ -223,6 +223,7 @@ func cmdXGroupDestroy(x *ctx) {
 	a.s.DestroyGroup(a.g)
 	k := &x.keys[0]
 	k.sh.Changed(k.key, a.v)
+	x.wakeStream(k) // its blocked XREADGROUP readers answer -NOGROUP
 	x.int(1)
 }
 

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cellserver/cellserver/keyspace"
+	"github.com/cellserver/cellserver/stream"
 )
 
 // MULTI, EXEC and DISCARD: transactions, with Redis 7.0's semantics
@@ -486,6 +487,30 @@ func (w *watchTable) flush(db int) {
 	}
 }
 
+// inPlaceStream reports whether v is a stream changed in place on a
+// primary: its blocked readers are woken only by the commands that say so
+// (XADD, XGROUP DESTROY: Service.wakeStream), as Redis's signalKeyAsReady
+// is called, not by XSETID, XACK, XCLAIM, XREADGROUP and the others. A
+// new stream, another kind of value, and every change a replica applies
+// (which come from its primary's commands) wake them.
+func inPlaceStream(v *keyspace.Value, ks *keyspace.Keyspace) bool {
+	if v.Kind != keyspace.KindStream || ks.Replica() {
+		return false
+	}
+	st, ok := v.Obj.(*stream.Stream)
+	return ok && !st.Fresh()
+}
+
+// wakeStream marks k's stream ready for its blocked readers after a
+// change in place that Redis signals (XADD, XGROUP DESTROY). The key's
+// shard lock is held.
+func (x *ctx) wakeStream(k *rkey) {
+	if x.s.kwait.n.Load() != 0 {
+		db, _ := k.sh.Order()
+		x.s.kwait.signal(db, k.key)
+	}
+}
+
 // watchJournal is the Service's link in the keyspace's journal chain
 // (Service.Journal): it tells the watch table and the tracking table
 // (cmd_tracking.go) about every change.
@@ -500,7 +525,7 @@ func (j *watchJournal) Put(db int, key []byte, v *keyspace.Value) {
 	if j.w.n.Load() != 0 {
 		j.w.touch(db, key, false)
 	}
-	if j.kw.n.Load() != 0 {
+	if j.kw.n.Load() != 0 && !inPlaceStream(v, j.ks) {
 		j.kw.signal(db, key)
 	}
 	if j.t.active.Load() != 0 {

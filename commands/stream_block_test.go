@@ -174,3 +174,45 @@ func TestXreadBlockUnblockedByReplicaof(t *testing.T) {
 		t.Fatalf("XREAD blocked on the replica answered %q", got)
 	}
 }
+
+// TestXreadBlockNotWokenByOtherStreamChanges: as in Redis, a blocked
+// reader is woken by XADD (and XGROUP DESTROY, a new or deleted key), not
+// by XSETID, XGROUP SETID or the other in-place changes: XREAD BLOCK ... $
+// after XSETID past the last entry keeps waiting (it is not answered an
+// empty stream), and XREADGROUP BLOCK after XGROUP SETID 0 delivers
+// nothing until an XADD.
+func TestXreadBlockNotWokenByOtherStreamChanges(t *testing.T) {
+	_, dial := blockServer(t)
+	r, w := dial(), dial()
+	w.MustDo(t, "XADD", "bs", "1-1", "a", "b")
+	if err := r.Send("XREAD", "BLOCK", "0", "STREAMS", "bs", "$"); err != nil {
+		t.Fatal(err)
+	}
+	waitBlocked(t, w, "1")
+	w.MustDo(t, "XSETID", "bs", "100-0")
+	w.MustDo(t, "XADD", "bs", "200-0", "c", "d")
+	want := "*1\r\n*2\r\n$2\r\nbs\r\n*1\r\n*2\r\n$5\r\n200-0\r\n*2\r\n$1\r\nc\r\n$1\r\nd\r\n"
+	if got := readRaw(t, r); got != want {
+		t.Fatalf("XREAD BLOCK after XSETID then XADD answered %q, want only the XADD's entry %q", got, want)
+	}
+	waitBlocked(t, w, "0")
+
+	w.MustDo(t, "XADD", "bg", "1-1", "a", "b")
+	w.MustDo(t, "XGROUP", "CREATE", "bg", "g", "$")
+	if err := r.Send("XREADGROUP", "GROUP", "g", "c", "BLOCK", "0", "STREAMS", "bg", ">"); err != nil {
+		t.Fatal(err)
+	}
+	waitBlocked(t, w, "1")
+	w.MustDo(t, "XGROUP", "SETID", "bg", "g", "0")
+	w.MustDo(t, "XACK", "bg", "g", "1-1")
+	if v := w.MustDo(t, "XPENDING", "bg", "g"); !strings.HasPrefix(string(v.Encode(nil)), "*4\r\n:0\r\n") {
+		t.Fatalf("XPENDING after XGROUP SETID with a reader blocked: %q, want nothing pending", v.Encode(nil))
+	}
+	w.MustDo(t, "XADD", "bg", "2-1", "e", "f")
+	// Woken by the XADD, the reader gets what its group has not seen
+	// since SETID 0: both entries.
+	got := readRaw(t, r)
+	if !strings.Contains(got, "1-1") || !strings.Contains(got, "2-1") {
+		t.Fatalf("XREADGROUP BLOCK woken by XADD answered %q, want entries 1-1 and 2-1", got)
+	}
+}
