@@ -92,7 +92,10 @@ type keyWaits struct {
 // without blocking, when maxKeyWaiters clients are blocked already.
 func (x *ctx) blockOnKeys(keys []rkey, timeoutMS int64, try keyTry, timeoutReply []byte) bool {
 	s, kw := x.s, &x.s.kwait
-	if kw.n.Load() >= maxKeyWaiters {
+	// Reserve the waiter's place first, so that clients blocking at once
+	// on other shards cannot pass the bound together.
+	if kw.n.Add(1) > maxKeyWaiters {
+		kw.n.Add(-1)
 		return false
 	}
 	w := &keyWaiter{cl: x.cl, try: try, timeout: timeoutReply, onMaster: !s.repl.IsReplica()}
@@ -124,7 +127,6 @@ func (x *ctx) blockOnKeys(keys []rkey, timeoutMS int64, try keyTry, timeoutReply
 		kw.m[wk] = append(kw.m[wk], w)
 	}
 	kw.all[w] = struct{}{}
-	kw.n.Add(1)
 	if !kw.running {
 		kw.running = true
 		go s.keyWaitTicker()
