@@ -410,16 +410,23 @@ func xrange(x *ctx, rev bool) {
 	case count == 0:
 		x.nullArray()
 	default:
-		x.c.Out = appendRange(x.c.Out, s, start, end, rev, max(count, 0))
+		x.c.Out = appendRange(x.c.Out, s, start, end, rev, max(count, 0), x.c.Reserve)
 	}
 }
 
 // appendRange appends the entries of s from start to end (rev: from end
 // down to start), at most count (0: all), as an array of [id, fields].
-func appendRange(dst []byte, s *stream.Stream, start, end stream.ID, rev bool, count int64) []byte {
+// room, if not nil, is asked before each entry whether the reply built so
+// far still fits the client's output buffer limit (resp.Conn.Reserve):
+// past it the building stops, and the connection is closed, so that one
+// read of a large stream does not build the whole reply first.
+func appendRange(dst []byte, s *stream.Stream, start, end stream.ID, rev bool, count int64, room func(int) bool) []byte {
 	var body []byte
 	n := int64(0)
 	s.Range(start, end, rev, func(e stream.Entry) bool {
+		if room != nil && !room(len(body)) {
+			return false
+		}
 		body = redcon.AppendArray(body, 2)
 		body = appendStreamID(body, e.ID)
 		body = redcon.AppendArray(body, len(e.Fields))
@@ -692,7 +699,7 @@ func cmdXread(x *ctx) {
 		}
 		body = redcon.AppendBulk(body, x.keys[i].key)
 		start, _ := ids[i].Incr()
-		body = appendRange(body, s, start, stream.MaxID, false, count)
+		body = appendRange(body, s, start, stream.MaxID, false, count, func(n int) bool { return x.c.Reserve(len(body) + n) })
 	}
 	if served > 0 {
 		if x.proto() == resp.RESP2 {
@@ -743,7 +750,7 @@ func (x *ctx) blockXread(ids []stream.ID, timeout, count int64) {
 		}
 		out = redcon.AppendBulk(out, key)
 		start, _ := gt.Incr()
-		return appendRange(out, s, start, stream.MaxID, false, count), true
+		return appendRange(out, s, start, stream.MaxID, false, count, nil), true
 	}
 	if !x.blockOnKeys(x.keys, timeout, try, resp.AppendNullArray(nil, proto)) {
 		x.errorReply(msgTooManyBlocked)

@@ -351,6 +351,12 @@ func serveNew(x *ctx, r *groupRead, c *stream.Consumer, start stream.ID, count i
 	var ids []stream.ID
 	entries := x.deferred(func() {
 		r.s.Range(start, stream.MaxID, false, func(e stream.Entry) bool {
+			if !x.c.Reserve(0) {
+				// Past the output buffer limit (the reply built so far
+				// is Out): the connection closes; what was delivered
+				// stays pending, for another read or XAUTOCLAIM.
+				return false
+			}
 			x.streamEntryReply(e.ID, e.Fields)
 			ids = append(ids, e.ID)
 			return count == 0 || int64(len(ids)) < count
