@@ -332,6 +332,9 @@ func serveHistory(x *ctx, r *groupRead, c *stream.Consumer, start stream.ID, cou
 	})
 	x.array(len(ids))
 	for _, id := range ids {
+		if !x.c.Reserve(0) {
+			return // past the output buffer limit: the connection closes
+		}
 		fields, ok := r.s.Get(id)
 		if !ok {
 			x.array(2)
@@ -543,6 +546,9 @@ func cmdXInfoStream(x *ctx) {
 	n := 0
 	entries := x.deferred(func() {
 		s.Range(stream.ID{}, stream.MaxID, false, func(e stream.Entry) bool {
+			if !x.c.Reserve(0) {
+				return false // past the output buffer limit: the connection closes
+			}
 			x.streamEntryReply(e.ID, e.Fields)
 			n++
 			return count == 0 || int64(n) < count
@@ -568,7 +574,7 @@ func cmdXInfoStream(x *ctx) {
 		x.array(limitCount(g.PendingCount(), count))
 		i := 0
 		g.RangePending(stream.ID{}, stream.MaxID, func(p *stream.Pending) bool {
-			if count != 0 && int64(i) >= count {
+			if count != 0 && int64(i) >= count || !x.c.Reserve(0) {
 				return false
 			}
 			i++
@@ -593,7 +599,7 @@ func cmdXInfoStream(x *ctx) {
 			x.array(limitCount(c.PendingCount(), count))
 			i := 0
 			c.RangePending(stream.ID{}, stream.MaxID, func(p *stream.Pending) bool {
-				if count != 0 && int64(i) >= count {
+				if count != 0 && int64(i) >= count || !x.c.Reserve(0) {
 					return false
 				}
 				i++

@@ -10,7 +10,8 @@ import (
 	"github.com/cellserver/cellserver/server"
 )
 
-// TestStreamReadsBoundedByOutputLimit: XRANGE, XREAD and XREADGROUP of a
+// TestStreamReadsBoundedByOutputLimit: XRANGE, XREAD, XREADGROUP (new
+// entries and history) and XINFO STREAM FULL of a
 // stream far larger than the client's output buffer limit stop building
 // the reply once it passes the limit (the memory allocated stays near the
 // limit, not the stream's size) and close the connection, as every reply
@@ -35,6 +36,8 @@ func TestStreamReadsBoundedByOutputLimit(t *testing.T) {
 		{"XRANGE", "big", "-", "+"},
 		{"XREAD", "STREAMS", "big", "0"},
 		{"XREADGROUP", "GROUP", "g", "c", "STREAMS", "big", ">"},
+		{"XREADGROUP", "GROUP", "g", "c", "STREAMS", "big", "0"}, // the history just delivered
+		{"XINFO", "STREAM", "big", "FULL", "COUNT", "0"},
 	} {
 		c := resptest.MustDial(t, addr)
 		var before, after runtime.MemStats
