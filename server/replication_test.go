@@ -62,6 +62,18 @@ func waitInSync(t *testing.T, primary *node, replicas ...*node) {
 			return link == "up" && at == want, fmt.Sprintf("master_link_status:%s slave_repl_offset:%s, primary's master_repl_offset:%s", link, at, want)
 		})
 	}
+	// The replica reports its link up once the full copy's end arrives,
+	// which can be before the primary counts it online (sync-replicas
+	// counts only online replicas): wait for the primary's view too.
+	testwait.For(t, 20*time.Second, primary.addr+" counts its replicas online", func() (bool, string) {
+		online := 0
+		for i := 0; i < 16; i++ {
+			if strings.Contains(primary.info(t, fmt.Sprintf("slave%d", i)), "state=online") {
+				online++
+			}
+		}
+		return online >= len(replicas), fmt.Sprintf("%d replicas online, want %d", online, len(replicas))
+	})
 }
 
 // dump encodes every entry of every database that is still live at
