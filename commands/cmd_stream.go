@@ -358,34 +358,48 @@ func cmdXrange(x *ctx) { xrange(x, false) }
 // XREVRANGE key end start [COUNT count]
 func cmdXrevrange(x *ctx) { xrange(x, true) }
 
+// rangeBound parses one end of XRANGE's interval (end: the upper one,
+// whose missing sequence is the greatest): an exclusive start "(id" is
+// the ID after it, an exclusive end the ID before it. On an error it
+// answers it and returns false.
+func rangeBound(x *ctx, arg []byte, end bool) (stream.ID, bool) {
+	missing := uint64(0)
+	if end {
+		missing = ^uint64(0)
+	}
+	id, ex, msg := parseInterval(arg, missing)
+	if msg != noErr {
+		x.errorReply(msg)
+		return id, false
+	}
+	if !ex {
+		return id, true
+	}
+	next, ok := id.Incr()
+	if end {
+		next, ok = id.Decr()
+		msg = msgStreamEndInterval
+	} else {
+		msg = msgStreamStartInterval
+	}
+	if !ok {
+		x.errorReply(msg)
+	}
+	return next, ok
+}
+
 func xrange(x *ctx, rev bool) {
 	startArg, endArg := x.args[2], x.args[3]
 	if rev {
 		startArg, endArg = endArg, startArg
 	}
-	start, ex, msg := parseInterval(startArg, 0)
-	if msg != noErr {
-		x.errorReply(msg)
+	start, ok := rangeBound(x, startArg, false)
+	if !ok {
 		return
 	}
-	if ex {
-		var ok bool
-		if start, ok = start.Incr(); !ok {
-			x.errorReply(msgStreamStartInterval)
-			return
-		}
-	}
-	end, ex, msg := parseInterval(endArg, ^uint64(0))
-	if msg != noErr {
-		x.errorReply(msg)
+	end, ok := rangeBound(x, endArg, true)
+	if !ok {
 		return
-	}
-	if ex {
-		var ok bool
-		if end, ok = end.Decr(); !ok {
-			x.errorReply(msgStreamEndInterval)
-			return
-		}
 	}
 	count := int64(-1)
 	for j := 4; j < len(x.args); j++ {

@@ -431,14 +431,13 @@ func cmdXPending(x *ctx) {
 
 // ---- XCLAIM ----
 
-// XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms] [TIME
-// ms-unix-time] [RETRYCOUNT count] [FORCE] [JUSTID] [LASTID lastid]
-func cmdXClaim(x *ctx) {
-	k := &x.keys[0]
-	now := x.clockMS()
+// claimGroup is XCLAIM's and XAUTOCLAIM's lookup: k's stream and the
+// group named by the second argument, or false once the error (WRONGTYPE,
+// NOGROUP) is answered.
+func claimGroup(x *ctx, k *rkey) (*keyspace.Value, *stream.Stream, *stream.Group, bool) {
 	v, s, ok := groupStream(x, k)
 	if !ok {
-		return
+		return nil, nil, nil, false
 	}
 	var g *stream.Group
 	if s != nil {
@@ -446,6 +445,18 @@ func cmdXClaim(x *ctx) {
 	}
 	if g == nil {
 		x.errorReply(errNoGroupKey(x.args[1], x.args[2]))
+		return nil, nil, nil, false
+	}
+	return v, s, g, true
+}
+
+// XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms] [TIME
+// ms-unix-time] [RETRYCOUNT count] [FORCE] [JUSTID] [LASTID lastid]
+func cmdXClaim(x *ctx) {
+	k := &x.keys[0]
+	now := x.clockMS()
+	v, s, g, ok := claimGroup(x, k)
+	if !ok {
 		return
 	}
 	minIdle, ok := parseRedisInt(x.args[4])
@@ -638,16 +649,8 @@ func cmdXAutoClaim(x *ctx) {
 	}
 	k := &x.keys[0]
 	now := x.clockMS()
-	v, s, ok := groupStream(x, k)
+	v, s, g, ok := claimGroup(x, k)
 	if !ok {
-		return
-	}
-	var g *stream.Group
-	if s != nil {
-		g = s.Group(string(x.args[2]))
-	}
-	if g == nil {
-		x.errorReply(errNoGroupKey(x.args[1], x.args[2]))
 		return
 	}
 	name := string(x.args[3])
