@@ -103,6 +103,40 @@ func change(rng *rand.Rand, ks *keyspace.Keyspace, n, keys int) {
 	}
 }
 
+// checkCrash copies dir, sv's directory, as a crash would leave it now
+// (every change so far written to the log) and checks that it reopens to
+// exactly sv's keyspace: by the store alone for an even n (its Load
+// replays the log into pebble), else as the server starts (the log
+// replayed into a keyspace, persistence.Load and Replay, then
+// checkpointed by Close, leaving no segment and pebble alone holding the
+// state).
+func checkCrash(t *testing.T, sv *served, dir string, n, round int) {
+	t.Helper()
+	sv.written(t)
+	want := records(sv.ks)
+	crashed := crashCopy(t, dir)
+	if n%2 == 0 {
+		r := open(t, crashed, persistence.OpenOptions{}, Options{})
+		storetest.CheckRecords(t, r, want)
+		r.Close()
+		return
+	}
+	rs := serve(t, crashed, Options{CheckpointBytes: 1 << 40})
+	if got := records(rs.ks); !sameRecords(got, want) {
+		t.Fatalf("round %d: the keyspace after the replay differs: %s", round, recordsDiff(got, want))
+	}
+	rs.close(t)
+	if segs := segFiles(t, crashed); len(segs) != 0 {
+		t.Fatalf("round %d: segments after the replay and a clean close: %v", round, segs)
+	}
+	p, err := pebblestore.OpenStore(crashed, persistence.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.CheckRecords(t, p, want)
+	p.Close()
+}
+
 // TestCheckpointFromKeyspace: with a keyspace attached, checkpoints write
 // the changed keys read from it. At random points the directory is copied
 // as a crash would leave it (the log written, a checkpoint done or not):
@@ -125,32 +159,7 @@ func TestCheckpointFromKeyspace(t *testing.T) {
 			}
 		}
 		if rng.IntN(2) == 0 {
-			sv.written(t)
-			want := records(sv.ks)
-			crashed := crashCopy(t, dir)
-			if crashes%2 == 0 {
-				// The store alone: its Load replays the log into pebble.
-				r := open(t, crashed, persistence.OpenOptions{}, Options{})
-				storetest.CheckRecords(t, r, want)
-				r.Close()
-			} else {
-				// As the server starts: the log replayed into a keyspace
-				// (persistence.Load, Replay), then checkpointed by Close.
-				rs := serve(t, crashed, Options{CheckpointBytes: 1 << 40})
-				if got := records(rs.ks); !sameRecords(got, want) {
-					t.Fatalf("round %d: the keyspace after the replay holds %d records, want %d", round, len(got), len(want))
-				}
-				rs.close(t)
-				if segs := segFiles(t, crashed); len(segs) != 0 {
-					t.Fatalf("round %d: segments after the replay and a clean close: %v", round, segs)
-				}
-				p, err := pebblestore.OpenStore(crashed, persistence.OpenOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				storetest.CheckRecords(t, p, want)
-				p.Close()
-			}
+			checkCrash(t, sv, dir, crashes, round)
 			crashes++
 		}
 	}

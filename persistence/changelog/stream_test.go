@@ -83,20 +83,7 @@ func TestStreamDeltas(t *testing.T) {
 			changeStreams(rng, sv.ks, 50, 6, &ms)
 		}
 		if rng.IntN(2) == 0 {
-			sv.written(t)
-			want := records(sv.ks)
-			crashed := crashCopy(t, dir)
-			if crashes%2 == 0 {
-				r := open(t, crashed, persistence.OpenOptions{}, Options{})
-				storetest.CheckRecords(t, r, want)
-				r.Close()
-			} else {
-				rs := serve(t, crashed, Options{CheckpointBytes: 1 << 40})
-				if got := records(rs.ks); !sameRecords(got, want) {
-					t.Fatalf("round %d: the keyspace after the replay differs: %s", round, recordsDiff(got, want))
-				}
-				rs.close(t)
-			}
+			checkCrash(t, sv, dir, crashes, round)
 			crashes++
 		}
 	}
