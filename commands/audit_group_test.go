@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cellserver/cellserver/commands"
 	"github.com/cellserver/cellserver/internal/servertest"
@@ -81,5 +82,31 @@ func TestAuditEntryGroupedWithItsDecision(t *testing.T) {
 	do("MSET", "a", "1", "b", "2")
 	if got, want := strings.Join(log.events, ", "), "begin, put a, put b, end"; got != want {
 		t.Fatalf("MSET of two keys told the journal %q, want %q", got, want)
+	}
+}
+
+// TestAuditEdges: at the Unix epoch the first entry of a new audit
+// stream is 0-1 (0-0 is no valid ID; Append would refuse it), and an
+// audit stream at its size cap takes no more entries, counted as dropped,
+// while the decisions go on.
+func TestAuditEdges(t *testing.T) {
+	clk := servertest.NewClock(time.Unix(0, 0))
+	d := newDirect(t, commands.Config{Policies: mustPolicies(t, "policies:\n  - {name: p, algorithm: fixed, limit: 1000, period: 1m, audit: all}\n"), Clock: clk.Now})
+	d.do("CL.APPLY", "k", "p")
+	if es := entries(t, d.srv, "audit:p"); len(es) != 1 || !strings.HasPrefix(es[0], "0-1 ") {
+		t.Fatalf("the first entry at the epoch: %q, want ID 0-1", es)
+	}
+	defer commands.SetMaxStreamSize(1 << 10)()
+	for range 100 {
+		if out := d.do("CL.APPLY", "k", "p"); !strings.HasPrefix(out, "*") {
+			t.Fatalf("CL.APPLY with the audit stream at its cap answered %q", out)
+		}
+	}
+	n := len(entries(t, d.srv, "audit:p"))
+	if n >= 100 || n < 3 {
+		t.Fatalf("%d entries after 101 calls with a 1 KiB cap, want the stream to stop near it", n)
+	}
+	if info := d.do("INFO", "policies"); !strings.Contains(info, fmt.Sprintf("dropped_oom=%d", 101-n)) {
+		t.Fatalf("INFO policies does not count the %d entries dropped at the cap:\n%s", 101-n, info)
 	}
 }

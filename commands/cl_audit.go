@@ -155,6 +155,10 @@ func (x *ctx) audit(p *policy.Policy, d auditDecision) {
 	var st *stream.Stream
 	if v != nil {
 		st = v.Obj.(*stream.Stream)
+		if st.MemSize() >= maxStreamSize { // at its size cap, as XADD refuses
+			c.AuditOOM.Add(1)
+			return
+		}
 	}
 	id, ok := auditID(st, nowMS)
 	if !ok {
@@ -218,6 +222,9 @@ func (x *ctx) auditUnlock() {
 func auditID(st *stream.Stream, nowMS int64) (stream.ID, bool) {
 	ms := uint64(max(nowMS, 0))
 	if st == nil {
+		if ms == 0 { // 0-0 is no valid ID: at or before the epoch, 0-1
+			return stream.ID{Seq: 1}, true
+		}
 		return stream.ID{Ms: ms}, true
 	}
 	last := st.LastID()

@@ -43,3 +43,11 @@ func ShardAfter(s *Service, a, b string) bool {
 	db := s.ks.DB(0)
 	return shardCompare(db.Shard([]byte(a)), db.Shard([]byte(b))) < 0
 }
+
+// SetMaxStreamSize sets the size cap of a stream (stream.MaxSize) and
+// returns a func that restores it.
+func SetMaxStreamSize(n int) (restore func()) {
+	old := maxStreamSize
+	maxStreamSize = n
+	return func() { maxStreamSize = old }
+}
