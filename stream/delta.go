@@ -19,10 +19,11 @@ const deltaHeader = 8 + 8 + 4
 const maxDeltaOps = 1 << 31
 
 // op counts one operation of code and reports whether its payload must be
-// appended to s.delta (false while the whole value will be written).
+// appended to s.delta (false while the whole value will be written, or
+// while no journal consumer has asked for a delta: see Delta).
 func (s *Stream) op(code byte) bool {
 	s.ver++
-	if s.full {
+	if s.full || !s.recording {
 		return false
 	}
 	if len(s.delta) == 0 {
@@ -36,8 +37,19 @@ func (s *Stream) op(code byte) bool {
 	return true
 }
 
-// Delta: see api.go.
+// Delta: see api.go. A stream records its operations only once a journal
+// consumer has asked for a delta: until then (a server that persists and
+// replicates nothing never asks) Append and the others only count their
+// versions, and the first Delta returns the whole value (nil, false) —
+// always correct — and starts recording from the next change on. It also
+// marks the stream full, so that every other consumer of this same change
+// is told the same (nil, false) until ResetDelta.
 func (s *Stream) Delta() (d []byte, ok bool) {
+	if !s.recording {
+		s.recording = true
+		s.full = true
+		s.delta = s.delta[:0]
+	}
 	if s.full {
 		return nil, false
 	}

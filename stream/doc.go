@@ -31,5 +31,7 @@
 // the version it starts from, so that replaying a change log over a
 // checkpoint that already holds some of its changes skips them
 // (ApplyDelta reports them as already applied) and never applies one
-// twice.
+// twice. A stream records its operations only once a consumer has asked
+// for its delta: where nothing persists or replicates, none is recorded,
+// and the first Delta of a stream answers with the whole value.
 package stream

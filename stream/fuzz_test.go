@@ -51,7 +51,7 @@ func FuzzDecode(f *testing.F) {
 func FuzzApplyDelta(f *testing.F) {
 	s := seedStream()
 	base := s.AppendBinary(nil)
-	s.ResetDelta()
+	journaled(s)
 	s.Append(ID{Ms: 1000}, [][]byte{[]byte("k"), []byte("v"), []byte("n"), []byte("1")})
 	s.Delete(ID{Ms: 50, Seq: 1})
 	s.Trim(TrimArgs{MaxLen: 100, Approx: true, Limit: 100})

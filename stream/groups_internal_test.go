@@ -10,7 +10,7 @@ import (
 
 // groupStream returns a stream with no entries, for the groups' tests
 // (they do not need entries).
-func groupStream() *Stream { return &Stream{inc: 42} }
+func groupStream() *Stream { return &Stream{inc: 42, recording: true} }
 
 // groupsBytes is the groups' whole encoding, to compare two streams.
 func groupsBytes(s *Stream) []byte { return s.cg.appendBinary(nil) }
@@ -299,7 +299,7 @@ func TestGroupsWithEntries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.ResetDelta()
+	journaled(s)
 	for round := 0; round < 20; round++ {
 		add(rng.Intn(30))
 		c := g.Consumer("a")

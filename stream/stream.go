@@ -26,6 +26,10 @@ type Stream struct {
 	ver   uint64 // operations applied since the incarnation began
 	delta []byte // operations since the last ResetDelta; nil with full set
 	full  bool   // the next journal write must be the whole value
+	// recording: a journal consumer has asked for a delta (Delta), so
+	// the operations' payloads are appended to delta; off in a new,
+	// decoded or cloned stream.
+	recording bool
 }
 
 // The entries' delta operations (codes below firstGroupOp).

@@ -13,7 +13,9 @@ import (
 // audit entry's names; keys of 1024 in turn, numbers as the decision
 // gives them), then, as the audit does, Trim (MAXLEN ~ 100000, LIMIT
 // 10000) once the length passes 100000, and ResetDelta as the keyspace
-// does after the journal has seen the change.
+// does after the journal has seen the change (no journal asks for a
+// delta: the stream records none, as on a server that neither persists
+// nor replicates).
 func BenchmarkAppendAudit(b *testing.B) {
 	const keys, maxLen = 1024, 100000
 	entries := make([][][]byte, keys)

@@ -70,7 +70,7 @@ func TestModel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.ResetDelta()
+		journaled(s)
 		next := ID{Ms: uint64(rng.IntN(1000))}
 		for step := 0; step < steps; step++ {
 			cases++
@@ -305,4 +305,55 @@ func TestAuditEntrySize(t *testing.T) {
 	if per-key > 80 || heap-key > 80 {
 		t.Fatalf("%.1f (MemSize) and %.1f (heap) bytes per entry beyond the key, want <= 80", per-key, heap-key)
 	}
+}
+
+// journaled makes s record its deltas as a stream does once a journal
+// consumer has asked for one (Delta, then ResetDelta after the write).
+func journaled(s *Stream) *Stream {
+	s.Delta()
+	s.ResetDelta()
+	return s
+}
+
+// TestDeltaRecordedOnceAsked: a stream no consumer has asked for a delta
+// records none (its changes only count versions); the first Delta answers
+// with the whole value for every consumer of that change, and the changes
+// after it are recorded and replay onto a copy.
+func TestDeltaRecordedOnceAsked(t *testing.T) {
+	for _, s := range []*Stream{New(), seedStream().Clone(), mustDecode(t, seedStream().AppendBinary(nil))} {
+		s.ResetDelta() // what the keyspace does after storing it
+		ver := s.ver
+		s.Append(ID{Ms: 1 << 40}, [][]byte{[]byte("a"), []byte("b")})
+		if len(s.delta) != 0 || s.ver != ver+1 {
+			t.Fatalf("unasked: delta %d bytes, version %d after %d", len(s.delta), s.ver, ver)
+		}
+		for range 2 { // the change log and the replication stream
+			if d, ok := s.Delta(); ok {
+				t.Fatalf("first Delta = %d bytes, want the whole value", len(d))
+			}
+		}
+		s.ResetDelta()
+		replica := mustDecode(t, s.AppendBinary(nil))
+		s.Append(ID{Ms: 1<<40 + 1}, [][]byte{[]byte("c"), []byte("d")})
+		d, ok := s.Delta()
+		if !ok {
+			t.Fatal("no delta once asked")
+		}
+		if applied, err := replica.ApplyDelta(d); !applied || err != nil {
+			t.Fatalf("ApplyDelta = %v, %v", applied, err)
+		}
+		// The replica records nothing itself, and replays all the same.
+		if len(replica.delta) != 0 || !bytes.Equal(replica.AppendBinary(nil), s.AppendBinary(nil)) {
+			t.Fatal("replica differs or recorded")
+		}
+	}
+}
+
+func mustDecode(t *testing.T, b []byte) *Stream {
+	t.Helper()
+	s, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
