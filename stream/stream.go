@@ -425,9 +425,14 @@ func (s *Stream) delete(id ID) bool {
 			// streamIteratorRemoveEntry: the node's last live entry
 			// takes the node with it.
 			s.mem -= nodeOverhead + cap(n.data)
-			copy(s.nodes[i:], s.nodes[i+1:])
-			s.nodes[len(s.nodes)-1] = nil
-			s.nodes = s.nodes[:len(s.nodes)-1]
+			if i == 0 { // the oldest node (a queue's XDEL): no shift
+				s.nodes[0] = nil
+				s.nodes = s.nodes[1:]
+			} else {
+				copy(s.nodes[i:], s.nodes[i+1:])
+				s.nodes[len(s.nodes)-1] = nil
+				s.nodes = s.nodes[:len(s.nodes)-1]
+			}
 		} else {
 			n.data[it.off] |= flagDeleted
 			n.live--
