@@ -15,7 +15,6 @@ import "encoding/binary"
 // calls op once, then appends its payload to s.delta when op says so.
 const deltaHeader = 8 + 8 + 4
 
-
 // op counts one operation of code and reports whether its payload must be
 // appended to s.delta (false while the whole value will be written, or
 // while no journal consumer has asked for a delta: see Delta).
