@@ -170,8 +170,8 @@ func (s *Stream) applyEntryOp(code byte, r *reader) {
 		if r.err != nil {
 			return
 		}
-		if top, ok := s.LastEntryID(); ok && last.Less(top) {
-			r.fail()
+		if top, ok := s.LastEntryID(); ok && last.Less(top) || added < s.length || last.Less(maxDel) {
+			r.fail() // XSETID refuses these (its checks): no valid delta holds them
 			return
 		}
 		s.SetID(last, added, maxDel)

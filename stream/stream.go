@@ -658,7 +658,9 @@ func Decode(b []byte) (*Stream, error) {
 		s.mem += nodeOverhead + cap(n.data)
 		s.nodes = append(s.nodes, n)
 	}
-	if hasLive && s.lastID.Less(maxLive) {
+	// XSETID keeps entries-added at or above the length and the greatest
+	// deleted ID at or below the last ID; lag and distances rely on it.
+	if hasLive && s.lastID.Less(maxLive) || s.entriesAdded < s.length || s.lastID.Less(s.maxDeletedID) {
 		return nil, ErrCorrupt
 	}
 	decodeGroups(&r, s)

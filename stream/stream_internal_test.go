@@ -92,7 +92,11 @@ func TestModel(t *testing.T) {
 				if last.Less(s.LastID()) && rng.IntN(3) == 0 {
 					last = s.LastID()
 				}
-				s.SetID(last, s.EntriesAdded()+uint64(rng.IntN(3)), ID{last.Ms, uint64(rng.IntN(2))})
+				maxDel := ID{last.Ms, uint64(rng.IntN(2))}
+				if last.Less(maxDel) { // XSETID refuses a greatest deleted ID above the last
+					maxDel = last
+				}
+				s.SetID(last, s.EntriesAdded()+uint64(rng.IntN(3)), maxDel)
 				if s.LastID() != last {
 					t.Fatalf("run %d step %d: LastID %v after SetID(%v)", run, step, s.LastID(), last)
 				}
@@ -356,4 +360,40 @@ func mustDecode(t *testing.T, b []byte) *Stream {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// TestDecodeRefusesImpossibleCounters: XSETID keeps entries-added at or
+// above the length and the greatest deleted ID at or below the last ID
+// (lag and distances depend on it), so an encoding or a delta breaking
+// either is malformed.
+func TestDecodeRefusesImpossibleCounters(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		added  uint64
+		maxDel ID
+	}{
+		{"entries-added below the length", 1, ID{}},
+		{"greatest deleted ID above the last", 2, ID{9, 0}},
+	} {
+		s := New()
+		s.Append(ID{1, 0}, [][]byte{[]byte("f"), []byte("v")})
+		s.Append(ID{2, 0}, [][]byte{[]byte("f"), []byte("v")})
+		base := mustDecode(t, s.AppendBinary(nil))
+		journaled(base)
+		s.SetID(ID{2, 0}, tc.added, tc.maxDel) // the caller's checks skipped
+		if _, err := Decode(s.AppendBinary(nil)); err == nil {
+			t.Errorf("%s: Decode accepted it", tc.name)
+		}
+		journaled(s)
+		src := mustDecode(t, base.AppendBinary(nil))
+		journaled(src)
+		src.SetID(ID{2, 0}, tc.added, tc.maxDel)
+		d, ok := src.Delta()
+		if !ok {
+			t.Fatalf("%s: no delta", tc.name)
+		}
+		if _, err := base.ApplyDelta(d); err == nil {
+			t.Errorf("%s: ApplyDelta accepted it", tc.name)
+		}
+	}
 }
