@@ -1,12 +1,15 @@
 package commands_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cellserver/cellserver/internal/resptest"
 	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/persistence/changelog"
+	"github.com/cellserver/cellserver/persistence/pebblestore"
 	"github.com/cellserver/cellserver/server"
 )
 
@@ -214,5 +217,35 @@ func TestXreadBlockNotWokenByOtherStreamChanges(t *testing.T) {
 	got := readRaw(t, r)
 	if !strings.Contains(got, "1-1") || !strings.Contains(got, "2-1") {
 		t.Fatalf("XREADGROUP BLOCK woken by XADD answered %q, want entries 1-1 and 2-1", got)
+	}
+}
+
+// TestXreadBlockAfterRestartNotWokenByXSetID: with persistence, the first
+// change a restarted server journals of a stream it loaded is written
+// whole; that does not make the change wake blocked readers as a new
+// stream would: XSETID after a restart leaves XREAD BLOCK ... $ waiting.
+func TestXreadBlockAfterRestartNotWokenByXSetID(t *testing.T) {
+	dir := t.TempDir()
+	cfg := server.Config{DataDir: dir, OpenStore: changelog.Opener(pebblestore.OpenStore, changelog.Options{})}
+	srv, addr := servertest.Start(t, cfg)
+	c := resptest.MustDial(t, addr)
+	c.MustDo(t, "XADD", "bs", "1-1", "a", "b")
+	c.Close()
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, addr = servertest.Start(t, cfg)
+	r, w := resptest.MustDial(t, addr), resptest.MustDial(t, addr)
+	defer r.Close()
+	defer w.Close()
+	if err := r.Send("XREAD", "BLOCK", "0", "STREAMS", "bs", "$"); err != nil {
+		t.Fatal(err)
+	}
+	waitBlocked(t, w, "1")
+	w.MustDo(t, "XSETID", "bs", "100-0")
+	w.MustDo(t, "XADD", "bs", "200-0", "c", "d")
+	want := "*1\r\n*2\r\n$2\r\nbs\r\n*1\r\n*2\r\n$5\r\n200-0\r\n*2\r\n$1\r\nc\r\n$1\r\nd\r\n"
+	if got := readRaw(t, r); got != want {
+		t.Fatalf("XREAD BLOCK after a restart, XSETID then XADD answered %q, want only the XADD's entry %q", got, want)
 	}
 }

@@ -68,7 +68,8 @@ type Group struct {
 
 // Fresh reports whether the stream is new to its key since it was last
 // journaled (made, decoded, cloned, renamed: MarkFull), as opposed to
-// changed in place: a key's blocked readers are woken by a stream made
+// changed in place (even when that change is written whole, as the first
+// one a journal sees is): a key's blocked readers are woken by a stream made
 // there, and by an in-place change only when the command says so (XADD,
 // XGROUP DESTROY), as Redis signals them.
-func (s *Stream) Fresh() bool { return s.full }
+func (s *Stream) Fresh() bool { return s.fresh }

@@ -66,13 +66,13 @@ const opNop = firstGroupOp - 1
 // MarkFull makes the next journal write the whole value (the keyspace
 // calls it when the stream is new to its key).
 func (s *Stream) MarkFull() {
-	s.full = true
+	s.full, s.fresh = true, true
 	s.delta = s.delta[:0]
 }
 
 // ResetDelta: see api.go.
 func (s *Stream) ResetDelta() {
-	s.full = false
+	s.full, s.fresh = false, false
 	if cap(s.delta) > 64<<10 {
 		s.delta = nil
 	} else {

@@ -26,6 +26,7 @@ type Stream struct {
 	ver   uint64 // operations applied since the incarnation began
 	delta []byte // operations since the last ResetDelta; nil with full set
 	full  bool   // the next journal write must be the whole value
+	fresh bool   // new to its key since it was last journaled (MarkFull)
 	// recording: a journal consumer has asked for a delta (Delta), so
 	// the operations' payloads are appended to delta; off in a new,
 	// decoded or cloned stream.
