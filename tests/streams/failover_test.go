@@ -148,14 +148,25 @@ func runFailover(t *testing.T, srv server, ck clientKind) {
 
 	errs := 0
 	backoff := func(r response) {
-		// While no primary answers, do not spin (redis-py fails at once on
-		// a refused connection): a short pause before the next attempt, as
-		// tests/ha's load does. Not a wait for a condition.
+		// A command fails while no primary answers (redis-py fails at once
+		// on a refused connection): before the next attempt, wait for what
+		// it waits on, the sentinels agreeing on a primary that answers
+		// ROLE as one.
 		errs++
 		if errs <= 3 || errs%50 == 0 {
 			t.Logf("error %d: %s", errs, r.Err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		testwait.Poll(10*time.Second, func() (bool, string) {
+			addrs := harness.MasterAddrs(ctx, ss, masterName)
+			addr := harness.Agreed(addrs)
+			if addr == "" {
+				return false, fmt.Sprint(addrs)
+			}
+			c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+			defer c.Close()
+			role, err := c.Do(ctx, "ROLE").Slice()
+			return err == nil && len(role) > 0 && role[0] == "master", fmt.Sprintf("%s: ROLE %v %v", addr, role, err)
+		})
 	}
 	deadline := time.Now().Add(90 * time.Second)
 	checkDeadline := func(what string) {
