@@ -431,6 +431,17 @@ func cmdXPending(x *ctx) {
 
 // ---- XCLAIM ----
 
+// optInt reads the integer after the option at *j (moving *j onto it),
+// answering msg if it is not one.
+func optInt(x *ctx, j *int, msg wireErr) (int64, bool) {
+	*j++
+	n, ok := parseRedisInt(x.args[*j])
+	if !ok {
+		x.errorReply(msg)
+	}
+	return n, ok
+}
+
 // claimGroup is XCLAIM's and XAUTOCLAIM's lookup: k's stream and the
 // group named by the second argument, or false once the error (WRONGTYPE,
 // NOGROUP) is answered.
@@ -489,26 +500,20 @@ func cmdXClaim(x *ctx) {
 		case eqFold(opt, "justid"):
 			justID = true
 		case eqFold(opt, "idle") && more > 0:
-			j++
-			n, ok := parseRedisInt(x.args[j])
+			n, ok := optInt(x, &j, msgXClaimIdle)
 			if !ok {
-				x.errorReply(msgXClaimIdle)
 				return
 			}
 			delivery = now - n
 		case eqFold(opt, "time") && more > 0:
-			j++
-			n, ok := parseRedisInt(x.args[j])
+			n, ok := optInt(x, &j, msgXClaimTime)
 			if !ok {
-				x.errorReply(msgXClaimTime)
 				return
 			}
 			delivery = n
 		case eqFold(opt, "retrycount") && more > 0:
-			j++
-			n, ok := parseRedisInt(x.args[j])
+			n, ok := optInt(x, &j, msgXClaimRetry)
 			if !ok {
-				x.errorReply(msgXClaimRetry)
 				return
 			}
 			retry = n
