@@ -391,6 +391,9 @@ func cmdXPending(x *ctx) {
 		})
 		x.array(owners)
 		g.RangeConsumers(func(c *stream.Consumer) bool {
+			if !x.c.Reserve(0) {
+				return false // past the output buffer limit: the connection closes
+			}
 			if c.PendingCount() > 0 {
 				x.array(2)
 				x.bulkStr(c.Name)
@@ -421,6 +424,9 @@ func cmdXPending(x *ctx) {
 	}
 	x.array(len(found))
 	for _, p := range found {
+		if !x.c.Reserve(0) {
+			return // past the output buffer limit: the connection closes
+		}
 		x.array(4)
 		x.streamIDReply(p.ID)
 		x.bulkStr(p.Consumer.Name)

@@ -419,6 +419,9 @@ func cmdXInfoConsumers(x *ctx) {
 	}
 	x.array(g.ConsumerCount())
 	g.RangeConsumers(func(c *stream.Consumer) bool {
+		if !x.c.Reserve(0) {
+			return false // past the output buffer limit: the connection closes
+		}
 		x.mapLen(3)
 		x.bulkStr("name")
 		x.bulkStr(c.Name)
@@ -455,6 +458,9 @@ func cmdXInfoGroups(x *ctx) {
 	}
 	x.array(s.GroupCount())
 	s.RangeGroups(func(g *stream.Group) bool {
+		if !x.c.Reserve(0) {
+			return false // past the output buffer limit: the connection closes
+		}
 		x.mapLen(6)
 		x.bulkStr("name")
 		x.bulkStr(g.Name)

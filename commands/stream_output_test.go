@@ -1,6 +1,7 @@
 package commands_test
 
 import (
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -56,5 +57,69 @@ func TestStreamReadsBoundedByOutputLimit(t *testing.T) {
 		if v := w.MustDo(t, "PING"); v.Str != "PONG" {
 			t.Fatalf("PING after %v: %v", cmd, v)
 		}
+	}
+}
+
+// TestStreamGroupRepliesBoundedByOutputLimit: XPENDING's extended form,
+// XINFO CONSUMERS and XINFO GROUPS over tens of MB of
+// pending entries, consumers and groups (names of 1000 bytes) stop
+// building their replies once past the output buffer limit.
+func TestStreamGroupRepliesBoundedByOutputLimit(t *testing.T) {
+	_, addr := servertest.Start(t, server.Config{MaxOutputBuffer: 1 << 20})
+	w := resptest.MustDial(t, addr)
+	defer w.Close()
+	pipe := func(cmds [][]string) {
+		for _, c := range cmds {
+			if err := w.Send(c...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for range cmds {
+			if v, err := w.Read(); err != nil || v.Kind == '-' {
+				t.Fatalf("%v %v", v, err)
+			}
+		}
+	}
+	var cmds [][]string
+	for range 40000 {
+		cmds = append(cmds, []string{"XADD", "s", "*", "f", "v"})
+	}
+	pipe(cmds)
+	w.MustDo(t, "XGROUP", "CREATE", "s", "g", "0")
+	name := func(i int) string { return fmt.Sprintf("%0999d", i) }
+	cmds = cmds[:0]
+	for i := range 40 { // 40 consumers of 1000 entries each: 40000 pending
+		cmds = append(cmds, []string{"XREADGROUP", "GROUP", "g", name(i), "COUNT", "1000", "STREAMS", "s", ">"})
+	}
+	pipe(cmds)
+	cmds = cmds[:0]
+	for i := range 40000 {
+		cmds = append(cmds, []string{"XGROUP", "CREATECONSUMER", "s", "g", name(1000 + i)})
+	}
+	pipe(cmds)
+	cmds = cmds[:0]
+	for i := range 40000 {
+		cmds = append(cmds, []string{"XGROUP", "CREATE", "s", name(i), "0"})
+	}
+	pipe(cmds)
+	for _, cmd := range [][]string{
+		{"XPENDING", "s", "g", "-", "+", "100000"},
+		{"XINFO", "CONSUMERS", "s", "g"},
+		{"XINFO", "GROUPS", "s"},
+	} {
+		c := resptest.MustDial(t, addr)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		if err := c.Send(cmd...); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := c.Read(); err == nil {
+			t.Fatalf("%v: answered %d bytes past a 1 MiB output limit, want the connection closed", cmd, len(v.Encode(nil)))
+		}
+		runtime.ReadMemStats(&after)
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+			t.Errorf("%v allocated %d MiB for a reply cut at 1 MiB (about 40 MB whole)", cmd, grew>>20)
+		}
+		c.Close()
 	}
 }
