@@ -684,8 +684,12 @@ func cmdXAutoClaim(x *ctx) {
 		})
 		return found
 	}
+	held := 0 // bytes of the claimed entries' fields copied for the reply
 	for attempts > 0 && count > 0 {
 		attempts--
+		if !x.c.Reserve(held) {
+			break // past the output buffer limit: the connection closes
+		}
 		p := next()
 		if p == nil {
 			eof = true
@@ -712,6 +716,9 @@ func cmdXAutoClaim(x *ctx) {
 			claimed = append(claimed, id)
 			if !justID {
 				fields = append(fields, cloneFields(f))
+				for _, b := range f {
+					held += len(b) + 16
+				}
 			}
 			count--
 		}

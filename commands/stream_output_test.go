@@ -123,3 +123,43 @@ func TestStreamGroupRepliesBoundedByOutputLimit(t *testing.T) {
 		c.Close()
 	}
 }
+
+// TestXAutoClaimBoundedByOutputLimit: XAUTOCLAIM of tens of MB of
+// pending entries stops copying them for its reply once past the output
+// buffer limit (what it claimed stays claimed, pending).
+func TestXAutoClaimBoundedByOutputLimit(t *testing.T) {
+	_, addr := servertest.Start(t, server.Config{MaxOutputBuffer: 1 << 20})
+	w := resptest.MustDial(t, addr)
+	defer w.Close()
+	val := strings.Repeat("v", 2000)
+	for range 20000 { // 40 MB
+		if err := w.Send("XADD", "s", "*", "f", val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 20000 {
+		if _, err := w.Read(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.MustDo(t, "XGROUP", "CREATE", "s", "g", "0")
+	for range 50 { // each reply 800 KB, under the limit: 20000 pending
+		if v := w.MustDo(t, "XREADGROUP", "GROUP", "g", "c", "COUNT", "400", "STREAMS", "s", ">"); v.Kind == '-' {
+			t.Fatal(v.Str)
+		}
+	}
+	c := resptest.MustDial(t, addr)
+	defer c.Close()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := c.Send("XAUTOCLAIM", "s", "g", "c2", "0", "0", "COUNT", "100000"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Read(); err == nil {
+		t.Fatalf("XAUTOCLAIM answered %d bytes past a 1 MiB output limit, want the connection closed", len(v.Encode(nil)))
+	}
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+		t.Errorf("XAUTOCLAIM allocated %d MiB for a reply cut at 1 MiB (40 MB whole)", grew>>20)
+	}
+}
