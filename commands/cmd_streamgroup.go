@@ -551,7 +551,11 @@ func cmdXClaim(x *ctx) {
 		fields [][]byte
 	}
 	var out []claimed
+	held := 0 // bytes of the claimed entries' fields copied for the reply
 	for _, id := range ids {
+		if !x.c.Reserve(held) {
+			break // past the output buffer limit: the connection closes
+		}
 		p := g.Pending(id)
 		fields, exists := s.Get(id)
 		if !exists {
@@ -584,7 +588,14 @@ func cmdXClaim(x *ctx) {
 		}
 		s.SetPending(g, id, c, delivery, cnt)
 		changed = true
+		if justID {
+			out = append(out, claimed{id: id})
+			continue
+		}
 		out = append(out, claimed{id, cloneFields(fields)})
+		for _, b := range fields {
+			held += len(b) + 16
+		}
 	}
 	if changed {
 		k.sh.Changed(k.key, v)

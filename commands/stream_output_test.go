@@ -124,7 +124,7 @@ func TestStreamGroupRepliesBoundedByOutputLimit(t *testing.T) {
 	}
 }
 
-// TestXAutoClaimBoundedByOutputLimit: XAUTOCLAIM of tens of MB of
+// TestXAutoClaimBoundedByOutputLimit: XAUTOCLAIM and XCLAIM of tens of MB of
 // pending entries stops copying them for its reply once past the output
 // buffer limit (what it claimed stays claimed, pending).
 func TestXAutoClaimBoundedByOutputLimit(t *testing.T) {
@@ -137,10 +137,13 @@ func TestXAutoClaimBoundedByOutputLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	claim := []string{"XCLAIM", "s", "g", "c3", "0"}
 	for range 20000 {
-		if _, err := w.Read(); err != nil {
+		v, err := w.Read()
+		if err != nil {
 			t.Fatal(err)
 		}
+		claim = append(claim, v.Str)
 	}
 	w.MustDo(t, "XGROUP", "CREATE", "s", "g", "0")
 	for range 50 { // each reply 800 KB, under the limit: 20000 pending
@@ -148,18 +151,23 @@ func TestXAutoClaimBoundedByOutputLimit(t *testing.T) {
 			t.Fatal(v.Str)
 		}
 	}
-	c := resptest.MustDial(t, addr)
-	defer c.Close()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	if err := c.Send("XAUTOCLAIM", "s", "g", "c2", "0", "0", "COUNT", "100000"); err != nil {
-		t.Fatal(err)
-	}
-	if v, err := c.Read(); err == nil {
-		t.Fatalf("XAUTOCLAIM answered %d bytes past a 1 MiB output limit, want the connection closed", len(v.Encode(nil)))
-	}
-	runtime.ReadMemStats(&after)
-	if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
-		t.Errorf("XAUTOCLAIM allocated %d MiB for a reply cut at 1 MiB (40 MB whole)", grew>>20)
+	for _, cmd := range [][]string{
+		{"XAUTOCLAIM", "s", "g", "c2", "0", "0", "COUNT", "100000"},
+		claim,
+	} {
+		c := resptest.MustDial(t, addr)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		if err := c.Send(cmd...); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := c.Read(); err == nil {
+			t.Fatalf("%s answered %d bytes past a 1 MiB output limit, want the connection closed", cmd[0], len(v.Encode(nil)))
+		}
+		runtime.ReadMemStats(&after)
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+			t.Errorf("%s allocated %d MiB for a reply cut at 1 MiB (40 MB whole)", cmd[0], grew>>20)
+		}
+		c.Close()
 	}
 }
