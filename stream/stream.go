@@ -21,6 +21,15 @@ type Stream struct {
 	mem   int // the entries' estimated memory (MemSize without the groups)
 	// scratch holds the fields handed to Range's callback.
 	scratch [][]byte
+	// namedNode is a node whose master entry's names are named's
+	// (AppendNamed): entries appended to it with those names are not
+	// compared with the master's again.
+	namedNode *node
+	named     *Names
+	// spare is the data buffer of a node trim removed, kept (and counted
+	// in mem) for the next new node: a stream trimmed as it grows, as an
+	// audit stream is, allocates no node buffer once it is full.
+	spare []byte
 
 	inc   uint64 // incarnation (see the package doc)
 	ver   uint64 // operations applied since the incarnation began
@@ -135,27 +144,82 @@ func (s *Stream) LastEntryID() (ID, bool) {
 // Append panics otherwise) and fields must hold an even number (>= 2) of
 // names and values. The bytes are copied.
 func (s *Stream) Append(id ID, fields [][]byte) {
-	if !s.lastID.Less(id) || len(fields) < 2 || len(fields)%2 != 0 {
-		panic("stream: Append out of order or with odd fields")
+	if len(fields) < 2 || len(fields)%2 != 0 {
+		panic("stream: Append with odd fields")
 	}
+	s.append(id, nil, fields)
+}
+
+// Names is a list of field names fixed for the program's life, for
+// AppendNamed. NewNames makes one.
+type Names struct {
+	list       [][]byte
+	total, enc int // the names' bytes, and their length-prefixed encoding's
+}
+
+// NewNames returns the Names of names (at least one; copied).
+func NewNames(names ...string) *Names {
+	if len(names) == 0 {
+		panic("stream: NewNames of no name")
+	}
+	n := &Names{list: make([][]byte, len(names))}
+	for i, s := range names {
+		n.list[i] = []byte(s)
+		n.total += len(s)
+		n.enc += uvarintLen(uint64(len(s))) + len(s)
+	}
+	return n
+}
+
+// AppendNamed is Append of the entry whose field names are names and
+// whose values are values (one per name, else it panics). The names are
+// compared with a node's master entry once per node rather than once per
+// entry, and counted once per program.
+func (s *Stream) AppendNamed(id ID, names *Names, values [][]byte) {
+	if len(values) != len(names.list) {
+		panic("stream: AppendNamed with a value count unlike the names'")
+	}
+	s.append(id, names, values)
+}
+
+// append is Append (names nil: fields holds names and values
+// interleaved) and AppendNamed (fields holds the values of names).
+func (s *Stream) append(id ID, names *Names, fields [][]byte) {
+	if !s.lastID.Less(id) {
+		panic("stream: Append out of order")
+	}
+	// The field names and values: name i is nl[n0+i*step], value i
+	// vl[v0+i*step].
+	nl, vl, n0, v0, step := fields, fields, 0, 1, 2
+	if names != nil {
+		nl, n0, v0, step = names.list, 0, 0, 1
+	}
+	numFields := (len(fields) + step - 1) / step
 	// The strings' bytes, and their length-prefixed encoding's: all of
 	// them, the values'.
 	total, enc, encValues := 0, 0, 0
-	for i, f := range fields {
+	for i := v0; i < len(vl); i += step {
+		f := vl[i]
 		total += len(f)
-		e := uvarintLen(uint64(len(f))) + len(f)
-		enc += e
-		if i%2 == 1 {
-			encValues += e
+		encValues += uvarintLen(uint64(len(f))) + len(f)
+	}
+	if names != nil {
+		total += names.total
+		enc = encValues + names.enc
+	} else {
+		for i := 0; i < len(nl); i += 2 {
+			f := nl[i]
+			total += len(f)
+			enc += uvarintLen(uint64(len(f))) + len(f)
 		}
+		enc += encValues
 	}
 	if s.op(opAppend) {
-		s.delta = slices.Grow(s.delta, 2*binary.MaxVarintLen64+uvarintLen(uint64(len(fields)))+enc)
+		s.delta = slices.Grow(s.delta, 2*binary.MaxVarintLen64+uvarintLen(uint64(2*numFields))+enc)
 		s.delta = appendID(s.delta, id)
-		s.delta = appendUvarint(s.delta, uint64(len(fields)))
-		s.delta = putStrings(s.delta, fields, 0, 1)
+		s.delta = appendUvarint(s.delta, uint64(2*numFields))
+		s.delta = putPairs(s.delta, nl, vl, n0, v0, step)
 	}
-	numFields := len(fields) / 2
 
 	// streamAppendItem: a new node when the tail's listpack plus the
 	// entry's raw bytes would reach the node's bytes, or when the tail
@@ -188,25 +252,42 @@ func (s *Stream) Append(id ID, fields [][]byte) {
 	if n == nil {
 		n = &node{master: id, lpBytes: 7, nmf: numFields}
 		n.lpBytes += lpIntSize(1) + lpIntSize(0) + lpIntSize(int64(numFields))
-		// A node's data is allocated once, at the size of the node
-		// before it when that is not more than a full node's bytes
-		// (entries alike fill nodes alike), rather than grown from
-		// small by doubling; shrink gives it its exact size when it
-		// closes.
+		// A node's data is allocated once, rather than grown from
+		// small by doubling: at the size of the node before it when
+		// that is not more than a full node's bytes (entries alike
+		// fill nodes alike), and a sixteenth more, so that a node a
+		// little larger fits without growing; shrink gives it its
+		// exact size when it closes wasting more than an eighth.
+		// Trim's spare buffer (keepSpare) is taken when it holds that
+		// size.
 		if size > NodeMaxBytes || size < enc {
 			size = enc
 		}
-		n.data = make([]byte, 0, size)
-		for i := 0; i < len(fields); i += 2 {
-			n.data = appendBytes(n.data, fields[i])
-			n.lpBytes += lpStringSize(fields[i])
+		if sp := s.spare; sp != nil && cap(sp) >= size {
+			n.data = sp[:0]
+			s.spare = nil
+			s.mem -= cap(sp)
+		} else {
+			n.data = make([]byte, 0, size+size/16)
+		}
+		if names != nil {
+			s.namedNode, s.named = n, names
+		}
+		for i := n0; i < len(nl); i += step {
+			n.data = appendBytes(n.data, nl[i])
+			n.lpBytes += lpStringSize(nl[i])
 		}
 		n.lpBytes += lpIntSize(0)
 		n.start = len(n.data)
 		s.nodes = append(s.nodes, n)
 		s.mem += nodeOverhead
+	} else if names != nil && n == s.namedNode && names == s.named {
+		same = true
 	} else {
-		same = numFields == n.nmf && sameNames(n.data[:n.start], fields)
+		same = numFields == n.nmf && sameNames(n.data[:n.start], nl, n0, step)
+		if same && names != nil {
+			s.namedNode, s.named = n, names
+		}
 	}
 	flags := byte(0)
 	if same {
@@ -224,9 +305,9 @@ func (s *Stream) Append(id ID, fields [][]byte) {
 		n.data = append(n.data, flags)
 		n.data = appendUvarint(n.data, dms)
 		n.data = appendUvarint(n.data, seq)
-		n.data = putStrings(n.data, fields, 1, 2)
-		for i := 1; i < len(fields); i += 2 {
-			n.lpBytes += lpStringSize(fields[i])
+		n.data = putStrings(n.data, vl, v0, step)
+		for i := v0; i < len(vl); i += step {
+			n.lpBytes += lpStringSize(vl[i])
 		}
 	} else {
 		n.data = slices.Grow(n.data, 1+uvarintLen(dms)+uvarintLen(seq)+uvarintLen(uint64(numFields))+enc)
@@ -236,9 +317,9 @@ func (s *Stream) Append(id ID, fields [][]byte) {
 		n.data = appendUvarint(n.data, uint64(numFields))
 		n.lpBytes += lpIntSize(int64(numFields))
 		lpCount += int64(numFields + 1)
-		n.data = putStrings(n.data, fields, 0, 1)
-		for _, f := range fields {
-			n.lpBytes += lpStringSize(f)
+		n.data = putPairs(n.data, nl, vl, n0, v0, step)
+		for i := range numFields {
+			n.lpBytes += lpStringSize(nl[n0+i*step]) + lpStringSize(vl[v0+i*step])
 		}
 	}
 	n.lpBytes += lpIntSize(lpCount)
@@ -250,13 +331,23 @@ func (s *Stream) Append(id ID, fields [][]byte) {
 	s.lastID = id
 }
 
-// sameNames reports whether the names of fields (names and values) are
+// putPairs appends the names and values nl[n0+i*step], vl[v0+i*step] in
+// turn, length-prefixed (appendBytes).
+func putPairs(dst []byte, nl, vl [][]byte, n0, v0, step int) []byte {
+	for i := v0; i < len(vl); i += step {
+		dst = appendBytes(dst, nl[n0+i-v0])
+		dst = appendBytes(dst, vl[i])
+	}
+	return dst
+}
+
+// sameNames reports whether the names nl[from], nl[from+step], ... are
 // the master entry's, names its encoding (the node's data up to its first
 // record): they are compared in place, a name's length prefix one byte
 // when under 128.
-func sameNames(names []byte, fields [][]byte) bool {
-	for i := 0; i < len(fields); i += 2 {
-		f := fields[i]
+func sameNames(names []byte, nl [][]byte, from, step int) bool {
+	for i := from; i < len(nl); i += step {
+		f := nl[i]
 		if l := len(f); l < 0x80 {
 			if len(names) <= l || names[0] != byte(l) || string(names[1:1+l]) != string(f) {
 				return false
@@ -300,9 +391,9 @@ func uvarintLen(v uint64) int {
 }
 
 // shrink gives a node that takes no more entries its exact size (Redis's
-// lpShrinkToFit).
+// lpShrinkToFit) when it wastes more than an eighth of its buffer.
 func (s *Stream) shrink(n *node) {
-	if c := cap(n.data); c > len(n.data) {
+	if c := cap(n.data); c-len(n.data) > c/8 {
 		n.data = exactCopy(n.data)
 		s.mem += cap(n.data) - c
 	}
@@ -354,6 +445,7 @@ func (s *Stream) trim(a TrimArgs) int64 {
 		}
 		if remove {
 			s.mem -= nodeOverhead + cap(n.data)
+			s.keepSpare(n.data)
 			s.length -= uint64(entries)
 			deleted += entries
 			gone++
@@ -390,6 +482,16 @@ func (s *Stream) trim(a TrimArgs) int64 {
 		s.nodes = s.nodes[gone:]
 	}
 	return deleted
+}
+
+// keepSpare keeps data, a removed node's buffer, as the stream's spare
+// (counted in mem) when it is larger than the spare held and not more
+// than twice a full node's bytes.
+func (s *Stream) keepSpare(data []byte) {
+	if c := cap(data); c > cap(s.spare) && c <= 2*NodeMaxBytes {
+		s.mem += c - cap(s.spare)
+		s.spare = data[:0]
+	}
 }
 
 // Delete removes the entry id and reports whether it was live (XDEL); it

@@ -18,7 +18,7 @@ type modelEntry struct {
 
 // recomputeMem is MemSize's entries part recomputed from the nodes.
 func recomputeMem(s *Stream) int {
-	m := streamOverhead
+	m := streamOverhead + cap(s.spare)
 	for _, n := range s.nodes {
 		m += nodeOverhead + cap(n.data)
 	}
@@ -49,6 +49,25 @@ func randFields(rng *rand.Rand) [][]byte {
 	return [][]byte{[]byte("a"), fmt.Appendf(nil, "%d", rng.IntN(10)), []byte("b"), []byte("v")}
 }
 
+// modelNames are two Names of the audit entry's names (randFields' case 0).
+var modelNames = [2]*Names{
+	NewNames("key", "policy", "decision", "remaining", "retry_after_ms", "quantity", "client"),
+	NewNames("key", "policy", "decision", "remaining", "retry_after_ms", "quantity", "client"),
+}
+
+// sameList reports whether the names of fields are nm's.
+func sameList(fields [][]byte, nm *Names) bool {
+	if len(fields) != 2*len(nm.list) {
+		return false
+	}
+	for i, n := range nm.list {
+		if !bytes.Equal(fields[2*i], n) {
+			return false
+		}
+	}
+	return true
+}
+
 func liveIDs(s *Stream) []ID {
 	var ids []ID
 	s.Range(ID{}, MaxID, false, func(e Entry) bool { ids = append(ids, e.ID); return true })
@@ -61,7 +80,7 @@ func liveIDs(s *Stream) []ID {
 // replayed onto a copy, and MemSize against a recomputation.
 func TestModel(t *testing.T) {
 	const runs, steps = 120, 400
-	cases := 0
+	cases, named := 0, 0
 	for run := 0; run < runs; run++ {
 		rng := rand.New(rand.NewPCG(uint64(run), 31))
 		s := New()
@@ -109,9 +128,24 @@ func TestModel(t *testing.T) {
 				}
 				next.Seq++
 				f := randFields(rng)
-				s.Append(next, f)
-				model = append(model, modelEntry{next, f})
 				what = "append " + next.String()
+				if nm := modelNames[rng.IntN(2)]; rng.IntN(2) == 0 && sameList(f, nm) {
+					// The audit entry's names as a Names, one of two
+					// alike: entries appended by name and as fields
+					// mix in a node, and the encoding, the model and
+					// the replica (which appends them as fields)
+					// agree.
+					values := make([][]byte, 0, len(f)/2)
+					for i := 1; i < len(f); i += 2 {
+						values = append(values, f[i])
+					}
+					s.AppendNamed(next, nm, values)
+					what = "append named " + next.String()
+					named++
+				} else {
+					s.Append(next, f)
+				}
+				model = append(model, modelEntry{next, f})
 			case k < 15:
 				var id ID
 				if len(model) > 0 && rng.IntN(4) > 0 {
@@ -217,7 +251,11 @@ func TestModel(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d cases (%d runs of %d steps), each checked against the model, the encoding and a replica", cases, runs, steps)
+	if named == 0 {
+		t.Fatal("no entry was appended by name")
+	}
+	t.Logf("%d cases (%d runs of %d steps, %d entries appended by name), each checked against the model, the encoding and a replica",
+		cases, runs, steps, named)
 }
 
 func checkModel(t *testing.T, s *Stream, model []modelEntry, at string) {
