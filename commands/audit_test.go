@@ -606,3 +606,63 @@ func TestAuditLazyLock(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditRedoWhenBusy: a key whose shard comes after the audit
+// stream's in the lock order is decided under its own lock alone; the
+// audit stream's lock is then only tried, and when it is busy the call
+// stops before storing anything, releases the key's lock and runs again
+// with both locks taken in order. The test holds the audit stream's
+// shard: the call must wait without holding the key's lock and without
+// having stored its decision, and complete once the shard is released,
+// with one entry.
+func TestAuditRedoWhenBusy(t *testing.T) {
+	set := mustPolicies(t, "policies:\n  - {name: p, algorithm: fixed, limit: 5, period: 1m, audit: all}\n")
+	clk := servertest.NewClock(auditT0)
+	srv, err := commands.New(commands.Config{Policies: set, Clock: clk.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := "k" + strconv.Itoa(i); commands.ShardAfter(srv, "audit:p", k) {
+			key = k
+		}
+	}
+	serve := func(args ...string) string {
+		conn := new(resp.Conn)
+		srv.Open(conn)
+		defer srv.Close(conn)
+		b := make([][]byte, len(args))
+		for i, a := range args {
+			b[i] = []byte(a)
+		}
+		srv.ServeRESP(conn, b)
+		return string(conn.Out)
+	}
+	unlock := commands.LockKeyShard(srv, "audit:p")
+	reply := make(chan string, 1)
+	go func() { reply <- serve("CL.APPLY", key, "p") }()
+	testwait.Until(t, 10*time.Second, "the call run again", func() bool { return commands.AuditRedos(srv) == 1 })
+	if !commands.KeyShardFree(srv, key) {
+		unlock()
+		t.Fatalf("the call waits for the audit stream's lock holding %s's", key)
+	}
+	if got := serve("EXISTS", key); got != ":0\r\n" {
+		unlock()
+		t.Fatalf("EXISTS %s while the call waits: %q, want :0 (nothing stored)", key, got)
+	}
+	select {
+	case got := <-reply:
+		unlock()
+		t.Fatalf("the call replied %q with the audit stream's lock held", got)
+	default:
+	}
+	unlock()
+	if got := <-reply; got != "*5\r\n:0\r\n:5\r\n:4\r\n:-1\r\n:60\r\n" {
+		t.Fatalf("CL.APPLY %s p: %q", key, got)
+	}
+	es := entries(t, srv, "audit:p")
+	if len(es) != 1 || !strings.Contains(es[0], " key "+key+" ") || commands.AuditRedos(srv) != 1 {
+		t.Fatalf("entries %q, %d calls run again; want one entry of %s, one call", es, commands.AuditRedos(srv), key)
+	}
+}

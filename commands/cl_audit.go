@@ -60,28 +60,25 @@ import (
 // below s * 2^64 (policy.Policy.AuditKeep): each decision is kept
 // independently with probability s. With s = 1 nothing is drawn.
 
-// auditFields is the number of fields of an audit entry (names and
-// values).
-const auditFields = 14
+// auditFields is the number of fields of an audit entry.
+const auditFields = 7
 
-// auditScratch is a client's buffers for building an audit entry: the
-// numbers and the client field are written into buf; the other fields
-// point to fixed bytes (auditNames, auditDecisions, polName) or to the
-// decided key, and stream.Append copies them all.
+// auditScratch is a client's buffers for building an audit entry's
+// values: the numbers and the client field are written into buf; the
+// other values point to fixed bytes (auditSmall, the decisions, polName)
+// or to the decided key, and stream.AppendNamed copies them all.
 type auditScratch struct {
 	buf    []byte
-	fields [auditFields][]byte
+	values [auditFields][]byte
 	// pol is the policy whose name polName holds (a policy's name is
 	// copied once per client while its calls follow each other).
 	pol     *policy.Policy
 	polName []byte
 }
 
-// auditNames are an audit entry's field names, in order.
-var auditNames = [auditFields / 2][]byte{
-	[]byte("key"), []byte("policy"), []byte("decision"), []byte("remaining"),
-	[]byte("retry_after_ms"), []byte("quantity"), []byte("client"),
-}
+// auditNames are an audit entry's field names, in order (the entry is
+// appended with stream.AppendNamed, its names being these slices).
+var auditNames = stream.NewNames("key", "policy", "decision", "remaining", "retry_after_ms", "quantity", "client")
 
 // auditSmall holds the decimal forms of -1 to 99 (auditSmall[v+1]): the
 // usual retry_after_ms of an allowed call, quantities, small remainders.
@@ -122,22 +119,63 @@ type auditDecision struct {
 	quantity         int64
 }
 
+// The states of ctx.auditKeep.
+const (
+	auditUnknown int8 = iota // not drawn yet
+	auditKept
+	auditSkipped
+)
+
+// auditKeeps reports whether the entry of a decision of p (limited: a
+// refusal) is kept, by p's audit mode and sample; it draws once per
+// command (ctx.auditKeep), so that auditPrepare and audit agree.
+func (x *ctx) auditKeeps(p *policy.Policy, limited bool) bool {
+	if x.auditKeep == auditUnknown {
+		x.auditKeep = auditSkipped
+		if p.Audit.Audits(limited) && (!p.AuditSampled() || p.AuditKeep(x.s.pol.rand())) {
+			x.auditKeep = auditKept
+		}
+	}
+	return x.auditKeep == auditKept
+}
+
+// auditPrepare is called by a redoable command (ctx.auditRedoable) once
+// its decision is known and before it is stored: it draws whether the
+// entry is kept and, if so and runLocked left the audit stream's lock to
+// the audit (lazyAudit), takes that lock. Out of the lock order it only
+// tries (TryLock): if the lock is busy it returns false, and the command
+// must stop with nothing changed and nothing replied; runLocked then runs
+// it again with every lock taken up front.
+func (x *ctx) auditPrepare(p *policy.Policy, limited bool) bool {
+	sh := x.auditLock
+	if sh == nil || !x.auditKeeps(p, limited) {
+		return true
+	}
+	if x.auditTry {
+		if !sh.TryLock() {
+			x.auditRedo = true
+			return false
+		}
+	} else {
+		sh.Lock()
+	}
+	x.auditLock, x.auditHeld = nil, sh
+	return true
+}
+
 // audit appends d, a decision of policy p, to p's audit stream (the
 // call's last key, its shard locked, or locked here when runLocked left
-// it: lazyAudit) when p's audit mode and sample keep it. It never fails the call: an entry that cannot be appended is
-// dropped and counted.
+// it: lazyAudit) when p's audit mode and sample keep it. It never fails
+// the call: an entry that cannot be appended is dropped and counted.
 func (x *ctx) audit(p *policy.Policy, d auditDecision) {
-	if !p.Audit.Audits(d.limited) {
-		return
-	}
-	if p.AuditSampled() && !p.AuditKeep(x.s.pol.rand()) {
+	if !x.auditKeeps(p, d.limited) {
 		return
 	}
 	c := p.Counts
 	if c == nil { // an Envoy rate limit rule's audit
 		c = &x.s.pol.extAudit
 	}
-	if sh := x.auditLock; sh != nil { // runLocked left this lock to the entry (lazyAudit)
+	if sh := x.auditLock; sh != nil { // left to the entry, in the lock order (lazyAudit)
 		sh.Lock()
 		x.auditLock, x.auditHeld = nil, sh
 	}
@@ -165,13 +203,13 @@ func (x *ctx) audit(p *policy.Policy, d auditDecision) {
 		c.AuditIDExhausted.Add(1)
 		return
 	}
-	fields := x.auditEntry(p, &d)
+	values := x.auditEntry(p, &d)
 	if st == nil {
 		st = stream.New()
-		st.Append(id, fields)
+		st.AppendNamed(id, auditNames, values)
 		ak.replace(nil, keyspace.Value{Kind: keyspace.KindStream, Obj: st})
 	} else {
-		st.Append(id, fields)
+		st.AppendNamed(id, auditNames, values)
 		if st.Len() > uint64(p.AuditMaxLen) { // else nothing to trim: skip the call
 			st.Trim(stream.TrimArgs{MaxLen: p.AuditMaxLen, Approx: true, Limit: 100 * stream.NodeMaxEntries})
 		}
@@ -182,12 +220,21 @@ func (x *ctx) audit(p *policy.Policy, d auditDecision) {
 }
 
 // lazyAudit reports whether runLocked may leave the lock of the audit
-// stream's key (the call's last) to audit, which takes it only for a
-// decision it keeps: when that key's shard comes after every other key's
-// shard in the lock order, so that taking it last, with the others held,
-// keeps the order. Not for a NOLOOP client (it publishes the locks it
-// holds before running: client.setHeld) nor under sync-replicas (which
-// sums the changes of the shards locked: ctx.lockedChanges).
+// stream's key (the call's last) to the audit, which takes it only for
+// a decision whose entry is kept:
+//   - when that key's shard comes after every other key's shard in the
+//     lock order, taking it last, with the others held, keeps the order
+//     (auditTry false);
+//   - when it comes before one of them and the command can be run again
+//     (auditRedoable: CL.APPLY on a policy of one key), it is taken out
+//     of order only if free (TryLock, which cannot deadlock): if busy,
+//     the command stops before storing its decision and runs again with
+//     every lock up front (auditPrepare, runLocked).
+//
+// Otherwise (a shard shared with a decided key, a NOLOOP client, which
+// publishes the locks it holds before running: client.setHeld;
+// sync-replicas, which sums the changes of the shards locked:
+// ctx.lockedChanges; persistence, below) the key is locked up front.
 func (x *ctx) lazyAudit() bool {
 	if x.cl.track.noloop || x.trackChg || x.s.ks.Grouping() {
 		// With persistence the decision and its entry are one group of
@@ -197,16 +244,49 @@ func (x *ctx) lazyAudit() bool {
 	}
 	// The keys are in one database: their shards' indexes order them.
 	last := len(x.keys) - 1
-	_, a := x.keys[last].sh.Order()
+	as := x.keys[last].sh
+	_, a := as.Order()
+	x.auditTry = false
 	for i := range x.keys[:last] {
-		if _, j := x.keys[i].sh.Order(); j >= a {
+		sh := x.keys[i].sh
+		if sh == as {
 			return false
+		}
+		if _, j := sh.Order(); j > a {
+			if !x.auditRedoable {
+				return false
+			}
+			x.auditTry = true
 		}
 	}
 	return true
 }
 
-// auditUnlock releases the audit stream's lock if audit took it
+// runAuditLazily is runLocked's run of a command whose audit stream's
+// lock is left to the audit (lazyAudit): it locks the other keys' shards
+// and runs sp. It returns false when sp stopped because that lock, out of
+// the lock order, was busy (auditPrepare): the command is to be run again.
+func (x *ctx) runAuditLazily(sp *Spec) bool {
+	last := len(x.keys) - 1
+	x.auditLock = x.keys[last].sh
+	defer x.auditUnlock()
+	keys := x.keys[:last]
+	if len(keys) == 1 {
+		sh := keys[0].sh
+		sh.Lock()
+		defer sh.Unlock()
+	} else {
+		x.lockShards(x.keyShards(keys))
+		defer x.unlockShards()
+	}
+	if x.s.migrating(sp) && !x.keysStillServed() {
+		return true
+	}
+	sp.Run(x)
+	return !x.auditRedo
+}
+
+// auditUnlock releases the audit stream's lock if the audit took it
 // (lazyAudit), after the command.
 func (x *ctx) auditUnlock() {
 	x.auditLock = nil
@@ -234,27 +314,24 @@ func auditID(st *stream.Stream, nowMS int64) (stream.ID, bool) {
 	return last.Incr()
 }
 
-// auditEntry builds d's entry and returns its fields (valid until the
-// client's next audit entry, and while d.key is).
+// auditEntry builds d's entry and returns its values, in auditNames'
+// order (valid until the client's next audit entry, and while d.key is).
 func (x *ctx) auditEntry(p *policy.Policy, d *auditDecision) [][]byte {
 	sc := &x.cl.scratch.audit
 	if sc.pol != p {
 		sc.pol, sc.polName = p, append(sc.polName[:0], p.Name...)
 	}
-	f := &sc.fields
-	for i := range auditNames {
-		f[2*i] = auditNames[i]
-	}
-	f[1], f[3], f[5] = d.key, sc.polName, decisionName(d.limited, d.shadow)
+	f := &sc.values
+	f[0], f[1], f[2] = d.key, sc.polName, decisionName(d.limited, d.shadow)
 	b := sc.buf[:0]
 	var ends [4]int
 	var nums = [3]int64{d.remaining, d.retry, d.quantity}
 	for i, v := range nums {
 		if v >= -1 && v < int64(len(auditSmall))-1 {
-			f[7+2*i] = auditSmall[v+1]
+			f[3+i] = auditSmall[v+1]
 		} else {
 			b = strconv.AppendInt(b, v, 10)
-			f[7+2*i] = nil // set below, from ends: b can move
+			f[3+i] = nil // set below, from ends: b can move
 		}
 		ends[i] = len(b)
 	}
@@ -262,15 +339,15 @@ func (x *ctx) auditEntry(p *policy.Policy, d *auditDecision) [][]byte {
 	ends[3] = len(b)
 	start := 0
 	for i := range ends {
-		if i == 3 || f[7+2*i] == nil {
-			f[7+2*i] = b[start:ends[i]:ends[i]]
+		if i == 3 || f[3+i] == nil {
+			f[3+i] = b[start:ends[i]:ends[i]]
 		}
 		start = ends[i]
 	}
 	if cap(b) <= maxKeptAuditBuf {
 		sc.buf = b
 	} else {
-		sc.buf = nil // this entry's fields still point into b
+		sc.buf = nil // this entry's values still point into b
 	}
 	return f[:]
 }

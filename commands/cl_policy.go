@@ -51,6 +51,9 @@ type policyState struct {
 	// extAudit counts the audit entries of Envoy rate limit rules
 	// (Local.SendAudited), all rules together.
 	extAudit policy.Counts
+	// auditRedos counts the calls run again because their audit
+	// stream's lock, out of the lock order, was busy (lazyAudit).
+	auditRedos atomic.Int64
 }
 
 // Policies returns the policies in force (nil when none were loaded).
@@ -128,7 +131,7 @@ func applyKeys(x *ctx, db *keyspace.DB) {
 		if audit != nil {
 			x.keys = x.kbuf[:2]
 			x.setKey(&x.kbuf[1], db, audit)
-			x.auditKey = true
+			x.auditKey, x.auditRedoable = true, true // cmdApply's single check (auditPrepare)
 		}
 		return
 	}
@@ -220,6 +223,9 @@ func cmdApply(x *ctx) {
 		return
 	}
 	c.ms = ms
+	if p.Audit != policy.AuditOff && x.auditRedoable {
+		c.audit = p
+	}
 	now, ok := c.run(x)
 	if !ok {
 		return

@@ -121,6 +121,9 @@ type check struct {
 	// does not block the others of runAll.
 	pol    *policy.Policy
 	shadow bool
+	// audit: the policy whose audit entry run prepares (auditPrepare)
+	// between the decision and its storing; nil: none.
+	audit *policy.Policy
 
 	// CL.RESERVE: the reservation's ttl in ns, and its id once apply
 	// recorded it (-1 until then).
@@ -422,6 +425,9 @@ func (c *check) run(x *ctx) (now int64, ok bool) {
 	if c.needsRoom(v) && !x.s.ks.CanInsert() {
 		x.oom()
 		return now, false
+	}
+	if c.audit != nil && !x.auditPrepare(c.audit, c.t.limited) {
+		return now, false // to be run again (runLocked): nothing changed, nothing replied
 	}
 	c.apply(k, v, now, &x.cl.scratch.leases)
 	return now, true

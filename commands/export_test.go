@@ -44,6 +44,29 @@ func ShardAfter(s *Service, a, b string) bool {
 	return shardCompare(db.Shard([]byte(a)), db.Shard([]byte(b))) < 0
 }
 
+// LockKeyShard takes the lock of key's shard (database 0) and returns the
+// func that releases it.
+func LockKeyShard(s *Service, key string) (unlock func()) {
+	sh := s.ks.DB(0).Shard([]byte(key))
+	sh.Lock()
+	return sh.Unlock
+}
+
+// KeyShardFree reports whether the lock of key's shard (database 0) is
+// free, taking and releasing it if so.
+func KeyShardFree(s *Service, key string) bool {
+	sh := s.ks.DB(0).Shard([]byte(key))
+	if !sh.TryLock() {
+		return false
+	}
+	sh.Unlock()
+	return true
+}
+
+// AuditRedos is how many calls were run again because their audit
+// stream's lock, out of the lock order, was busy.
+func AuditRedos(s *Service) int64 { return s.pol.auditRedos.Load() }
+
 // SetMaxStreamSize sets the size cap of a stream (stream.MaxSize) and
 // returns a func that restores it.
 func SetMaxStreamSize(n int) (restore func()) {

@@ -73,7 +73,7 @@ const (
 
 // resolveKeys sets x.keys to sp's keys in x.args, resolved in database db.
 func (x *ctx) resolveKeys(sp *Spec, db *keyspace.DB) {
-	x.auditKey = false
+	x.auditKey, x.auditRedoable = false, false
 	x.resolveSpecKeys(sp, db)
 	if x.cl.extAudit != nil {
 		x.addExtAuditKey(sp, db)
@@ -179,12 +179,17 @@ func (x *ctx) doneBigKeys() {
 
 // runLocked runs sp with the locks of its keys' shards held.
 func (x *ctx) runLocked(sp *Spec) {
-	keys := x.keys
-	if x.auditKey && x.lazyAudit() { // the audit stream's lock, if needed, is audit's to take
-		x.auditLock = keys[len(keys)-1].sh
-		keys = keys[:len(keys)-1]
-		defer x.auditUnlock()
+	if x.auditKey && x.lazyAudit() { // the audit stream's lock, if needed, is the audit's to take
+		if x.runAuditLazily(sp) {
+			return
+		}
+		// That lock, out of the lock order, was busy: the command
+		// stopped before changing anything, and runs again with every
+		// lock taken up front.
+		x.auditRedo, x.auditKeep = false, auditUnknown
+		x.s.pol.auditRedos.Add(1)
 	}
+	keys := x.keys
 	if len(keys) == 1 && !x.cl.track.noloop { // the common case, in short
 		sh := keys[0].sh
 		sh.Lock()

@@ -551,6 +551,11 @@ func older(a, b uint32) bool { return a != b && (b-a)&atimeMask < 1<<23 }
 // Lock takes the shard lock.
 func (s *Shard) Lock() { s.mu.Lock() }
 
+// TryLock takes the shard lock if it is free, without waiting, and
+// reports whether it did: a caller holding other shards' locks may take
+// one out of the lock order so.
+func (s *Shard) TryLock() bool { return s.mu.TryLock() }
+
 // Unlock releases the shard lock. It drops the view's reference to the
 // object it last showed (forget), so that a value evicted, deleted or
 // replaced since is not kept alive by the view.
