@@ -74,6 +74,27 @@ type auditScratch struct {
 	// copied once per client while its calls follow each other).
 	pol     *policy.Policy
 	polName []byte
+	// keyHash is the hash of keyPol's audit stream's key in keyspace
+	// keyKS (setAuditKey).
+	keyPol  *policy.Policy
+	keyKS   *keyspace.Keyspace
+	keyHash uint64
+}
+
+// setAuditKey sets k to the key of p's audit stream in db, its hash kept
+// per client while its calls name the same policy (EXEC's pre-resolved
+// keys and cluster mode go through setKey).
+func (x *ctx) setAuditKey(k *rkey, db *keyspace.DB, p *policy.Policy) {
+	key := p.AuditKey()
+	if x.pre != nil || x.s.cluster.on {
+		x.setKey(k, db, key)
+		return
+	}
+	sc := &x.cl.scratch.audit
+	if sc.keyPol != p || sc.keyKS != x.s.ks {
+		sc.keyPol, sc.keyKS, sc.keyHash = p, x.s.ks, x.s.ks.Hash(key)
+	}
+	k.key, k.hash, k.sh, k.slot = key, sc.keyHash, db.ShardHash(sc.keyHash), 0
 }
 
 // auditNames are an audit entry's field names, in order (the entry is

@@ -130,7 +130,7 @@ func applyKeys(x *ctx, db *keyspace.DB) {
 		x.setKey(&x.kbuf[0], db, x.args[1])
 		if audit != nil {
 			x.keys = x.kbuf[:2]
-			x.setKey(&x.kbuf[1], db, audit)
+			x.setAuditKey(&x.kbuf[1], db, p)
 			x.auditKey, x.auditRedoable = true, true // cmdApply's single check (auditPrepare)
 		}
 		return

@@ -729,6 +729,13 @@ func (s *Shard) ReplaceHash(key []byte, h uint64, cur *Value, nv Value) {
 		*cur = nv
 		cur.ref = idx + 1
 	}
+	s.journalPut(key, idx, nv)
+}
+
+// journalPut tells the journal that key (entry idx) now holds nv, and
+// resets a stream's delta once the journal has seen it. s.mu must be
+// held.
+func (s *Shard) journalPut(key []byte, idx uint32, nv Value) {
 	if s.journal != nil {
 		s.jv = nv
 		s.journal.Put(s.db, key, &s.jv)
@@ -772,6 +779,22 @@ func (ks *Keyspace) Restore(db int, key []byte, v Value) {
 // returned it, in place (its scalars, its expiry, or its object).
 // s.mu must be held.
 func (s *Shard) Changed(key []byte, v *Value) {
+	// A stream's object is a pointer (comparable; a []byte is not).
+	if v.Kind == KindStream && v.ref != 0 && v.Obj != nil && s.holds(v.ref-1, key) {
+		if e := s.t.at(v.ref - 1); e.obj != 0 && Kind(e.meta&0xff) == v.Kind {
+			if sl := s.t.objAt(e.obj - 1); sl.v == v.Obj {
+				// The entry's own stream, changed in place (an entry
+				// appended): only its size, scalars and expiry can
+				// have moved.
+				size := objSize(v.Obj)
+				s.account(int64(size) - int64(sl.size))
+				sl.size = size
+				e.n, e.m, e.exp = v.N, int64(v.M), v.Exp
+				s.journalPut(key, v.ref-1, *v)
+				return
+			}
+		}
+	}
 	s.Replace(key, v, *v)
 }
 
