@@ -2,6 +2,7 @@ package commands
 
 import (
 	"strconv"
+	"unsafe"
 
 	"github.com/cellserver/cellserver/keyspace"
 	"github.com/cellserver/cellserver/policy"
@@ -63,19 +64,9 @@ import (
 // auditFields is the number of fields of an audit entry.
 const auditFields = 7
 
-// auditScratch is a client's buffers for building an audit entry's
-// values: the numbers and the client field are written into buf; the
-// other values point to fixed bytes (auditSmall, the decisions, polName)
-// or to the decided key, and stream.AppendNamed copies them all.
+// auditScratch is a client's cache for its audit entries: the hash of
+// keyPol's audit stream's key in keyspace keyKS (setAuditKey).
 type auditScratch struct {
-	buf    []byte
-	values [auditFields][]byte
-	// pol is the policy whose name polName holds (a policy's name is
-	// copied once per client while its calls follow each other).
-	pol     *policy.Policy
-	polName []byte
-	// keyHash is the hash of keyPol's audit stream's key in keyspace
-	// keyKS (setAuditKey).
 	keyPol  *policy.Policy
 	keyKS   *keyspace.Keyspace
 	keyHash uint64
@@ -109,10 +100,6 @@ var auditSmall = func() (t [101][]byte) {
 	}
 	return t
 }()
-
-// maxKeptAuditBuf bounds the entry buffer a client keeps between calls
-// (a client name can be long).
-const maxKeptAuditBuf = 64 << 10
 
 // The decision field of an audit entry.
 var (
@@ -224,13 +211,14 @@ func (x *ctx) audit(p *policy.Policy, d auditDecision) {
 		c.AuditIDExhausted.Add(1)
 		return
 	}
-	values := x.auditEntry(p, &d)
+	var nb [3 * maxInt64Digits]byte
+	values := x.auditEntry(p, &d, &nb)
 	if st == nil {
 		st = stream.New()
-		st.AppendNamed(id, auditNames, values)
+		st.AppendNamed(id, auditNames, values[:])
 		ak.replace(nil, keyspace.Value{Kind: keyspace.KindStream, Obj: st})
 	} else {
-		st.AppendNamed(id, auditNames, values)
+		st.AppendNamed(id, auditNames, values[:])
 		if st.Len() > uint64(p.AuditMaxLen) { // else nothing to trim: skip the call
 			st.Trim(stream.TrimArgs{MaxLen: p.AuditMaxLen, Approx: true, Limit: 100 * stream.NodeMaxEntries})
 		}
@@ -335,58 +323,51 @@ func auditID(st *stream.Stream, nowMS int64) (stream.ID, bool) {
 	return last.Incr()
 }
 
-// auditEntry builds d's entry and returns its values, in auditNames'
-// order (valid until the client's next audit entry, and while d.key is).
-func (x *ctx) auditEntry(p *policy.Policy, d *auditDecision) [][]byte {
-	sc := &x.cl.scratch.audit
-	if sc.pol != p {
-		sc.pol, sc.polName = p, append(sc.polName[:0], p.Name...)
-	}
-	f := &sc.values
-	f[0], f[1], f[2] = d.key, sc.polName, decisionName(d.limited, d.shadow)
-	b := sc.buf[:0]
-	var ends [4]int
-	var nums = [3]int64{d.remaining, d.retry, d.quantity}
-	for i, v := range nums {
+// auditEntry returns d's entry's values, in auditNames' order, writing
+// the numbers not in auditSmall into nb. Every value points to bytes
+// that outlive the append and are not to be modified: fixed bytes
+// (auditSmall, the decisions), the policy's name and the client's name
+// or address (strings), the decided key, nb. The caller keeps them and nb on
+// its stack: an entry touches as few of the client's cache lines as it
+// can (its cost is mostly memory reads).
+func (x *ctx) auditEntry(p *policy.Policy, d *auditDecision, nb *[3 * maxInt64Digits]byte) (f [auditFields][]byte) {
+	f[0], f[1], f[2] = d.key, strBytes(p.Name), decisionName(d.limited, d.shadow)
+	b := nb[:0]
+	for i, v := range [3]int64{d.remaining, d.retry, d.quantity} {
 		if v >= -1 && v < int64(len(auditSmall))-1 {
 			f[3+i] = auditSmall[v+1]
-		} else {
-			b = strconv.AppendInt(b, v, 10)
-			f[3+i] = nil // set below, from ends: b can move
+			continue
 		}
-		ends[i] = len(b)
+		o := len(b)
+		b = strconv.AppendInt(b, v, 10)
+		f[3+i] = b[o:len(b):len(b)]
 	}
-	b = x.auditClient(b)
-	ends[3] = len(b)
-	start := 0
-	for i := range ends {
-		if i == 3 || f[3+i] == nil {
-			f[3+i] = b[start:ends[i]:ends[i]]
-		}
-		start = ends[i]
-	}
-	if cap(b) <= maxKeptAuditBuf {
-		sc.buf = b
-	} else {
-		sc.buf = nil // this entry's values still point into b
-	}
-	return f[:]
+	f[6] = x.auditClient()
+	return f
 }
 
-// auditClient appends the client field: the CLIENT SETNAME name, else the
-// client's address (ip:port).
-func (x *ctx) auditClient(b []byte) []byte {
-	if x.cl.extClient != "" { // Local.SendAudited's caller
-		return append(b, x.cl.extClient...)
+// strBytes returns the bytes of s, read only.
+func strBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// maxInt64Digits is the length of the longest int64 in decimal
+// (-9223372036854775808).
+const maxInt64Digits = 20
+
+// auditClient returns the client field: the CLIENT SETNAME name, else the
+// client's address (ip:port), as the bytes of that string (read only:
+// stream.AppendNamed copies them).
+func (x *ctx) auditClient() []byte {
+	s := x.cl.extClient // Local.SendAudited's caller
+	if s == "" {
+		m := &x.cl.meta
+		m.mu.Lock()
+		s = m.name
+		m.mu.Unlock()
+		if s == "" {
+			s = x.c.RemoteAddr()
+		}
 	}
-	m := &x.cl.meta
-	m.mu.Lock()
-	name := m.name
-	m.mu.Unlock()
-	if name != "" {
-		return append(b, name...)
-	}
-	return append(b, x.c.RemoteAddr()...)
+	return strBytes(s)
 }
 
 // addExtAuditKey adds the audit stream's key of the limiter command run
