@@ -37,15 +37,35 @@ func (g *groupLog) EndGroup()                                 { g.add("end") }
 // decided key's falls on, and so are MSET's two keys.
 func TestAuditEntryGroupedWithItsDecision(t *testing.T) {
 	set := mustPolicies(t, "policies:\n  - {name: p, algorithm: fixed, limit: 1, period: 1m, audit: all}\n")
-	log := &groupLog{}
-	ks, err := keyspace.New(keyspace.Config{Journal: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A keyspace's hash seed is random: servers are made until the
+	// keys' shards fall on both sides of the audit stream's.
+	var log *groupLog
+	var srv *commands.Service
 	clk := servertest.NewClock(auditT0)
-	srv, err := commands.New(commands.Config{Keyspace: ks, Policies: set, Clock: clk.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
+	for try := 0; srv == nil; try++ {
+		if try == 100 {
+			t.Fatal("100 servers, none with keys' shards on both sides of the audit stream's")
+		}
+		log = &groupLog{}
+		ks, err := keyspace.New(keyspace.Config{Journal: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := commands.New(commands.Config{Keyspace: ks, Policies: set, Clock: clk.Now, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before, after := 0, 0
+		for i := range 64 {
+			if commands.ShardAfter(s, fmt.Sprintf("k%d", i), "audit:p") {
+				after++
+			} else {
+				before++
+			}
+		}
+		if before > 0 && after > 0 {
+			srv = s
+		}
 	}
 	conn := new(resp.Conn)
 	srv.Open(conn)
