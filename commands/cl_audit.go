@@ -159,12 +159,11 @@ func (x *ctx) auditPrepare(p *policy.Policy, limited bool) bool {
 	if sh == nil || !x.auditKeeps(p, limited) {
 		return true
 	}
-	if x.auditTry {
-		if !sh.TryLock() {
+	if !sh.TryLock() {
+		if !x.auditInOrder() {
 			x.auditRedo = true
 			return false
 		}
-	} else {
 		sh.Lock()
 	}
 	x.auditLock, x.auditHeld = nil, sh
@@ -231,16 +230,16 @@ func (x *ctx) audit(p *policy.Policy, d auditDecision) {
 // lazyAudit reports whether runLocked may leave the lock of the audit
 // stream's key (the call's last) to the audit, which takes it only for
 // a decision whose entry is kept:
-//   - when that key's shard comes after every other key's shard in the
-//     lock order, taking it last, with the others held, keeps the order
-//     (auditTry false);
-//   - when it comes before one of them and the command can be run again
-//     (auditRedoable: CL.APPLY on a policy of one key), it is taken out
-//     of order only if free (TryLock, which cannot deadlock): if busy,
-//     the command stops before storing its decision and runs again with
-//     every lock up front (auditPrepare, runLocked).
+//   - when the command can be run again (auditRedoable: CL.APPLY on a
+//     policy of one key), auditPrepare tries the lock (TryLock, which
+//     cannot deadlock); if it is busy it waits for it when the key's
+//     shard comes after every other key's shard in the lock order (which
+//     taking it last keeps), else the command stops before storing its
+//     decision and runs again with every lock up front (runLocked);
+//   - otherwise only when the key's shard comes after the others', and
+//     the audit takes it last.
 //
-// Otherwise (a shard shared with a decided key, a NOLOOP client, which
+// Else (a shard shared with a decided key, a NOLOOP client, which
 // publishes the locks it holds before running: client.setHeld;
 // sync-replicas, which sums the changes of the shards locked:
 // ctx.lockedChanges; persistence, below) the key is locked up front.
@@ -251,21 +250,25 @@ func (x *ctx) lazyAudit() bool {
 		// is held: the audit stream's is taken up front.
 		return false
 	}
-	// The keys are in one database: their shards' indexes order them.
 	last := len(x.keys) - 1
 	as := x.keys[last].sh
-	_, a := as.Order()
-	x.auditTry = false
 	for i := range x.keys[:last] {
-		sh := x.keys[i].sh
-		if sh == as {
+		if x.keys[i].sh == as {
 			return false
 		}
-		if _, j := sh.Order(); j > a {
-			if !x.auditRedoable {
-				return false
-			}
-			x.auditTry = true
+	}
+	return x.auditRedoable || x.auditInOrder()
+}
+
+// auditInOrder reports whether the audit stream's key's shard comes after
+// every other key's shard in the lock order (the keys are in one
+// database: their shards' indexes order them).
+func (x *ctx) auditInOrder() bool {
+	last := len(x.keys) - 1
+	_, a := x.keys[last].sh.Order()
+	for i := range x.keys[:last] {
+		if _, j := x.keys[i].sh.Order(); j >= a {
+			return false
 		}
 	}
 	return true

@@ -124,11 +124,11 @@ type ctx struct {
 	// when runLocked left that lock to the audit (lazyAudit), auditHeld
 	// the shard once the audit took it. auditRedoable: the command can
 	// be run again if that lock, out of the lock order, is busy
-	// (auditTry: it is out of order; auditRedo: it was busy). auditKeep:
-	// whether the decision's entry is kept (auditUnknown until drawn).
-	auditKey, auditRedoable, auditTry, auditRedo bool
-	auditKeep                                    int8
-	auditLock, auditHeld                         *keyspace.Shard
+	// (auditRedo: it was). auditKeep: whether the decision's entry is
+	// kept (auditUnknown until drawn).
+	auditKey, auditRedoable, auditRedo bool
+	auditKeep                          int8
+	auditLock, auditHeld               *keyspace.Shard
 }
 
 // clockNS returns the command's time in ns since the Unix epoch, reading the
