@@ -210,8 +210,27 @@ func (x *ctx) audit(p *policy.Policy, d auditDecision) {
 		c.AuditIDExhausted.Add(1)
 		return
 	}
+	// The entry's values, in auditNames' order. Each points to bytes
+	// that outlive the append and are not modified: fixed bytes
+	// (auditSmall, the decisions), the policy's name and the client's
+	// name or address (strings), the decided key, and nb for the numbers
+	// not in auditSmall. values and nb stay on the stack: an entry
+	// touches as few of the client's cache lines as it can (its cost is
+	// mostly memory reads).
+	var values [auditFields][]byte
 	var nb [3 * maxInt64Digits]byte
-	values := x.auditEntry(p, &d, &nb)
+	values[0], values[1], values[2] = d.key, strBytes(p.Name), decisionName(d.limited, d.shadow)
+	b := nb[:0]
+	for i, n := range [3]int64{d.remaining, d.retry, d.quantity} {
+		if n >= -1 && n < int64(len(auditSmall))-1 {
+			values[3+i] = auditSmall[n+1]
+			continue
+		}
+		o := len(b)
+		b = strconv.AppendInt(b, n, 10)
+		values[3+i] = b[o:len(b):len(b)]
+	}
+	values[6] = x.auditClient()
 	if st == nil {
 		st = stream.New()
 		st.AppendNamed(id, auditNames, values[:])
@@ -324,29 +343,6 @@ func auditID(st *stream.Stream, nowMS int64) (stream.ID, bool) {
 		return stream.ID{Ms: ms}, true
 	}
 	return last.Incr()
-}
-
-// auditEntry returns d's entry's values, in auditNames' order, writing
-// the numbers not in auditSmall into nb. Every value points to bytes
-// that outlive the append and are not to be modified: fixed bytes
-// (auditSmall, the decisions), the policy's name and the client's name
-// or address (strings), the decided key, nb. The caller keeps them and nb on
-// its stack: an entry touches as few of the client's cache lines as it
-// can (its cost is mostly memory reads).
-func (x *ctx) auditEntry(p *policy.Policy, d *auditDecision, nb *[3 * maxInt64Digits]byte) (f [auditFields][]byte) {
-	f[0], f[1], f[2] = d.key, strBytes(p.Name), decisionName(d.limited, d.shadow)
-	b := nb[:0]
-	for i, v := range [3]int64{d.remaining, d.retry, d.quantity} {
-		if v >= -1 && v < int64(len(auditSmall))-1 {
-			f[3+i] = auditSmall[v+1]
-			continue
-		}
-		o := len(b)
-		b = strconv.AppendInt(b, v, 10)
-		f[3+i] = b[o:len(b):len(b)]
-	}
-	f[6] = x.auditClient()
-	return f
 }
 
 // strBytes returns the bytes of s, read only.
