@@ -612,7 +612,8 @@ func TestAuditLazyLock(t *testing.T) {
 // with both locks taken in order. The test holds the audit stream's
 // shard: the call must wait without holding the key's lock and without
 // having stored its decision, and complete once the shard is released,
-// with one entry.
+// with one entry, decided and stamped at the clock's reading once both
+// locks are held.
 func TestAuditRedoWhenBusy(t *testing.T) {
 	set := mustPolicies(t, "policies:\n  - {name: p, algorithm: fixed, limit: 5, period: 1m, audit: all}\n")
 	clk := servertest.NewClock(auditT0)
@@ -655,12 +656,13 @@ func TestAuditRedoWhenBusy(t *testing.T) {
 		t.Fatalf("the call replied %q with the audit stream's lock held", got)
 	default:
 	}
+	clk.Advance(5 * time.Second) // the call decides at the time it gets both locks
 	unlock()
-	if got := <-reply; got != "*5\r\n:0\r\n:5\r\n:4\r\n:-1\r\n:60\r\n" {
-		t.Fatalf("CL.APPLY %s p: %q", key, got)
+	if got := <-reply; got != "*5\r\n:0\r\n:5\r\n:4\r\n:-1\r\n:55\r\n" {
+		t.Fatalf("CL.APPLY %s p: %q (want reset_after 55: decided 5 s into the window)", key, got)
 	}
 	es := entries(t, srv, "audit:p")
-	if len(es) != 1 || !strings.Contains(es[0], " key "+key+" ") || commands.AuditRedos(srv) != 1 {
+	if len(es) != 1 || !strings.HasPrefix(es[0], "1767225605000-0 key "+key+" ") || commands.AuditRedos(srv) != 1 {
 		t.Fatalf("entries %q, %d calls run again; want one entry of %s, one call", es, commands.AuditRedos(srv), key)
 	}
 }

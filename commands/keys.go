@@ -185,8 +185,10 @@ func (x *ctx) runLocked(sp *Spec) {
 		}
 		// That lock, out of the lock order, was busy: the command
 		// stopped before changing anything, and runs again with every
-		// lock taken up front.
-		x.auditRedo, x.auditKeep = false, auditUnknown
+		// lock taken up front, reading the clock again under them
+		// (another client may have decided on the key meanwhile: see
+		// Service.call).
+		x.auditRedo, x.auditKeep, x.haveNow = false, auditUnknown, false
 		x.s.pol.auditRedos.Add(1)
 	}
 	keys := x.keys
