@@ -16,25 +16,35 @@ import (
 //
 // # Atomic with the decision
 //
-// applyKeys adds the audit stream's key as the call's last key, so the
-// dispatcher locks its shard with the decided keys' (in the keyspace's
-// lock order, each shard once): the entry is appended under the same
-// locks as the decision is stored, and both changes reach the keyspace's
-// journal (persistence's change log, the replication stream, WATCH,
-// client-side caching) from one command with the locks held, the
+// applyKeys adds the audit stream's key as the call's last key (so that
+// ACL checks it, and EXEC locks it). The entry is appended under the
+// same locks as the decision is stored, and both changes reach the
+// keyspace's journal (persistence's change log, the replication stream,
+// WATCH, client-side caching) from one command with the locks held, the
 // decision first. No other command's change to the decided keys can come
-// between them. The key is locked whatever the sample's draw (EXEC
-// resolves a call's keys twice: a draw there could disagree).
+// between them.
 //
-// When the audit key's shard comes after every decided key's shard in
-// the lock order, the dispatcher does not take it up front (lazyAudit):
-// audit takes it only for an entry it keeps, the decided keys' locks
-// still held, and the dispatcher releases it after the command. Taken
-// last it keeps the lock order, and the entry is as atomic with the
-// decision as before; a call with no entry (audit: limited's allowed
-// calls) locks one shard less. Otherwise (and inside EXEC, for a NOLOOP
-// client, under sync-replicas) the key is locked up front, whatever the
-// decision.
+// Taking the audit stream's lock on every call would cost a call that
+// appends nothing (audit: limited's allowed calls) a second shard lock,
+// so the dispatcher leaves it to the audit when it can (lazyAudit), and
+// releases it after the command if the audit took it:
+//
+//   - CL.APPLY on a policy of one key (auditRedoable) decides under the
+//     key's lock alone; once the decision is known, and before it is
+//     stored, auditPrepare draws the sample and, for an entry it keeps,
+//     tries the audit stream's lock. If that lock is busy, it waits for
+//     it when the stream's shard comes after the key's in the lock order
+//     (taking it last keeps the order); else the call stops, having
+//     changed and replied nothing, and runLocked runs it again with both
+//     locks taken in order (counted: policyState.auditRedos). A lock
+//     taken out of order only when free cannot deadlock.
+//   - Other calls (hierarchies, companions, the Envoy front door's
+//     rules) leave the lock to the audit only when the stream's shard
+//     comes after every decided key's: audit takes it last.
+//
+// Otherwise (a shard shared with a decided key, inside EXEC, for a
+// NOLOOP client, under sync-replicas, with persistence's batches) the key
+// is locked up front, whatever the decision.
 
 // # Never at the decision's expense
 //
