@@ -8,38 +8,40 @@ import (
 )
 
 // Stream is one stream key's value. The zero value is not usable: New.
+//
+// The fields every Append reads or writes come first, so that an entry
+// (an audit entry on a busy server, say) touches few cache lines.
 type Stream struct {
 	length       uint64 // live entries
 	lastID       ID
-	maxDeletedID ID
 	entriesAdded uint64
-	cg           groups // consumer groups (groups.go)
-
-	// nodes are the entries' nodes in ID order (each node's IDs are
-	// below the next node's master ID): a node is found by binary search.
-	nodes []*node
-	mem   int // the entries' estimated memory (MemSize without the groups)
-	// scratch holds the fields handed to Range's callback.
-	scratch [][]byte
+	mem          int    // the entries' estimated memory (MemSize without the groups)
+	ver          uint64 // operations applied since the incarnation began
+	full         bool   // the next journal write must be the whole value
+	fresh        bool   // new to its key since it was last journaled (MarkFull)
+	// recording: a journal consumer has asked for a delta (Delta), so
+	// the operations' payloads are appended to delta; off in a new,
+	// decoded or cloned stream.
+	recording bool
 	// namedNode is a node whose master entry's names are named's
 	// (AppendNamed): entries appended to it with those names are not
 	// compared with the master's again.
 	namedNode *node
 	named     *Names
+	// nodes are the entries' nodes in ID order (each node's IDs are
+	// below the next node's master ID): a node is found by binary search.
+	nodes []*node
+	cg    groups // consumer groups (groups.go)
+	delta []byte // operations since the last ResetDelta; nil with full set
+	inc   uint64 // incarnation (see the package doc)
+
+	maxDeletedID ID
+	// scratch holds the fields handed to Range's callback.
+	scratch [][]byte
 	// spare is the data buffer of a node trim removed, kept (and counted
 	// in mem) for the next new node: a stream trimmed as it grows, as an
 	// audit stream is, allocates no node buffer once it is full.
 	spare []byte
-
-	inc   uint64 // incarnation (see the package doc)
-	ver   uint64 // operations applied since the incarnation began
-	delta []byte // operations since the last ResetDelta; nil with full set
-	full  bool   // the next journal write must be the whole value
-	fresh bool   // new to its key since it was last journaled (MarkFull)
-	// recording: a journal consumer has asked for a delta (Delta), so
-	// the operations' payloads are appended to delta; off in a new,
-	// decoded or cloned stream.
-	recording bool
 }
 
 // The entries' delta operations (codes below firstGroupOp).
