@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -504,14 +505,15 @@ func TestAuditExecAndCompanion(t *testing.T) {
 }
 
 // TestAuditLazyLock: with keys whose shards come before the audit
-// stream's (its lock is taken with theirs) and after it (taken only for
-// an entry, once the decision is known), many clients decide on them
-// while others take the audit stream's lock with other keys' (EXISTS)
-// and alone (XLEN). Every decision has its entry, and each key's entries,
-// in ID order, are its decisions in the order they were made (remaining
+// stream's (its lock, busy, is waited for) and after it (only tried, and
+// the call run again when busy), the stream's lock taken only for an
+// entry, once the decision is known, many clients decide on them while
+// others take the audit stream's lock with other keys' (EXISTS) and alone
+// (XLEN). Every decision has its entry, and each key's entries, in ID
+// order, are its decisions in the order they were made (remaining
 // limit-1, ..., 0, then refusals): the entry stays atomic with the
-// decision either way. A lock taken out of order would deadlock (the
-// test's budget fails it).
+// decision either way. A lock waited for out of order would deadlock
+// (the test's budget fails it).
 func TestAuditLazyLock(t *testing.T) {
 	const workers, rounds, limit, nkeys = 6, 12, 8, 48
 	set := mustPolicies(t, fmt.Sprintf("policies:\n  - {name: p, algorithm: fixed, limit: %d, period: 1m, audit: all}\n", limit))
@@ -684,4 +686,54 @@ func auditServerWhere(t *testing.T, set *policy.Set, clk *servertest.Clock, what
 	}
 	t.Fatalf("100 servers, none with %s", what)
 	return nil
+}
+
+// TestAuditRedoKeepsTheSampleDraw: a call run again because the audit
+// stream's lock was busy keeps its audit_sample draw. Drawn again, an
+// entry kept by the first draw could be dropped by the second, and keys
+// whose shards come after the stream's would be sampled below the rate.
+func TestAuditRedoKeepsTheSampleDraw(t *testing.T) {
+	set := mustPolicies(t, "policies:\n  - {name: p, algorithm: fixed, limit: 5, period: 1m, audit: all, audit_sample: 0.5}\n")
+	clk := servertest.NewClock(auditT0)
+	key := ""
+	srv := auditServerWhere(t, set, clk, "a key's shard after the audit stream's", func(srv *commands.Service) bool {
+		for i := range 1000 {
+			if k := "k" + strconv.Itoa(i); commands.ShardAfter(srv, "audit:p", k) {
+				key = k
+				return true
+			}
+		}
+		return false
+	})
+	var draws atomic.Int64
+	commands.SetAuditRand(srv, func() uint64 {
+		if draws.Add(1) == 1 {
+			return 0 // kept
+		}
+		return ^uint64(0) // dropped
+	})
+	unlock := commands.LockKeyShard(srv, "audit:p")
+	reply := make(chan string, 1)
+	go func() {
+		conn := new(resp.Conn)
+		srv.Open(conn)
+		defer srv.Close(conn)
+		srv.ServeRESP(conn, [][]byte{[]byte("CL.APPLY"), []byte(key), []byte("p")})
+		reply <- string(conn.Out)
+	}()
+	testwait.Until(t, 10*time.Second, "the call run again", func() bool { return commands.AuditRedos(srv) == 1 })
+	unlock()
+	if got := <-reply; !strings.HasPrefix(got, "*5\r\n:0\r\n") {
+		t.Fatalf("CL.APPLY %s p: %q", key, got)
+	}
+	if es := entries(t, srv, "audit:p"); len(es) != 1 || draws.Load() != 1 {
+		t.Fatalf("%d draws, entries %q; want one draw and its entry", draws.Load(), es)
+	}
+	conn := new(resp.Conn)
+	srv.Open(conn)
+	defer srv.Close(conn)
+	srv.ServeRESP(conn, [][]byte{[]byte("INFO"), []byte("policies")})
+	if !strings.Contains(string(conn.Out), "audit_calls_rerun:1\r\n") {
+		t.Fatalf("INFO policies: %q, want audit_calls_rerun:1", conn.Out)
+	}
 }

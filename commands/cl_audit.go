@@ -137,7 +137,7 @@ type auditDecision struct {
 	quantity         int64
 }
 
-// The states of ctx.auditKeep.
+// The states of ctx.auditDraw.
 const (
 	auditUnknown int8 = iota // not drawn yet
 	auditKept
@@ -145,24 +145,32 @@ const (
 )
 
 // auditKeeps reports whether the entry of a decision of p (limited: a
-// refusal) is kept, by p's audit mode and sample; it draws once per
-// command (ctx.auditKeep), so that auditPrepare and audit agree.
+// refusal) is kept, by p's audit mode and sample. audit_sample is drawn
+// once per command (ctx.auditDraw), so that auditPrepare and audit, and
+// a command run again (runLocked), agree; the mode is asked each time (a
+// decision made again can differ).
 func (x *ctx) auditKeeps(p *policy.Policy, limited bool) bool {
-	if x.auditKeep == auditUnknown {
-		x.auditKeep = auditSkipped
-		if p.Audit.Audits(limited) && (!p.AuditSampled() || p.AuditKeep(x.s.pol.rand())) {
-			x.auditKeep = auditKept
+	if !p.Audit.Audits(limited) {
+		return false
+	}
+	if !p.AuditSampled() {
+		return true
+	}
+	if x.auditDraw == auditUnknown {
+		x.auditDraw = auditSkipped
+		if p.AuditKeep(x.s.pol.rand()) {
+			x.auditDraw = auditKept
 		}
 	}
-	return x.auditKeep == auditKept
+	return x.auditDraw == auditKept
 }
 
 // auditPrepare is called by a redoable command (ctx.auditRedoable) once
-// its decision is known and before it is stored: it draws whether the
-// entry is kept and, if so and runLocked left the audit stream's lock to
-// the audit (lazyAudit), takes that lock. Out of the lock order it only
-// tries (TryLock): if the lock is busy it returns false, and the command
-// must stop with nothing changed and nothing replied; runLocked then runs
+// its decision is known and before it is stored: when runLocked left the
+// audit stream's lock to the audit (lazyAudit) and the entry is kept
+// (auditKeeps), it takes that lock. Out of the lock order it only tries
+// (TryLock): if the lock is busy it returns false, and the command must
+// stop with no decision stored and nothing replied; runLocked then runs
 // it again with every lock taken up front.
 func (x *ctx) auditPrepare(p *policy.Policy, limited bool) bool {
 	sh := x.auditLock

@@ -516,6 +516,9 @@ func (s *Service) policyInfo() []string {
 		lines = append(lines, fmt.Sprintf("rls_audit:appended=%d,dropped_wrongtype=%d,dropped_oom=%d,dropped_id=%d",
 			c.AuditAppended.Load(), c.AuditWrongType.Load(), c.AuditOOM.Load(), c.AuditIDExhausted.Load()))
 	}
+	if n := s.pol.auditRedos.Load(); n > 0 {
+		lines = append(lines, fmt.Sprintf("audit_calls_rerun:%d", n))
+	}
 	return lines
 }
 

@@ -427,7 +427,7 @@ func (c *check) run(x *ctx) (now int64, ok bool) {
 		return now, false
 	}
 	if c.audit != nil && !x.auditPrepare(c.audit, c.t.limited) {
-		return now, false // to be run again (runLocked): nothing changed, nothing replied
+		return now, false // to be run again (runLocked): no decision stored, nothing replied
 	}
 	c.apply(k, v, now, &x.cl.scratch.leases)
 	return now, true

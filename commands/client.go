@@ -124,10 +124,10 @@ type ctx struct {
 	// when runLocked left that lock to the audit (lazyAudit), auditHeld
 	// the shard once the audit took it. auditRedoable: the command can
 	// be run again if that lock, out of the lock order, is busy
-	// (auditRedo: it was). auditKeep: whether the decision's entry is
-	// kept (auditUnknown until drawn).
+	// (auditRedo: it was). auditDraw: audit_sample's draw for the
+	// command (auditUnknown until drawn; kept when it runs again).
 	auditKey, auditRedoable, auditRedo bool
-	auditKeep                          int8
+	auditDraw                          int8
 	auditLock, auditHeld               *keyspace.Shard
 }
 

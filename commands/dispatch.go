@@ -175,7 +175,7 @@ func (s *Service) call(x *ctx, sp *Spec) {
 	x.spec = sp
 	x.failed = false
 	x.haveNow = false
-	x.auditKeep = auditUnknown
+	x.auditDraw = auditUnknown
 	// Latency is measured on the monotonic clock alone (time.Since of a
 	// fixed instant reads it once; time.Now would read the wall clock
 	// too). A command pipelined behind another starts where that one

@@ -38,7 +38,8 @@ func SetAuditRand(s *Service, f func() uint64) { s.pol.rand = f }
 
 // ShardAfter reports whether the shard of key b comes after key a's in
 // the lock order (database 0): then CL.APPLY a with b as its audit stream
-// locks b only for an entry (lazyAudit).
+// waits for b's lock when busy; when a's comes after b's, it only tries
+// it, and runs again if busy (lazyAudit).
 func ShardAfter(s *Service, a, b string) bool {
 	db := s.ks.DB(0)
 	return shardCompare(db.Shard([]byte(a)), db.Shard([]byte(b))) < 0

@@ -184,11 +184,12 @@ func (x *ctx) runLocked(sp *Spec) {
 			return
 		}
 		// That lock, out of the lock order, was busy: the command
-		// stopped before changing anything, and runs again with every
+		// stopped before storing its decision, and runs again with every
 		// lock taken up front, reading the clock again under them
 		// (another client may have decided on the key meanwhile: see
-		// Service.call).
-		x.auditRedo, x.auditKeep, x.haveNow = false, auditUnknown, false
+		// Service.call). The sample's draw stands: drawn again, a kept
+		// entry could turn into a dropped one.
+		x.auditRedo, x.haveNow = false, false
 		x.s.pol.auditRedos.Add(1)
 	}
 	keys := x.keys

@@ -234,6 +234,7 @@ func (s *Stream) append(id ID, names *Names, fields [][]byte) {
 	// stay sorted within and across nodes.
 	for k := len(s.nodes); k > 0 && s.nodes[k-1].live == 0 && !s.nodes[k-1].last.Less(id); k-- {
 		s.mem -= nodeOverhead + cap(s.nodes[k-1].data)
+		s.forgetNode(s.nodes[k-1])
 		s.nodes[k-1] = nil
 		s.nodes = s.nodes[:k-1]
 	}
@@ -447,6 +448,7 @@ func (s *Stream) trim(a TrimArgs) int64 {
 		}
 		if remove {
 			s.mem -= nodeOverhead + cap(n.data)
+			s.forgetNode(n)
 			s.keepSpare(n.data)
 			s.length -= uint64(entries)
 			deleted += entries
@@ -484,6 +486,14 @@ func (s *Stream) trim(a TrimArgs) int64 {
 		s.nodes = s.nodes[gone:]
 	}
 	return deleted
+}
+
+// forgetNode drops the stream's references to n, a node removed, so
+// that they do not keep it alive.
+func (s *Stream) forgetNode(n *node) {
+	if s.namedNode == n {
+		s.namedNode, s.named = nil, nil
+	}
 }
 
 // keepSpare keeps data, a removed node's buffer, as the stream's spare
@@ -530,6 +540,7 @@ func (s *Stream) delete(id ID) bool {
 			// streamIteratorRemoveEntry: the node's last live entry
 			// takes the node with it.
 			s.mem -= nodeOverhead + cap(n.data)
+			s.forgetNode(n)
 			if i == 0 { // the oldest node (a queue's XDEL): no shift
 				s.nodes[0] = nil
 				s.nodes = s.nodes[1:]

@@ -266,6 +266,10 @@ func checkModel(t *testing.T, s *Stream, model []modelEntry, at string) {
 	if m := recomputeMem(s); s.MemSize() != m {
 		t.Fatalf("%s: MemSize %d, recomputed %d", at, s.MemSize(), m)
 	}
+	// A node removed is not kept alive by AppendNamed's reference.
+	if s.namedNode != nil && !slices.Contains(s.nodes, s.namedNode) {
+		t.Fatalf("%s: the named node is not one of the stream's", at)
+	}
 	first, ok := s.FirstID()
 	last, ok2 := s.LastEntryID()
 	if len(model) == 0 {
