@@ -194,6 +194,15 @@ const blockedReadMax = 64 << 10
 // connection failed. IdleTimeout does not apply (see Block).
 func (c *Conn) readBlocked(b *block) bool {
 	c.nc.SetReadDeadline(time.Time{})
+	// wake sets woke, then the deadline that interrupts a read, then
+	// closes b.ch. If it has set woke already, its deadline may have come
+	// before the line above cleared it, and a read now could wait for
+	// input that never comes, with b.ch closed just after the check
+	// below: wait for b.ch instead. If not, its deadline comes after.
+	if b.woke.Load() {
+		<-b.ch
+		return true
+	}
 	for {
 		select {
 		case <-b.ch:
