@@ -40,7 +40,8 @@ type Stream struct {
 	scratch [][]byte
 	// spare is the data buffer of a node trim removed, kept (and counted
 	// in mem) for the next new node: a stream trimmed as it grows, as an
-	// audit stream is, allocates no node buffer once it is full.
+	// audit stream is, seldom allocates a node buffer once it is full
+	// (only for a node larger than the spare).
 	spare []byte
 }
 
