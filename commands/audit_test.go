@@ -619,16 +619,7 @@ func TestAuditLazyLock(t *testing.T) {
 func TestAuditRedoWhenBusy(t *testing.T) {
 	set := mustPolicies(t, "policies:\n  - {name: p, algorithm: fixed, limit: 5, period: 1m, audit: all}\n")
 	clk := servertest.NewClock(auditT0)
-	key := ""
-	srv := auditServerWhere(t, set, clk, "a key's shard after the audit stream's", func(srv *commands.Service) bool {
-		for i := range 1000 {
-			if k := "k" + strconv.Itoa(i); commands.ShardAfter(srv, "audit:p", k) {
-				key = k
-				return true
-			}
-		}
-		return false
-	})
+	srv, key := auditServerKeyAfter(t, set, clk)
 	serve := func(args ...string) string {
 		conn := new(resp.Conn)
 		srv.Open(conn)
@@ -695,16 +686,7 @@ func auditServerWhere(t *testing.T, set *policy.Set, clk *servertest.Clock, what
 func TestAuditRedoKeepsTheSampleDraw(t *testing.T) {
 	set := mustPolicies(t, "policies:\n  - {name: p, algorithm: fixed, limit: 5, period: 1m, audit: all, audit_sample: 0.5}\n")
 	clk := servertest.NewClock(auditT0)
-	key := ""
-	srv := auditServerWhere(t, set, clk, "a key's shard after the audit stream's", func(srv *commands.Service) bool {
-		for i := range 1000 {
-			if k := "k" + strconv.Itoa(i); commands.ShardAfter(srv, "audit:p", k) {
-				key = k
-				return true
-			}
-		}
-		return false
-	})
+	srv, key := auditServerKeyAfter(t, set, clk)
 	var draws atomic.Int64
 	commands.SetAuditRand(srv, func() uint64 {
 		if draws.Add(1) == 1 {
@@ -736,4 +718,22 @@ func TestAuditRedoKeepsTheSampleDraw(t *testing.T) {
 	if !strings.Contains(string(conn.Out), "audit_calls_rerun:1\r\n") {
 		t.Fatalf("INFO policies: %q, want audit_calls_rerun:1", conn.Out)
 	}
+}
+
+// auditServerKeyAfter returns a server of set on clk (auditServerWhere)
+// and a key whose shard comes after the audit stream's (audit:p) in the
+// lock order: CL.APPLY on it only tries the stream's lock.
+func auditServerKeyAfter(t *testing.T, set *policy.Set, clk *servertest.Clock) (*commands.Service, string) {
+	t.Helper()
+	key := ""
+	srv := auditServerWhere(t, set, clk, "a key's shard after the audit stream's", func(srv *commands.Service) bool {
+		for i := range 1000 {
+			if k := "k" + strconv.Itoa(i); commands.ShardAfter(srv, "audit:p", k) {
+				key = k
+				return true
+			}
+		}
+		return false
+	})
+	return srv, key
 }
