@@ -188,16 +188,7 @@ func TestXreadBlockNotWokenByOtherStreamChanges(t *testing.T) {
 	_, dial := blockServer(t)
 	r, w := dial(), dial()
 	w.MustDo(t, "XADD", "bs", "1-1", "a", "b")
-	if err := r.Send("XREAD", "BLOCK", "0", "STREAMS", "bs", "$"); err != nil {
-		t.Fatal(err)
-	}
-	waitBlocked(t, w, "1")
-	w.MustDo(t, "XSETID", "bs", "100-0")
-	w.MustDo(t, "XADD", "bs", "200-0", "c", "d")
-	want := "*1\r\n*2\r\n$2\r\nbs\r\n*1\r\n*2\r\n$5\r\n200-0\r\n*2\r\n$1\r\nc\r\n$1\r\nd\r\n"
-	if got := readRaw(t, r); got != want {
-		t.Fatalf("XREAD BLOCK after XSETID then XADD answered %q, want only the XADD's entry %q", got, want)
-	}
+	xsetidDoesNotWake(t, r, w, "")
 	waitBlocked(t, w, "0")
 
 	w.MustDo(t, "XADD", "bg", "1-1", "a", "b")
@@ -238,6 +229,15 @@ func TestXreadBlockAfterRestartNotWokenByXSetID(t *testing.T) {
 	r, w := resptest.MustDial(t, addr), resptest.MustDial(t, addr)
 	defer r.Close()
 	defer w.Close()
+	xsetidDoesNotWake(t, r, w, " after a restart")
+}
+
+// xsetidDoesNotWake blocks r in XREAD BLOCK 0 on stream bs (holding
+// entries before 100-0) from $, then has w run XSETID bs 100-0 and XADD
+// bs 200-0: r must be answered the XADD's entry alone, not woken by the
+// XSETID with an empty stream.
+func xsetidDoesNotWake(t *testing.T, r, w *resptest.Conn, when string) {
+	t.Helper()
 	if err := r.Send("XREAD", "BLOCK", "0", "STREAMS", "bs", "$"); err != nil {
 		t.Fatal(err)
 	}
@@ -246,6 +246,6 @@ func TestXreadBlockAfterRestartNotWokenByXSetID(t *testing.T) {
 	w.MustDo(t, "XADD", "bs", "200-0", "c", "d")
 	want := "*1\r\n*2\r\n$2\r\nbs\r\n*1\r\n*2\r\n$5\r\n200-0\r\n*2\r\n$1\r\nc\r\n$1\r\nd\r\n"
 	if got := readRaw(t, r); got != want {
-		t.Fatalf("XREAD BLOCK after a restart, XSETID then XADD answered %q, want only the XADD's entry %q", got, want)
+		t.Fatalf("XREAD BLOCK%s, XSETID then XADD answered %q, want only the XADD's entry %q", when, got, want)
 	}
 }

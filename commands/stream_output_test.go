@@ -40,20 +40,7 @@ func TestStreamReadsBoundedByOutputLimit(t *testing.T) {
 		{"XREADGROUP", "GROUP", "g", "c", "STREAMS", "big", "0"}, // the history just delivered
 		{"XINFO", "STREAM", "big", "FULL", "COUNT", "0"},
 	} {
-		c := resptest.MustDial(t, addr)
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		if err := c.Send(cmd...); err != nil {
-			t.Fatal(err)
-		}
-		if v, err := c.Read(); err == nil {
-			t.Fatalf("%v: answered %d bytes past a 1 MiB output limit, want the connection closed", cmd, len(v.Encode(nil)))
-		}
-		runtime.ReadMemStats(&after)
-		if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
-			t.Errorf("%v allocated %d MiB for a reply cut at 1 MiB (the stream holds 40 MB)", cmd, grew>>20)
-		}
-		c.Close()
+		replyCutAtLimit(t, addr, cmd, "the stream holds 40 MB")
 		if v := w.MustDo(t, "PING"); v.Str != "PONG" {
 			t.Fatalf("PING after %v: %v", cmd, v)
 		}
@@ -107,20 +94,7 @@ func TestStreamGroupRepliesBoundedByOutputLimit(t *testing.T) {
 		{"XINFO", "CONSUMERS", "s", "g"},
 		{"XINFO", "GROUPS", "s"},
 	} {
-		c := resptest.MustDial(t, addr)
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		if err := c.Send(cmd...); err != nil {
-			t.Fatal(err)
-		}
-		if v, err := c.Read(); err == nil {
-			t.Fatalf("%v: answered %d bytes past a 1 MiB output limit, want the connection closed", cmd, len(v.Encode(nil)))
-		}
-		runtime.ReadMemStats(&after)
-		if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
-			t.Errorf("%v allocated %d MiB for a reply cut at 1 MiB (about 40 MB whole)", cmd, grew>>20)
-		}
-		c.Close()
+		replyCutAtLimit(t, addr, cmd, "about 40 MB whole")
 	}
 }
 
@@ -155,19 +129,30 @@ func TestXAutoClaimBoundedByOutputLimit(t *testing.T) {
 		{"XAUTOCLAIM", "s", "g", "c2", "0", "0", "COUNT", "100000"},
 		claim,
 	} {
-		c := resptest.MustDial(t, addr)
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		if err := c.Send(cmd...); err != nil {
-			t.Fatal(err)
-		}
-		if v, err := c.Read(); err == nil {
-			t.Fatalf("%s answered %d bytes past a 1 MiB output limit, want the connection closed", cmd[0], len(v.Encode(nil)))
-		}
-		runtime.ReadMemStats(&after)
-		if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
-			t.Errorf("%s allocated %d MiB for a reply cut at 1 MiB (40 MB whole)", cmd[0], grew>>20)
-		}
-		c.Close()
+		replyCutAtLimit(t, addr, cmd, "40 MB whole")
+	}
+}
+
+// replyCutAtLimit sends cmd on a connection of its own to a server with a
+// 1 MiB output buffer limit and checks that the connection is closed
+// rather than answered, and that the reply was not built whole first
+// (at most 16 MiB allocated meanwhile; whole is the reply's size, for
+// the message).
+func replyCutAtLimit(t *testing.T, addr string, cmd []string, whole string) {
+	t.Helper()
+	name := cmd[:min(len(cmd), 6)] // XCLAIM's 20000 IDs left out of the messages
+	c := resptest.MustDial(t, addr)
+	defer c.Close()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := c.Send(cmd...); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Read(); err == nil {
+		t.Fatalf("%v: answered %d bytes past a 1 MiB output limit, want the connection closed", name, len(v.Encode(nil)))
+	}
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+		t.Errorf("%v allocated %d MiB for a reply cut at 1 MiB (%s)", name, grew>>20, whole)
 	}
 }
