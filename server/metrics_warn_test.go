@@ -1,35 +1,16 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/metrics"
 	"github.com/cellserver/cellserver/server"
 	"github.com/redis/go-redis/v9"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestMetricsNonLoopbackWarns: the metrics port has no authentication
 // unless --metrics-user is set, so serving it beyond the loopback
@@ -40,7 +21,7 @@ func TestMetricsNonLoopbackWarns(t *testing.T) {
 		metrics, user string
 		acl, warn     bool
 	}{{"127.0.0.1:0", "", false, false}, {":0", "", false, true}, {":0", "ops", false, false}, {":0", "", true, false}} {
-		var logs lockedBuffer
+		var logs servertest.SyncBuffer
 		pass := map[bool]string{false: "", true: "metrics-pw"}[tc.user != ""]
 		srv, err := server.New(server.Config{Addr: "127.0.0.1:0", MetricsAddr: tc.metrics, Metrics: metrics.ServerHandler, Password: "pw",
 			MetricsUser: tc.user, MetricsPassword: pass, MetricsACL: tc.acl,

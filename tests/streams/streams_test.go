@@ -25,7 +25,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,6 +32,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cellserver/cellserver/internal/binproc"
+	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/tests/internal/harness"
 )
 
@@ -381,7 +381,7 @@ type procDriver struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan string
-	stderr *lockedBuffer
+	stderr *servertest.SyncBuffer
 	ver    string
 	once   sync.Once
 }
@@ -396,7 +396,7 @@ func startProcDriver(t *testing.T, name, dir, prog, script string, tg target) *p
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &procDriver{t: t, name: name, lines: make(chan string, 1), stderr: &lockedBuffer{}}
+	d := &procDriver{t: t, name: name, lines: make(chan string, 1), stderr: &servertest.SyncBuffer{}}
 	d.cmd = exec.Command(prog, script, string(cfg))
 	d.cmd.Dir = dir
 	d.cmd.Stderr = d.stderr
@@ -469,24 +469,6 @@ func (d *procDriver) close() {
 			<-done
 		}
 	})
-}
-
-// lockedBuffer is a goroutine-safe buffer for a child's stderr.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // admin is a plain go-redis client for the test's own commands (XGROUP
