@@ -232,7 +232,7 @@ func cmdApply(x *ctx) {
 	}
 	t := c.t
 	count(p.Counts, t.limited, p.Shadow)
-	if p.Audit != policy.AuditOff {
+	if p.Audit.Audits(t.limited) { // asked here: a call that appends nothing makes no call
 		x.audit(p, auditDecision{key: key, limited: t.limited, shadow: p.Shadow,
 			remaining: t.remaining, retry: c.retryMS, quantity: q})
 	}

@@ -426,7 +426,7 @@ func (c *check) run(x *ctx) (now int64, ok bool) {
 		x.oom()
 		return now, false
 	}
-	if c.audit != nil && !x.auditPrepare(c.audit, c.t.limited) {
+	if c.audit != nil && c.audit.Audit.Audits(c.t.limited) && !x.auditPrepare(c.audit, c.t.limited) {
 		return now, false // to be run again (runLocked): no decision stored, nothing replied
 	}
 	c.apply(k, v, now, &x.cl.scratch.leases)
