@@ -372,14 +372,14 @@ const maxInt64Digits = 20
 
 // auditClient returns the client field: the CLIENT SETNAME name, else the
 // client's address (ip:port), as the bytes of that string (read only:
-// stream.AppendNamed copies them).
+// stream.AppendNamed copies them). The name is read without meta.mu:
+// only the client's own commands (CLIENT SETNAME, HELLO SETNAME, RESET)
+// write it, and they run one at a time, as this one does; the lock is
+// for the other clients' readers (CLIENT LIST, CLIENT INFO).
 func (x *ctx) auditClient() []byte {
 	s := x.cl.extClient // Local.SendAudited's caller
 	if s == "" {
-		m := &x.cl.meta
-		m.mu.Lock()
-		s = m.name
-		m.mu.Unlock()
+		s = x.cl.meta.name
 		if s == "" {
 			s = x.c.RemoteAddr()
 		}

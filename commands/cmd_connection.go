@@ -180,7 +180,10 @@ func cmdHello(x *ctx) {
 // clientMeta is what a client says about itself (CLIENT SETNAME, HELLO
 // SETNAME, CLIENT SETINFO), read by CLIENT LIST and INFO.
 type clientMeta struct {
-	mu      sync.Mutex // guards name, libName, libVer
+	// mu guards name, libName, libVer for other clients' readers. They
+	// are written only by the client's own commands, which may read them
+	// without it (ctx.auditClient).
+	mu      sync.Mutex
 	name    string
 	libName string
 	libVer  string
