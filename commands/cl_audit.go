@@ -235,11 +235,16 @@ func (x *ctx) audit(p *policy.Policy, d auditDecision) {
 	// not in auditSmall. values and nb stay on the stack: an entry
 	// touches as few of the client's cache lines as it can (its cost is
 	// mostly memory reads).
+	// lp sums their listpack bytes (stream.AppendNamedSized): the
+	// numbers' without parsing what strconv wrote.
 	var values [auditFields][]byte
 	var nb [3 * maxInt64Digits]byte
 	values[0], values[1], values[2] = d.key, strBytes(p.Name), decisionName(d.limited, d.shadow)
+	values[6] = x.auditClient()
+	lp := stream.LPSize(values[0]) + stream.LPSize(values[1]) + stream.LPSize(values[2]) + stream.LPSize(values[6])
 	b := nb[:0]
 	for i, n := range [3]int64{d.remaining, d.retry, d.quantity} {
+		lp += stream.LPIntSize(n)
 		if n >= -1 && n < int64(len(auditSmall))-1 {
 			values[3+i] = auditSmall[n+1]
 			continue
@@ -248,13 +253,12 @@ func (x *ctx) audit(p *policy.Policy, d auditDecision) {
 		b = strconv.AppendInt(b, n, 10)
 		values[3+i] = b[o:len(b):len(b)]
 	}
-	values[6] = x.auditClient()
 	if st == nil {
 		st = stream.New()
-		st.AppendNamed(id, auditNames, values[:])
+		st.AppendNamedSized(id, auditNames, values[:], lp)
 		ak.replace(nil, keyspace.Value{Kind: keyspace.KindStream, Obj: st})
 	} else {
-		st.AppendNamed(id, auditNames, values[:])
+		st.AppendNamedSized(id, auditNames, values[:], lp)
 		if st.Len() > uint64(p.AuditMaxLen) { // else nothing to trim: skip the call
 			st.Trim(stream.TrimArgs{MaxLen: p.AuditMaxLen, Approx: true, Limit: 100 * stream.NodeMaxEntries})
 		}

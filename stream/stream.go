@@ -150,7 +150,7 @@ func (s *Stream) Append(id ID, fields [][]byte) {
 	if len(fields) < 2 || len(fields)%2 != 0 {
 		panic("stream: Append with odd fields")
 	}
-	s.append(id, nil, fields)
+	s.append(id, nil, fields, -1)
 }
 
 // Names is a list of field names fixed for the program's life, for
@@ -182,12 +182,25 @@ func (s *Stream) AppendNamed(id ID, names *Names, values [][]byte) {
 	if len(values) != len(names.list) {
 		panic("stream: AppendNamed with a value count unlike the names'")
 	}
-	s.append(id, names, values)
+	s.append(id, names, values, -1)
+}
+
+// AppendNamedSized is AppendNamed of values whose listpack bytes the
+// caller knows: lp is the sum, over the values, of LPSize (LPIntSize of
+// a value written as an integer's decimal form, which is the same), as
+// Redis's node bounds count them. It spares parsing the values the
+// caller formatted from integers.
+func (s *Stream) AppendNamedSized(id ID, names *Names, values [][]byte, lp int) {
+	if len(values) != len(names.list) {
+		panic("stream: AppendNamed with a value count unlike the names'")
+	}
+	s.append(id, names, values, lp)
 }
 
 // append is Append (names nil: fields holds names and values
-// interleaved) and AppendNamed (fields holds the values of names).
-func (s *Stream) append(id ID, names *Names, fields [][]byte) {
+// interleaved) and AppendNamed (fields holds the values of names); lpv
+// is the values' listpack bytes (AppendNamedSized), or -1: counted here.
+func (s *Stream) append(id ID, names *Names, fields [][]byte, lpv int) {
 	if !s.lastID.Less(id) {
 		panic("stream: Append out of order")
 	}
@@ -310,9 +323,13 @@ func (s *Stream) append(id ID, names *Names, fields [][]byte) {
 		n.data = appendUvarint(n.data, dms)
 		n.data = appendUvarint(n.data, seq)
 		n.data = putStrings(n.data, vl, v0, step)
-		for i := v0; i < len(vl); i += step {
-			n.lpBytes += lpStringSize(vl[i])
+		if lpv < 0 {
+			lpv = 0
+			for i := v0; i < len(vl); i += step {
+				lpv += lpStringSize(vl[i])
+			}
 		}
+		n.lpBytes += lpv
 	} else {
 		n.data = slices.Grow(n.data, 1+uvarintLen(dms)+uvarintLen(seq)+uvarintLen(uint64(numFields))+enc)
 		n.data = append(n.data, flags)
@@ -944,6 +961,15 @@ func lpIntSize(v int64) int {
 	}
 	return 10
 }
+
+// LPSize is the bytes of b as an element of Redis's listpack, its
+// backlen included: what a stream node's bound counts for a field name
+// or value (AppendNamedSized).
+func LPSize(b []byte) int { return lpStringSize(b) }
+
+// LPIntSize is LPSize of v's decimal form (strconv.AppendInt's), without
+// parsing it.
+func LPIntSize(v int64) int { return lpIntSize(v) }
 
 // lpStringSize is the bytes of a string element of Redis's listpack,
 // its backlen included: a string that reads as a 64-bit integer is

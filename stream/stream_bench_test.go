@@ -9,7 +9,7 @@ import (
 )
 
 // BenchmarkAppendAudit is what an audit entry costs the stream (commands'
-// CL.APPLY with audit: limited or all): AppendNamed of a 7-field entry (the
+// CL.APPLY with audit: limited or all): AppendNamedSized of a 7-field entry (the
 // audit entry's names and values; keys of 1024 in turn, numbers as the decision
 // gives them), then, as the audit does, Trim (MAXLEN ~ 100000, LIMIT
 // 10000) once the length passes 100000, and ResetDelta as the keyspace
@@ -20,18 +20,20 @@ func BenchmarkAppendAudit(b *testing.B) {
 	const keys, maxLen = 1024, 100000
 	names := NewNames("key", "policy", "decision", "remaining", "retry_after_ms", "quantity", "client")
 	entries := make([][][]byte, keys)
+	ints := make([][3]int64, keys) // remaining, retry_after_ms, quantity
 	for i := range entries {
-		decision, retry := "allowed", "-1"
+		decision, retry := "allowed", int64(-1)
 		if i%10 == 9 {
-			decision, retry = "limited", strconv.Itoa(1000+i)
+			decision, retry = "limited", int64(1000+i)
 		}
+		ints[i] = [3]int64{int64(999999000 + i), retry, 1}
 		entries[i] = [][]byte{ // the values of names
 			[]byte("bench:key:" + strconv.Itoa(i)),
 			[]byte("all"),
 			[]byte(decision),
-			[]byte(strconv.Itoa(999999000 + i)),
-			[]byte(retry),
-			[]byte("1"),
+			strconv.AppendInt(nil, ints[i][0], 10),
+			strconv.AppendInt(nil, ints[i][1], 10),
+			strconv.AppendInt(nil, ints[i][2], 10),
 			[]byte("127.0.0.1:53122"),
 		}
 	}
@@ -39,7 +41,10 @@ func BenchmarkAppendAudit(b *testing.B) {
 	s.ResetDelta()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		s.AppendNamed(ID{Ms: 1700000000000 + uint64(i/8), Seq: uint64(i % 8)}, names, entries[i%keys])
+		// The values' listpack bytes, counted as the audit counts them.
+		e, n := entries[i%keys], &ints[i%keys]
+		lp := LPSize(e[0]) + LPSize(e[1]) + LPSize(e[2]) + LPSize(e[6]) + LPIntSize(n[0]) + LPIntSize(n[1]) + LPIntSize(n[2])
+		s.AppendNamedSized(ID{Ms: 1700000000000 + uint64(i/8), Seq: uint64(i % 8)}, names, e, lp)
 		if s.Len() > maxLen {
 			s.Trim(TrimArgs{MaxLen: maxLen, Approx: true, Limit: 100 * NodeMaxEntries})
 		}
@@ -49,7 +54,8 @@ func BenchmarkAppendAudit(b *testing.B) {
 
 // TestLpStringToInt64 compares lpStringToInt64 (and lpStringSize's fast
 // path) with its definition: a string is an integer when it is an int64's
-// canonical decimal form.
+// canonical decimal form. So LPSize of strconv's form of n is LPIntSize(n),
+// as AppendNamedSized's callers count it.
 func TestLpStringToInt64(t *testing.T) {
 	cases := []string{"", "0", "-0", "00", "01", "-", "+1", " 1", "1 ", "7", "-7", "127", "128", "-4096",
 		"999999999999999999", "-999999999999999999", "1000000000000000000", "-1000000000000000000",
@@ -62,8 +68,12 @@ func TestLpStringToInt64(t *testing.T) {
 		for i := range b {
 			b[i] = "0123456789-x"[rng.IntN(12)]
 		}
-		if rng.IntN(2) == 0 {
-			b = strconv.AppendInt(b[:0], rng.Int64()>>rng.IntN(64), 10)
+		if rng.IntN(2) == 0 { // an integer of any magnitude, either sign
+			n := rng.Int64() >> rng.IntN(64)
+			if rng.IntN(2) == 0 {
+				n = -n
+			}
+			b = strconv.AppendInt(b[:0], n, 10)
 		}
 		cases = append(cases, string(b))
 	}

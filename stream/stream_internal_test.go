@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -80,7 +81,7 @@ func liveIDs(s *Stream) []ID {
 // replayed onto a copy, and MemSize against a recomputation.
 func TestModel(t *testing.T) {
 	const runs, steps = 120, 400
-	cases, named := 0, 0
+	cases, named, sized := 0, 0, 0
 	for run := 0; run < runs; run++ {
 		rng := rand.New(rand.NewPCG(uint64(run), 31))
 		s := New()
@@ -139,8 +140,16 @@ func TestModel(t *testing.T) {
 					for i := 1; i < len(f); i += 2 {
 						values = append(values, f[i])
 					}
-					s.AppendNamed(next, nm, values)
 					what = "append named " + next.String()
+					if rng.IntN(2) == 0 {
+						s.AppendNamed(next, nm, values)
+					} else {
+						// The values' listpack bytes as the audit
+						// counts them: an integer's by its value.
+						s.AppendNamedSized(next, nm, values, lpOf(values))
+						what = "append named sized " + next.String()
+						sized++
+					}
 					named++
 				} else {
 					s.Append(next, f)
@@ -251,11 +260,25 @@ func TestModel(t *testing.T) {
 			}
 		}
 	}
-	if named == 0 {
-		t.Fatal("no entry was appended by name")
+	if named == 0 || sized == 0 {
+		t.Fatal("no entry was appended by name, or none with its size")
 	}
-	t.Logf("%d cases (%d runs of %d steps, %d entries appended by name), each checked against the model, the encoding and a replica",
-		cases, runs, steps, named)
+	t.Logf("%d cases (%d runs of %d steps, %d entries appended by name, %d of them with their size), each checked against the model, the encoding and a replica",
+		cases, runs, steps, named, sized)
+}
+
+// lpOf sums LPSize over values, taking LPIntSize of those that are an
+// integer's decimal form (strconv's).
+func lpOf(values [][]byte) int {
+	lp := 0
+	for _, v := range values {
+		if n, err := strconv.ParseInt(string(v), 10, 64); err == nil && strconv.FormatInt(n, 10) == string(v) {
+			lp += LPIntSize(n)
+		} else {
+			lp += LPSize(v)
+		}
+	}
+	return lp
 }
 
 func checkModel(t *testing.T, s *Stream, model []modelEntry, at string) {
