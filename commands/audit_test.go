@@ -1,10 +1,13 @@
 package commands_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -17,6 +20,7 @@ import (
 	"github.com/cellserver/cellserver/commands"
 	"github.com/cellserver/cellserver/internal/servertest"
 	"github.com/cellserver/cellserver/internal/testwait"
+	"github.com/cellserver/cellserver/persistence"
 	"github.com/cellserver/cellserver/policy"
 	"github.com/cellserver/cellserver/resp"
 	"github.com/cellserver/cellserver/server"
@@ -736,4 +740,72 @@ func auditServerKeyAfter(t *testing.T, set *policy.Set, clk *servertest.Clock) (
 		return false
 	})
 	return srv, key
+}
+
+// TestAuditNodesCountedAsXADDs: an audit entry counts toward its stream
+// node's bounds (Redis's listpack bytes, which place the node boundaries
+// that approximate trimming and XINFO see) as the same entry XADDed
+// would: the audit counts its numbers by value (stream.AppendNamedSized).
+// A stream given the audit stream's entries by XADD, with their IDs, must
+// DUMP alike (DUMP's encoding holds the nodes). The entries vary each
+// field's listpack form: keys and client names that read as integers and
+// others, numbers of every size and sign.
+func TestAuditNodesCountedAsXADDs(t *testing.T) {
+	clk := servertest.NewClock(auditT0)
+	d := newDirect(t, commands.Config{Clock: clk.Now, DumpValue: persistence.EncodeValue, Policies: mustPolicies(t, `policies:
+  - {name: p, algorithm: fixed, limit: 4000000000, period: 1h, audit: all, audit_maxlen: 1000000}
+`)})
+	rng := rand.New(rand.NewPCG(7, 8))
+	digits := func() string { return strconv.FormatInt(rng.Int64N(1<<uint(rng.IntN(40))), 10) }
+	const n = 800
+	for i := range n {
+		if i%200 == 0 {
+			d.want("+OK", "CLIENT", "SETNAME", []string{"42", "svc-a", "-7", "9223372036854775807"}[i/200])
+		}
+		key := digits()
+		if rng.IntN(2) == 0 {
+			key = "u:" + key
+		}
+		d.want("*5\r\n", "CL.APPLY", key, "p", digits()) // refused once past the limit
+		clk.Advance(time.Duration(rng.IntN(2)) * time.Millisecond)
+	}
+	es := entries(t, d.srv, "audit:p")
+	if len(es) != n {
+		t.Fatalf("%d entries, want %d", len(es), n)
+	}
+	limited := 0
+	for _, e := range es {
+		f := strings.Fields(e)
+		limited += strings.Count(e, " decision limited ")
+		d.want("$", append([]string{"XADD", "copy"}, f...)...)
+	}
+	if limited == 0 || limited == n {
+		t.Fatalf("%d of %d entries limited: want both decisions", limited, n)
+	}
+	if a, b := streamBody(t, d.do("DUMP", "audit:p")), streamBody(t, d.do("DUMP", "copy")); !bytes.Equal(a, b) {
+		t.Fatalf("the audit stream and a stream of its entries XADDed encode differently (%d and %d bytes): its nodes were not counted as XADD counts them", len(a), len(b))
+	}
+}
+
+// streamBody is the part of a stream's DUMP reply that two streams of the
+// same entries, nodes and counters share: the stream's encoding without
+// its identity (a random incarnation and a version), the value's header
+// and DUMP's trailer (persistence.EncodeValue, stream.AppendBinary).
+func streamBody(t *testing.T, reply string) []byte {
+	t.Helper()
+	_, p, ok := strings.Cut(reply, "\r\n")
+	const header, trailer = 26, 10 // format, kind, exp, N, M; version and CRC
+	if !ok || reply[0] != '$' || len(p) < header+trailer+3 {
+		t.Fatalf("DUMP: %.100q", reply)
+	}
+	// After the stream's encoding version: its incarnation and version.
+	b := []byte(p[header+1 : len(p)-2-trailer])
+	for range 2 {
+		_, n := binary.Uvarint(b)
+		if n <= 0 {
+			t.Fatalf("DUMP: %.100q", reply)
+		}
+		b = b[n:]
+	}
+	return b
 }
