@@ -18,6 +18,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tidwall/redcon"
+
+	"github.com/cellserver/cellserver/internal/syncbuf"
 )
 
 // testTimeout bounds every wait on the network in these tests.
@@ -129,24 +131,6 @@ func (h *testHandler) ServeRESP(c *Conn, args [][]byte) {
 	default:
 		c.Out = redcon.AppendError(c.Out, "ERR unknown command '"+string(args[0])+"'")
 	}
-}
-
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -312,7 +296,7 @@ func TestServerProtocolErrors(t *testing.T) {
 
 // A client's protocol error closes it while another is served on.
 func TestServerProtocolErrorIsolated(t *testing.T) {
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	_, addr := startServer(t, Config{Logger: logger}, newTestHandler())
 	good := dial(t, addr)
@@ -359,7 +343,7 @@ func TestServerMaxClients(t *testing.T) {
 // A panicking handler closes its connection only; the panic is logged with
 // its stack and Handler.Close still runs.
 func TestServerPanic(t *testing.T) {
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	h := newTestHandler()
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	_, addr := startServer(t, Config{Logger: logger}, h)
@@ -728,7 +712,7 @@ func (l *tempErrListener) Close() error {
 func (l *tempErrListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} }
 
 func TestServeRetriesTemporaryErrors(t *testing.T) {
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	ln := &tempErrListener{fails: 3, conns: make(chan net.Conn, 1), closed: make(chan struct{})}
 	s := NewServer(Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, newTestHandler())
 	served := make(chan error, 1)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/internal/syncbuf"
 	"github.com/cellserver/cellserver/metrics"
 	"github.com/cellserver/cellserver/server"
 	"github.com/redis/go-redis/v9"
@@ -21,7 +21,7 @@ func TestMetricsNonLoopbackWarns(t *testing.T) {
 		metrics, user string
 		acl, warn     bool
 	}{{"127.0.0.1:0", "", false, false}, {":0", "", false, true}, {":0", "ops", false, false}, {":0", "", true, false}} {
-		var logs servertest.SyncBuffer
+		var logs syncbuf.Buffer
 		pass := map[bool]string{false: "", true: "metrics-pw"}[tc.user != ""]
 		srv, err := server.New(server.Config{Addr: "127.0.0.1:0", MetricsAddr: tc.metrics, Metrics: metrics.ServerHandler, Password: "pw",
 			MetricsUser: tc.user, MetricsPassword: pass, MetricsACL: tc.acl,

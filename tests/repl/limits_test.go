@@ -8,7 +8,6 @@ package repl
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -18,11 +17,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/internal/syncbuf"
 	"github.com/cellserver/cellserver/internal/testwait"
 	"github.com/cellserver/cellserver/server"
 	"github.com/cellserver/cellserver/tests/internal/harness"
@@ -34,13 +33,13 @@ type inproc struct {
 	srv  *server.Server
 	addr string
 	rdb  *redis.Client
-	logs *logBuffer
+	logs *syncbuf.Buffer
 }
 
 // startInproc starts a node with cfg, its log kept in memory.
 func startInproc(t *testing.T, cfg server.Config) *inproc {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &syncbuf.Buffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	srv, addr := servertest.Start(t, cfg)
 	rdb := newClient(addr, 0)
@@ -67,26 +66,6 @@ func (n *inproc) replInfo(t *testing.T) map[string]string {
 	}
 	return harness.InfoFields(s)
 }
-
-// logBuffer is a goroutine-safe log sink.
-type logBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuffer) has(s string) bool { return strings.Contains(l.String(), s) }
 
 // readCommand reads one RESP array of bulk strings (a command).
 func readCommand(br *bufio.Reader) ([]string, error) {
@@ -244,7 +223,7 @@ func TestReplicaRefusesHugeFrame(t *testing.T) {
 	if alloc > 16<<20 {
 		t.Errorf("the process allocated %d MiB while a 1 GiB frame was announced (%d MiB sent); want < 16 MiB", alloc>>20, sent>>20)
 	}
-	if !replica.logs.has("frame larger than this replica accepts") {
+	if !replica.logs.Contains("frame larger than this replica accepts") {
 		t.Errorf("the replica did not log the refused frame")
 	}
 }
@@ -409,7 +388,7 @@ func TestReplicationLoopRefused(t *testing.T) {
 	if err := a.rdb.Do(ctx, "REPLICAOF", h, p).Err(); err != nil {
 		t.Fatal(err)
 	}
-	loop := func() bool { return a.logs.has("would make a loop") || a.logs.has("replication loop") }
+	loop := func() bool { return a.logs.Contains("would make a loop") || a.logs.Contains("replication loop") }
 	testwait.For(t, 20*time.Second, "A refused as a loop, or linked", func() (bool, string) {
 		up := a.replInfo(t)["master_link_status"] == "up"
 		return up || loop(), fmt.Sprintf("A master_link_status up %v", up)
@@ -420,7 +399,7 @@ func TestReplicationLoopRefused(t *testing.T) {
 	if !loop() {
 		t.Errorf("A did not log the loop")
 	}
-	if !b.logs.has("refused a replica that this node replicates from") {
+	if !b.logs.Contains("refused a replica that this node replicates from") {
 		t.Errorf("B did not log refusing A")
 	}
 	if m := b.replInfo(t); m["role"] != "slave" || m["master_link_status"] != "up" {
@@ -465,7 +444,7 @@ func TestLargeValuesReplicateInSplitFrames(t *testing.T) {
 			}
 		}
 	}
-	if r1.logs.has("frame larger") || r2.logs.has("frame larger") {
+	if r1.logs.Contains("frame larger") || r2.logs.Contains("frame larger") {
 		t.Errorf("a replica refused a frame of a legitimate stream")
 	}
 	// r2 continues from r1's backlog after its link is cut.
@@ -476,7 +455,7 @@ func TestLargeValuesReplicateInSplitFrames(t *testing.T) {
 		t.Fatal(err)
 	}
 	inSync("both replicas at the primary's offset after the cut")
-	if !r2.logs.has("partial resync") {
+	if !r2.logs.Contains("partial resync") {
 		t.Errorf("r2 did not continue from r1's backlog after the cut")
 	}
 }

@@ -32,7 +32,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/cellserver/cellserver/internal/binproc"
-	"github.com/cellserver/cellserver/internal/servertest"
+	"github.com/cellserver/cellserver/internal/syncbuf"
 	"github.com/cellserver/cellserver/tests/internal/harness"
 )
 
@@ -381,7 +381,7 @@ type procDriver struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan string
-	stderr *servertest.SyncBuffer
+	stderr *syncbuf.Buffer
 	ver    string
 	once   sync.Once
 }
@@ -396,7 +396,7 @@ func startProcDriver(t *testing.T, name, dir, prog, script string, tg target) *p
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &procDriver{t: t, name: name, lines: make(chan string, 1), stderr: &servertest.SyncBuffer{}}
+	d := &procDriver{t: t, name: name, lines: make(chan string, 1), stderr: &syncbuf.Buffer{}}
 	d.cmd = exec.Command(prog, script, string(cfg))
 	d.cmd.Dir = dir
 	d.cmd.Stderr = d.stderr
