@@ -99,7 +99,7 @@ func (x *ctx) setAuditKey(k *rkey, db *keyspace.DB, p *policy.Policy) {
 }
 
 // auditNames are an audit entry's field names, in order (the entry is
-// appended with stream.AppendNamed, its names being these slices).
+// appended with stream.AppendNamedSized, its names being these slices).
 var auditNames = stream.NewNames("key", "policy", "decision", "remaining", "retry_after_ms", "quantity", "client")
 
 // auditSmall holds the decimal forms of -1 to 99 (auditSmall[v+1]): the
@@ -376,7 +376,7 @@ const maxInt64Digits = 20
 
 // auditClient returns the client field: the CLIENT SETNAME name, else the
 // client's address (ip:port), as the bytes of that string (read only:
-// stream.AppendNamed copies them). The name is read without meta.mu:
+// stream.AppendNamedSized copies them). The name is read without meta.mu:
 // only the client's own commands (CLIENT SETNAME, HELLO SETNAME, RESET)
 // write it, and they run one at a time, as this one does; the lock is
 // for the other clients' readers (CLIENT LIST, CLIENT INFO).

@@ -24,7 +24,7 @@ type Stream struct {
 	// decoded or cloned stream.
 	recording bool
 	// namedNode is a node whose master entry's names are named's
-	// (AppendNamed): entries appended to it with those names are not
+	// (AppendNamedSized): entries appended to it with those names are not
 	// compared with the master's again.
 	namedNode *node
 	named     *Names
@@ -154,7 +154,7 @@ func (s *Stream) Append(id ID, fields [][]byte) {
 }
 
 // Names is a list of field names fixed for the program's life, for
-// AppendNamed. NewNames makes one.
+// AppendNamedSized. NewNames makes one.
 type Names struct {
 	list       [][]byte
 	total, enc int // the names' bytes, and their length-prefixed encoding's
@@ -174,32 +174,25 @@ func NewNames(names ...string) *Names {
 	return n
 }
 
-// AppendNamed is Append of the entry whose field names are names and
-// whose values are values (one per name, else it panics). The names are
-// compared with a node's master entry once per node rather than once per
-// entry, and counted once per program.
-func (s *Stream) AppendNamed(id ID, names *Names, values [][]byte) {
-	if len(values) != len(names.list) {
-		panic("stream: AppendNamed with a value count unlike the names'")
-	}
-	s.append(id, names, values, -1)
-}
-
-// AppendNamedSized is AppendNamed of values whose listpack bytes the
-// caller knows: lp is the sum, over the values, of LPSize (LPIntSize of
-// a value written as an integer's decimal form, which is the same), as
-// Redis's node bounds count them. It spares parsing the values the
-// caller formatted from integers.
+// AppendNamedSized is Append of the entry whose field names are names
+// and whose values are values (one per name, else it panics), lp being
+// the sum over the values of LPSize (LPIntSize of a value written as an
+// integer's decimal form, which is the same), as Redis's node bounds
+// count them. The names are compared with a node's master entry once per
+// node rather than once per entry, and counted once per program; the
+// caller counts the values, sparing the parse of those it formatted from
+// integers.
 func (s *Stream) AppendNamedSized(id ID, names *Names, values [][]byte, lp int) {
-	if len(values) != len(names.list) {
-		panic("stream: AppendNamed with a value count unlike the names'")
+	if len(values) != len(names.list) || lp < 0 {
+		panic("stream: AppendNamedSized with a value count unlike the names', or a negative size")
 	}
 	s.append(id, names, values, lp)
 }
 
 // append is Append (names nil: fields holds names and values
-// interleaved) and AppendNamed (fields holds the values of names); lpv
-// is the values' listpack bytes (AppendNamedSized), or -1: counted here.
+// interleaved; lpv -1: the values' listpack bytes are counted here) and
+// AppendNamedSized (fields holds the values of names, lpv their listpack
+// bytes).
 func (s *Stream) append(id ID, names *Names, fields [][]byte, lpv int) {
 	if !s.lastID.Less(id) {
 		panic("stream: Append out of order")
@@ -317,19 +310,19 @@ func (s *Stream) append(id ID, names *Names, fields [][]byte, lpv int) {
 	}
 	lpCount := int64(numFields + 3)
 	n.lpBytes += lpIntSize(int64(flags)) + lpIntSize(int64(dms)) + lpIntSize(int64(dseq))
+	if lpv < 0 { // Append: the values' listpack bytes, counted here
+		lpv = 0
+		for i := v0; i < len(vl); i += step {
+			lpv += lpStringSize(vl[i])
+		}
+	}
+	n.lpBytes += lpv
 	if same {
 		n.data = slices.Grow(n.data, 1+uvarintLen(dms)+uvarintLen(seq)+encValues)
 		n.data = append(n.data, flags)
 		n.data = appendUvarint(n.data, dms)
 		n.data = appendUvarint(n.data, seq)
 		n.data = putStrings(n.data, vl, v0, step)
-		if lpv < 0 {
-			lpv = 0
-			for i := v0; i < len(vl); i += step {
-				lpv += lpStringSize(vl[i])
-			}
-		}
-		n.lpBytes += lpv
 	} else {
 		n.data = slices.Grow(n.data, 1+uvarintLen(dms)+uvarintLen(seq)+uvarintLen(uint64(numFields))+enc)
 		n.data = append(n.data, flags)
@@ -340,7 +333,7 @@ func (s *Stream) append(id ID, names *Names, fields [][]byte, lpv int) {
 		lpCount += int64(numFields + 1)
 		n.data = putPairs(n.data, nl, vl, n0, v0, step)
 		for i := range numFields {
-			n.lpBytes += lpStringSize(nl[n0+i*step]) + lpStringSize(vl[v0+i*step])
+			n.lpBytes += lpStringSize(nl[n0+i*step])
 		}
 	}
 	n.lpBytes += lpIntSize(lpCount)
